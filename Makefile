@@ -1,0 +1,45 @@
+# The front door: `make help` lists what is here.
+SHELL := /usr/bin/env bash
+GO ?= go
+SQLC_VERSION := v1.31.1
+SQLC := $(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+BIN := bin/orchestrator
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: ## Start the orchestrator on embedded defaults (local Postgres in .data/, local S3)
+	scripts/postgres.sh dev $(GO) run ./cmd/orchestrator serve
+
+.PHONY: test
+test: ## Run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
+	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
+
+.PHONY: build
+build: ## Build the orchestrator binary into bin/
+	$(GO) build -o $(BIN) ./cmd/orchestrator
+
+.PHONY: migrate
+migrate: ## Apply database migrations to DATABASE_URL (or the local development cluster)
+	scripts/postgres.sh dev $(GO) run ./cmd/orchestrator migrate
+
+.PHONY: generate
+generate: ## Regenerate db/ from sql/ with sqlc
+	$(SQLC) generate
+
+.PHONY: check-generate
+check-generate: ## Fail when the committed generated code is stale
+	$(SQLC) diff
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: clean
+clean: ## Remove build output (keeps the development database in .data/)
+	rm -rf bin

@@ -1,0 +1,130 @@
+// Package api is the orchestrator's HTTP interface: one file per resource,
+// handlers that bind, validate, call one service function and render. Every
+// error leaves through ErrorHandler as {"error": "..."} with a fitting status.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// MaxBodyBytes is the largest request body accepted (1 MiB); larger ones get 413.
+const MaxBodyBytes = 1 << 20
+
+// Config is what the HTTP layer needs.
+type Config struct {
+	Service *service.Service
+	Pool    *pgxpool.Pool
+	Logger  *slog.Logger
+}
+
+// New builds the Echo server with every route registered.
+func New(cfg Config) *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger}
+	e.HTTPErrorHandler = h.errorHandler
+	e.Use(h.requestLog)
+
+	e.GET("/healthz", h.healthz)
+	e.POST("/batches", h.createBatch)
+	e.GET("/status/:batchId", h.getStatus)
+	return e
+}
+
+type handlers struct {
+	svc  *service.Service
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+// errorBody is the shape of every error response.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// errorHandler maps errors to status codes in one place. Unexpected errors
+// are logged in full and answered with a generic message, so internals (and
+// anything secret in them) do not leak to clients.
+func (h *handlers) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	code, msg := http.StatusInternalServerError, "internal error"
+	var (
+		he     *echo.HTTPError
+		verr   *manifest.ValidationError
+		maxErr *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit)
+	case errors.As(err, &verr), errors.Is(err, manifest.ErrMalformedJSON):
+		code, msg = http.StatusBadRequest, err.Error()
+	case errors.Is(err, service.ErrNotFound):
+		code, msg = http.StatusNotFound, err.Error()
+	case errors.As(err, &he):
+		code = he.Code
+		msg = http.StatusText(code)
+		if s, ok := he.Message.(string); ok {
+			msg = s
+		}
+	}
+	if code >= 500 {
+		h.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
+	}
+	if c.Request().Method == http.MethodHead {
+		err = c.NoContent(code)
+	} else {
+		err = c.JSON(code, errorBody{Error: msg})
+	}
+	if err != nil {
+		h.log.Error("writing error response", "error", err)
+	}
+}
+
+// requestLog logs each request once it is answered. Only the route pattern
+// and the path's batch id are logged: never headers, which carry tokens.
+func (h *handlers) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		attrs := []any{"method", c.Request().Method, "route", c.Path(), "status", c.Response().Status, "duration_ms", time.Since(start).Milliseconds()}
+		if id := c.Param("batchId"); id != "" {
+			attrs = append(attrs, "batch_id", id)
+		}
+		h.log.Debug("request", attrs...)
+		return nil
+	}
+}
+
+// readBody reads the whole request body, refusing more than MaxBodyBytes.
+func readBody(c echo.Context) ([]byte, error) {
+	body := http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes)
+	return io.ReadAll(body)
+}
+
+// healthz answers 200 once the database answers.
+func (h *handlers) healthz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := h.pool.Ping(ctx); err != nil {
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "database unreachable")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,12 @@
+package blob
+
+import "github.com/aws/aws-sdk-go-v2/service/s3"
+
+// NewS3WithOptions is NewS3 with extra SDK options, for tests that must not
+// wait for the SDK's retries (fault injection).
+func NewS3WithOptions(cfg S3Config, optFns ...func(*s3.Options)) (*S3, error) {
+	return newS3(cfg, optFns...)
+}
+
+// CopySource exposes copySource to the tests.
+var CopySource = copySource

@@ -1,0 +1,95 @@
+// Command orchestrator runs the preprocessing orchestrator of the archival
+// ingest pipeline.
+//
+//	orchestrator serve     HTTP API and job workers (applies pending migrations first)
+//	orchestrator migrate   apply pending database migrations and exit
+//
+// Configuration comes from the environment; see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/arke-institute/orchestrator/config"
+)
+
+const usage = `orchestrator: the archival ingest preprocessing orchestrator
+
+Usage:
+  orchestrator serve [-no-migrate]   run the HTTP API and the job workers
+  orchestrator migrate               apply pending database migrations and exit
+  orchestrator help                  show this help
+
+Configuration is read from the environment (DATABASE_URL, LISTEN_ADDR,
+R2_*, FLY_*, ...); see README.md for every setting.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "orchestrator:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError marks a mistake in the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command given"}
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+}
+
+// loadConfig reads the environment; the only place that does.
+func loadConfig() (*config.Config, error) {
+	return config.Load(os.LookupEnv)
+}
+
+// newLogger builds the process logger: JSON unless LOG_FORMAT=text or, when
+// LOG_FORMAT is unset, stderr is a terminal.
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	format := cfg.LogFormat
+	if format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arke-institute/orchestrator/api"
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+func migrate(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if err := cfg.CheckMigrate(); err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := db.Migrate(ctx, pool, logger); err != nil {
+		return err
+	}
+	logger.Info("database is up to date")
+	return nil
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	noMigrate := fs.Bool("no-migrate", false, "do not apply pending migrations on start")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if err := cfg.CheckServe(); err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if !*noMigrate {
+		if err := db.Migrate(ctx, pool, logger); err != nil {
+			return err
+		}
+	}
+
+	store, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+
+	riverClient, err := jobs.NewClient(jobs.Deps{
+		Pool:   pool,
+		Store:  store,
+		Bucket: cfg.R2Bucket,
+		Limits: manifest.Limits{MaxFileSize: cfg.MaxFileSize, MaxBatchSize: cfg.MaxBatchSize},
+		Logger: logger,
+	}, jobs.ClientConfig{})
+	if err != nil {
+		return err
+	}
+	if err := riverClient.Start(ctx); err != nil {
+		return fmt.Errorf("starting job workers: %w", err)
+	}
+
+	e := api.New(api.Config{Service: service.New(pool, riverClient, logger), Pool: pool, Logger: logger})
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listening on %s (LISTEN_ADDR): %w", cfg.ListenAddr, err)
+	}
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.Info("orchestrator serving", "addr", ln.Addr().String(), "bucket", cfg.R2Bucket)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving HTTP: %w", err)
+		}
+	}
+	logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("HTTP shutdown", "error", err)
+	}
+	if err := riverClient.Stop(shutdownCtx); err != nil {
+		logger.Warn("job workers shutdown", "error", err)
+	}
+	return nil
+}
+
+// openPool connects to the database and checks that it answers, so a wrong
+// DATABASE_URL stops the process with a clear message at once.
+func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL is not a valid PostgreSQL URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to the database at %s: %w", redactURL(pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database), err)
+	}
+	return pool, nil
+}
+
+// redactURL names a database without its credentials.
+func redactURL(host string, port uint16, database string) string {
+	return fmt.Sprintf("%s:%d/%s", host, port, database)
+}
+
+// openStore connects to R2 (or any S3 server at R2_ENDPOINT).
+func openStore(cfg *config.Config) (blob.Store, error) {
+	if cfg.LocalStorage() {
+		return nil, errors.New("no storage configured: set R2_ENDPOINT (or R2_ACCOUNT_ID), R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY")
+	}
+	return blob.NewS3(blob.S3Config{
+		AccountID:       cfg.R2AccountID,
+		Endpoint:        cfg.R2Endpoint,
+		AccessKeyID:     cfg.R2AccessKeyID,
+		SecretAccessKey: cfg.R2SecretAccessKey,
+	})
+}

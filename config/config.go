@@ -1,0 +1,244 @@
+// Package config holds the orchestrator's settings. They are read once, by
+// cmd/orchestrator, from the environment through Load; every other package
+// takes the parts it needs as plain values. Names follow the "Configuration
+// Reference" of spec 000, plus DATABASE_URL, LISTEN_ADDR, R2_ENDPOINT and
+// ADMIN_TOKEN.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// Phase is the per-phase part of the configuration.
+type Phase struct {
+	// FlyAppName and WorkerImage select the Fly app and image of the phase's
+	// machines (FLY_<SHORT>_APP_NAME, FLY_<SHORT>_WORKER_IMAGE).
+	FlyAppName  string
+	WorkerImage string
+	// BatchSize is how many pending tasks one launch round claims
+	// (BATCH_SIZE_<PHASE>).
+	BatchSize int
+	// AlarmDelay is the pause between launch rounds while tasks are pending
+	// (ALARM_DELAY_<PHASE>, milliseconds).
+	AlarmDelay time.Duration
+	// TaskTimeout is how long a task may stay processing before it is failed
+	// (TASK_TIMEOUT_<PHASE>, milliseconds).
+	TaskTimeout time.Duration
+}
+
+// Config is everything the orchestrator reads from its environment.
+type Config struct {
+	DatabaseURL string
+	ListenAddr  string
+	AdminToken  string
+
+	OrchestratorURL string
+	WorkerURL       string
+	CDNPublicURL    string
+	CDNAPIURL       string
+
+	R2AccountID       string
+	R2AccessKeyID     string
+	R2SecretAccessKey string
+	R2Endpoint        string
+	R2Bucket          string
+	ArchiveBucket     string
+
+	FlyAPIToken string
+	FlyRegion   string
+
+	Phases map[phases.Name]Phase
+
+	AlarmDelayErrorRetry time.Duration
+	MaxRetryAttempts     int
+
+	MaxFileSize  int64
+	MaxBatchSize int64
+
+	// LogFormat is "json" or "text"; empty picks text on a terminal and JSON
+	// otherwise.
+	LogFormat string
+	LogLevel  string
+}
+
+// phaseShortNames maps a phase to the short name its Fly settings use
+// (FLY_TIFF_APP_NAME rather than FLY_TIFF_CONVERSION_APP_NAME, as in spec 000).
+var phaseShortNames = map[phases.Name]string{
+	phases.TIFFConversion:  "TIFF",
+	phases.ImageProcessing: "IMAGE",
+}
+
+// phaseDefaults are spec 000's defaults.
+var phaseDefaults = map[phases.Name]Phase{
+	phases.TIFFConversion: {
+		FlyAppName:  "arke-tiff-worker",
+		WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0",
+		BatchSize:   1000,
+		AlarmDelay:  5 * time.Second,
+		TaskTimeout: 60 * time.Second,
+	},
+	phases.ImageProcessing: {
+		FlyAppName:  "arke-image-processor",
+		WorkerImage: "registry.fly.io/arke-image-processor:latest",
+		BatchSize:   1000,
+		AlarmDelay:  5 * time.Second,
+		TaskTimeout: 120 * time.Second,
+	},
+}
+
+// Load reads the configuration through lookup (os.LookupEnv in production, a
+// map in tests). It reports every malformed value at once; missing required
+// settings are checked separately by CheckServe, because `migrate` needs less
+// than `serve`.
+func Load(lookup func(string) (string, bool)) (*Config, error) {
+	r := reader{lookup: lookup}
+	c := &Config{
+		DatabaseURL:          r.str("DATABASE_URL", ""),
+		ListenAddr:           r.str("LISTEN_ADDR", ":8080"),
+		AdminToken:           r.str("ADMIN_TOKEN", ""),
+		OrchestratorURL:      strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),
+		WorkerURL:            strings.TrimRight(r.str("WORKER_URL", ""), "/"),
+		CDNPublicURL:         strings.TrimRight(r.str("CDN_PUBLIC_URL", ""), "/"),
+		CDNAPIURL:            strings.TrimRight(r.str("CDN_API_URL", ""), "/"),
+		R2AccountID:          r.str("R2_ACCOUNT_ID", ""),
+		R2AccessKeyID:        r.str("R2_ACCESS_KEY_ID", ""),
+		R2SecretAccessKey:    r.str("R2_SECRET_ACCESS_KEY", ""),
+		R2Endpoint:           strings.TrimRight(r.str("R2_ENDPOINT", ""), "/"),
+		R2Bucket:             r.str("R2_BUCKET", "arke-staging"),
+		ArchiveBucket:        r.str("ARCHIVE_BUCKET", "arke-archive"),
+		FlyAPIToken:          r.str("FLY_API_TOKEN", ""),
+		FlyRegion:            r.str("FLY_REGION", "ord"),
+		AlarmDelayErrorRetry: r.millis("ALARM_DELAY_ERROR_RETRY", 30*time.Second),
+		MaxRetryAttempts:     r.positiveInt("MAX_RETRY_ATTEMPTS", 5),
+		MaxFileSize:          r.positiveInt64("MAX_FILE_SIZE", 5<<30),
+		MaxBatchSize:         r.positiveInt64("MAX_BATCH_SIZE", 100<<30),
+		LogFormat:            r.oneOf("LOG_FORMAT", "", "json", "text"),
+		LogLevel:             r.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		Phases:               make(map[phases.Name]Phase),
+	}
+	for _, p := range phases.All() {
+		name := p.Name()
+		def := phaseDefaults[name]
+		short := phaseShortNames[name]
+		c.Phases[name] = Phase{
+			FlyAppName:  r.str("FLY_"+short+"_APP_NAME", def.FlyAppName),
+			WorkerImage: r.str("FLY_"+short+"_WORKER_IMAGE", def.WorkerImage),
+			BatchSize:   r.positiveInt("BATCH_SIZE_"+string(name), def.BatchSize),
+			AlarmDelay:  r.millis("ALARM_DELAY_"+string(name), def.AlarmDelay),
+			TaskTimeout: r.millis("TASK_TIMEOUT_"+string(name), def.TaskTimeout),
+		}
+	}
+	if len(r.problems) > 0 {
+		return nil, fmt.Errorf("invalid configuration: %s", strings.Join(r.problems, "; "))
+	}
+	return c, nil
+}
+
+// LocalStorage reports whether no R2 setting is given at all, in which case
+// the orchestrator runs its embedded local S3 server.
+func (c *Config) LocalStorage() bool {
+	return c.R2AccountID == "" && c.R2Endpoint == "" && c.R2AccessKeyID == "" && c.R2SecretAccessKey == ""
+}
+
+// CheckMigrate reports the settings `migrate` needs that are missing.
+func (c *Config) CheckMigrate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("missing required setting: DATABASE_URL")
+	}
+	return nil
+}
+
+// CheckServe reports the settings `serve` needs that are missing, naming
+// each one. Storage is all or nothing: no R2 setting at all means the local
+// S3 server; a partial set is a mistake worth stopping for.
+func (c *Config) CheckServe() error {
+	var missing []string
+	if c.DatabaseURL == "" {
+		missing = append(missing, "DATABASE_URL")
+	}
+	if !c.LocalStorage() {
+		if c.R2AccountID == "" && c.R2Endpoint == "" {
+			missing = append(missing, "R2_ACCOUNT_ID (or R2_ENDPOINT)")
+		}
+		if c.R2AccessKeyID == "" {
+			missing = append(missing, "R2_ACCESS_KEY_ID")
+		}
+		if c.R2SecretAccessKey == "" {
+			missing = append(missing, "R2_SECRET_ACCESS_KEY")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing required setting: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// reader parses settings and collects every problem instead of stopping at
+// the first, so one run of `serve` tells an operator all that is wrong.
+type reader struct {
+	lookup   func(string) (string, bool)
+	problems []string
+}
+
+func (r *reader) str(name, def string) string {
+	v, ok := r.lookup(name)
+	v = strings.TrimSpace(v)
+	if !ok || v == "" {
+		return def
+	}
+	return v
+}
+
+func (r *reader) positiveInt64(name string, def int64) int64 {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		r.problems = append(r.problems, fmt.Sprintf("%s must be a positive integer, got %q", name, v))
+		return def
+	}
+	return n
+}
+
+func (r *reader) positiveInt(name string, def int) int {
+	return int(r.positiveInt64(name, int64(def)))
+}
+
+// millis reads a duration given in milliseconds, as spec 000's settings are;
+// a Go duration ("5s", "250ms") is accepted too.
+func (r *reader) millis(name string, def time.Duration) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+		return time.Duration(n) * time.Millisecond
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	r.problems = append(r.problems, fmt.Sprintf("%s must be a positive number of milliseconds, got %q", name, v))
+	return def
+}
+
+func (r *reader) oneOf(name, def string, allowed ...string) string {
+	v := strings.ToLower(r.str(name, def))
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	if v == def {
+		return v
+	}
+	r.problems = append(r.problems, fmt.Sprintf("%s must be one of %s, got %q", name, strings.Join(allowed, ", "), v))
+	return def
+}

@@ -1,0 +1,107 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+func lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load(lookup(nil))
+	require.NoError(t, err)
+	require.Equal(t, ":8080", c.ListenAddr)
+	require.Equal(t, "arke-staging", c.R2Bucket)
+	require.Equal(t, "arke-archive", c.ArchiveBucket)
+	require.Equal(t, "ord", c.FlyRegion)
+	require.Equal(t, 30*time.Second, c.AlarmDelayErrorRetry)
+	require.Equal(t, 5, c.MaxRetryAttempts)
+	require.Equal(t, int64(5<<30), c.MaxFileSize)
+	require.Equal(t, int64(100<<30), c.MaxBatchSize)
+	tiff := c.Phases[phases.TIFFConversion]
+	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute}, tiff)
+	img := c.Phases[phases.ImageProcessing]
+	require.Equal(t, "arke-image-processor", img.FlyAppName)
+	require.Equal(t, 2*time.Minute, img.TaskTimeout)
+	require.True(t, c.LocalStorage())
+}
+
+func TestLoadSpecNames(t *testing.T) {
+	c, err := Load(lookup(map[string]string{
+		"FLY_TIFF_APP_NAME":            "tiff-app",
+		"FLY_IMAGE_WORKER_IMAGE":       "img:2",
+		"BATCH_SIZE_TIFF_CONVERSION":   "10",
+		"ALARM_DELAY_IMAGE_PROCESSING": "250",
+		"TASK_TIMEOUT_TIFF_CONVERSION": "90s",
+		"ALARM_DELAY_ERROR_RETRY":      "1000",
+		"MAX_RETRY_ATTEMPTS":           "3",
+		"ORCHESTRATOR_URL":             "https://orch.example/",
+		"R2_ENDPOINT":                  "http://127.0.0.1:7070/",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, "tiff-app", c.Phases[phases.TIFFConversion].FlyAppName)
+	require.Equal(t, "img:2", c.Phases[phases.ImageProcessing].WorkerImage)
+	require.Equal(t, 10, c.Phases[phases.TIFFConversion].BatchSize)
+	require.Equal(t, 250*time.Millisecond, c.Phases[phases.ImageProcessing].AlarmDelay)
+	require.Equal(t, 90*time.Second, c.Phases[phases.TIFFConversion].TaskTimeout)
+	require.Equal(t, time.Second, c.AlarmDelayErrorRetry)
+	require.Equal(t, 3, c.MaxRetryAttempts)
+	require.Equal(t, "https://orch.example", c.OrchestratorURL, "trailing slash trimmed so URLs join cleanly")
+	require.Equal(t, "http://127.0.0.1:7070", c.R2Endpoint)
+	require.False(t, c.LocalStorage())
+}
+
+func TestLoadReportsEveryMalformedValue(t *testing.T) {
+	_, err := Load(lookup(map[string]string{
+		"BATCH_SIZE_TIFF_CONVERSION":   "lots",
+		"MAX_RETRY_ATTEMPTS":           "0",
+		"TASK_TIMEOUT_TIFF_CONVERSION": "-5",
+		"LOG_FORMAT":                   "xml",
+	}))
+	require.Error(t, err)
+	for _, want := range []string{
+		`BATCH_SIZE_TIFF_CONVERSION must be a positive integer, got "lots"`,
+		`MAX_RETRY_ATTEMPTS must be a positive integer, got "0"`,
+		`TASK_TIMEOUT_TIFF_CONVERSION must be a positive number of milliseconds, got "-5"`,
+		`LOG_FORMAT must be one of json, text, got "xml"`,
+	} {
+		require.Contains(t, err.Error(), want)
+	}
+}
+
+func TestCheckServe(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+	}{
+		{"MissingDatabase", map[string]string{}, "missing required setting: DATABASE_URL"},
+		{"LocalStorageIsFine", map[string]string{"DATABASE_URL": "postgres://x"}, ""},
+		{"PartialR2NamesWhatIsMissing", map[string]string{"DATABASE_URL": "postgres://x", "R2_ACCOUNT_ID": "acc"},
+			"missing required setting: R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY"},
+		{"KeysWithoutEndpoint", map[string]string{"DATABASE_URL": "postgres://x", "R2_ACCESS_KEY_ID": "a", "R2_SECRET_ACCESS_KEY": "s"},
+			"missing required setting: R2_ACCOUNT_ID (or R2_ENDPOINT)"},
+		{"FullR2", map[string]string{"DATABASE_URL": "postgres://x", "R2_ACCOUNT_ID": "acc", "R2_ACCESS_KEY_ID": "a", "R2_SECRET_ACCESS_KEY": "s"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(lookup(tt.env))
+			require.NoError(t, err)
+			err = c.CheckServe()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.wantErr)
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Event types written to batch_events. Every state change of a batch is one
+// of these; status history, streams and reports read them.
+const (
+	EventBatchCreated     = "batch.created"
+	EventBatchStartFailed = "batch.start_failed"
+	EventBatchDone        = "batch.done"
+	EventBatchError       = "batch.error"
+	EventPhaseStarted     = "phase.started"
+	EventPhaseSkipped     = "phase.skipped"
+)
+
+// ErrNotFound is returned when a looked-up row does not exist; callers test
+// for it with errors.Is instead of knowing about pgx.
+var ErrNotFound = errors.New("not found")
+
+// NotFound translates pgx.ErrNoRows into ErrNotFound, wrapped with what was
+// looked for, and returns other errors unchanged.
+func NotFound(err error, what string) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	return err
+}
+
+// Event is one batch_events row to write.
+type Event struct {
+	BatchID string
+	Type    string
+	Phase   string // "" when the event concerns no phase
+	TaskID  string // "" when the event concerns no task
+	Data    any    // marshalled to JSON; nil becomes {}
+}
+
+// EventRecord writes an event in the caller's transaction, so the event
+// exists exactly when the change it describes does.
+func (q *Queries) EventRecord(ctx context.Context, e Event) error {
+	data := []byte("{}")
+	if e.Data != nil {
+		var err error
+		if data, err = json.Marshal(e.Data); err != nil {
+			return fmt.Errorf("encoding %s event: %w", e.Type, err)
+		}
+	}
+	err := q.BatchEventInsert(ctx, BatchEventInsertParams{
+		BatchID: e.BatchID,
+		Type:    e.Type,
+		Phase:   nonEmpty(e.Phase),
+		TaskID:  nonEmpty(e.TaskID),
+		Data:    data,
+	})
+	if err != nil {
+		return fmt.Errorf("recording %s event for batch %s: %w", e.Type, e.BatchID, err)
+	}
+	return nil
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,315 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// StatusPending is a batch's status from intake until its manifest has been
+// read and its first phase discovered.
+const StatusPending = "PENDING"
+
+// batchStartMaxAttempts bounds retries of transient storage errors: with
+// batchStartRetryDelay's schedule that is about half an hour of trying.
+const batchStartMaxAttempts = 12
+
+// uniqueUnfinished is the ByState of our unique jobs: every state in which
+// the job has yet to finish. completed is left out on purpose: a unique job
+// that has finished must not block a new one (design.md, fan-in).
+var uniqueUnfinished = []rivertype.JobState{
+	rivertype.JobStateAvailable,
+	rivertype.JobStatePending,
+	rivertype.JobStateRetryable,
+	rivertype.JobStateRunning,
+	rivertype.JobStateScheduled,
+}
+
+// BatchStartArgs starts a batch that intake accepted: it reads and validates
+// the manifest, writes the first file generation and discovers the first
+// phase with work. Unique per batch.
+type BatchStartArgs struct {
+	BatchID string `json:"batch_id"`
+}
+
+// Kind is the River job kind.
+func (BatchStartArgs) Kind() string { return "batch_start" }
+
+// InsertOpts makes the job unique per batch while unfinished.
+func (BatchStartArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		MaxAttempts: batchStartMaxAttempts,
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished},
+	}
+}
+
+// BatchStartWorker works BatchStartArgs.
+type BatchStartWorker struct {
+	river.WorkerDefaults[BatchStartArgs]
+	deps Deps
+}
+
+// NextRetry retries transient storage errors after 2, 4, 8 ... seconds,
+// capped at five minutes, with jitter so that many batches hit by one storage
+// outage do not all come back at the same instant.
+func (w *BatchStartWorker) NextRetry(job *river.Job[BatchStartArgs]) time.Time {
+	return time.Now().Add(backoff(job.Attempt, 5*time.Minute))
+}
+
+// backoff is 2^attempt seconds capped at max, plus up to 20% jitter.
+func backoff(attempt int, max time.Duration) time.Duration {
+	d := max
+	if attempt < 20 {
+		d = min(time.Duration(1<<attempt)*time.Second, max)
+	}
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// Work reads the manifest and moves the batch out of PENDING: into its first
+// phase with work, to DONE when no phase has work, or to ERROR when the
+// manifest is missing or invalid. Only transient storage errors are retried.
+func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartArgs]) error {
+	id := job.Args.BatchID
+	log := w.deps.Logger.With("batch_id", id, "job_id", job.ID)
+	q := db.New(w.deps.Pool)
+
+	batch, err := q.BatchGetByID(ctx, id)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return river.JobCancel(fmt.Errorf("batch %s does not exist", id))
+		}
+		return fmt.Errorf("loading batch %s: %w", id, err)
+	}
+	if batch.Status != StatusPending {
+		log.Info("batch already started", "status", batch.Status)
+		return nil
+	}
+	var msg manifest.QueueMessage
+	if err := json.Unmarshal(batch.QueueMessage, &msg); err != nil {
+		return w.fail(ctx, job, fmt.Sprintf("stored queue message is unreadable: %v", err))
+	}
+
+	key := msg.ManifestR2Key
+	data, err := w.deps.Store.Get(ctx, w.deps.Bucket, key)
+	switch {
+	case errors.Is(err, blob.ErrNotFound):
+		return w.fail(ctx, job, "manifest not found: "+key)
+	case err != nil && !blob.IsTransient(err):
+		return w.fail(ctx, job, fmt.Sprintf("reading manifest %s: %v", key, err))
+	case err != nil && job.Attempt >= job.MaxAttempts:
+		return w.fail(ctx, job, fmt.Sprintf("reading manifest %s failed %d times, giving up: %v", key, job.Attempt, err))
+	case err != nil:
+		// Transient: leave a trace operators can see, then let River retry.
+		if evErr := q.EventRecord(ctx, db.Event{BatchID: id, Type: db.EventBatchStartFailed, Data: map[string]any{
+			"attempt": job.Attempt, "max_attempts": job.MaxAttempts, "error": err.Error(),
+		}}); evErr != nil {
+			log.Error("recording start failure", "error", evErr)
+		}
+		log.Warn("reading manifest failed, will retry", "attempt", job.Attempt, "error", err)
+		return fmt.Errorf("reading manifest %s: %w", key, err)
+	}
+
+	m, err := manifest.ParseManifest(data, msg, w.deps.Limits)
+	if err != nil {
+		var verr *manifest.ValidationError
+		if errors.As(err, &verr) {
+			return w.fail(ctx, job, fmt.Sprintf("invalid manifest %s: %s", key, strings.Join(verr.Problems, "; ")))
+		}
+		return w.fail(ctx, job, fmt.Sprintf("invalid manifest %s: %v", key, err))
+	}
+
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		// Lock the batch so a concurrent admin reset or a second run of this
+		// job sees either nothing or all of what we do.
+		batch, err := q.BatchGetByIDForUpdate(ctx, id)
+		if err != nil {
+			return fmt.Errorf("locking batch %s: %w", id, err)
+		}
+		if batch.Status != StatusPending {
+			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		}
+		files, err := insertGeneration(ctx, tx, id, 0, "", manifestFiles(m))
+		if err != nil {
+			return err
+		}
+		if err := enterNextPhase(ctx, tx, id, "", 0, files); err != nil {
+			return err
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("completing batch_start job: %w", err)
+		}
+		log.Info("batch started", "files", len(files), "bytes", m.TotalBytes)
+		return nil
+	})
+}
+
+// fail puts the batch in ERROR with message and completes the job in the same
+// transaction: a missing or invalid manifest is not retried.
+func (w *BatchStartWorker) fail(ctx context.Context, job *river.Job[BatchStartArgs], message string) error {
+	w.deps.Logger.Warn("batch failed to start", "batch_id", job.Args.BatchID, "error", message)
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		if err := failBatch(ctx, db.New(tx), job.Args.BatchID, "", message); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+// failBatch moves a batch that is not finished to ERROR and records why.
+func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message string) error {
+	if _, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: &message}); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // already DONE or ERROR: nothing to change
+		}
+		return fmt.Errorf("setting batch %s to ERROR: %w", batchID, err)
+	}
+	return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchError, Phase: phase, Data: map[string]any{"error": message}})
+}
+
+// enterNextPhase finds the first phase from `from` (inclusive; "" = the
+// first phase) that has work in files, creates its tasks and moves the batch
+// into it. When no phase has work the batch is done.
+func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, generation int32, files []phases.File) error {
+	q := db.New(tx)
+	p, work := phases.NextWithWork(from, files)
+	if p == nil {
+		if _, err := q.BatchSetDone(ctx, batchID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("finishing batch %s: %w", batchID, err)
+		}
+		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchDone, Data: map[string]any{"files": len(files)}})
+	}
+	name := string(p.Name())
+	prefix := strings.ToLower(strings.SplitN(name, "_", 2)[0])
+	rows := make([]db.TaskInsertManyParams, len(work))
+	for i, f := range work {
+		rows[i] = db.TaskInsertManyParams{ID: prefix + "_" + strings.ToLower(ulid.Make().String()), BatchID: batchID, Phase: name, FileID: f.ID}
+	}
+	if _, err := q.TaskInsertMany(ctx, rows); err != nil {
+		return fmt.Errorf("inserting %d %s tasks: %w", len(rows), name, err)
+	}
+	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: generation}); err != nil {
+		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
+	}
+	return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
+		"tasks": len(rows), "generation": generation,
+	}})
+}
+
+// generationFile is a file about to be written, with the directory its
+// manifest group had.
+type generationFile struct {
+	phases.File
+	DirectoryPath string
+}
+
+// manifestFiles flattens a manifest into generation 0, in manifest order.
+func manifestFiles(m manifest.Manifest) []generationFile {
+	var out []generationFile
+	for _, d := range m.Directories {
+		cfg := phases.ProcessingConfig{OCR: d.ProcessingConfig.OCR, Describe: d.ProcessingConfig.Describe, Pinax: d.ProcessingConfig.Pinax}
+		for _, f := range d.Files {
+			out = append(out, generationFile{
+				DirectoryPath: d.DirectoryPath,
+				File: phases.File{
+					R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName, FileSize: f.FileSize,
+					ContentType: f.ContentType, CID: f.CID, ProcessingConfig: cfg,
+				},
+			})
+		}
+	}
+	return out
+}
+
+// insertGeneration writes a whole file generation with COPY and reads it
+// back with the row IDs that tasks and the next generation refer to.
+func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, files []generationFile) ([]phases.File, error) {
+	q := db.New(tx)
+	var phasePtr *string
+	if phase != "" {
+		s := string(phase)
+		phasePtr = &s
+	}
+	rows := make([]db.FileInsertManyParams, len(files))
+	for i, f := range files {
+		cfg, err := json.Marshal(f.ProcessingConfig)
+		if err != nil {
+			return nil, err
+		}
+		dir := f.DirectoryPath
+		if dir == "" {
+			dir = path.Dir(f.LogicalPath)
+		}
+		var parent *int64
+		if f.ParentID != 0 {
+			parent = &f.ParentID
+		}
+		var cid *string
+		if f.CID != "" {
+			cid = &f.CID
+		}
+		tags := f.Tags
+		if tags == nil {
+			tags = []string{}
+		}
+		rows[i] = db.FileInsertManyParams{
+			BatchID: batchID, Generation: generation, Ordinal: int32(i), ParentID: parent, Phase: phasePtr,
+			DirectoryPath: dir, R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName,
+			FileSize: f.FileSize, ContentType: f.ContentType, CID: cid, ProcessingConfig: cfg,
+			PreprocessorTags: tags,
+		}
+	}
+	if _, err := q.FileInsertMany(ctx, rows); err != nil {
+		return nil, fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
+	}
+	stored, err := q.FileListByBatchGeneration(ctx, db.FileListByBatchGenerationParams{BatchID: batchID, Generation: generation})
+	if err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+	}
+	out := make([]phases.File, len(stored))
+	for i, r := range stored {
+		f, err := fileFromRow(r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// fileFromRow converts a files row into the value phases work with.
+func fileFromRow(r db.File) (phases.File, error) {
+	var cfg phases.ProcessingConfig
+	if err := json.Unmarshal(r.ProcessingConfig, &cfg); err != nil {
+		return phases.File{}, fmt.Errorf("file %d: reading processing_config: %w", r.ID, err)
+	}
+	f := phases.File{
+		ID: r.ID, R2Key: r.R2Key, LogicalPath: r.LogicalPath, FileName: r.FileName, FileSize: r.FileSize,
+		ContentType: r.ContentType, ProcessingConfig: cfg, Tags: r.PreprocessorTags,
+	}
+	if r.ParentID != nil {
+		f.ParentID = *r.ParentID
+	}
+	if r.CID != nil {
+		f.CID = *r.CID
+	}
+	return f, nil
+}

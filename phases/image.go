@@ -1,0 +1,84 @@
+package phases
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+)
+
+// ImageResult is the image worker's success callback body. RefData is kept
+// raw: per spec 000 it holds url, ipfs_cid, type, size and filename, and any
+// extra fields the worker adds must reach the ingest worker untouched.
+type ImageResult struct {
+	RefJSONR2Key string          `json:"ref_json_r2_key"`
+	RefData      json.RawMessage `json:"ref_data"`
+	ArchiveR2Key string          `json:"archive_r2_key"`
+	RefJSONSize  int64           `json:"ref_json_size,omitempty"` // size of the ref.json object when the worker reports it
+}
+
+// imageContentTypes are the media types the image worker can decode.
+var imageContentTypes = []string{"image/jpeg", "image/png", "image/webp"}
+
+// imageProcessing makes CDN variants of each image. Its transform replaces:
+// the image becomes a .ref.json pointing at the CDN, the original having
+// been archived by the worker.
+type imageProcessing struct{}
+
+var _ Phase = imageProcessing{}
+
+// Name is IMAGE_PROCESSING.
+func (imageProcessing) Name() Name { return ImageProcessing }
+
+// Next is "": image processing is the last phase, the batch goes to ingest.
+func (imageProcessing) Next() Name { return "" }
+
+// Discover finds images by content type, skipping TIFF sources: only their
+// converted JPEGs are processed, the TIFFs are kept as they are for the
+// archive.
+func (imageProcessing) Discover(files []File) []File {
+	var out []File
+	for _, f := range files {
+		if isImage(f.ContentType) && !hasTag(f, TagTIFFSource) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Transform replaces the image by its .ref.json when the task completed, and
+// returns the file unchanged otherwise.
+func (imageProcessing) Transform(file File, task *Task) ([]File, error) {
+	var res ImageResult
+	ok, err := completedResult(task, &res)
+	if !ok {
+		return []File{file}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res.RefJSONR2Key == "" {
+		return nil, errors.New("completed image result lacks ref_json_r2_key")
+	}
+	size := res.RefJSONSize
+	if size <= 0 {
+		size = int64(len(res.RefData))
+	}
+	return []File{{
+		R2Key:            res.RefJSONR2Key,
+		LogicalPath:      file.LogicalPath + ".ref.json",
+		FileName:         file.FileName + ".ref.json",
+		FileSize:         size,
+		ContentType:      "application/json",
+		ProcessingConfig: file.ProcessingConfig,
+		Tags:             []string{TagImageProcessor},
+	}}, nil
+}
+
+// isImage reports whether a content type is one the image worker handles,
+// ignoring case and parameters such as "; charset=binary".
+func isImage(contentType string) bool {
+	media, _, _ := strings.Cut(contentType, ";")
+	media = strings.ToLower(strings.TrimSpace(media))
+	return slices.Contains(imageContentTypes, media)
+}

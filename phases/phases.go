@@ -1,0 +1,239 @@
+// Package phases holds the pure logic of the preprocessing pipeline: which
+// files each phase must process (Discover) and how the file list evolves once
+// a phase's tasks are terminal (Transform, Apply). It imports only the
+// standard library so that every rule can be covered by table tests without
+// a database, a queue or a compute backend; the jobs package loads rows,
+// calls these functions and writes the result in one transaction.
+package phases
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Name is a phase's name, also the batch status while the batch is in that
+// phase, so that a batch row says which phase's tasks it is waiting on
+// without a second column.
+type Name string
+
+// The registered phases, in pipeline order. Their values are stored as batch
+// statuses and must not change.
+const (
+	// TIFFConversion turns TIFF scans into JPEGs that the image phase can read.
+	TIFFConversion Name = "TIFF_CONVERSION"
+	// ImageProcessing makes CDN variants of images and replaces each image
+	// with a .ref.json pointing at them.
+	ImageProcessing Name = "IMAGE_PROCESSING"
+)
+
+// Tags used in preprocessor_tags. They record what a phase did to a file so
+// that later phases (and the ingest worker) can tell originals kept for the
+// archive from derived files.
+const (
+	// TagTIFFSource marks a TIFF that has been converted: it stays in the
+	// list for the archive, but no phase processes it again.
+	TagTIFFSource = "TiffConverter:source"
+	// TagTIFFConverter marks a JPEG produced by the TIFF conversion.
+	TagTIFFConverter = "TiffConverter"
+	// TagImageProcessor marks a .ref.json produced by the image phase.
+	TagImageProcessor = "ImageProcessor"
+)
+
+// ProcessingConfig is the per-directory processing switches of the batch
+// manifest. It travels with each file, and transform outputs inherit their
+// input's, so that derived files are processed the way their source asked.
+type ProcessingConfig struct {
+	OCR      bool `json:"ocr"`
+	Describe bool `json:"describe"`
+	Pinax    bool `json:"pinax"`
+}
+
+// File is one entry of a batch's file list in one generation. Generations are
+// immutable: a phase never edits a file, it produces the next generation, so
+// lineage (ParentID) can always be traced back to the uploaded originals.
+type File struct {
+	ID               int64            // row id of this file in its generation; 0 for a file not yet stored
+	ParentID         int64            // for transform output: ID of the input file it came from (lineage); set by Apply
+	R2Key            string           // object key in the staging bucket
+	LogicalPath      string           // e.g. "/images/photo1.tiff", leading slash, includes file name
+	FileName         string           // base name, used by discovery
+	FileSize         int64            // bytes
+	ContentType      string           // MIME type, possibly with parameters
+	CID              string           // "" when absent
+	ProcessingConfig ProcessingConfig // from its manifest directory; outputs inherit the input's
+	Tags             []string         // preprocessor_tags
+}
+
+// TaskStatus is the lifecycle state of one task. Only TaskCompleted tasks
+// change the file list; every other state leaves the file as it was, so a
+// failed conversion never loses an original.
+type TaskStatus string
+
+// Task statuses, as stored in the tasks table.
+const (
+	// TaskPending is a task not yet given a machine.
+	TaskPending TaskStatus = "pending"
+	// TaskProcessing is a task whose machine is running.
+	TaskProcessing TaskStatus = "processing"
+	// TaskCompleted is a task whose worker posted a success callback.
+	TaskCompleted TaskStatus = "completed"
+	// TaskFailed is a task that errored, timed out or ran out of retries.
+	TaskFailed TaskStatus = "failed"
+)
+
+// Task is what a transform needs to know of the task that processed a file:
+// transforms read only the outcome, never scheduling details, which keeps
+// them independent of how tasks are stored or run.
+type Task struct {
+	FileID int64           // the input file's ID
+	Status TaskStatus      // only TaskCompleted changes the file list
+	Result json.RawMessage // the worker's success callback body, when Status == TaskCompleted
+}
+
+// Phase is one step of the pipeline. Implementations must be pure and must
+// not mutate their inputs: the same generation may be discovered or
+// transformed again after a crash, and must give the same answer.
+type Phase interface {
+	// Name is the phase's name, also the batch status during the phase.
+	Name() Name
+	// Discover returns the files of the list that need a task in this phase, in list order.
+	Discover(files []File) []File
+	// Transform maps one input file (and its task, nil when the file had none) to the files of the next generation.
+	Transform(file File, task *Task) ([]File, error)
+	// Next is the phase that follows, or "" when the batch is done after this one.
+	Next() Name
+}
+
+// All returns the registered phases in pipeline order (TIFF_CONVERSION,
+// IMAGE_PROCESSING). It is the one place phases are registered, so adding a
+// phase means adding it here and pointing its predecessor's Next at it. The
+// slice is fresh on every call: callers may not alter the registry.
+func All() []Phase {
+	return []Phase{tiffConversion{}, imageProcessing{}}
+}
+
+// Get returns the phase with that name, false if none. Callers use it to
+// turn a stored batch status back into behaviour; false means the status is
+// not a phase (e.g. a terminal batch status).
+func Get(name Name) (Phase, bool) {
+	for _, p := range All() {
+		if p.Name() == name {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// First returns the name of the first phase of the pipeline, where a newly
+// finalized batch starts looking for work.
+func First() Name {
+	return All()[0].Name()
+}
+
+// NextWithWork starts at phase from (inclusive; "" means phase First()) and
+// walks Next() until it finds a phase whose Discover(files) is non-empty; it
+// returns that phase and the discovered files, or (nil, nil) when no
+// remaining phase has work (or from is not a phase). A phase with no tasks is
+// skipped: its transform would leave every file unchanged, so no new
+// generation is made for it.
+func NextWithWork(from Name, files []File) (Phase, []File) {
+	if from == "" {
+		from = First()
+	}
+	name := from
+	// Bounded by the number of phases so that a mistaken Next cycle cannot
+	// loop forever.
+	for range len(All()) {
+		if name == "" {
+			return nil, nil
+		}
+		p, ok := Get(name)
+		if !ok {
+			return nil, nil
+		}
+		if work := p.Discover(files); len(work) > 0 {
+			return p, work
+		}
+		name = p.Next()
+	}
+	return nil, nil
+}
+
+// TransformError reports a file whose Transform failed. Apply kept the file
+// unchanged in the next generation; the error carries enough to record the
+// problem against the file (R2Key, FileID) without parsing messages.
+type TransformError struct {
+	Phase  Name   // phase whose transform failed
+	FileID int64  // the input file's ID
+	R2Key  string // the input file's r2_key
+	Err    error  // what Transform returned
+}
+
+// Error names the phase and the file's r2_key so a logged problem can be
+// traced to its object.
+func (e *TransformError) Error() string {
+	return fmt.Sprintf("transforming %s in phase %s: %v", e.R2Key, e.Phase, e.Err)
+}
+
+// Unwrap exposes the transform's own error to errors.Is and errors.As.
+func (e *TransformError) Unwrap() error { return e.Err }
+
+// Apply runs p.Transform over every file in order, looking tasks up by
+// FileID, and returns the next generation. Every output gets ParentID =
+// input's ID and ID = 0, since each output becomes a new row of the next
+// generation; its Tags are copied so the result shares no memory with files.
+// A Transform error never loses the file: that file passes through unchanged
+// and the error is returned in problems (a *TransformError carrying the
+// file's r2_key) so the caller can record it.
+func Apply(p Phase, files []File, tasks map[int64]Task) (next []File, problems []error) {
+	next = make([]File, 0, len(files))
+	for _, f := range files {
+		var task *Task
+		if t, ok := tasks[f.ID]; ok {
+			task = &t
+		}
+		outs, err := p.Transform(f, task)
+		if err != nil {
+			problems = append(problems, &TransformError{Phase: p.Name(), FileID: f.ID, R2Key: f.R2Key, Err: err})
+			outs = []File{f}
+		}
+		for _, o := range outs {
+			o.ID = 0
+			o.ParentID = f.ID
+			o.Tags = slices.Clone(o.Tags)
+			next = append(next, o)
+		}
+	}
+	return next, problems
+}
+
+// hasTag reports whether f carries tag.
+func hasTag(f File, tag string) bool {
+	return slices.Contains(f.Tags, tag)
+}
+
+// withTag returns a copy of tags with tag appended unless already present;
+// it never writes to the caller's backing array.
+func withTag(tags []string, tag string) []string {
+	out := slices.Clone(tags)
+	if !slices.Contains(out, tag) {
+		out = append(out, tag)
+	}
+	return out
+}
+
+// completedResult decodes a completed task's result into v. ok is false when
+// the task is not completed, meaning the file must pass through unchanged.
+func completedResult(task *Task, v any) (ok bool, err error) {
+	if task == nil || task.Status != TaskCompleted {
+		return false, nil
+	}
+	if len(task.Result) == 0 {
+		return true, fmt.Errorf("completed task for file %d has no result", task.FileID)
+	}
+	if err := json.Unmarshal(task.Result, v); err != nil {
+		return true, fmt.Errorf("decoding result of task for file %d: %w", task.FileID, err)
+	}
+	return true, nil
+}

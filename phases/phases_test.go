@@ -1,0 +1,667 @@
+package phases
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// mustJSON encodes v as a task result.
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// fileNames lists the file names of files, for compact assertions.
+func fileNames(files []File) []string {
+	names := make([]string, 0, len(files))
+	for _, f := range files {
+		names = append(names, f.FileName)
+	}
+	return names
+}
+
+// removePhase is a test-only phase showing the "remove" transform pattern:
+// it drops every file whose name starts with "drop".
+type removePhase struct{}
+
+func (removePhase) Name() Name { return "REMOVE_TEST" }
+func (removePhase) Next() Name { return "" }
+func (removePhase) Discover(files []File) []File {
+	return files
+}
+func (removePhase) Transform(f File, _ *Task) ([]File, error) {
+	if strings.HasPrefix(f.FileName, "drop") {
+		return []File{}, nil
+	}
+	return []File{f}, nil
+}
+
+var cfg = ProcessingConfig{OCR: true, Pinax: true}
+
+func tiffFile() File {
+	return File{
+		ID: 7, R2Key: "staging/b1/images/photo1.tiff", LogicalPath: "/images/photo1.tiff",
+		FileName: "photo1.tiff", FileSize: 9000, ContentType: "image/tiff", CID: "bafyTIFF",
+		ProcessingConfig: cfg, Tags: []string{"Manifest"},
+	}
+}
+
+func jpegFile() File {
+	return File{
+		ID: 8, R2Key: "staging/b1/images/cat.jpg", LogicalPath: "/images/cat.jpg",
+		FileName: "cat.jpg", FileSize: 1234, ContentType: "image/jpeg", CID: "bafyJPEG",
+		ProcessingConfig: cfg,
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+
+	all := All()
+	require.Len(t, all, 2)
+	require.Equal(t, TIFFConversion, all[0].Name())
+	require.Equal(t, ImageProcessing, all[1].Name())
+	require.Equal(t, TIFFConversion, First())
+
+	tests := []struct {
+		name     string
+		phase    Name
+		wantOK   bool
+		wantNext Name
+	}{
+		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: ImageProcessing},
+		{name: "ImageProcessing", phase: ImageProcessing, wantOK: true, wantNext: ""},
+		{name: "Unknown", phase: "DONE", wantOK: false},
+		{name: "Empty", phase: "", wantOK: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, ok := Get(tt.phase)
+			require.Equal(t, tt.wantOK, ok)
+			if !ok {
+				require.Nil(t, p)
+				return
+			}
+			require.Equal(t, tt.phase, p.Name())
+			require.Equal(t, tt.wantNext, p.Next())
+		})
+	}
+}
+
+func TestDiscover(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name  string
+		phase Name
+		files []File
+		want  []string
+	}{
+		{
+			name:  "TIFFExtensions",
+			phase: TIFFConversion,
+			files: []File{
+				{FileName: "a.tif"}, {FileName: "b.TIF"}, {FileName: "c.tiff"},
+				{FileName: "d.TIFF"}, {FileName: "e.Tif"},
+			},
+			want: []string{"a.tif", "b.TIF", "c.tiff", "d.TIFF", "e.Tif"},
+		},
+		{
+			name:  "TIFFNotMatched",
+			phase: TIFFConversion,
+			files: []File{
+				{FileName: "scan.tiff.bak"}, {FileName: "tiff"}, {FileName: "notes.tiffx"},
+				{FileName: "doc.pdf", ContentType: "application/pdf"},
+				{FileName: "scan", ContentType: "image/tiff"},
+			},
+			want: []string{},
+		},
+		{
+			name:  "TIFFSkipsConvertedSource",
+			phase: TIFFConversion,
+			files: []File{
+				{FileName: "done.tiff", Tags: []string{TagTIFFSource}},
+				{FileName: "todo.tiff", Tags: []string{"Other"}},
+			},
+			want: []string{"todo.tiff"},
+		},
+		{
+			name:  "TIFFKeepsListOrder",
+			phase: TIFFConversion,
+			files: []File{{FileName: "z.tif"}, {FileName: "x.pdf"}, {FileName: "a.tif"}},
+			want:  []string{"z.tif", "a.tif"},
+		},
+		{
+			name:  "ImageTypes",
+			phase: ImageProcessing,
+			files: []File{
+				{FileName: "a.jpg", ContentType: "image/jpeg"},
+				{FileName: "b.png", ContentType: "image/png"},
+				{FileName: "c.webp", ContentType: "image/webp"},
+				{FileName: "d.jpg", ContentType: "IMAGE/JPEG"},
+				{FileName: "e.png", ContentType: "image/png; charset=binary"},
+				{FileName: "f.jpg", ContentType: " image/jpeg ;q=1"},
+			},
+			want: []string{"a.jpg", "b.png", "c.webp", "d.jpg", "e.png", "f.jpg"},
+		},
+		{
+			name:  "ImageNotMatched",
+			phase: ImageProcessing,
+			files: []File{
+				{FileName: "doc.pdf", ContentType: "application/pdf"},
+				{FileName: "scan.tiff", ContentType: "image/tiff"},
+				{FileName: "anim.gif", ContentType: "image/gif"},
+				{FileName: "photo.jpg", ContentType: ""},
+				{FileName: "meta.json", ContentType: "application/json"},
+			},
+			want: []string{},
+		},
+		{
+			name:  "ImageSkipsTIFFSource",
+			phase: ImageProcessing,
+			files: []File{
+				{FileName: "src.jpg", ContentType: "image/jpeg", Tags: []string{TagTIFFSource}},
+				{FileName: "out.jpg", ContentType: "image/jpeg", Tags: []string{TagTIFFConverter}},
+			},
+			want: []string{"out.jpg"},
+		},
+		{
+			name:  "Empty",
+			phase: ImageProcessing,
+			files: nil,
+			want:  []string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, ok := Get(tt.phase)
+			require.True(t, ok)
+			require.Equal(t, tt.want, fileNames(p.Discover(tt.files)))
+		})
+	}
+}
+
+func TestTIFFTransform(t *testing.T) {
+	t.Parallel()
+
+	src := tiffFile()
+	taggedSrc := src
+	taggedSrc.Tags = []string{"Manifest", TagTIFFSource}
+	jpeg := func(key, name, logical string, size int64) File {
+		return File{
+			R2Key: key, LogicalPath: logical, FileName: name, FileSize: size,
+			ContentType: "image/jpeg", ProcessingConfig: cfg, Tags: []string{TagTIFFConverter},
+		}
+	}
+	completed := func(v any) *Task {
+		return &Task{FileID: src.ID, Status: TaskCompleted, Result: mustJSON(t, v)}
+	}
+
+	tests := []struct {
+		name    string
+		file    File
+		task    *Task
+		want    []File
+		wantErr string
+	}{
+		{name: "PreserveNoTask", file: src, task: nil, want: []File{src}},
+		{name: "PreserveFailed", file: src, task: &Task{FileID: 7, Status: TaskFailed}, want: []File{src}},
+		{name: "PreservePending", file: src, task: &Task{FileID: 7, Status: TaskPending}, want: []File{src}},
+		{name: "PreserveProcessing", file: src, task: &Task{FileID: 7, Status: TaskProcessing}, want: []File{src}},
+		{
+			name: "AugmentCompleted",
+			file: src,
+			task: completed(map[string]any{
+				"task_id": "tiff_1", "status": "success",
+				"output_r2_key": "staging/b1/images/photo1.jpg", "output_file_name": "photo1.jpg",
+				"output_file_size": 245678, "performance": map[string]any{"total_time_ms": 3400},
+			}),
+			want: []File{taggedSrc, jpeg("staging/b1/images/photo1.jpg", "photo1.jpg", "/images/photo1.jpg", 245678)},
+		},
+		{
+			name: "AugmentAtRoot",
+			file: File{ID: 1, R2Key: "k/a.tif", LogicalPath: "/a.tif", FileName: "a.tif", ProcessingConfig: cfg},
+			task: completed(TIFFResult{OutputR2Key: "k/a.jpg", OutputFileName: "a.jpg", OutputFileSize: 10}),
+			want: []File{
+				{ID: 1, R2Key: "k/a.tif", LogicalPath: "/a.tif", FileName: "a.tif", ProcessingConfig: cfg, Tags: []string{TagTIFFSource}},
+				jpeg("k/a.jpg", "a.jpg", "/a.jpg", 10),
+			},
+		},
+		{
+			name: "AugmentNoDuplicateTag",
+			file: File{ID: 2, LogicalPath: "/x/b.tif", FileName: "b.tif", ProcessingConfig: cfg, Tags: []string{TagTIFFSource, "Other"}},
+			task: completed(TIFFResult{OutputR2Key: "k/b.jpg", OutputFileName: "b.jpg", OutputFileSize: 3}),
+			want: []File{
+				{ID: 2, LogicalPath: "/x/b.tif", FileName: "b.tif", ProcessingConfig: cfg, Tags: []string{TagTIFFSource, "Other"}},
+				jpeg("k/b.jpg", "b.jpg", "/x/b.jpg", 3),
+			},
+		},
+		{
+			name: "AugmentMultiPageInPageOrder",
+			file: src,
+			task: completed(TIFFResult{
+				OutputR2Key: "ignored.jpg", OutputFileName: "ignored.jpg",
+				Outputs: []TIFFOutput{
+					{R2Key: "k/photo1_p3.jpg", FileName: "photo1_p3.jpg", FileSize: 30, Page: 3},
+					{R2Key: "k/photo1_p1.jpg", FileName: "photo1_p1.jpg", FileSize: 10, Page: 1},
+					{R2Key: "k/photo1_p2.jpg", FileName: "photo1_p2.jpg", FileSize: 20, Page: 2},
+				},
+			}),
+			want: []File{
+				taggedSrc,
+				jpeg("k/photo1_p1.jpg", "photo1_p1.jpg", "/images/photo1_p1.jpg", 10),
+				jpeg("k/photo1_p2.jpg", "photo1_p2.jpg", "/images/photo1_p2.jpg", 20),
+				jpeg("k/photo1_p3.jpg", "photo1_p3.jpg", "/images/photo1_p3.jpg", 30),
+			},
+		},
+		{
+			name:    "ErrorMissingOutputKey",
+			file:    src,
+			task:    completed(map[string]any{"output_file_name": "photo1.jpg"}),
+			wantErr: "lacks output_r2_key or output_file_name",
+		},
+		{
+			name:    "ErrorMissingOutputFileName",
+			file:    src,
+			task:    completed(map[string]any{"output_r2_key": "k/photo1.jpg"}),
+			wantErr: "lacks output_r2_key or output_file_name",
+		},
+		{
+			name: "ErrorMultiPageOutputMissingKey",
+			file: src,
+			task: completed(TIFFResult{Outputs: []TIFFOutput{
+				{R2Key: "k/p1.jpg", FileName: "p1.jpg", Page: 1},
+				{FileName: "p2.jpg", Page: 2},
+			}}),
+			wantErr: "page 2",
+		},
+		{
+			name:    "ErrorMalformedJSON",
+			file:    src,
+			task:    &Task{FileID: 7, Status: TaskCompleted, Result: json.RawMessage(`{"output_r2_key": 5`)},
+			wantErr: "decoding result",
+		},
+		{
+			name:    "ErrorEmptyResult",
+			file:    src,
+			task:    &Task{FileID: 7, Status: TaskCompleted},
+			wantErr: "no result",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := tiffConversion{}.Transform(tt.file, tt.task)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Nil(t, got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestImageTransform(t *testing.T) {
+	t.Parallel()
+
+	src := jpegFile()
+	refData := json.RawMessage(`{"url":"https://cdn.arke.institute/x","ipfs_cid":"bafy","type":"image/jpeg","size":1234,"filename":"cat.jpg","extra":true}`)
+	ref := func(size int64) File {
+		return File{
+			R2Key: "staging/b1/images/cat.jpg.ref.json", LogicalPath: "/images/cat.jpg.ref.json",
+			FileName: "cat.jpg.ref.json", FileSize: size, ContentType: "application/json",
+			ProcessingConfig: cfg, Tags: []string{TagImageProcessor},
+		}
+	}
+	completed := func(v any) *Task {
+		return &Task{FileID: src.ID, Status: TaskCompleted, Result: mustJSON(t, v)}
+	}
+
+	tests := []struct {
+		name    string
+		task    *Task
+		want    []File
+		wantErr string
+	}{
+		{name: "PreserveNoTask", task: nil, want: []File{src}},
+		{name: "PreserveFailed", task: &Task{FileID: 8, Status: TaskFailed}, want: []File{src}},
+		{name: "PreservePending", task: &Task{FileID: 8, Status: TaskPending}, want: []File{src}},
+		{
+			name: "ReplaceWithReportedSize",
+			task: completed(ImageResult{
+				RefJSONR2Key: "staging/b1/images/cat.jpg.ref.json", RefData: refData,
+				ArchiveR2Key: "archive/cat.jpg", RefJSONSize: 321,
+			}),
+			want: []File{ref(321)},
+		},
+		{
+			name: "ReplaceSizeFromRefData",
+			task: completed(ImageResult{RefJSONR2Key: "staging/b1/images/cat.jpg.ref.json", RefData: refData}),
+			want: []File{ref(int64(len(refData)))},
+		},
+		{
+			name:    "ErrorMissingRefKey",
+			task:    completed(ImageResult{RefData: refData}),
+			wantErr: "lacks ref_json_r2_key",
+		},
+		{
+			name:    "ErrorMalformedJSON",
+			task:    &Task{FileID: 8, Status: TaskCompleted, Result: json.RawMessage(`[1,2`)},
+			wantErr: "decoding result",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := imageProcessing{}.Transform(src, tt.task)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.Nil(t, got)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestTransformDoesNotMutateInput(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name   string
+		phase  Phase
+		file   File
+		result any
+	}{
+		{
+			name:   "TIFFConversion",
+			phase:  tiffConversion{},
+			file:   tiffFile(),
+			result: TIFFResult{OutputR2Key: "k/photo1.jpg", OutputFileName: "photo1.jpg"},
+		},
+		{
+			name:   "ImageProcessing",
+			phase:  imageProcessing{},
+			file:   jpegFile(),
+			result: ImageResult{RefJSONR2Key: "k/cat.jpg.ref.json"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// Spare capacity would let a careless append write into the
+			// caller's backing array.
+			tags := make([]string, 1, 8)
+			tags[0] = "Manifest"
+			in := tt.file
+			in.Tags = tags
+			task := &Task{FileID: in.ID, Status: TaskCompleted, Result: mustJSON(t, tt.result)}
+
+			out, err := tt.phase.Transform(in, task)
+			require.NoError(t, err)
+			for i := range out {
+				for j := range out[i].Tags {
+					out[i].Tags[j] = "Scribbled"
+				}
+				out[i].Tags = append(out[i].Tags, "Appended")
+			}
+			require.Equal(t, []string{"Manifest"}, in.Tags)
+			require.Equal(t, "Manifest", tags[:cap(tags)][0])
+			require.Empty(t, tags[1:cap(tags)][0], "no write past the input's length")
+		})
+	}
+}
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+
+	tif := tiffFile()
+	jpg := jpegFile()
+	pdf := File{ID: 9, R2Key: "k/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", ContentType: "application/pdf", Tags: []string{}}
+	lineage := func(f File, parent int64) File {
+		f.ID = 0
+		f.ParentID = parent
+		return f
+	}
+
+	tests := []struct {
+		name         string
+		phase        Phase
+		files        []File
+		tasks        map[int64]Task
+		want         []File
+		wantProblems []string
+	}{
+		{
+			name:  "PreserveWithoutTasks",
+			phase: tiffConversion{},
+			files: []File{tif, pdf},
+			tasks: nil,
+			want:  []File{lineage(tif, 7), lineage(pdf, 9)},
+		},
+		{
+			name:  "PreserveFailedTask",
+			phase: imageProcessing{},
+			files: []File{jpg},
+			tasks: map[int64]Task{8: {FileID: 8, Status: TaskFailed}},
+			want:  []File{lineage(jpg, 8)},
+		},
+		{
+			name:  "ReplaceImage",
+			phase: imageProcessing{},
+			files: []File{pdf, jpg},
+			tasks: map[int64]Task{8: {FileID: 8, Status: TaskCompleted, Result: mustJSON(t, ImageResult{RefJSONR2Key: "k/cat.jpg.ref.json", RefJSONSize: 99})}},
+			want: []File{
+				lineage(pdf, 9),
+				{ParentID: 8, R2Key: "k/cat.jpg.ref.json", LogicalPath: "/images/cat.jpg.ref.json", FileName: "cat.jpg.ref.json",
+					FileSize: 99, ContentType: "application/json", ProcessingConfig: cfg, Tags: []string{TagImageProcessor}},
+			},
+		},
+		{
+			name:  "AugmentTIFF",
+			phase: tiffConversion{},
+			files: []File{tif, pdf},
+			tasks: map[int64]Task{7: {FileID: 7, Status: TaskCompleted, Result: mustJSON(t, TIFFResult{OutputR2Key: "k/photo1.jpg", OutputFileName: "photo1.jpg", OutputFileSize: 5})}},
+			want: []File{
+				func() File { f := lineage(tif, 7); f.Tags = []string{"Manifest", TagTIFFSource}; return f }(),
+				{ParentID: 7, R2Key: "k/photo1.jpg", LogicalPath: "/images/photo1.jpg", FileName: "photo1.jpg", FileSize: 5,
+					ContentType: "image/jpeg", ProcessingConfig: cfg, Tags: []string{TagTIFFConverter}},
+				lineage(pdf, 9),
+			},
+		},
+		{
+			name:  "RemoveKeepsLineageOfOthers",
+			phase: removePhase{},
+			files: []File{
+				{ID: 1, FileName: "keep1"},
+				{ID: 2, FileName: "drop2"},
+				{ID: 3, FileName: "keep3"},
+			},
+			want: []File{{ParentID: 1, FileName: "keep1"}, {ParentID: 3, FileName: "keep3"}},
+		},
+		{
+			name:  "RemoveAll",
+			phase: removePhase{},
+			files: []File{{ID: 1, FileName: "drop1"}},
+			want:  []File{},
+		},
+		{
+			name:  "ErrorPassesFileThrough",
+			phase: tiffConversion{},
+			files: []File{tif, pdf},
+			tasks: map[int64]Task{7: {FileID: 7, Status: TaskCompleted, Result: mustJSON(t, map[string]any{"output_file_size": 1})}},
+			want:  []File{lineage(tif, 7), lineage(pdf, 9)},
+			wantProblems: []string{
+				"transforming staging/b1/images/photo1.tiff in phase TIFF_CONVERSION: completed TIFF result lacks output_r2_key or output_file_name",
+			},
+		},
+		{
+			name:  "ErrorsReportedPerFile",
+			phase: imageProcessing{},
+			files: []File{
+				{ID: 1, R2Key: "k/a.png", FileName: "a.png", ContentType: "image/png"},
+				{ID: 2, R2Key: "k/b.png", FileName: "b.png", ContentType: "image/png"},
+			},
+			tasks: map[int64]Task{
+				1: {FileID: 1, Status: TaskCompleted, Result: json.RawMessage(`not json`)},
+				2: {FileID: 2, Status: TaskCompleted, Result: json.RawMessage(`{}`)},
+			},
+			want: []File{
+				{ParentID: 1, R2Key: "k/a.png", FileName: "a.png", ContentType: "image/png"},
+				{ParentID: 2, R2Key: "k/b.png", FileName: "b.png", ContentType: "image/png"},
+			},
+			wantProblems: []string{"k/a.png", "k/b.png"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			next, problems := Apply(tt.phase, tt.files, tt.tasks)
+			require.Equal(t, tt.want, next)
+			require.Len(t, problems, len(tt.wantProblems))
+			for i, want := range tt.wantProblems {
+				require.ErrorContains(t, problems[i], want)
+				var te *TransformError
+				require.True(t, errors.As(problems[i], &te))
+				require.Equal(t, tt.phase.Name(), te.Phase)
+				require.Equal(t, tt.files[i].R2Key, te.R2Key)
+				require.Equal(t, tt.files[i].ID, te.FileID)
+				require.Error(t, errors.Unwrap(te))
+			}
+		})
+	}
+}
+
+func TestApplyDoesNotShareTags(t *testing.T) {
+	t.Parallel()
+
+	in := []File{{ID: 1, FileName: "doc.pdf", Tags: make([]string, 1, 4)}}
+	in[0].Tags[0] = "Manifest"
+	next, problems := Apply(imageProcessing{}, in, nil)
+	require.Empty(t, problems)
+	next[0].Tags[0] = "Scribbled"
+	_ = append(next[0].Tags, "Appended")
+	require.Equal(t, []string{"Manifest"}, in[0].Tags)
+	require.Empty(t, in[0].Tags[:2][1])
+}
+
+func TestNextWithWork(t *testing.T) {
+	t.Parallel()
+
+	tif := File{FileName: "scan.tif", ContentType: "image/tiff"}
+	convertedTIF := File{FileName: "scan.tif", ContentType: "image/tiff", Tags: []string{TagTIFFSource}}
+	jpg := File{FileName: "a.jpg", ContentType: "image/jpeg"}
+	png := File{FileName: "b.png", ContentType: "image/png"}
+	pdf := File{FileName: "doc.pdf", ContentType: "application/pdf"}
+
+	tests := []struct {
+		name      string
+		from      Name
+		files     []File
+		wantPhase Name // "" means no phase
+		wantFiles []string
+	}{
+		{name: "EmptyFromMeansFirst", from: "", files: []File{pdf, tif, jpg}, wantPhase: TIFFConversion, wantFiles: []string{"scan.tif"}},
+		{name: "OnlyJPEGsSkipsTIFF", from: "", files: []File{jpg, png}, wantPhase: ImageProcessing, wantFiles: []string{"a.jpg", "b.png"}},
+		{name: "OnlyPDFs", from: "", files: []File{pdf, pdf}, wantPhase: ""},
+		{name: "NoFiles", from: "", files: nil, wantPhase: ""},
+		{name: "FromIsInclusive", from: ImageProcessing, files: []File{tif, jpg}, wantPhase: ImageProcessing, wantFiles: []string{"a.jpg"}},
+		{name: "ConvertedTIFFOnly", from: TIFFConversion, files: []File{convertedTIF, pdf}, wantPhase: ""},
+		{name: "LastPhaseNoWork", from: ImageProcessing, files: []File{tif, pdf}, wantPhase: ""},
+		{name: "UnknownPhase", from: "DONE", files: []File{tif, jpg}, wantPhase: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, work := NextWithWork(tt.from, tt.files)
+			if tt.wantPhase == "" {
+				require.Nil(t, p)
+				require.Nil(t, work)
+				return
+			}
+			require.NotNil(t, p)
+			require.Equal(t, tt.wantPhase, p.Name())
+			require.Equal(t, tt.wantFiles, fileNames(work))
+		})
+	}
+}
+
+// TestWorkedExample runs spec 000 §3.2 (TIFF → IMAGE) the way the
+// orchestrator does: find the phase with work, complete its tasks, apply the
+// transform, store the generation (IDs assigned as a database would), repeat.
+func TestWorkedExample(t *testing.T) {
+	t.Parallel()
+
+	nextID := int64(0)
+	store := func(files []File) []File {
+		for i := range files {
+			require.Zero(t, files[i].ID, "Apply output is not yet stored")
+			nextID++
+			files[i].ID = nextID
+		}
+		return files
+	}
+
+	gen := store([]File{
+		{R2Key: "staging/b1/photo.tiff", LogicalPath: "/photo.tiff", FileName: "photo.tiff", FileSize: 900, ContentType: "image/tiff", CID: "bafyTIFF", ProcessingConfig: cfg},
+		{R2Key: "staging/b1/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", FileSize: 50, ContentType: "application/pdf", CID: "bafyPDF"},
+	})
+
+	// TIFF_CONVERSION discovers photo.tiff only.
+	p, work := NextWithWork("", gen)
+	require.NotNil(t, p)
+	require.Equal(t, TIFFConversion, p.Name())
+	require.Equal(t, []string{"photo.tiff"}, fileNames(work))
+	tasks := map[int64]Task{work[0].ID: {
+		FileID: work[0].ID, Status: TaskCompleted,
+		Result: mustJSON(t, map[string]any{
+			"task_id": "tiff_abc123", "batch_id": "b1", "status": "success",
+			"output_r2_key": "staging/b1/photo.jpg", "output_file_name": "photo.jpg", "output_file_size": 245678,
+		}),
+	}}
+	next, problems := Apply(p, gen, tasks)
+	require.Empty(t, problems)
+	require.Equal(t, []File{
+		{ParentID: 1, R2Key: "staging/b1/photo.tiff", LogicalPath: "/photo.tiff", FileName: "photo.tiff", FileSize: 900, ContentType: "image/tiff", CID: "bafyTIFF", ProcessingConfig: cfg, Tags: []string{TagTIFFSource}},
+		{ParentID: 1, R2Key: "staging/b1/photo.jpg", LogicalPath: "/photo.jpg", FileName: "photo.jpg", FileSize: 245678, ContentType: "image/jpeg", ProcessingConfig: cfg, Tags: []string{TagTIFFConverter}},
+		{ParentID: 2, R2Key: "staging/b1/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", FileSize: 50, ContentType: "application/pdf", CID: "bafyPDF"},
+	}, next)
+	gen = store(next)
+
+	// IMAGE_PROCESSING discovers photo.jpg only, skipping the TIFF source.
+	p, work = NextWithWork(p.Next(), gen)
+	require.NotNil(t, p)
+	require.Equal(t, ImageProcessing, p.Name())
+	require.Equal(t, []string{"photo.jpg"}, fileNames(work))
+	require.Equal(t, int64(4), work[0].ID)
+	refData := json.RawMessage(`{"url":"https://cdn.arke.institute/photo.jpg","type":"image/jpeg","size":245678,"filename":"photo.jpg"}`)
+	tasks = map[int64]Task{work[0].ID: {
+		FileID: work[0].ID, Status: TaskCompleted,
+		Result: mustJSON(t, ImageResult{RefJSONR2Key: "staging/b1/photo.jpg.ref.json", RefData: refData, ArchiveR2Key: "archive/b1/photo.jpg"}),
+	}}
+	next, problems = Apply(p, gen, tasks)
+	require.Empty(t, problems)
+	require.Equal(t, []File{
+		{ParentID: 3, R2Key: "staging/b1/photo.tiff", LogicalPath: "/photo.tiff", FileName: "photo.tiff", FileSize: 900, ContentType: "image/tiff", CID: "bafyTIFF", ProcessingConfig: cfg, Tags: []string{TagTIFFSource}},
+		{ParentID: 4, R2Key: "staging/b1/photo.jpg.ref.json", LogicalPath: "/photo.jpg.ref.json", FileName: "photo.jpg.ref.json", FileSize: int64(len(refData)), ContentType: "application/json", ProcessingConfig: cfg, Tags: []string{TagImageProcessor}},
+		{ParentID: 5, R2Key: "staging/b1/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", FileSize: 50, ContentType: "application/pdf", CID: "bafyPDF"},
+	}, next)
+	gen = store(next)
+
+	// No phase follows and none has work left: the batch goes to ingest.
+	require.Equal(t, Name(""), p.Next())
+	p, work = NextWithWork(TIFFConversion, gen)
+	require.Nil(t, p)
+	require.Nil(t, work)
+}

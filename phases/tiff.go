@@ -1,0 +1,101 @@
+package phases
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+)
+
+// TIFFResult is the TIFF worker's success callback body (spec 000 §4.4),
+// plus Outputs for multi-page TIFFs. Fields the transform does not need
+// (task_id, status, ...) are ignored when decoding.
+type TIFFResult struct {
+	OutputR2Key    string         `json:"output_r2_key"`
+	OutputFileName string         `json:"output_file_name"`
+	OutputFileSize int64          `json:"output_file_size"`
+	Outputs        []TIFFOutput   `json:"outputs,omitempty"`
+	Performance    map[string]any `json:"performance,omitempty"`
+}
+
+// TIFFOutput is one JPEG of a multi-page TIFF. Page orders the outputs, so
+// the converted pages appear in the file list in reading order whatever
+// order the worker reported them in.
+type TIFFOutput struct {
+	R2Key    string `json:"r2_key"`
+	FileName string `json:"file_name"`
+	FileSize int64  `json:"file_size"`
+	Page     int    `json:"page"`
+}
+
+// tiffName matches the file names the TIFF phase converts (.tif, .TIFF, ...).
+var tiffName = regexp.MustCompile(`(?i)\.tiff?$`)
+
+// tiffConversion converts TIFF scans to JPEG. Its transform augments: the
+// TIFF stays for the archive, tagged so that no phase processes it again.
+type tiffConversion struct{}
+
+var _ Phase = tiffConversion{}
+
+// Name is TIFF_CONVERSION.
+func (tiffConversion) Name() Name { return TIFFConversion }
+
+// Next is IMAGE_PROCESSING, which processes the JPEGs this phase makes.
+func (tiffConversion) Next() Name { return ImageProcessing }
+
+// Discover finds TIFFs by file name, skipping any already converted, so a
+// re-run over a later generation never converts a TIFF twice.
+func (tiffConversion) Discover(files []File) []File {
+	var out []File
+	for _, f := range files {
+		if tiffName.MatchString(f.FileName) && !hasTag(f, TagTIFFSource) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Transform returns the tagged source followed by its JPEG(s) when the task
+// completed, and the file unchanged otherwise.
+func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
+	var res TIFFResult
+	ok, err := completedResult(task, &res)
+	if !ok {
+		return []File{file}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	outputs := res.Outputs
+	if len(outputs) == 0 {
+		outputs = []TIFFOutput{{R2Key: res.OutputR2Key, FileName: res.OutputFileName, FileSize: res.OutputFileSize}}
+	} else {
+		outputs = slices.Clone(outputs)
+		slices.SortStableFunc(outputs, func(a, b TIFFOutput) int { return a.Page - b.Page })
+	}
+
+	source := file
+	source.Tags = withTag(file.Tags, TagTIFFSource)
+	result := []File{source}
+	dir := path.Dir(file.LogicalPath)
+	for i, o := range outputs {
+		if o.R2Key == "" || o.FileName == "" {
+			if len(res.Outputs) == 0 {
+				return nil, errors.New("completed TIFF result lacks output_r2_key or output_file_name")
+			}
+			return nil, fmt.Errorf("completed TIFF result: output %d (page %d) lacks r2_key or file_name", i, o.Page)
+		}
+		result = append(result, File{
+			R2Key:            o.R2Key,
+			LogicalPath:      path.Join(dir, o.FileName),
+			FileName:         o.FileName,
+			FileSize:         o.FileSize,
+			ContentType:      "image/jpeg",
+			ProcessingConfig: file.ProcessingConfig,
+			Tags:             []string{TagTIFFConverter},
+		})
+	}
+	return result, nil
+}

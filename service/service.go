@@ -1,0 +1,184 @@
+// Package service holds the orchestrator's operations on batches as the API
+// and the CLI see them: accept a batch, report its status. Handlers stay thin
+// by calling exactly one of these.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// ErrNotFound is returned for an unknown batch.
+var ErrNotFound = db.ErrNotFound
+
+// Service carries out batch operations against the database and River.
+type Service struct {
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+	logger *slog.Logger
+}
+
+// New returns a Service. river is used only to insert jobs, so it need not
+// be started in processes that do not work jobs.
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], logger *slog.Logger) *Service {
+	return &Service{pool: pool, river: riverClient, logger: logger}
+}
+
+// Accepted is the answer to a batch submission.
+type Accepted struct {
+	BatchID string `json:"batch_id"`
+	Status  string `json:"status"`
+	// Created is false when the batch was already known (a repeat delivery):
+	// nothing was changed and Status is its current status.
+	Created bool `json:"-"`
+}
+
+// Create accepts a batch: in one transaction it inserts the batch row, its
+// batch.created event and a unique batch_start job. Submitting the same
+// batch_id again changes nothing and reports the batch's current status, so
+// upstream redeliveries are harmless.
+func (s *Service) Create(ctx context.Context, msg manifest.QueueMessage, raw []byte) (Accepted, error) {
+	var out Accepted
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		b, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: msg.BatchID, Uploader: msg.Uploader, QueueMessage: raw})
+		if errors.Is(err, pgx.ErrNoRows) {
+			existing, err := q.BatchGetByID(ctx, msg.BatchID)
+			if err != nil {
+				return fmt.Errorf("reading existing batch %s: %w", msg.BatchID, err)
+			}
+			out = Accepted{BatchID: existing.ID, Status: existing.Status}
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UntranslatableCharacter {
+			// Valid JSON, but jsonb cannot hold a \u0000 in a string.
+			return &manifest.ValidationError{Subject: "batch message", Problems: []string{`strings must not contain the NUL character (\u0000)`}}
+		}
+		if err != nil {
+			return fmt.Errorf("inserting batch %s: %w", msg.BatchID, err)
+		}
+		if err := q.EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventBatchCreated, Data: map[string]any{
+			"uploader": msg.Uploader, "total_files": msg.TotalFiles, "total_bytes": msg.TotalBytes,
+		}}); err != nil {
+			return err
+		}
+		if _, err := s.river.InsertTx(ctx, tx, jobs.BatchStartArgs{BatchID: b.ID}, nil); err != nil {
+			return fmt.Errorf("enqueueing batch_start for %s: %w", b.ID, err)
+		}
+		out = Accepted{BatchID: b.ID, Status: b.Status, Created: true}
+		return nil
+	})
+	if err != nil {
+		return Accepted{}, err
+	}
+	if out.Created {
+		s.logger.Info("batch accepted", "batch_id", out.BatchID, "uploader", msg.Uploader, "total_files", msg.TotalFiles)
+	}
+	return out, nil
+}
+
+// Progress counts the tasks of one phase (spec 000 §5.1).
+type Progress struct {
+	TasksTotal     int64 `json:"tasks_total"`
+	TasksCompleted int64 `json:"tasks_completed"`
+	TasksFailed    int64 `json:"tasks_failed"`
+}
+
+// PhaseProgress is Progress for a named phase, with the open tasks split out.
+type PhaseProgress struct {
+	Phase           string `json:"phase"`
+	TasksTotal      int64  `json:"tasks_total"`
+	TasksPending    int64  `json:"tasks_pending"`
+	TasksProcessing int64  `json:"tasks_processing"`
+	TasksCompleted  int64  `json:"tasks_completed"`
+	TasksFailed     int64  `json:"tasks_failed"`
+}
+
+// Status is the status document of GET /status/:batchId: spec 000 §5.1's
+// shape plus the error, completion time and per-phase counts.
+type Status struct {
+	BatchID string `json:"batch_id"`
+	// Status is PENDING, a phase name, DONE or ERROR.
+	Status string `json:"status"`
+	// Progress is for the current phase (the last one once the batch ended).
+	Progress    Progress        `json:"progress"`
+	StartedAt   time.Time       `json:"started_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	CompletedAt *time.Time      `json:"completed_at"`
+	Error       *string         `json:"error"`
+	Phase       *string         `json:"phase"`
+	Phases      []PhaseProgress `json:"phases"`
+}
+
+// Status reports a batch's status; ErrNotFound for an unknown batch.
+func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
+	q := db.New(s.pool)
+	b, err := q.BatchGetByID(ctx, batchID)
+	if err != nil {
+		return Status{}, db.NotFound(err, "batch "+batchID)
+	}
+	counts, err := q.TaskCountByBatch(ctx, batchID)
+	if err != nil {
+		return Status{}, fmt.Errorf("counting tasks of batch %s: %w", batchID, err)
+	}
+	st := Status{
+		BatchID: b.ID, Status: b.Status, StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt,
+		CompletedAt: b.CompletedAt, Error: b.Error, Phase: b.Phase, Phases: phaseProgress(counts),
+	}
+	for _, p := range st.Phases {
+		if b.Phase != nil && p.Phase == *b.Phase {
+			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
+		}
+	}
+	return st, nil
+}
+
+// phaseProgress folds (phase, status, count) rows into one entry per phase,
+// in pipeline order; phases without tasks are left out.
+func phaseProgress(rows []db.TaskCountByBatchRow) []PhaseProgress {
+	byPhase := make(map[string]*PhaseProgress)
+	for _, r := range rows {
+		p := byPhase[r.Phase]
+		if p == nil {
+			p = &PhaseProgress{Phase: r.Phase}
+			byPhase[r.Phase] = p
+		}
+		p.TasksTotal += r.Count
+		switch phases.TaskStatus(r.Status) {
+		case phases.TaskPending:
+			p.TasksPending += r.Count
+		case phases.TaskProcessing:
+			p.TasksProcessing += r.Count
+		case phases.TaskCompleted:
+			p.TasksCompleted += r.Count
+		case phases.TaskFailed:
+			p.TasksFailed += r.Count
+		}
+	}
+	out := []PhaseProgress{}
+	for _, ph := range phases.All() {
+		if p := byPhase[string(ph.Name())]; p != nil {
+			out = append(out, *p)
+			delete(byPhase, string(ph.Name()))
+		}
+	}
+	for _, p := range byPhase { // a phase no longer registered: still shown
+		out = append(out, *p)
+	}
+	return out
+}

@@ -1,0 +1,17 @@
+-- FileInsertMany writes a whole generation with COPY: a generation can hold
+-- 100,000 rows.
+-- name: FileInsertMany :copyfrom
+INSERT INTO files (
+    batch_id, generation, ordinal, parent_id, phase, directory_path, r2_key,
+    logical_path, file_name, file_size, content_type, cid, processing_config,
+    preprocessor_tags
+) VALUES (
+    @batch_id, @generation, @ordinal, @parent_id, @phase, @directory_path, @r2_key,
+    @logical_path, @file_name, @file_size, @content_type, @cid, @processing_config,
+    @preprocessor_tags
+);
+
+-- name: FileListByBatchGeneration :many
+SELECT * FROM files
+WHERE batch_id = @batch_id AND generation = @generation
+ORDER BY ordinal;
