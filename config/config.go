@@ -53,6 +53,13 @@ type Config struct {
 	FlyAPIToken string
 	FlyRegion   string
 
+	// LocalS3Dir, LocalS3Addr and the key pair configure the embedded S3
+	// server used when no R2 setting is given (LOCAL_S3_*).
+	LocalS3Dir       string
+	LocalS3Addr      string
+	LocalS3AccessKey string
+	LocalS3SecretKey string
+
 	Phases map[phases.Name]Phase
 
 	AlarmDelayErrorRetry time.Duration
@@ -114,6 +121,10 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		ArchiveBucket:        r.str("ARCHIVE_BUCKET", "arke-archive"),
 		FlyAPIToken:          r.str("FLY_API_TOKEN", ""),
 		FlyRegion:            r.str("FLY_REGION", "ord"),
+		LocalS3Dir:           r.str("LOCAL_S3_DIR", ".data/s3"),
+		LocalS3Addr:          r.str("LOCAL_S3_ADDR", "127.0.0.1:7070"),
+		LocalS3AccessKey:     r.str("LOCAL_S3_ACCESS_KEY", "local"),
+		LocalS3SecretKey:     r.str("LOCAL_S3_SECRET_KEY", "localsecret"),
 		AlarmDelayErrorRetry: r.millis("ALARM_DELAY_ERROR_RETRY", 30*time.Second),
 		MaxRetryAttempts:     r.positiveInt("MAX_RETRY_ATTEMPTS", 5),
 		MaxFileSize:          r.positiveInt64("MAX_FILE_SIZE", 5<<30),

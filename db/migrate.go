@@ -37,12 +37,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("creating river migrator: %w", err)
 	}
-	res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	if err != nil {
+	// The migrator logs each migration it applies itself.
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("applying river migrations: %w", err)
-	}
-	for _, v := range res.Versions {
-		logger.Info("applied river migration", "version", v.Version, "name", v.Name)
 	}
 
 	fsys, err := fs.Sub(sqlfiles.Migrations, "migrations")

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/service"
@@ -74,7 +76,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 
-	store, err := openStore(cfg)
+	store, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -147,10 +149,33 @@ func redactURL(host string, port uint16, database string) string {
 	return fmt.Sprintf("%s:%d/%s", host, port, database)
 }
 
-// openStore connects to R2 (or any S3 server at R2_ENDPOINT).
-func openStore(cfg *config.Config) (blob.Store, error) {
+// openStore connects to R2 (or any S3 server at R2_ENDPOINT). With no R2
+// setting at all it starts the embedded local S3 server instead, creates the
+// buckets, and points the R2 settings at it, so everything downstream (the
+// workers' environment included) sees one configuration.
+func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (blob.Store, error) {
 	if cfg.LocalStorage() {
-		return nil, errors.New("no storage configured: set R2_ENDPOINT (or R2_ACCOUNT_ID), R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY")
+		srv, err := locals3.Start(ctx, locals3.Options{
+			Dir: cfg.LocalS3Dir, Addr: cfg.LocalS3Addr,
+			AccessKey: cfg.LocalS3AccessKey, SecretKey: cfg.LocalS3SecretKey,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("starting the local S3 server (no R2 settings given; LOCAL_S3_ADDR=%s): %w", cfg.LocalS3Addr, err)
+		}
+		s3cfg := srv.Config()
+		cfg.R2Endpoint, cfg.R2AccessKeyID, cfg.R2SecretAccessKey = s3cfg.Endpoint, s3cfg.AccessKeyID, s3cfg.SecretAccessKey
+		store, err := blob.NewS3(s3cfg)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range []string{cfg.R2Bucket, cfg.ArchiveBucket} {
+			if err := store.EnsureBucket(ctx, b); err != nil {
+				return nil, fmt.Errorf("creating bucket %s on the local S3 server: %w", b, err)
+			}
+		}
+		logger.Info("no R2 settings: using the local S3 server", "endpoint", srv.Endpoint, "data_dir", srv.DataDir,
+			"access_key", cfg.LocalS3AccessKey, "buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket})
+		return store, nil
 	}
 	return blob.NewS3(blob.S3Config{
 		AccountID:       cfg.R2AccountID,

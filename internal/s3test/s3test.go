@@ -25,7 +25,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -37,13 +36,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/versity/versitygw/auth"
-	"github.com/versity/versitygw/backend/meta"
-	"github.com/versity/versitygw/backend/posix"
-	"github.com/versity/versitygw/embedgw"
-	"github.com/versity/versitygw/s3api"
-
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/locals3"
 )
 
 // rootPrefix names the server's temporary directories; the process ID
@@ -138,128 +132,25 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if dir, err = filepath.Abs(dir); err != nil { // $TMPDIR may be relative
-		return nil, err
-	}
-	// The sidecar metadata store keeps ETags, content types and user
-	// metadata in files of their own, where the default (extended
-	// attributes) depends on the temp filesystem supporting user xattrs
-	// (tmpfs before Linux 6.6 and some container filesystems do not).
-	// It must live outside the data root, and both paths must be absolute
-	// because the backend changes the working directory.
-	root, metaDir := filepath.Join(dir, "data"), filepath.Join(dir, "meta")
-	for _, d := range []string{root, metaDir} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-
-	s := &Server{
-		accessKey: "s3test" + randomHex(7),
-		secretKey: randomHex(20),
-		root:      root,
-	}
+	s := &Server{accessKey: "s3test" + randomHex(7), secretKey: randomHex(20)}
 	// Choosing a free port and binding it later leaves a short window in
 	// which another process may take it; try again with a new port then.
 	var lastErr error
 	for range 3 {
-		if lastErr = s.run(root, metaDir); lastErr == nil {
-			return s, nil
+		srv, err := locals3.Start(context.Background(), locals3.Options{
+			Dir: dir, Addr: "127.0.0.1:0", AccessKey: s.accessKey, SecretKey: s.secretKey,
+		})
+		if err != nil {
+			lastErr = err
+			continue
 		}
+		s.endpoint, s.root = srv.Endpoint, srv.DataDir
+		if s.store, err = blob.NewS3(s.Config()); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	return nil, lastErr
-}
-
-// run starts the gateway on a free port and waits until it answers.
-func (s *Server) run(root, metaDir string) error {
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	s.endpoint = "http://" + addr
-
-	ms, err := meta.NewSideCar(metaDir)
-	if err != nil {
-		return fmt.Errorf("sidecar metadata: %w", err)
-	}
-	// PosixOpts.SideCarDir only validates the directory and prints a
-	// banner; the storer passed here is what keeps the metadata.
-	be, err := posix.New(root, ms, posix.PosixOpts{
-		// Zero would refuse every CopyObject; 5 GiB is S3's own limit.
-		CopyObjectThreshold: 5 << 30,
-	})
-	if err != nil {
-		return fmt.Errorf("posix backend: %w", err)
-	}
-
-	listening := make(chan struct{})
-	cfg := &embedgw.Config{
-		RootUserAccess:    s.accessKey,
-		RootUserSecret:    s.secretKey,
-		Region:            blob.DefaultRegion,
-		Ports:             []string{addr},
-		MaxConnections:    1024,
-		MaxRequests:       1024,
-		MultipartMaxParts: 10000,
-		Quiet:             true,
-		KeepAlive:         true,
-		// The root account alone, passed in rather than left for the
-		// gateway to pick, because picking it prints a line to stdout.
-		IAMService: auth.NewIAMServiceSingle(auth.Account{
-			Access: s.accessKey,
-			Secret: s.secretKey,
-			Role:   auth.RoleAdmin,
-		}),
-		S3Options: []s3api.Option{
-			s3api.WithOnListen(func() { close(listening) }),
-		},
-	}
-	done := make(chan error, 1)
-	go func() { done <- embedgw.RunVersityGW(context.Background(), be, cfg) }()
-
-	timeout := time.NewTimer(startTimeout)
-	defer timeout.Stop()
-	select {
-	case <-listening:
-	case err := <-done:
-		return fmt.Errorf("gateway on %s stopped: %w", addr, err)
-	case <-timeout.C:
-		return fmt.Errorf("gateway did not listen on %s within %s", addr, startTimeout)
-	}
-
-	s.store, err = blob.NewS3(s.Config())
-	if err != nil {
-		return err
-	}
-	// Listening is not serving: poll a signed request until the server
-	// answers it. A missing object in a missing bucket is a plain "no".
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		_, err := s.store.Exists(ctx, "s3test-readiness", "probe")
-		if err == nil {
-			return nil
-		}
-		select {
-		case err := <-done:
-			return fmt.Errorf("gateway on %s stopped: %w", addr, err)
-		case <-ctx.Done():
-			return fmt.Errorf("gateway on %s did not answer within %s: %w", addr, startTimeout, err)
-		case <-tick.C:
-		}
-	}
-}
-
-// freeAddr returns a loopback address with a port that was free just now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // removeStaleRoots deletes the temporary roots of test processes that have

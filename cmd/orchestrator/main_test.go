@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/dbtest"
+)
+
+// testdata holds spec 001's example message and manifest. It is resolved
+// before any test runs: the local S3 server started by serve changes the
+// process's working directory (see package locals3).
+var testdata, _ = filepath.Abs("../../manifest/testdata")
+
+func TestServeRefusesMissingSettings(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	err := run(context.Background(), []string{"serve"}, io.Discard, io.Discard)
+	require.EqualError(t, err, "missing required setting: DATABASE_URL")
+
+	t.Setenv("DATABASE_URL", "postgres://localhost/x")
+	t.Setenv("R2_ACCOUNT_ID", "acc")
+	err = run(context.Background(), []string{"serve"}, io.Discard, io.Discard)
+	require.EqualError(t, err, "missing required setting: R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY")
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"frobnicate"}, io.Discard, &stderr)
+	require.ErrorAs(t, err, new(usageError))
+	require.Contains(t, stderr.String(), "orchestrator serve")
+}
+
+// TestServeOnEmbeddedDefaults runs `orchestrator serve` as a newcomer would:
+// an empty database (migrated on start), no R2 settings (so the local S3
+// server starts), then spec 001's example batch goes from PENDING to
+// TIFF_CONVERSION.
+func TestServeOnEmbeddedDefaults(t *testing.T) {
+	_, dbURL := dbtest.NewEmpty(t)
+	listen, s3Addr := freeAddr(t), freeAddr(t)
+	t.Setenv("DATABASE_URL", dbURL)
+	t.Setenv("LISTEN_ADDR", listen)
+	t.Setenv("LOCAL_S3_DIR", t.TempDir())
+	t.Setenv("LOCAL_S3_ADDR", s3Addr)
+	t.Setenv("LOG_LEVEL", "warn")
+	for _, k := range []string{"R2_ACCOUNT_ID", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY"} {
+		t.Setenv(k, "")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-served:
+			require.NoError(t, err, "serve stops cleanly on cancel")
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop within 30s of cancel")
+		}
+	})
+
+	base := "http://" + listen
+	awaitOK(t, served, base+"/healthz")
+
+	// The upstream service puts the manifest in the staging bucket, which
+	// serve created on its local S3 server.
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://" + s3Addr, AccessKeyID: "local", SecretAccessKey: "localsecret"})
+	require.NoError(t, err)
+	manifest, err := os.ReadFile(filepath.Join(testdata, "manifest.json"))
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, "arke-staging", "staging/01K8RNKN488RQCG3YGG72QBZS5/_manifest.json",
+		bytes.NewReader(manifest), int64(len(manifest)), "application/json"))
+
+	msg, err := os.ReadFile(filepath.Join(testdata, "queue_message.json"))
+	require.NoError(t, err)
+	resp, err := http.Post(base+"/batches", "application/json", bytes.NewReader(msg))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, string(body))
+	require.JSONEq(t, `{"batch_id": "01K8RNKN488RQCG3YGG72QBZS5", "status": "PENDING"}`, string(body))
+
+	deadline := time.Now().Add(30 * time.Second)
+	var st struct {
+		Status   string         `json:"status"`
+		Progress map[string]int `json:"progress"`
+		Error    *string        `json:"error"`
+	}
+	for {
+		resp, err := http.Get(base + "/status/01K8RNKN488RQCG3YGG72QBZS5")
+		require.NoError(t, err)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		resp.Body.Close()
+		if st.Status != "PENDING" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
+	require.Equal(t, map[string]int{"tasks_total": 1, "tasks_completed": 0, "tasks_failed": 0}, st.Progress)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// awaitOK polls url until it answers 200, failing fast if serve exits.
+func awaitOK(t *testing.T, served <-chan error, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-served:
+			t.Fatalf("serve exited before answering: %v", err)
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer 200 within 60s", url)
+}
+
+func init() {
+	// The tests above must not pick up a developer's real settings.
+	for _, k := range []string{"R2_BUCKET", "ARCHIVE_BUCKET", "LOG_FORMAT"} {
+		os.Unsetenv(k)
+	}
+}
