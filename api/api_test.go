@@ -12,9 +12,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/phases"
@@ -77,19 +79,48 @@ func postBatch(t *testing.T, env *testenv.Env, body string) (int, map[string]any
 
 func notPending(st service.Status) bool { return st.Status != "PENDING" }
 
+// hanging runs machines that never call back, so a batch stays in its first
+// phase while these tests look at intake and discovery.
+var hanging = testenv.Options{Behave: func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }}
+
+// awaitEvents polls the batch's event types until there are at least n.
+func awaitEvents(t *testing.T, env *testenv.Env, batchID string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var events []string
+		rows, err := env.Pool.Query(context.Background(), `SELECT type FROM batch_events WHERE batch_id = $1 ORDER BY id`, batchID)
+		require.NoError(t, err)
+		for rows.Next() {
+			var e string
+			require.NoError(t, rows.Scan(&e))
+			events = append(events, e)
+		}
+		require.NoError(t, rows.Err())
+		if len(events) >= n || time.Now().After(deadline) {
+			return events
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func launched(st service.Status) bool {
+	return len(st.Phases) > 0 && st.Phases[0].TasksProcessing > 0 || st.Status == "ERROR"
+}
+
 func TestExampleBatchMovesToTIFFConversion(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 	env.PutObject(t, exampleManifestKey, []byte(exampleManifest))
 
 	code, out := postBatch(t, env, exampleMessage)
 	require.Equal(t, http.StatusAccepted, code)
 	require.Equal(t, map[string]any{"batch_id": exampleBatchID, "status": "PENDING"}, out)
 
-	st := env.AwaitStatus(t, exampleBatchID, notPending)
+	st := env.AwaitStatus(t, exampleBatchID, launched)
 	require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
 	require.Equal(t, service.Progress{TasksTotal: 1}, st.Progress)
-	require.Equal(t, []service.PhaseProgress{{Phase: "TIFF_CONVERSION", TasksTotal: 1, TasksPending: 1}}, st.Phases)
+	require.Equal(t, []service.PhaseProgress{{Phase: "TIFF_CONVERSION", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
 	require.Nil(t, st.Error)
 	require.Nil(t, st.CompletedAt)
 	require.False(t, st.StartedAt.IsZero())
@@ -123,22 +154,16 @@ func TestExampleBatchMovesToTIFFConversion(t *testing.T) {
 		exampleBatchID).Scan(&taskID, &taskKey, &taskStatus))
 	require.True(t, strings.HasPrefix(taskID, "tiff_"), taskID)
 	require.Equal(t, "staging/01K8RNKN488RQCG3YGG72QBZS5/images/photo1.tiff", taskKey)
-	require.Equal(t, string(phases.TaskPending), taskStatus)
+	require.Equal(t, string(phases.TaskProcessing), taskStatus)
 
-	var events []string
-	rows, err = env.Pool.Query(ctx, `SELECT type FROM batch_events WHERE batch_id = $1 ORDER BY id`, exampleBatchID)
-	require.NoError(t, err)
-	for rows.Next() {
-		var e string
-		require.NoError(t, rows.Scan(&e))
-		events = append(events, e)
-	}
-	require.Equal(t, []string{"batch.created", "phase.started"}, events)
+	// The launch is recorded just after the task is claimed: wait for it.
+	events := awaitEvents(t, env, exampleBatchID, 3)
+	require.Equal(t, []string{"batch.created", "phase.started", "task.launched"}, events)
 }
 
 func TestRepeatSubmissionChangesNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 	env.PutObject(t, exampleManifestKey, []byte(exampleManifest))
 
 	code, _ := postBatch(t, env, exampleMessage)
@@ -164,7 +189,7 @@ func TestRepeatSubmissionChangesNothing(t *testing.T) {
 
 func TestConcurrentSubmissionsAcceptOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 	env.PutObject(t, exampleManifestKey, []byte(exampleManifest))
 
 	const n = 12
@@ -200,7 +225,7 @@ func TestConcurrentSubmissionsAcceptOnce(t *testing.T) {
 
 func TestBadManifestPutsBatchInError(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 
 	tests := []struct {
 		name      string
@@ -266,7 +291,7 @@ func TestBadManifestPutsBatchInError(t *testing.T) {
 
 func TestBatchWithoutWorkIsDone(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 	// Drop the TIFF: what is left (JSON, PDF) needs no phase.
 	m := strings.Replace(exampleManifest, `"total_files": 3,
   "total_bytes": 3145728,`, `"total_files": 2,
@@ -306,7 +331,7 @@ func TestTransientStorageErrorIsRetried(t *testing.T) {
 	t.Cleanup(front.Close)
 	cfg := s3.Config()
 	cfg.Endpoint = front.URL
-	env := testenv.New(t, testenv.Options{StoreConfig: &cfg})
+	env := testenv.New(t, testenv.Options{StoreConfig: &cfg, Behave: hanging.Behave})
 	env.PutObject(t, exampleManifestKey, []byte(exampleManifest))
 
 	code, _ := postBatch(t, env, exampleMessage)
@@ -322,7 +347,7 @@ func TestTransientStorageErrorIsRetried(t *testing.T) {
 
 func TestIntakeRejectsBadRequests(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 
 	big := `{"batch_id": "B", "metadata": {"pad": "` + strings.Repeat("x", 1<<20) + `"}}`
 	tests := []struct {
@@ -361,7 +386,7 @@ func TestIntakeRejectsBadRequests(t *testing.T) {
 
 func TestStatusAndHealth(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{})
+	env := testenv.New(t, hanging)
 
 	code, body := env.Do(t, http.MethodGet, "/status/NO-SUCH-BATCH", nil)
 	require.Equal(t, http.StatusNotFound, code)

@@ -27,6 +27,8 @@ type Config struct {
 	Service *service.Service
 	Pool    *pgxpool.Pool
 	Logger  *slog.Logger
+	// AdminToken guards the admin routes; empty disables them.
+	AdminToken string
 }
 
 // New builds the Echo server with every route registered.
@@ -34,20 +36,24 @@ func New(cfg Config) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger}
+	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
 
 	e.GET("/healthz", h.healthz)
 	e.POST("/batches", h.createBatch)
 	e.GET("/status/:batchId", h.getStatus)
+	e.POST("/callback/:batchId/:taskId", h.callback)
+	admin := e.Group("/admin", h.requireAdmin)
+	admin.POST("/reset/:batchId", h.resetBatch)
 	return e
 }
 
 type handlers struct {
-	svc  *service.Service
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	svc        *service.Service
+	pool       *pgxpool.Pool
+	log        *slog.Logger
+	adminToken string
 }
 
 // errorBody is the shape of every error response.
@@ -66,13 +72,18 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 	var (
 		he     *echo.HTTPError
 		verr   *manifest.ValidationError
+		ierr   *service.InputError
 		maxErr *http.MaxBytesError
 	)
 	switch {
 	case errors.As(err, &maxErr):
 		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit)
-	case errors.As(err, &verr), errors.Is(err, manifest.ErrMalformedJSON):
+	case errors.As(err, &verr), errors.As(err, &ierr), errors.Is(err, manifest.ErrMalformedJSON):
 		code, msg = http.StatusBadRequest, err.Error()
+	case errors.Is(err, service.ErrUnauthorized):
+		code, msg = http.StatusUnauthorized, err.Error()
+	case errors.Is(err, service.ErrConflict):
+		code, msg = http.StatusConflict, err.Error()
 	case errors.Is(err, service.ErrNotFound):
 		code, msg = http.StatusNotFound, err.Error()
 	case errors.As(err, &he):

@@ -8,6 +8,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,10 @@ type Phase struct {
 	// TaskTimeout is how long a task may stay processing before it is failed
 	// (TASK_TIMEOUT_<PHASE>, milliseconds).
 	TaskTimeout time.Duration
+	// MemoryMB, CPUs and CPUKind size the phase's machines (spec 000 §4.3).
+	MemoryMB int
+	CPUs     int
+	CPUKind  string
 }
 
 // Config is everything the orchestrator reads from its environment.
@@ -52,6 +58,19 @@ type Config struct {
 
 	FlyAPIToken string
 	FlyRegion   string
+	// FlyFlapsBaseURL points the Machines API client elsewhere (a fake in
+	// tests, or Fly's private http://_api.internal:4280).
+	FlyFlapsBaseURL string
+	// FlyLaunchRate and FlyLaunchBurst bound machine launches per app, shared
+	// by every orchestrator on the database (Fly documents about 1/s with
+	// bursts of 3).
+	FlyLaunchRate  float64
+	FlyLaunchBurst int
+	// LaunchConcurrency is how many launch requests one launcher has in flight.
+	LaunchConcurrency int
+	// SweepInterval is how often timed-out tasks are failed and stalled
+	// batches are nudged.
+	SweepInterval time.Duration
 
 	// LocalS3Dir, LocalS3Addr and the key pair configure the embedded S3
 	// server used when no R2 setting is given (LOCAL_S3_*).
@@ -89,6 +108,9 @@ var phaseDefaults = map[phases.Name]Phase{
 		BatchSize:   1000,
 		AlarmDelay:  5 * time.Second,
 		TaskTimeout: 60 * time.Second,
+		MemoryMB:    1024,
+		CPUs:        2,
+		CPUKind:     "shared",
 	},
 	phases.ImageProcessing: {
 		FlyAppName:  "arke-image-processor",
@@ -96,6 +118,9 @@ var phaseDefaults = map[phases.Name]Phase{
 		BatchSize:   1000,
 		AlarmDelay:  5 * time.Second,
 		TaskTimeout: 120 * time.Second,
+		MemoryMB:    2048,
+		CPUs:        2,
+		CPUKind:     "shared",
 	},
 }
 
@@ -121,6 +146,11 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		ArchiveBucket:        r.str("ARCHIVE_BUCKET", "arke-archive"),
 		FlyAPIToken:          r.str("FLY_API_TOKEN", ""),
 		FlyRegion:            r.str("FLY_REGION", "ord"),
+		FlyFlapsBaseURL:      strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),
+		FlyLaunchRate:        r.positiveFloat("FLY_LAUNCH_RATE", 1),
+		FlyLaunchBurst:       r.positiveInt("FLY_LAUNCH_BURST", 3),
+		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
+		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),
 		LocalS3Dir:           r.str("LOCAL_S3_DIR", ".data/s3"),
 		LocalS3Addr:          r.str("LOCAL_S3_ADDR", "127.0.0.1:7070"),
 		LocalS3AccessKey:     r.str("LOCAL_S3_ACCESS_KEY", "local"),
@@ -143,12 +173,31 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 			BatchSize:   r.positiveInt("BATCH_SIZE_"+string(name), def.BatchSize),
 			AlarmDelay:  r.millis("ALARM_DELAY_"+string(name), def.AlarmDelay),
 			TaskTimeout: r.millis("TASK_TIMEOUT_"+string(name), def.TaskTimeout),
+			MemoryMB:    def.MemoryMB,
+			CPUs:        def.CPUs,
+			CPUKind:     def.CPUKind,
 		}
+	}
+	if c.OrchestratorURL == "" {
+		c.OrchestratorURL = localURL(c.ListenAddr)
 	}
 	if len(r.problems) > 0 {
 		return nil, fmt.Errorf("invalid configuration: %s", strings.Join(r.problems, "; "))
 	}
 	return c, nil
+}
+
+// localURL is where workers on this machine reach a server listening on
+// addr: the default ORCHESTRATOR_URL for local runs.
+func localURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://127.0.0.1:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // LocalStorage reports whether no R2 setting is given at all, in which case
@@ -217,6 +266,19 @@ func (r *reader) positiveInt64(name string, def int64) int64 {
 		return def
 	}
 	return n
+}
+
+func (r *reader) positiveFloat(name string, def float64) float64 {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || math.IsInf(f, 0) {
+		r.problems = append(r.problems, fmt.Sprintf("%s must be a positive number, got %q", name, v))
+		return def
+	}
+	return f
 }
 
 func (r *reader) positiveInt(name string, def int) int {

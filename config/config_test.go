@@ -28,10 +28,15 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, int64(5<<30), c.MaxFileSize)
 	require.Equal(t, int64(100<<30), c.MaxBatchSize)
 	tiff := c.Phases[phases.TIFFConversion]
-	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute}, tiff)
+	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute,
+		MemoryMB: 1024, CPUs: 2, CPUKind: "shared"}, tiff)
 	img := c.Phases[phases.ImageProcessing]
 	require.Equal(t, "arke-image-processor", img.FlyAppName)
 	require.Equal(t, 2*time.Minute, img.TaskTimeout)
+	require.Equal(t, 2048, img.MemoryMB)
+	require.Equal(t, 1.0, c.FlyLaunchRate)
+	require.Equal(t, 3, c.FlyLaunchBurst)
+	require.Equal(t, "http://127.0.0.1:8080", c.OrchestratorURL, "workers on this machine reach the default listen address")
 	require.True(t, c.LocalStorage())
 }
 
@@ -64,6 +69,7 @@ func TestLoadReportsEveryMalformedValue(t *testing.T) {
 	_, err := Load(lookup(map[string]string{
 		"BATCH_SIZE_TIFF_CONVERSION":   "lots",
 		"MAX_RETRY_ATTEMPTS":           "0",
+		"FLY_LAUNCH_RATE":              "fast",
 		"TASK_TIMEOUT_TIFF_CONVERSION": "-5",
 		"LOG_FORMAT":                   "xml",
 	}))
@@ -73,6 +79,7 @@ func TestLoadReportsEveryMalformedValue(t *testing.T) {
 		`MAX_RETRY_ATTEMPTS must be a positive integer, got "0"`,
 		`TASK_TIMEOUT_TIFF_CONVERSION must be a positive number of milliseconds, got "-5"`,
 		`LOG_FORMAT must be one of json, text, got "xml"`,
+		`FLY_LAUNCH_RATE must be a positive number, got "fast"`,
 	} {
 		require.Contains(t, err.Error(), want)
 	}

@@ -34,6 +34,14 @@ func (q *Queries) BatchEventInsert(ctx context.Context, arg BatchEventInsertPara
 	return err
 }
 
+type BatchEventInsertManyParams struct {
+	BatchID string
+	Type    string
+	Phase   *string
+	TaskID  *string
+	Data    json.RawMessage
+}
+
 const batchEventListByBatch = `-- name: BatchEventListByBatch :many
 SELECT id, batch_id, type, phase, task_id, data, created_at FROM batch_events
 WHERE batch_id = $1 AND id > $2

@@ -8,10 +8,11 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 const batchGetByID = `-- name: BatchGetByID :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at FROM batches WHERE id = $1
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at FROM batches WHERE id = $1
 `
 
 func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
@@ -29,14 +30,23 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 		&i.StartedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
 	)
 	return i, err
 }
 
 const batchGetByIDForUpdate = `-- name: BatchGetByIDForUpdate :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at FROM batches WHERE id = $1 FOR UPDATE
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at FROM batches WHERE id = $1 FOR NO KEY UPDATE
 `
 
+// BatchGetByIDForUpdate locks the batch row against other writers of it.
+// FOR NO KEY UPDATE, not FOR UPDATE: we never change the key, and the weaker
+// lock does not block the FOR KEY SHARE that every insert referencing the
+// batch (events, files, tasks) takes for its foreign key, so callbacks never
+// queue behind a transition on the batch row.
 func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, error) {
 	row := q.db.QueryRow(ctx, batchGetByIDForUpdate, id)
 	var i Batch
@@ -52,15 +62,39 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.StartedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
 	)
 	return i, err
+}
+
+const batchIngestRecord = `-- name: BatchIngestRecord :exec
+UPDATE batches
+SET ingest_status = $1, ingest_attempts = ingest_attempts + 1, ingest_last_error = $2,
+    ingest_delivered_at = CASE WHEN $1 = 'delivered' THEN clock_timestamp() ELSE ingest_delivered_at END,
+    updated_at = clock_timestamp()
+WHERE id = $3
+`
+
+type BatchIngestRecordParams struct {
+	IngestStatus string
+	LastError    *string
+	ID           string
+}
+
+// BatchIngestRecord records one attempt at delivering the final manifest.
+func (q *Queries) BatchIngestRecord(ctx context.Context, arg BatchIngestRecordParams) error {
+	_, err := q.db.Exec(ctx, batchIngestRecord, arg.IngestStatus, arg.LastError, arg.ID)
+	return err
 }
 
 const batchInsert = `-- name: BatchInsert :one
 INSERT INTO batches (id, uploader, queue_message)
 VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
 `
 
 type BatchInsertParams struct {
@@ -86,21 +120,128 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 		&i.StartedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
 	)
 	return i, err
 }
 
-const batchSetDone = `-- name: BatchSetDone :one
-UPDATE batches
-SET status = 'DONE', error = NULL, completed_at = now(), updated_at = now()
-WHERE id = $1 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at
+const batchListStalled = `-- name: BatchListStalled :many
+SELECT b.id, b.phase::text AS phase,
+    EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status = 'pending') AS has_pending,
+    EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status IN ('pending', 'processing')) AS has_open
+FROM batches b
+WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < $1
+LIMIT $2
 `
 
-// BatchSetDone finishes a running batch; a batch already DONE or ERROR is
-// left as it is (no row is returned).
-func (q *Queries) BatchSetDone(ctx context.Context, id string) (Batch, error) {
-	row := q.db.QueryRow(ctx, batchSetDone, id)
+type BatchListStalledParams struct {
+	Before time.Time
+	Max    int32
+}
+
+type BatchListStalledRow struct {
+	ID         string
+	Phase      string
+	HasPending bool
+	HasOpen    bool
+}
+
+// BatchListStalled is the sweep's backstop: running batches not touched for
+// a while, with whether their phase still has pending or open tasks. A
+// phase with no open task should have transitioned; one with pending tasks
+// should have a launcher.
+func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledParams) ([]BatchListStalledRow, error) {
+	rows, err := q.db.Query(ctx, batchListStalled, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []BatchListStalledRow
+	for rows.Next() {
+		var i BatchListStalledRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Phase,
+			&i.HasPending,
+			&i.HasOpen,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const batchLockExclusive = `-- name: BatchLockExclusive :exec
+SELECT pg_advisory_xact_lock(hashtextextended('batch:' || $1::text, 0))
+`
+
+// BatchLockExclusive and BatchLockShared are the fan-in guard (design.md):
+// every transaction that ends a task of a batch holds the shared lock while
+// it updates the task and enqueues phase_check; phase_check holds the
+// exclusive lock while it counts open tasks and transitions. So a check
+// either counts a task's end or runs after it, and never misses the last one.
+func (q *Queries) BatchLockExclusive(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, batchLockExclusive, id)
+	return err
+}
+
+const batchLockShared = `-- name: BatchLockShared :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || $1::text, 0))
+`
+
+func (q *Queries) BatchLockShared(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, batchLockShared, id)
+	return err
+}
+
+const batchPhaseRetry = `-- name: BatchPhaseRetry :one
+UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
+WHERE id = $1
+RETURNING phase_retry_count
+`
+
+// BatchPhaseRetry counts one more phase-level failure and returns the count.
+func (q *Queries) BatchPhaseRetry(ctx context.Context, id string) (int32, error) {
+	row := q.db.QueryRow(ctx, batchPhaseRetry, id)
+	var phase_retry_count int32
+	err := row.Scan(&phase_retry_count)
+	return phase_retry_count, err
+}
+
+const batchPhaseRetryReset = `-- name: BatchPhaseRetryReset :exec
+UPDATE batches SET phase_retry_count = 0 WHERE id = $1 AND phase_retry_count <> 0
+`
+
+func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, batchPhaseRetryReset, id)
+	return err
+}
+
+const batchSetDone = `-- name: BatchSetDone :one
+UPDATE batches
+SET status = 'DONE', generation = $1, error = NULL, ingest_status = 'pending',
+    completed_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+`
+
+type BatchSetDoneParams struct {
+	Generation int32
+	ID         string
+}
+
+// BatchSetDone finishes a running batch with its final file generation and
+// queues delivery to ingest; a batch already DONE or ERROR is left as it is
+// (no row is returned).
+func (q *Queries) BatchSetDone(ctx context.Context, arg BatchSetDoneParams) (Batch, error) {
+	row := q.db.QueryRow(ctx, batchSetDone, arg.Generation, arg.ID)
 	var i Batch
 	err := row.Scan(
 		&i.ID,
@@ -114,15 +255,19 @@ func (q *Queries) BatchSetDone(ctx context.Context, id string) (Batch, error) {
 		&i.StartedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
 	)
 	return i, err
 }
 
 const batchSetError = `-- name: BatchSetError :one
 UPDATE batches
-SET status = 'ERROR', error = $1, completed_at = now(), updated_at = now()
+SET status = 'ERROR', error = $1, completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
 `
 
 type BatchSetErrorParams struct {
@@ -147,6 +292,10 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 		&i.StartedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
 	)
 	return i, err
 }
@@ -154,9 +303,9 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 const batchSetPhase = `-- name: BatchSetPhase :one
 UPDATE batches
 SET status = $1, phase = $1, generation = $2,
-    phase_retry_count = 0, updated_at = now()
+    phase_retry_count = 0, updated_at = clock_timestamp()
 WHERE id = $3 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
 `
 
 type BatchSetPhaseParams struct {
@@ -182,6 +331,20 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 		&i.StartedAt,
 		&i.UpdatedAt,
 		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
 	)
 	return i, err
+}
+
+const batchTouch = `-- name: BatchTouch :exec
+UPDATE batches SET updated_at = clock_timestamp() WHERE id = $1
+`
+
+// BatchTouch marks progress, so the sweep's backstop leaves the batch alone.
+func (q *Queries) BatchTouch(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, batchTouch, id)
+	return err
 }

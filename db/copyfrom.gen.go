@@ -9,6 +9,42 @@ import (
 	"context"
 )
 
+// iteratorForBatchEventInsertMany implements pgx.CopyFromSource.
+type iteratorForBatchEventInsertMany struct {
+	rows                 []BatchEventInsertManyParams
+	skippedFirstNextCall bool
+}
+
+func (r *iteratorForBatchEventInsertMany) Next() bool {
+	if len(r.rows) == 0 {
+		return false
+	}
+	if !r.skippedFirstNextCall {
+		r.skippedFirstNextCall = true
+		return true
+	}
+	r.rows = r.rows[1:]
+	return len(r.rows) > 0
+}
+
+func (r iteratorForBatchEventInsertMany) Values() ([]interface{}, error) {
+	return []interface{}{
+		r.rows[0].BatchID,
+		r.rows[0].Type,
+		r.rows[0].Phase,
+		r.rows[0].TaskID,
+		r.rows[0].Data,
+	}, nil
+}
+
+func (r iteratorForBatchEventInsertMany) Err() error {
+	return nil
+}
+
+func (q *Queries) BatchEventInsertMany(ctx context.Context, arg []BatchEventInsertManyParams) (int64, error) {
+	return q.db.CopyFrom(ctx, []string{"batch_events"}, []string{"batch_id", "type", "phase", "task_id", "data"}, &iteratorForBatchEventInsertMany{rows: arg})
+}
+
 // iteratorForFileInsertMany implements pgx.CopyFromSource.
 type iteratorForFileInsertMany struct {
 	rows                 []FileInsertManyParams

@@ -15,9 +15,19 @@ const (
 	EventBatchCreated     = "batch.created"
 	EventBatchStartFailed = "batch.start_failed"
 	EventBatchDone        = "batch.done"
+	EventBatchDelivered   = "batch.delivered"
 	EventBatchError       = "batch.error"
+	EventIngestFailed     = "ingest.failed"
 	EventPhaseStarted     = "phase.started"
-	EventPhaseSkipped     = "phase.skipped"
+	EventPhaseRetry       = "phase.retry"
+	EventPhaseCompleted   = "phase.completed"
+	EventTransformFailed  = "transform.failed"
+	EventTaskLaunched     = "task.launched"
+	EventTaskCompleted    = "task.completed"
+	EventTaskFailed       = "task.failed"
+	EventTaskTimedOut     = "task.timed_out"
+	EventCallbackRejected = "callback.rejected"
+	EventAdminReset       = "admin.reset"
 )
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test
@@ -63,6 +73,22 @@ func (q *Queries) EventRecord(ctx context.Context, e Event) error {
 		return fmt.Errorf("recording %s event for batch %s: %w", e.Type, e.BatchID, err)
 	}
 	return nil
+}
+
+// Row turns the event into a row for BatchEventInsertMany, for writing many
+// events with one COPY. Data must be JSON-encodable (the maps of plain values
+// the jobs build always are); if it is not, the row carries the error instead
+// of failing the transaction it records.
+func (e Event) Row() BatchEventInsertManyParams {
+	data := []byte("{}")
+	if e.Data != nil {
+		b, err := json.Marshal(e.Data)
+		if err != nil {
+			b, _ = json.Marshal(map[string]string{"encoding_error": err.Error()})
+		}
+		data = b
+	}
+	return BatchEventInsertManyParams{BatchID: e.BatchID, Type: e.Type, Phase: nonEmpty(e.Phase), TaskID: nonEmpty(e.TaskID), Data: data}
 }
 
 func nonEmpty(s string) *string {

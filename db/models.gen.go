@@ -10,17 +10,21 @@ import (
 )
 
 type Batch struct {
-	ID              string
-	Status          string
-	Phase           *string
-	Generation      int32
-	PhaseRetryCount int32
-	Uploader        string
-	QueueMessage    json.RawMessage
-	Error           *string
-	StartedAt       time.Time
-	UpdatedAt       time.Time
-	CompletedAt     *time.Time
+	ID                string
+	Status            string
+	Phase             *string
+	Generation        int32
+	PhaseRetryCount   int32
+	Uploader          string
+	QueueMessage      json.RawMessage
+	Error             *string
+	StartedAt         time.Time
+	UpdatedAt         time.Time
+	CompletedAt       *time.Time
+	IngestStatus      string
+	IngestAttempts    int32
+	IngestLastError   *string
+	IngestDeliveredAt *time.Time
 }
 
 type BatchEvent struct {
@@ -70,6 +74,12 @@ type File struct {
 	CreatedAt        time.Time
 }
 
+type RateLimit struct {
+	Key       string
+	Tokens    float64
+	UpdatedAt time.Time
+}
+
 type Task struct {
 	ID         string
 	BatchID    string
@@ -86,4 +96,5 @@ type Task struct {
 	LaunchedAt *time.Time
 	FinishedAt *time.Time
 	UpdatedAt  time.Time
+	EndedBy    *string
 }

@@ -7,7 +7,111 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 )
+
+const taskClaimPending = `-- name: TaskClaimPending :many
+WITH claimed AS (
+    SELECT p.id FROM tasks p
+    WHERE p.batch_id = $2 AND p.phase = $3 AND p.status = 'pending'
+    ORDER BY p.created_at, p.id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), tokens AS (
+    SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token
+    FROM claimed
+)
+UPDATE tasks t
+SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL,
+    token_hash = sha256(convert_to(tokens.token, 'UTF8')),
+    deadline = clock_timestamp() + make_interval(secs => $1::float8),
+    launched_at = clock_timestamp(), updated_at = clock_timestamp()
+FROM tokens, files f
+WHERE t.id = tokens.id AND f.id = t.file_id
+RETURNING t.id, t.file_id, t.attempt, f.r2_key, tokens.token
+`
+
+type TaskClaimPendingParams struct {
+	TimeoutSeconds float64
+	BatchID        string
+	Phase          string
+	Max            int32
+}
+
+type TaskClaimPendingRow struct {
+	ID      string
+	FileID  int64
+	Attempt int32
+	R2Key   string
+	Token   string
+}
+
+// TaskClaimPending moves up to @max pending tasks of a phase to processing
+// for launch. Each gets a fresh random callback token: only its SHA-256 is
+// stored, and the token itself is returned once, for the machine's env. SKIP
+// LOCKED lets several launchers share a phase without waiting on each other.
+func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingParams) ([]TaskClaimPendingRow, error) {
+	rows, err := q.db.Query(ctx, taskClaimPending,
+		arg.TimeoutSeconds,
+		arg.BatchID,
+		arg.Phase,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskClaimPendingRow
+	for rows.Next() {
+		var i TaskClaimPendingRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.FileID,
+			&i.Attempt,
+			&i.R2Key,
+			&i.Token,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskComplete = `-- name: TaskComplete :one
+UPDATE tasks
+SET status = $1, result = $2, error = $3, ended_by = 'callback',
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = $4 AND status = 'processing' AND token_hash = $5
+RETURNING id
+`
+
+type TaskCompleteParams struct {
+	Status    string
+	Result    json.RawMessage
+	Error     *string
+	ID        string
+	TokenHash []byte
+}
+
+// TaskComplete applies a worker's callback. It matches only a processing
+// task whose current token is the one presented, so a callback from an
+// earlier launch of a relaunched task cannot apply.
+func (q *Queries) TaskComplete(ctx context.Context, arg TaskCompleteParams) (string, error) {
+	row := q.db.QueryRow(ctx, taskComplete,
+		arg.Status,
+		arg.Result,
+		arg.Error,
+		arg.ID,
+		arg.TokenHash,
+	)
+	var id string
+	err := row.Scan(&id)
+	return id, err
+}
 
 const taskCountByBatch = `-- name: TaskCountByBatch :many
 SELECT phase, status, count(*)::bigint AS count
@@ -44,9 +148,307 @@ func (q *Queries) TaskCountByBatch(ctx context.Context, batchID string) ([]TaskC
 	return items, nil
 }
 
+const taskCountOpen = `-- name: TaskCountOpen :one
+SELECT count(*)::bigint FROM tasks
+WHERE batch_id = $1 AND phase = $2 AND status IN ('pending', 'processing')
+`
+
+type TaskCountOpenParams struct {
+	BatchID string
+	Phase   string
+}
+
+func (q *Queries) TaskCountOpen(ctx context.Context, arg TaskCountOpenParams) (int64, error) {
+	row := q.db.QueryRow(ctx, taskCountOpen, arg.BatchID, arg.Phase)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const taskCountPending = `-- name: TaskCountPending :one
+SELECT count(*)::bigint FROM tasks
+WHERE batch_id = $1 AND phase = $2 AND status = 'pending'
+`
+
+type TaskCountPendingParams struct {
+	BatchID string
+	Phase   string
+}
+
+func (q *Queries) TaskCountPending(ctx context.Context, arg TaskCountPendingParams) (int64, error) {
+	row := q.db.QueryRow(ctx, taskCountPending, arg.BatchID, arg.Phase)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const taskExpiredGroups = `-- name: TaskExpiredGroups :many
+SELECT DISTINCT batch_id, phase FROM tasks
+WHERE status = 'processing' AND deadline < clock_timestamp()
+LIMIT $1
+`
+
+type TaskExpiredGroupsRow struct {
+	BatchID string
+	Phase   string
+}
+
+// TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
+func (q *Queries) TaskExpiredGroups(ctx context.Context, max int32) ([]TaskExpiredGroupsRow, error) {
+	rows, err := q.db.Query(ctx, taskExpiredGroups, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskExpiredGroupsRow
+	for rows.Next() {
+		var i TaskExpiredGroupsRow
+		if err := rows.Scan(&i.BatchID, &i.Phase); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskFailExpired = `-- name: TaskFailExpired :many
+UPDATE tasks
+SET status = 'failed', ended_by = 'timeout', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+    error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
+WHERE batch_id = $1 AND phase = $2 AND status = 'processing' AND deadline < clock_timestamp()
+RETURNING id, machine_id, error
+`
+
+type TaskFailExpiredParams struct {
+	BatchID string
+	Phase   string
+}
+
+type TaskFailExpiredRow struct {
+	ID        string
+	MachineID *string
+	Error     *string
+}
+
+// TaskFailExpired fails the processing tasks of a phase that are past their
+// deadline, with the message of spec 000.
+func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams) ([]TaskFailExpiredRow, error) {
+	rows, err := q.db.Query(ctx, taskFailExpired, arg.BatchID, arg.Phase)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskFailExpiredRow
+	for rows.Next() {
+		var i TaskFailExpiredRow
+		if err := rows.Scan(&i.ID, &i.MachineID, &i.Error); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskFailOpenByBatch = `-- name: TaskFailOpenByBatch :many
+UPDATE tasks
+SET status = 'failed', ended_by = 'reset', error = $1,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE batch_id = $2 AND status IN ('pending', 'processing')
+RETURNING id, phase, machine_id
+`
+
+type TaskFailOpenByBatchParams struct {
+	Error   *string
+	BatchID string
+}
+
+type TaskFailOpenByBatchRow struct {
+	ID        string
+	Phase     string
+	MachineID *string
+}
+
+// TaskFailOpenByBatch ends every open task of a batch (admin reset).
+func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBatchParams) ([]TaskFailOpenByBatchRow, error) {
+	rows, err := q.db.Query(ctx, taskFailOpenByBatch, arg.Error, arg.BatchID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskFailOpenByBatchRow
+	for rows.Next() {
+		var i TaskFailOpenByBatchRow
+		if err := rows.Scan(&i.ID, &i.Phase, &i.MachineID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskGetForCallback = `-- name: TaskGetForCallback :one
+SELECT id, batch_id, phase, status, token_hash, ended_by
+FROM tasks
+WHERE id = $1 AND batch_id = $2
+`
+
+type TaskGetForCallbackParams struct {
+	ID      string
+	BatchID string
+}
+
+type TaskGetForCallbackRow struct {
+	ID        string
+	BatchID   string
+	Phase     string
+	Status    string
+	TokenHash []byte
+	EndedBy   *string
+}
+
+func (q *Queries) TaskGetForCallback(ctx context.Context, arg TaskGetForCallbackParams) (TaskGetForCallbackRow, error) {
+	row := q.db.QueryRow(ctx, taskGetForCallback, arg.ID, arg.BatchID)
+	var i TaskGetForCallbackRow
+	err := row.Scan(
+		&i.ID,
+		&i.BatchID,
+		&i.Phase,
+		&i.Status,
+		&i.TokenHash,
+		&i.EndedBy,
+	)
+	return i, err
+}
+
 type TaskInsertManyParams struct {
 	ID      string
 	BatchID string
 	Phase   string
 	FileID  int64
+}
+
+const taskListByBatchPhase = `-- name: TaskListByBatchPhase :many
+SELECT id, file_id, status, result FROM tasks
+WHERE batch_id = $1 AND phase = $2
+`
+
+type TaskListByBatchPhaseParams struct {
+	BatchID string
+	Phase   string
+}
+
+type TaskListByBatchPhaseRow struct {
+	ID     string
+	FileID int64
+	Status string
+	Result json.RawMessage
+}
+
+// TaskListByBatchPhase returns what the phase's transform needs.
+func (q *Queries) TaskListByBatchPhase(ctx context.Context, arg TaskListByBatchPhaseParams) ([]TaskListByBatchPhaseRow, error) {
+	rows, err := q.db.Query(ctx, taskListByBatchPhase, arg.BatchID, arg.Phase)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListByBatchPhaseRow
+	for rows.Next() {
+		var i TaskListByBatchPhaseRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.FileID,
+			&i.Status,
+			&i.Result,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskRelease = `-- name: TaskRelease :many
+UPDATE tasks
+SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
+WHERE id = ANY($1::text[]) AND status = 'processing' AND machine_id IS NULL
+RETURNING id
+`
+
+// TaskRelease returns claimed tasks whose launch certainly did not create a
+// machine to pending, forgetting their token.
+func (q *Queries) TaskRelease(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, taskRelease, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskSetMachines = `-- name: TaskSetMachines :many
+UPDATE tasks t
+SET machine_id = u.machine_id, updated_at = clock_timestamp()
+FROM (
+    SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS machine_id
+) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
+RETURNING t.id, t.ended_by
+`
+
+type TaskSetMachinesParams struct {
+	IDs        []string
+	Attempts   []int32
+	MachineIDs []string
+}
+
+type TaskSetMachinesRow struct {
+	ID      string
+	EndedBy *string
+}
+
+// TaskSetMachines records launched machines, for tasks still in the same
+// launch attempt (a callback may already have ended the task: a fast worker
+// can beat this bookkeeping). It returns how each task ended so far, so the
+// caller can destroy machines whose task was reset or timed out meanwhile.
+func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams) ([]TaskSetMachinesRow, error) {
+	rows, err := q.db.Query(ctx, taskSetMachines, arg.IDs, arg.Attempts, arg.MachineIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskSetMachinesRow
+	for rows.Next() {
+		var i TaskSetMachinesRow
+		if err := rows.Scan(&i.ID, &i.EndedBy); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

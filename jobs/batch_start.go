@@ -106,7 +106,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 	}
 
 	key := msg.ManifestR2Key
-	data, err := w.deps.Store.Get(ctx, w.deps.Bucket, key)
+	data, err := w.deps.Store.Get(ctx, w.deps.Config.R2Bucket, key)
 	switch {
 	case errors.Is(err, blob.ErrNotFound):
 		return w.fail(ctx, job, "manifest not found: "+key)
@@ -125,7 +125,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		return fmt.Errorf("reading manifest %s: %w", key, err)
 	}
 
-	m, err := manifest.ParseManifest(data, msg, w.deps.Limits)
+	m, err := manifest.ParseManifest(data, msg, w.deps.limits())
 	if err != nil {
 		var verr *manifest.ValidationError
 		if errors.As(err, &verr) {
@@ -150,7 +150,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		if err != nil {
 			return err
 		}
-		if err := enterNextPhase(ctx, tx, id, "", 0, files); err != nil {
+		if err := enterNextPhase(ctx, tx, id, phases.First(), 0, files); err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -185,17 +185,33 @@ func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message strin
 	return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchError, Phase: phase, Data: map[string]any{"error": message}})
 }
 
-// enterNextPhase finds the first phase from `from` (inclusive; "" = the
-// first phase) that has work in files, creates its tasks and moves the batch
-// into it. When no phase has work the batch is done.
+// enterNextPhase finds the first phase from `from` (inclusive) that has work
+// in files, creates its tasks, moves the batch into it and enqueues its
+// launcher. When from is "" or no phase has work, the batch is DONE with
+// this generation as its final file list, and delivery to ingest is queued.
+// Runs inside a job, in the job's transaction.
 func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, generation int32, files []phases.File) error {
 	q := db.New(tx)
-	p, work := phases.NextWithWork(from, files)
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	var p phases.Phase
+	var work []phases.File
+	if from != "" {
+		p, work = phases.NextWithWork(from, files)
+	}
 	if p == nil {
-		if _, err := q.BatchSetDone(ctx, batchID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if _, err := q.BatchSetDone(ctx, db.BatchSetDoneParams{ID: batchID, Generation: generation}); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // reset meanwhile: nothing to finish
+			}
 			return fmt.Errorf("finishing batch %s: %w", batchID, err)
 		}
-		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchDone, Data: map[string]any{"files": len(files)}})
+		if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchDone, Data: map[string]any{"files": len(files), "generation": generation}}); err != nil {
+			return err
+		}
+		if _, err := client.InsertTx(ctx, tx, BatchFinalizeArgs{BatchID: batchID}, nil); err != nil {
+			return fmt.Errorf("enqueueing batch_finalize for %s: %w", batchID, err)
+		}
+		return nil
 	}
 	name := string(p.Name())
 	prefix := strings.ToLower(strings.SplitN(name, "_", 2)[0])
@@ -207,32 +223,31 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		return fmt.Errorf("inserting %d %s tasks: %w", len(rows), name, err)
 	}
 	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: generation}); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
 	}
-	return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
+	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
 		"tasks": len(rows), "generation": generation,
-	}})
-}
-
-// generationFile is a file about to be written, with the directory its
-// manifest group had.
-type generationFile struct {
-	phases.File
-	DirectoryPath string
+	}}); err != nil {
+		return err
+	}
+	if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: name}, nil); err != nil {
+		return fmt.Errorf("enqueueing phase_launch for %s %s: %w", batchID, name, err)
+	}
+	return nil
 }
 
 // manifestFiles flattens a manifest into generation 0, in manifest order.
-func manifestFiles(m manifest.Manifest) []generationFile {
-	var out []generationFile
+func manifestFiles(m manifest.Manifest) []phases.File {
+	var out []phases.File
 	for _, d := range m.Directories {
 		cfg := phases.ProcessingConfig{OCR: d.ProcessingConfig.OCR, Describe: d.ProcessingConfig.Describe, Pinax: d.ProcessingConfig.Pinax}
 		for _, f := range d.Files {
-			out = append(out, generationFile{
-				DirectoryPath: d.DirectoryPath,
-				File: phases.File{
-					R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName, FileSize: f.FileSize,
-					ContentType: f.ContentType, CID: f.CID, ProcessingConfig: cfg,
-				},
+			out = append(out, phases.File{
+				R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName, FileSize: f.FileSize,
+				ContentType: f.ContentType, CID: f.CID, ProcessingConfig: cfg, DirectoryPath: d.DirectoryPath,
 			})
 		}
 	}
@@ -241,7 +256,7 @@ func manifestFiles(m manifest.Manifest) []generationFile {
 
 // insertGeneration writes a whole file generation with COPY and reads it
 // back with the row IDs that tasks and the next generation refer to.
-func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, files []generationFile) ([]phases.File, error) {
+func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, files []phases.File) ([]phases.File, error) {
 	q := db.New(tx)
 	var phasePtr *string
 	if phase != "" {
@@ -280,6 +295,11 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation
 	if _, err := q.FileInsertMany(ctx, rows); err != nil {
 		return nil, fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
 	}
+	return loadGeneration(ctx, q, batchID, generation)
+}
+
+// loadGeneration reads a file generation in list order.
+func loadGeneration(ctx context.Context, q *db.Queries, batchID string, generation int32) ([]phases.File, error) {
 	stored, err := q.FileListByBatchGeneration(ctx, db.FileListByBatchGenerationParams{BatchID: batchID, Generation: generation})
 	if err != nil {
 		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
@@ -303,7 +323,7 @@ func fileFromRow(r db.File) (phases.File, error) {
 	}
 	f := phases.File{
 		ID: r.ID, R2Key: r.R2Key, LogicalPath: r.LogicalPath, FileName: r.FileName, FileSize: r.FileSize,
-		ContentType: r.ContentType, ProcessingConfig: cfg, Tags: r.PreprocessorTags,
+		ContentType: r.ContentType, ProcessingConfig: cfg, Tags: r.PreprocessorTags, DirectoryPath: r.DirectoryPath,
 	}
 	if r.ParentID != nil {
 		f.ParentID = *r.ParentID

@@ -2,11 +2,24 @@
 // rows, calls pure phase logic, then writes rows, enqueues follow-up jobs and
 // completes itself in one transaction, so a crash at any point either leaves
 // the job to run again or leaves its whole effect in place.
+//
+// The jobs:
+//   - batch_start: read and validate the manifest, write generation 0,
+//     enter the first phase with work;
+//   - phase_launch: launch machines for pending tasks, under the shared rate
+//     limit, rescheduling itself while tasks remain;
+//   - phase_check: the fan-in; when no task of the phase is open, transform
+//     the file list and enter the next phase (or finish);
+//   - task_sweep (periodic): fail tasks past their deadline, and nudge
+//     batches whose wake-up was lost;
+//   - batch_finalize: deliver the final manifest to ingest (an outbox);
+//   - machine_destroy: best-effort cleanup of machines no longer wanted.
 package jobs
 
 import (
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,19 +28,27 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // Deps are the outside things the workers use.
 type Deps struct {
 	Pool *pgxpool.Pool
-	// Store reads manifests (and, later, everything else in the bucket).
+	// Store reads manifests and writes the processed manifest when there is
+	// no ingest service to call.
 	Store blob.Store
-	// Bucket is the staging bucket (R2_BUCKET) holding manifests and files.
-	Bucket string
-	// Limits are the manifest size limits (MAX_FILE_SIZE, MAX_BATCH_SIZE).
-	Limits manifest.Limits
+	// Compute launches and destroys the phases' machines.
+	Compute compute.Backend
+	// Config carries the phase settings, URLs, buckets and retry limits.
+	Config *config.Config
 	Logger *slog.Logger
+	// HTTPClient calls the ingest service; nil uses a client with a 30 s
+	// timeout.
+	HTTPClient *http.Client
 }
 
 // ClientConfig tunes the River client.
@@ -37,30 +58,59 @@ type ClientConfig struct {
 	// FetchPollInterval bounds how late a job inserted without a notification
 	// is picked up; default River's 1 s.
 	FetchPollInterval time.Duration
+	// NoSweep leaves out the periodic task_sweep, for tests that must show
+	// that no wake-up is lost without the sweep's backstop.
+	NoSweep bool
 }
 
 // NewClient builds the River client with every worker registered. The client
-// both inserts jobs (intake) and, once started, works them.
+// both inserts jobs (intake, callbacks) and, once started, works them.
 func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
-	if deps.Pool == nil || deps.Store == nil || deps.Logger == nil {
-		return nil, errors.New("jobs: Pool, Store and Logger are required")
+	if deps.Pool == nil || deps.Store == nil || deps.Logger == nil || deps.Config == nil || deps.Compute == nil {
+		return nil, errors.New("jobs: Pool, Store, Compute, Config and Logger are required")
 	}
-	if deps.Bucket == "" {
-		return nil, errors.New("jobs: Bucket is required")
+	if deps.HTTPClient == nil {
+		deps.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50
 	}
+	limiter := ratelimit.New(deps.Pool)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &BatchStartWorker{deps: deps})
+	river.AddWorker(workers, &PhaseLaunchWorker{deps: deps, limiter: limiter})
+	river.AddWorker(workers, &PhaseCheckWorker{deps: deps})
+	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
+	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
+	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})
+
+	var periodic []*river.PeriodicJob
+	if !cfg.NoSweep {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(deps.Config.SweepInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return TaskSweepArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "task_sweep"},
+		))
+	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		Logger:            deps.Logger,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:           workers,
+		PeriodicJobs:      periodic,
 		FetchPollInterval: cfg.FetchPollInterval,
-		// Our jobs are short; a worker killed mid-job should not hold a
-		// unique slot for River's default hour before it is rescued.
+		// Our jobs are short; a worker killed mid-job must not hold a unique
+		// slot (phase_check above all) for River's default hour.
 		JobTimeout:           5 * time.Minute,
-		RescueStuckJobsAfter: 10 * time.Minute,
+		RescueStuckJobsAfter: 6 * time.Minute,
 	})
+}
+
+// limits returns the manifest limits from the configuration.
+func (d Deps) limits() manifest.Limits {
+	return manifest.Limits{MaxFileSize: d.Config.MaxFileSize, MaxBatchSize: d.Config.MaxBatchSize}
+}
+
+// newEvent is a batch_events row for BatchEventInsertMany.
+func newEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertManyParams {
+	return db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: taskID, Data: data}.Row()
 }

@@ -81,7 +81,7 @@ type FileInfo struct {
 	// TIFF kept as source of a converted JPEG). Absent from the uploaded
 	// manifest; set on the final manifest so that ingest can tell originals
 	// from derived files.
-	PreprocessorTags []string `json:"preprocessor_tags,omitempty"`
+	PreprocessorTags []string `json:"preprocessor_tags"`
 }
 
 // Limits bounds what a batch may hold. The orchestrator's defaults match the

@@ -71,6 +71,7 @@ func (imageProcessing) Transform(file File, task *Task) ([]File, error) {
 		FileSize:         size,
 		ContentType:      "application/json",
 		ProcessingConfig: file.ProcessingConfig,
+		DirectoryPath:    file.DirectoryPath,
 		Tags:             []string{TagImageProcessor},
 	}}, nil
 }

@@ -62,7 +62,11 @@ type File struct {
 	ContentType      string           // MIME type, possibly with parameters
 	CID              string           // "" when absent
 	ProcessingConfig ProcessingConfig // from its manifest directory; outputs inherit the input's
-	Tags             []string         // preprocessor_tags
+	// DirectoryPath is the manifest directory group the file belongs to;
+	// outputs stay in their input's group so the final manifest keeps the
+	// upstream grouping and processing_config.
+	DirectoryPath string
+	Tags          []string // preprocessor_tags
 }
 
 // TaskStatus is the lifecycle state of one task. Only TaskCompleted tasks
@@ -236,4 +240,17 @@ func completedResult(task *Task, v any) (ok bool, err error) {
 		return true, fmt.Errorf("decoding result of task for file %d: %w", task.FileID, err)
 	}
 	return true, nil
+}
+
+// ValidateResult checks a worker's success callback body for the named phase
+// exactly as Transform will read it, by running Transform on a placeholder
+// file. A body the transform could not use is thus refused when it arrives
+// (400) rather than discovered when the phase ends.
+func ValidateResult(name Name, result json.RawMessage) error {
+	p, ok := Get(name)
+	if !ok {
+		return fmt.Errorf("unknown phase %q", name)
+	}
+	_, err := p.Transform(File{FileName: "probe", LogicalPath: "/probe"}, &Task{Status: TaskCompleted, Result: result})
+	return err
 }

@@ -665,3 +665,30 @@ func TestWorkedExample(t *testing.T) {
 	require.Nil(t, p)
 	require.Nil(t, work)
 }
+
+func TestValidateResult(t *testing.T) {
+	tests := []struct {
+		name    string
+		phase   Name
+		body    string
+		wantErr string
+	}{
+		{"TIFFSuccess", TIFFConversion, `{"status":"success","output_r2_key":"s/a.jpg","output_file_name":"a.jpg","output_file_size":10}`, ""},
+		{"TIFFMultiPage", TIFFConversion, `{"status":"success","outputs":[{"r2_key":"s/a-1.jpg","file_name":"a-1.jpg","file_size":1,"page":1}]}`, ""},
+		{"TIFFMissingKey", TIFFConversion, `{"status":"success","output_file_name":"a.jpg"}`, "lacks output_r2_key"},
+		{"TIFFWrongType", TIFFConversion, `{"status":"success","output_r2_key":5}`, "output_r2_key"},
+		{"ImageSuccess", ImageProcessing, `{"status":"success","ref_json_r2_key":"s/a.jpg.ref.json","ref_data":{"url":"https://cdn/a.jpg"},"archive_r2_key":"a.jpg"}`, ""},
+		{"ImageMissingRef", ImageProcessing, `{"status":"success","ref_data":{}}`, "ref_json_r2_key"},
+		{"UnknownPhase", Name("OCR"), `{}`, "unknown phase"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := ValidateResult(tt.phase, json.RawMessage(tt.body))
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}

@@ -94,6 +94,7 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 			FileSize:         o.FileSize,
 			ContentType:      "image/jpeg",
 			ProcessingConfig: file.ProcessingConfig,
+			DirectoryPath:    file.DirectoryPath,
 			Tags:             []string{TagTIFFConverter},
 		})
 	}

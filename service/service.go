@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -30,12 +31,17 @@ type Service struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 	logger *slog.Logger
+	apps   map[phases.Name]string // phase -> Fly app, to destroy machines
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
 // be started in processes that do not work jobs.
-func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], logger *slog.Logger) *Service {
-	return &Service{pool: pool, river: riverClient, logger: logger}
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, logger *slog.Logger) *Service {
+	apps := make(map[phases.Name]string, len(cfg.Phases))
+	for name, p := range cfg.Phases {
+		apps[name] = p.FlyAppName
+	}
+	return &Service{pool: pool, river: riverClient, logger: logger, apps: apps}
 }
 
 // Accepted is the answer to a batch submission.
@@ -123,6 +129,18 @@ type Status struct {
 	Error       *string         `json:"error"`
 	Phase       *string         `json:"phase"`
 	Phases      []PhaseProgress `json:"phases"`
+	// Ingest is the delivery of the final manifest to the ingest service.
+	Ingest Ingest `json:"ingest"`
+}
+
+// Ingest reports delivery of a finished batch to the ingest service.
+type Ingest struct {
+	// Status is none (not finished yet), pending (being delivered, retried
+	// with backoff), delivered, or failed (gave up; see LastError).
+	Status      string     `json:"status"`
+	Attempts    int32      `json:"attempts"`
+	LastError   *string    `json:"last_error"`
+	DeliveredAt *time.Time `json:"delivered_at"`
 }
 
 // Status reports a batch's status; ErrNotFound for an unknown batch.
@@ -139,6 +157,7 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 	st := Status{
 		BatchID: b.ID, Status: b.Status, StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt,
 		CompletedAt: b.CompletedAt, Error: b.Error, Phase: b.Phase, Phases: phaseProgress(counts),
+		Ingest: Ingest{Status: b.IngestStatus, Attempts: b.IngestAttempts, LastError: b.IngestLastError, DeliveredAt: b.IngestDeliveredAt},
 	}
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {

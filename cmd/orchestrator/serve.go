@@ -15,11 +15,12 @@ import (
 
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/compute/flycompute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/jobs"
-	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -81,12 +82,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
+	backend, err := openCompute(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
 	riverClient, err := jobs.NewClient(jobs.Deps{
-		Pool:   pool,
-		Store:  store,
-		Bucket: cfg.R2Bucket,
-		Limits: manifest.Limits{MaxFileSize: cfg.MaxFileSize, MaxBatchSize: cfg.MaxBatchSize},
-		Logger: logger,
+		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger,
 	}, jobs.ClientConfig{})
 	if err != nil {
 		return err
@@ -95,7 +96,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("starting job workers: %w", err)
 	}
 
-	e := api.New(api.Config{Service: service.New(pool, riverClient, logger), Pool: pool, Logger: logger})
+	if cfg.AdminToken == "" {
+		logger.Warn("ADMIN_TOKEN is not set: admin routes refuse every request")
+	}
+	e := api.New(api.Config{
+		Service: service.New(pool, riverClient, cfg, logger), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("listening on %s (LISTEN_ADDR): %w", cfg.ListenAddr, err)
@@ -103,7 +109,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	logger.Info("orchestrator serving", "addr", ln.Addr().String(), "bucket", cfg.R2Bucket)
+	logger.Info("orchestrator serving", "addr", ln.Addr().String(), "bucket", cfg.R2Bucket, "callback_base", cfg.OrchestratorURL)
 
 	select {
 	case <-ctx.Done():
@@ -184,3 +190,29 @@ func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (bl
 		SecretAccessKey: cfg.R2SecretAccessKey,
 	})
 }
+
+// openCompute picks the machine backend: Fly.io when FLY_API_TOKEN is set.
+// Without it there is nothing to launch on yet, and launches fail with a
+// message that says so (the batch goes to ERROR after the phase retries).
+func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (compute.Backend, error) {
+	if cfg.FlyAPIToken == "" {
+		logger.Warn("FLY_API_TOKEN is not set: machines cannot be launched")
+		return noCompute{}, nil
+	}
+	return flycompute.New(ctx, flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
+}
+
+// noCompute is the backend when none is configured.
+type noCompute struct{}
+
+var errNoCompute = errors.New("no compute backend is configured: set FLY_API_TOKEN")
+
+func (noCompute) Launch(context.Context, compute.MachineSpec) (compute.Machine, error) {
+	return compute.Machine{}, compute.Permanent(errNoCompute, 0)
+}
+
+func (noCompute) FindByTask(context.Context, string, string) ([]compute.Machine, error) {
+	return nil, nil
+}
+
+func (noCompute) Destroy(context.Context, string, string) error { return nil }

@@ -1,6 +1,7 @@
 // Package testenv assembles a whole orchestrator for end-to-end tests: a
 // fresh Postgres database, a real S3 server with a bucket of the test's own,
-// River workers and the HTTP API on a loopback port.
+// a fake Fly Machines API reached through the real fly-go client, a fake
+// ingest service, River workers and the HTTP API on a loopback port.
 package testenv
 
 import (
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,12 +24,20 @@ import (
 
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/compute/flycompute"
+	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/jobs"
-	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/service"
 )
+
+// AdminToken is the admin token of every Env.
+const AdminToken = "test-admin-token"
+
+// flyToken is the fake Fly API's token.
+const flyToken = "test-fly-token"
 
 // Env is a running orchestrator for one test.
 type Env struct {
@@ -34,7 +45,10 @@ type Env struct {
 	S3     *s3test.Server
 	Bucket string
 	Store  blob.Store
+	Fly    *fakefly.Server
+	Ingest *Ingest
 	River  *river.Client[pgx.Tx]
+	Config *config.Config
 	Server *httptest.Server
 }
 
@@ -43,6 +57,27 @@ type Options struct {
 	// StoreConfig overrides the S3 client configuration, e.g. to go through a
 	// fault-injecting proxy; nil uses the test S3 server directly.
 	StoreConfig *blob.S3Config
+	// Settings override configuration by its environment names, on top of
+	// test defaults (fast alarms and sweeps, no launch limit).
+	Settings map[string]string
+	// Behave decides how the fake Fly API and its workers act per launch.
+	Behave func(fakefly.Launch) fakefly.Behavior
+	// NoSweep leaves out the periodic sweep (timeouts and the backstop).
+	NoSweep bool
+	// NoWorkers starts no River workers: jobs are only inserted.
+	NoWorkers bool
+}
+
+// testSettings make batches move fast in tests.
+var testSettings = map[string]string{
+	"ALARM_DELAY_TIFF_CONVERSION":  "100",
+	"ALARM_DELAY_IMAGE_PROCESSING": "100",
+	"ALARM_DELAY_ERROR_RETRY":      "200",
+	"FLY_LAUNCH_RATE":              "100000",
+	"FLY_LAUNCH_BURST":             "100000",
+	"SWEEP_INTERVAL":               "200",
+	"CDN_PUBLIC_URL":               "https://cdn.test",
+	"ADMIN_TOKEN":                  AdminToken,
 }
 
 // New starts an orchestrator for the test and stops it when the test ends.
@@ -58,23 +93,60 @@ func New(t *testing.T, opts Options) *Env {
 	store, err := blob.NewS3(scfg)
 	require.NoError(t, err)
 
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client, err := jobs.NewClient(jobs.Deps{
-		Pool: pool, Store: store, Bucket: bucket, Limits: manifest.DefaultLimits(), Logger: logger,
-	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer stopCancel()
-		_ = client.Stop(stopCtx)
-		cancel()
-	})
+	fly := fakefly.New(t, fakefly.Options{Token: flyToken, Behave: opts.Behave})
+	ingest := newIngest(t)
 
-	srv := httptest.NewServer(api.New(api.Config{Service: service.New(pool, client, logger), Pool: pool, Logger: logger}))
+	// The API's URL must be known before the configuration (workers call
+	// back to it), so the server starts first and gets its handler after.
+	var handler atomic.Pointer[http.Handler]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*handler.Load()).ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
-	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, River: client, Server: srv}
+
+	settings := map[string]string{
+		"DATABASE_URL":         "unused: tests pass the pool",
+		"ORCHESTRATOR_URL":     srv.URL,
+		"WORKER_URL":           ingest.URL,
+		"R2_ENDPOINT":          scfg.Endpoint,
+		"R2_ACCESS_KEY_ID":     scfg.AccessKeyID,
+		"R2_SECRET_ACCESS_KEY": scfg.SecretAccessKey,
+		"R2_BUCKET":            bucket,
+		"FLY_API_TOKEN":        flyToken,
+		"FLY_FLAPS_BASE_URL":   fly.URL,
+	}
+	for k, v := range testSettings {
+		settings[k] = v
+	}
+	for k, v := range opts.Settings {
+		settings[k] = v
+	}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := settings[k]; return v, ok })
+	require.NoError(t, err)
+
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
+	require.NoError(t, err)
+	client, err := jobs.NewClient(jobs.Deps{
+		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger,
+	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep})
+	require.NoError(t, err)
+	if !opts.NoWorkers {
+		ctx, cancel := context.WithCancel(context.Background())
+		require.NoError(t, client.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer stopCancel()
+			_ = client.Stop(stopCtx)
+			cancel()
+		})
+	}
+
+	var h http.Handler = api.New(api.Config{
+		Service: service.New(pool, client, cfg, logger), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+	})
+	handler.Store(&h)
+	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv}
 }
 
 // PutObject stores body at key in the test's bucket.
@@ -87,10 +159,19 @@ func (e *Env) PutObject(t *testing.T, key string, body []byte) {
 // Do sends a request to the API and returns the status code and body.
 func (e *Env) Do(t *testing.T, method, path string, body io.Reader) (int, []byte) {
 	t.Helper()
+	return e.DoAuth(t, method, path, "", body)
+}
+
+// DoAuth is Do with `Authorization: Bearer <token>` when token is not "".
+func (e *Env) DoAuth(t *testing.T, method, path, token string, body io.Reader) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, e.Server.URL+path, body)
 	require.NoError(t, err)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -110,8 +191,8 @@ func (e *Env) Status(t *testing.T, id string) service.Status {
 	return st
 }
 
-// AwaitStatus polls the batch's status until it leaves PENDING (or the
-// deadline passes) and returns it. Polling a condition, not sleeping a guess.
+// AwaitStatus polls the batch's status until done says so (or a minute
+// passes) and returns it. Polling a condition, not sleeping a guess.
 func (e *Env) AwaitStatus(t *testing.T, id string, done func(service.Status) bool) service.Status {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -125,6 +206,49 @@ func (e *Env) AwaitStatus(t *testing.T, id string, done func(service.Status) boo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Ingest is a fake ingest service: it records every enqueue-processed call
+// and answers FailFirst of them with 503.
+type Ingest struct {
+	URL       string
+	FailFirst atomic.Int32
+	mu        sync.Mutex
+	calls     []IngestCall
+}
+
+// IngestCall is one call the fake ingest service received.
+type IngestCall struct {
+	Path           string
+	IdempotencyKey string
+	Body           []byte
+	Status         int
+}
+
+func newIngest(t *testing.T) *Ingest {
+	in := &Ingest{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		status := http.StatusOK
+		if in.FailFirst.Add(-1) >= 0 {
+			status = http.StatusServiceUnavailable
+		}
+		in.mu.Lock()
+		in.calls = append(in.calls, IngestCall{Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Body: body, Status: status})
+		in.mu.Unlock()
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"ok": true}`))
+	}))
+	t.Cleanup(srv.Close)
+	in.URL = srv.URL
+	return in
+}
+
+// Calls returns the calls received so far.
+func (in *Ingest) Calls() []IngestCall {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]IngestCall(nil), in.calls...)
 }
 
 // testWriter sends log output to the test log, so it shows only on failure.

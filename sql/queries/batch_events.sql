@@ -9,3 +9,7 @@ SELECT * FROM batch_events
 WHERE batch_id = @batch_id AND id > @after_id
 ORDER BY id
 LIMIT @max;
+
+-- name: BatchEventInsertMany :copyfrom
+INSERT INTO batch_events (batch_id, type, phase, task_id, data)
+VALUES (@batch_id, @type, @phase, @task_id, @data);

@@ -1,3 +1,37 @@
+-- TaskClaimPending moves up to @max pending tasks of a phase to processing
+-- for launch. Each gets a fresh random callback token: only its SHA-256 is
+-- stored, and the token itself is returned once, for the machine's env. SKIP
+-- LOCKED lets several launchers share a phase without waiting on each other.
+-- name: TaskClaimPending :many
+WITH claimed AS (
+    SELECT p.id FROM tasks p
+    WHERE p.batch_id = @batch_id AND p.phase = @phase AND p.status = 'pending'
+    ORDER BY p.created_at, p.id
+    LIMIT @max
+    FOR UPDATE SKIP LOCKED
+), tokens AS (
+    SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token
+    FROM claimed
+)
+UPDATE tasks t
+SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL,
+    token_hash = sha256(convert_to(tokens.token, 'UTF8')),
+    deadline = clock_timestamp() + make_interval(secs => @timeout_seconds::float8),
+    launched_at = clock_timestamp(), updated_at = clock_timestamp()
+FROM tokens, files f
+WHERE t.id = tokens.id AND f.id = t.file_id
+RETURNING t.id, t.file_id, t.attempt, f.r2_key, tokens.token;
+
+-- TaskComplete applies a worker's callback. It matches only a processing
+-- task whose current token is the one presented, so a callback from an
+-- earlier launch of a relaunched task cannot apply.
+-- name: TaskComplete :one
+UPDATE tasks
+SET status = @status, result = @result, error = @error, ended_by = 'callback',
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = @id AND status = 'processing' AND token_hash = @token_hash
+RETURNING id;
+
 -- TaskCountByBatch counts a batch's tasks per phase and status; it is an
 -- index-only scan of tasks_batch_phase_status_idx.
 -- name: TaskCountByBatch :many
@@ -6,6 +40,68 @@ FROM tasks
 WHERE batch_id = @batch_id
 GROUP BY phase, status;
 
+-- name: TaskCountOpen :one
+SELECT count(*)::bigint FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing');
+
+-- name: TaskCountPending :one
+SELECT count(*)::bigint FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
+
+-- TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
+-- name: TaskExpiredGroups :many
+SELECT DISTINCT batch_id, phase FROM tasks
+WHERE status = 'processing' AND deadline < clock_timestamp()
+LIMIT @max;
+
+-- TaskFailExpired fails the processing tasks of a phase that are past their
+-- deadline, with the message of spec 000.
+-- name: TaskFailExpired :many
+UPDATE tasks
+SET status = 'failed', ended_by = 'timeout', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+    error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing' AND deadline < clock_timestamp()
+RETURNING id, machine_id, error;
+
+-- TaskFailOpenByBatch ends every open task of a batch (admin reset).
+-- name: TaskFailOpenByBatch :many
+UPDATE tasks
+SET status = 'failed', ended_by = 'reset', error = @error,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
+RETURNING id, phase, machine_id;
+
+-- name: TaskGetForCallback :one
+SELECT id, batch_id, phase, status, token_hash, ended_by
+FROM tasks
+WHERE id = @id AND batch_id = @batch_id;
+
 -- name: TaskInsertMany :copyfrom
 INSERT INTO tasks (id, batch_id, phase, file_id)
 VALUES (@id, @batch_id, @phase, @file_id);
+
+-- TaskListByBatchPhase returns what the phase's transform needs.
+-- name: TaskListByBatchPhase :many
+SELECT id, file_id, status, result FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase;
+
+-- TaskRelease returns claimed tasks whose launch certainly did not create a
+-- machine to pending, forgetting their token.
+-- name: TaskRelease :many
+UPDATE tasks
+SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
+WHERE id = ANY(@ids::text[]) AND status = 'processing' AND machine_id IS NULL
+RETURNING id;
+
+-- TaskSetMachines records launched machines, for tasks still in the same
+-- launch attempt (a callback may already have ended the task: a fast worker
+-- can beat this bookkeeping). It returns how each task ended so far, so the
+-- caller can destroy machines whose task was reset or timed out meanwhile.
+-- name: TaskSetMachines :many
+UPDATE tasks t
+SET machine_id = u.machine_id, updated_at = clock_timestamp()
+FROM (
+    SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
+) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
+RETURNING t.id, t.ended_by;

@@ -1,0 +1,448 @@
+// Package flycompute implements compute.Backend on the Fly Machines API
+// through fly-go's flaps client (github.com/superfly/fly-go v0.9.3).
+//
+// What fly-go does underneath, and what this package does about it (read from
+// the v0.9.3 sources):
+//
+//   - fly.NewHTTPClient wraps every request in a rehttp transport that retries
+//     ANY method, POST included, up to 3 times (exponential jitter, 100ms base,
+//     1s cap) when the answer is 502 or 503 or the transport error has
+//     Temporary() == true (i/o timeouts, ETIMEDOUT, EAGAIN, EINTR, EMFILE,
+//     ENFILE; not ECONNRESET, which Go's net.OpError calls temporary only on
+//     accept). flaps.do additionally retries GETs (only) twice on ECONNRESET.
+//   - A launch POST that Fly executed but answered 502/503 (or whose answer
+//     timed out) is therefore silently sent again, and the retry creates a
+//     second machine for the same task while the caller only sees the last
+//     answer (demonstrated against the fake in flycompute_test.go). Our transport sits under rehttp and turns, for POSTs
+//     only, 502/503 answers and post-send transport errors into errors rehttp
+//     does not retry. They surface as compute.ErrAmbiguous and the launcher
+//     reconciles with FindByTask before launching again. Dial errors (nothing
+//     sent) stay retryable; GET and DELETE keep fly-go's retries (idempotent).
+//   - Non-2xx answers surface as *flaps.FlapsError (status, body, request id)
+//     wrapped as "failed to launch VM: ..."; response headers are dropped. Our
+//     transport therefore turns 429 answers into its own error carrying the
+//     Retry-After header, so compute.RetryAfter works.
+//   - rehttp rewinds one shared body reader for each retry while net/http
+//     may still be reading it for the previous attempt: a data race under
+//     -race, and the retried request can go out with an empty body. Our
+//     transport gives every attempt its own copy of the body.
+//   - flaps.NewWithOptions reads FLY_FLAPS_BASE_URL from the environment and
+//     has no option for the base URL. Config.BaseURL is applied by our
+//     transport rewriting each request's scheme and host, so no package code
+//     reads or mutates the environment; with BaseURL empty, fly-go's own
+//     FLY_FLAPS_BASE_URL handling (default https://api.machines.dev) applies.
+//   - fly-go's optional Logger installs a transport that prints request
+//     bodies at debug level, i.e. every machine's env with R2 credentials and
+//     callback tokens. We never give fly-go a logger.
+//
+// List(ctx, app, s) sends GET /v1/apps/{app}/machines?{s} with s verbatim as
+// the raw query, so FindByTask sends ?metadata.task_id={escaped id} (the Fly
+// API's documented metadata.{key} filter) and also filters client side.
+package flycompute
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	fly "github.com/superfly/fly-go"
+	"github.com/superfly/fly-go/flaps"
+	"github.com/superfly/fly-go/tokens"
+
+	"github.com/arke-institute/orchestrator/compute"
+)
+
+// DefaultRequestTimeout bounds one API call (with fly-go's internal retries)
+// when Config.RequestTimeout is zero, so a hung connection becomes an
+// ambiguous error instead of a stuck launcher.
+const DefaultRequestTimeout = 30 * time.Second
+
+// Metadata keys stored on every machine; FindByTask filters on task_id.
+const (
+	MetadataTaskID  = "task_id"
+	MetadataBatchID = "batch_id"
+)
+
+// Config configures the Fly backend. Only cmd/ reads the environment; it fills
+// this struct once.
+type Config struct {
+	// APIToken is FLY_API_TOKEN (a "fm2_..." macaroon or a personal token,
+	// with or without a "Bearer"/"FlyV1" scheme). Required. It is only ever
+	// placed in the Authorization header: never logged, never in errors.
+	APIToken string
+	// BaseURL overrides the Machines API address (FLY_FLAPS_BASE_URL, e.g. a
+	// fake in tests or the private http://_api.internal:4280). Empty means
+	// fly-go's default, which itself honours FLY_FLAPS_BASE_URL.
+	BaseURL string
+	// Transport is the innermost HTTP transport (nil: a clone of
+	// http.DefaultTransport keeping 64 idle connections to the API host).
+	// fly-go builds its own http.Client around it, so a whole client cannot be
+	// supplied.
+	Transport http.RoundTripper
+	// UserAgent is sent with every request (default "arke-orchestrator").
+	UserAgent string
+	// RequestTimeout bounds each call (default DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// Logger receives debug lines about launches and destroys (default
+	// slog.Default()). Machine env is never logged.
+	Logger *slog.Logger
+}
+
+// Backend launches task machines on Fly. It is safe for concurrent use.
+type Backend struct {
+	client  *flaps.Client
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+var _ compute.Backend = (*Backend)(nil)
+
+// New validates cfg and builds the flaps client. It makes no API call.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if tok := strings.TrimSpace(tokens.StripAuthorizationScheme(cfg.APIToken)); tok == "" ||
+		strings.EqualFold(tok, "Bearer") || strings.EqualFold(tok, "FlyV1") {
+		return nil, errors.New("flycompute: APIToken is required")
+	}
+	var base *url.URL
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("flycompute: BaseURL %q is not an http(s) URL", cfg.BaseURL)
+		}
+		base = u
+	}
+	next := cfg.Transport
+	if next == nil {
+		// Every call goes to one host; the default of 2 idle connections
+		// per host would reconnect constantly under launcher concurrency.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		next = tr
+	}
+	userAgent := cfg.UserAgent
+	if userAgent == "" {
+		userAgent = "arke-orchestrator"
+	}
+	timeout := cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+
+	client, err := flaps.NewWithOptions(ctx, flaps.NewClientOpts{
+		UserAgent: userAgent,
+		Tokens:    tokens.Parse(cfg.APIToken),
+		Transport: &guardTransport{base: base, next: next},
+		// Logger stays nil on purpose: see the package doc.
+	})
+	if err != nil {
+		// fly-go's text names FLY_FLAPS_BASE_URL at most, never the token.
+		return nil, fmt.Errorf("flycompute: building flaps client: %w", err)
+	}
+	return &Backend{client: client, timeout: timeout, log: logger}, nil
+}
+
+// Launch creates and starts the task's machine: auto_destroy so it disappears
+// when the worker exits, restart policy "no" so a crashed worker is not rerun
+// behind the orchestrator's back (the sweep decides about retries).
+func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute.Machine, error) {
+	if err := validateSpec(spec); err != nil {
+		return compute.Machine{}, compute.Permanent(err, 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+
+	cfg := &fly.MachineConfig{
+		Image:       spec.Image,
+		Env:         spec.Env,
+		AutoDestroy: true,
+		Restart:     &fly.MachineRestart{Policy: fly.MachineRestartPolicyNo},
+		Metadata: map[string]string{
+			MetadataTaskID:  spec.TaskID,
+			MetadataBatchID: spec.BatchID,
+		},
+	}
+	if spec.MemoryMB != 0 || spec.CPUs != 0 || spec.CPUKind != "" {
+		cfg.Guest = &fly.MachineGuest{MemoryMB: spec.MemoryMB, CPUs: spec.CPUs, CPUKind: spec.CPUKind}
+	}
+	m, err := b.client.Launch(ctx, spec.App, fly.LaunchMachineInput{
+		Name:   spec.Name,
+		Region: spec.Region,
+		Config: cfg,
+	})
+	if err != nil {
+		return compute.Machine{}, classify(ctx, fmt.Errorf("launching machine %s for task %s: %w", spec.Name, spec.TaskID, err))
+	}
+	b.log.DebugContext(ctx, "machine launched",
+		"app", spec.App, "machine_id", m.ID, "machine_name", spec.Name,
+		"task_id", spec.TaskID, "batch_id", spec.BatchID, "state", m.State)
+	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID}, nil
+}
+
+// FindByTask lists the app's machines carrying metadata task_id=taskID,
+// excluding destroyed ones. The filter is applied by the API and again here,
+// so a server that ignored the query parameter cannot produce a false match.
+func (b *Backend) FindByTask(ctx context.Context, app, taskID string) ([]compute.Machine, error) {
+	if err := validatePathPart("app", app); err != nil {
+		return nil, compute.Permanent(err, 0)
+	}
+	if taskID == "" {
+		return nil, compute.Permanent(errors.New("flycompute: task id is required"), 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+
+	ms, err := b.client.List(ctx, app, "metadata."+MetadataTaskID+"="+url.QueryEscape(taskID))
+	if err != nil {
+		return nil, classify(ctx, fmt.Errorf("listing machines of task %s: %w", taskID, err))
+	}
+	var out []compute.Machine
+	for _, m := range ms {
+		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(MetadataTaskID) != taskID {
+			continue
+		}
+		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: taskID})
+	}
+	return out, nil
+}
+
+// Destroy force-destroys a machine (fly-go sends ?kill=true). A machine Fly no
+// longer knows (404) is already gone, which is what the caller wanted.
+func (b *Backend) Destroy(ctx context.Context, app, machineID string) error {
+	if err := validatePathPart("app", app); err != nil {
+		return compute.Permanent(err, 0)
+	}
+	if err := validatePathPart("machine id", machineID); err != nil {
+		return compute.Permanent(err, 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+
+	err := b.client.Destroy(ctx, app, fly.RemoveMachineInput{ID: machineID, Kill: true}, "")
+	if err != nil {
+		var fe *flaps.FlapsError
+		if errors.As(err, &fe) && fe.ResponseStatusCode == http.StatusNotFound {
+			b.log.DebugContext(ctx, "machine already gone", "app", app, "machine_id", machineID)
+			return nil
+		}
+		return classify(ctx, fmt.Errorf("destroying machine %s: %w", machineID, err))
+	}
+	b.log.DebugContext(ctx, "machine destroyed", "app", app, "machine_id", machineID)
+	return nil
+}
+
+func validateSpec(spec compute.MachineSpec) error {
+	if err := validatePathPart("app", spec.App); err != nil {
+		return err
+	}
+	switch {
+	case spec.Image == "":
+		return errors.New("flycompute: machine image is required")
+	case spec.Name == "":
+		return errors.New("flycompute: machine name is required")
+	case spec.TaskID == "":
+		return errors.New("flycompute: task id is required")
+	}
+	return nil
+}
+
+// validatePathPart rejects values that would change the request path or
+// query when fly-go interpolates them into the URL.
+func validatePathPart(what, v string) error {
+	if v == "" {
+		return fmt.Errorf("flycompute: %s is required", what)
+	}
+	if strings.ContainsAny(v, "/?#% \t\r\n") {
+		return fmt.Errorf("flycompute: invalid %s %q", what, v)
+	}
+	return nil
+}
+
+// classify maps a failed call to a compute error kind; see package compute
+// for what each kind obliges the launcher to do.
+func classify(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		// rehttp reports a cancellation during its backoff as a plain
+		// "request canceled" error; keep the real cause visible to errors.Is.
+		err = fmt.Errorf("%w: %w", err, cerr)
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		if se.status == http.StatusTooManyRequests {
+			return compute.RateLimited(err, se.status, se.retryAfter)
+		}
+		return compute.Ambiguous(err, se.status)
+	}
+	var fe *flaps.FlapsError
+	if errors.As(err, &fe) {
+		status := fe.ResponseStatusCode
+		switch {
+		case status == http.StatusTooManyRequests:
+			return compute.RateLimited(err, status, 0)
+		case status == http.StatusRequestTimeout, status >= 500:
+			return compute.Ambiguous(err, status)
+		case status == http.StatusConflict:
+			// Fly documents machine names as unique: a conflict on create
+			// means a machine with this task's name may already exist.
+			return compute.Ambiguous(err, status)
+		case status >= 400:
+			if sc := fe.StatusCode(); sc != nil && *sc == "insufficient_capacity" {
+				// Region momentarily full: nothing was created and a later
+				// attempt may succeed, so it must not fail the phase.
+				return compute.Ambiguous(err, status)
+			}
+			return compute.Permanent(err, status)
+		default:
+			return compute.Ambiguous(err, status)
+		}
+	}
+	// Transport errors, timeouts and undecodable 2xx bodies: the request may
+	// have been executed.
+	return compute.Ambiguous(err, 0)
+}
+
+// guardTransport sits under fly-go's retrying transport (see package doc).
+// It points requests at the configured base URL, keeps Retry-After of 429
+// answers, and stops fly-go from silently repeating a POST that may have
+// taken effect.
+type guardTransport struct {
+	base *url.URL
+	next http.RoundTripper
+}
+
+func (t *guardTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	out := req
+	if req.Body != nil && req.Body != http.NoBody {
+		// rehttp rewinds and reuses one body reader for its retries while
+		// net/http may still be reading it for the previous attempt (a data
+		// race; the retry can go out with an empty body). Handing net/http
+		// its own copy, read here before returning, rules that out.
+		body, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		out = req.Clone(req.Context())
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.ContentLength = int64(len(body))
+	}
+	if t.base != nil {
+		if out == req {
+			out = req.Clone(req.Context())
+		}
+		out.URL.Scheme = t.base.Scheme
+		out.URL.Host = t.base.Host
+		if p := strings.TrimSuffix(t.base.Path, "/"); p != "" {
+			out.URL.Path = p + out.URL.Path
+			out.URL.RawPath = ""
+		}
+		out.Host = ""
+	}
+	resp, err := t.next.RoundTrip(out)
+	if err != nil {
+		if req.Method == http.MethodPost && !neverSent(err) {
+			return nil, &sentError{err: err}
+		}
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return nil, newStatusError(resp)
+	case req.Method == http.MethodPost &&
+		(resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable):
+		return nil, newStatusError(resp)
+	}
+	return resp, nil
+}
+
+// neverSent reports transport errors that happened before any byte of the
+// request left (dial and DNS failures): retrying those cannot duplicate.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// sentError hides Temporary() from rehttp so a POST that may have reached Fly
+// is not sent again. It keeps the text and the chain.
+type sentError struct{ err error }
+
+func (e *sentError) Error() string { return e.err.Error() }
+func (e *sentError) Unwrap() error { return e.err }
+
+// statusError is an HTTP answer our transport turned into an error; it has
+// no Temporary() method, so rehttp does not retry it.
+type statusError struct {
+	status     int
+	retryAfter time.Duration
+	msg        string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("fly machines API answered %d %s: %s", e.status, http.StatusText(e.status), e.msg)
+}
+
+func newStatusError(resp *http.Response) *statusError {
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return &statusError{
+		status:     resp.StatusCode,
+		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		msg:        apiMessage(body),
+	}
+}
+
+// apiMessage extracts Fly's {"error"|"message": ...} text, like fly-go does,
+// falling back to the (truncated) raw body.
+func apiMessage(body []byte) string {
+	var e struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &e) == nil {
+		if e.Message != "" {
+			return e.Message
+		}
+		if e.Error != "" {
+			return e.Error
+		}
+	}
+	s := strings.TrimSpace(string(body))
+	if len(s) > 512 {
+		s = s[:512] + "..."
+	}
+	return s
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 if absent or bad.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		if d := at.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

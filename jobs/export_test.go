@@ -1,0 +1,17 @@
+package jobs
+
+// SetFanInGuard switches the fan-in's exclusive lock, so a test can show the
+// race it prevents. It returns a func restoring the previous value.
+func SetFanInGuard(on bool) (restore func()) {
+	prev := fanInGuard
+	fanInGuard = on
+	return func() { fanInGuard = prev }
+}
+
+// SetAfterOpenCount installs a hook run inside every phase check right
+// after it counted the open tasks. It returns a func removing it.
+func SetAfterOpenCount(f func(batchID string, open int64)) (restore func()) {
+	prev := afterOpenCount
+	afterOpenCount = f
+	return func() { afterOpenCount = prev }
+}

@@ -1,0 +1,201 @@
+package jobs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// fanInReps and fanInTasks size the fan-in race test: every repetition is
+// a phase whose tasks all call back at the same instant.
+const (
+	fanInReps  = 30
+	fanInTasks = 8
+)
+
+// TestFanInLosesNoWakeUp fires all the callbacks of a phase at once, many
+// times over, with the sweep's backstop switched off, and requires every
+// phase to transition promptly. Without the fan-in's exclusive lock a check
+// can count the last callback's task as open while that callback's own check
+// is swallowed by the running one's unique slot, and the phase hangs (run
+// with -run TestFanInLosesNoWakeUp -fanin.noguard to see it fail).
+func TestFanInLosesNoWakeUp(t *testing.T) {
+	// Not parallel: with -fanin.noguard it changes package state that every
+	// check reads.
+	if *noGuard {
+		t.Cleanup(jobs.SetFanInGuard(false))
+	}
+	// Widen the race window a little: each check lingers after counting, as
+	// a slow database would make it, so callbacks keep arriving while checks
+	// run.
+	t.Cleanup(jobs.SetAfterOpenCount(func(batchID string, open int64) {
+		if strings.HasPrefix(batchID, "FANIN-") && !strings.HasPrefix(batchID, "FANIN-LAST") && open > 0 {
+			time.Sleep(25 * time.Millisecond)
+		}
+	}))
+	// Machines never call back on their own: the test posts the callbacks.
+	env := testenv.New(t, testenv.Options{
+		NoSweep: true,
+		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
+	})
+
+	for rep := range fanInReps {
+		id := fmt.Sprintf("FANIN-%02d", rep)
+		files := make([]testenv.File, fanInTasks)
+		for i := range files {
+			files[i] = testenv.File{LogicalPath: fmt.Sprintf("/scan-%d.tif", i), Size: 10, ContentType: "image/tiff"}
+		}
+		env.Submit(t, id, files)
+		launches := awaitBatchLaunches(t, env, id, fanInTasks)
+
+		// All callbacks start together.
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		codes := make([]int, len(launches))
+		for i, l := range launches {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body, _ := json.Marshal(map[string]any{
+					"status": "success", "output_r2_key": l.Env["INPUT_R2_KEY"] + ".jpg",
+					"output_file_name": fmt.Sprintf("scan-%d.jpg", i), "output_file_size": 5,
+				})
+				req, _ := http.NewRequest(http.MethodPost, l.Env["CALLBACK_URL"], bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+l.Env["CALLBACK_TOKEN"])
+				<-start
+				// Spread the arrivals over a few checks (River fetches a newly
+				// inserted check after its 100 ms fetch cooldown).
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				codes[i] = resp.StatusCode
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, c := range codes {
+			require.Equal(t, http.StatusOK, c)
+		}
+
+		// With no sweep running, only the callbacks' own checks can move
+		// the batch on. Ten seconds is far beyond a check's latency.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st := env.Status(t, id)
+			if st.Status != "TIFF_CONVERSION" {
+				require.Equal(t, "IMAGE_PROCESSING", st.Status, "rep %d: error %v", rep, st.Error)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rep %d: every task of TIFF_CONVERSION ended but the phase never transitioned: a lost wake-up (%+v)", rep, st.Phases)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestLastCallbackDuringCheck makes the losing interleaving happen every
+// time: a check has counted exactly one open task and is still running when
+// that last task's callback arrives. With the fan-in lock the callback waits
+// for the check to finish and then enqueues a new one, which transitions the
+// phase; without it (-fanin.noguard) the callback's enqueue is swallowed by
+// the running check and the phase hangs.
+func TestLastCallbackDuringCheck(t *testing.T) {
+	// Not parallel: the hook is package state every check reads.
+	if *noGuard {
+		t.Cleanup(jobs.SetFanInGuard(false))
+	}
+	const id = "FANIN-LAST"
+	counted := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(jobs.SetAfterOpenCount(func(batchID string, open int64) {
+		if batchID != id || open != 1 {
+			return
+		}
+		once.Do(func() {
+			close(counted)
+			// Hold the check open (after its count, before it completes)
+			// until the last callback has had its chance to run.
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}))
+	env := testenv.New(t, testenv.Options{
+		NoSweep: true,
+		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
+	})
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/a.tif", Size: 1, ContentType: "image/tiff"},
+		{LogicalPath: "/b.tif", Size: 1, ContentType: "image/tiff"},
+	})
+	launches := awaitBatchLaunches(t, env, id, 2)
+	post := func(l fakefly.Launch) int {
+		body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
+		code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
+		require.Less(t, code, 300, string(resp))
+		return code
+	}
+
+	post(launches[0]) // its check counts one task open, and is held there
+	select {
+	case <-counted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no check counted the last open task")
+	}
+	// The last callback, while that check is still running. With the lock
+	// it blocks until the check commits, so release the check shortly after
+	// it started (in a goroutine: the callback may block).
+	done := make(chan int, 1)
+	go func() { done <- post(launches[1]) }()
+	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	<-done
+
+	deadline := time.Now().Add(10 * time.Second)
+	for env.Status(t, id).Status == "TIFF_CONVERSION" {
+		if time.Now().After(deadline) {
+			t.Fatal("both tasks ended but the phase never transitioned: the last callback's wake-up was lost")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, "DONE", env.Status(t, id).Status, "both TIFFs failed, so no image phase: done")
+}
+
+// awaitBatchLaunches waits until the batch's n machines are launched and
+// recorded, and returns their launches.
+func awaitBatchLaunches(t *testing.T, env *testenv.Env, batchID string, n int) []fakefly.Launch {
+	t.Helper()
+	env.AwaitStatus(t, batchID, func(st service.Status) bool {
+		return st.Status == "ERROR" || len(st.Phases) > 0 && st.Phases[0].TasksProcessing == int64(n)
+	})
+	var out []fakefly.Launch
+	env.Fly.Await(t, 30*time.Second, "launches of "+batchID, func() bool {
+		out = out[:0]
+		for _, l := range env.Fly.Launches() {
+			if l.BatchID == batchID && l.MachineID != "" {
+				out = append(out, l)
+			}
+		}
+		return len(out) == n
+	})
+	return out
+}

@@ -1,0 +1,318 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/ratelimit"
+)
+
+// launchChunk is how many tasks one launch round claims at most: enough to
+// keep LaunchConcurrency requests busy, small enough that a crash mid-round
+// strands few claimed tasks (the sweep reclaims them at their deadline).
+const launchChunk = 256
+
+// PhaseLaunchArgs launches machines for the pending tasks of a batch's phase
+// (spec 000's "alarm"). Unique per (batch, phase) while unfinished.
+type PhaseLaunchArgs struct {
+	BatchID string `json:"batch_id"`
+	Phase   string `json:"phase"`
+}
+
+// Kind is the River job kind.
+func (PhaseLaunchArgs) Kind() string { return "phase_launch" }
+
+// InsertOpts makes the job unique per (batch, phase) while unfinished.
+func (PhaseLaunchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+}
+
+// PhaseLaunchWorker works PhaseLaunchArgs.
+type PhaseLaunchWorker struct {
+	river.WorkerDefaults[PhaseLaunchArgs]
+	deps    Deps
+	limiter *ratelimit.Limiter
+}
+
+// launchOutcome is what one round of launches came to.
+type launchOutcome struct {
+	launched    int
+	rateLimited time.Duration // > 0: Fly answered 429; wait this long
+	err         error         // a phase-level launch error (last seen)
+}
+
+// Work launches up to BATCH_SIZE_<PHASE> machines, then snoozes for
+// ALARM_DELAY_<PHASE> while tasks are pending. Launches take tokens from the
+// bucket every orchestrator shares; a 429 from Fly is back-pressure (snooze
+// and retry, tasks stay pending); any other launch error counts against the
+// phase's MAX_RETRY_ATTEMPTS with exponential backoff, after which the batch
+// goes to ERROR.
+func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunchArgs]) error {
+	args := job.Args
+	name := phases.Name(args.Phase)
+	pcfg, ok := w.deps.Config.Phases[name]
+	if !ok {
+		return river.JobCancel(fmt.Errorf("unknown phase %q", args.Phase))
+	}
+	log := w.deps.Logger.With("batch_id", args.BatchID, "phase", args.Phase)
+	q := db.New(w.deps.Pool)
+	batch, err := q.BatchGetByID(ctx, args.BatchID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return river.JobCancel(fmt.Errorf("batch %s does not exist", args.BatchID))
+	}
+	if err != nil {
+		return fmt.Errorf("loading batch %s: %w", args.BatchID, err)
+	}
+	if batch.Status != args.Phase {
+		return nil // moved on, reset or finished: nothing to launch
+	}
+
+	limit := ratelimit.Limit{Rate: w.deps.Config.FlyLaunchRate, Burst: w.deps.Config.FlyLaunchBurst}
+	var total launchOutcome
+	for total.launched < pcfg.BatchSize {
+		want := min(pcfg.BatchSize-total.launched, launchChunk)
+		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.FlyAppName, limit, want)
+		if err != nil {
+			return err
+		}
+		if granted == 0 {
+			total.rateLimited = wait
+			break
+		}
+		claimed, err := q.TaskClaimPending(ctx, db.TaskClaimPendingParams{
+			BatchID: args.BatchID, Phase: args.Phase, Max: int32(granted), TimeoutSeconds: pcfg.TaskTimeout.Seconds(),
+		})
+		if err != nil {
+			return fmt.Errorf("claiming pending tasks: %w", err)
+		}
+		if len(claimed) == 0 {
+			break
+		}
+		out, err := w.launch(ctx, batch.ID, name, pcfg, claimed)
+		if err != nil {
+			return err
+		}
+		total.launched += out.launched
+		if out.err != nil || out.rateLimited > 0 {
+			total.err, total.rateLimited = out.err, out.rateLimited
+			break
+		}
+		if len(claimed) < granted {
+			break // no more pending tasks
+		}
+	}
+	if total.launched > 0 {
+		log.Info("launched machines", "count", total.launched)
+		if err := q.BatchPhaseRetryReset(ctx, batch.ID); err != nil {
+			return err
+		}
+	}
+	if total.err != nil {
+		return w.phaseError(ctx, job, pcfg, total.err)
+	}
+	pending, err := q.TaskCountPending(ctx, db.TaskCountPendingParams{BatchID: batch.ID, Phase: args.Phase})
+	if err != nil {
+		return err
+	}
+	switch {
+	case pending == 0:
+		return nil
+	case total.rateLimited > 0:
+		return river.JobSnooze(max(total.rateLimited, 50*time.Millisecond))
+	case total.launched < pcfg.BatchSize:
+		// Tokens or claims ran out before the round's quota: come back soon.
+		return river.JobSnooze(50 * time.Millisecond)
+	default:
+		return river.JobSnooze(pcfg.AlarmDelay)
+	}
+}
+
+// phaseError counts a phase-level launch failure: retried with exponential
+// backoff (2, 4, 8, 16 s ... capped at ALARM_DELAY_ERROR_RETRY, with jitter)
+// until MAX_RETRY_ATTEMPTS, then the batch goes to ERROR.
+func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg config.Phase, cause error) error {
+	args := job.Args
+	var retryErr error
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		count, err := q.BatchPhaseRetry(ctx, args.BatchID)
+		if err != nil {
+			return err
+		}
+		if int(count) >= w.deps.Config.MaxRetryAttempts {
+			msg := fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
+			if err := failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil {
+				return err
+			}
+			_, err := river.JobCompleteTx[*riverDriver](ctx, tx, job)
+			return err
+		}
+		delay := backoff(int(count), w.deps.Config.AlarmDelayErrorRetry)
+		if err := q.EventRecord(ctx, db.Event{BatchID: args.BatchID, Type: db.EventPhaseRetry, Phase: args.Phase, Data: map[string]any{
+			"retry": count, "max_retries": w.deps.Config.MaxRetryAttempts, "delay_ms": delay.Milliseconds(), "error": cause.Error(),
+		}}); err != nil {
+			return err
+		}
+		retryErr = river.JobSnooze(delay)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.FlyAppName)
+	return retryErr
+}
+
+// launch starts one machine per claimed task, LaunchConcurrency at a time,
+// and records what happened: machine ids for launched tasks; pending again
+// for tasks whose launch surely made no machine (429, 4xx, or an ambiguous
+// failure after which no machine with the task's id exists).
+func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, claimed []db.TaskClaimPendingRow) (launchOutcome, error) {
+	type result struct {
+		row       db.TaskClaimPendingRow
+		machineID string
+		err       error
+	}
+	results := make([]result, len(claimed))
+	sem := make(chan struct{}, max(1, w.deps.Config.LaunchConcurrency))
+	var wg sync.WaitGroup
+	for i, row := range claimed {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			id, err := w.launchOne(ctx, batchID, name, pcfg, row)
+			results[i] = result{row: row, machineID: id, err: err}
+		}()
+	}
+	wg.Wait()
+
+	var out launchOutcome
+	var launchedIDs, machineIDs, release []string
+	var attempts []int32
+	for _, r := range results {
+		switch {
+		case r.err == nil:
+			launchedIDs = append(launchedIDs, r.row.ID)
+			attempts = append(attempts, r.row.Attempt)
+			machineIDs = append(machineIDs, r.machineID)
+		case errors.Is(r.err, compute.ErrRateLimited):
+			release = append(release, r.row.ID)
+			out.rateLimited = max(out.rateLimited, compute.RetryAfter(r.err), time.Second)
+		default:
+			release = append(release, r.row.ID)
+			out.err = r.err
+		}
+	}
+	out.launched = len(launchedIDs)
+
+	var orphans []string // machines whose task ended while they were launched
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if len(launchedIDs) > 0 {
+			kept, err := q.TaskSetMachines(ctx, db.TaskSetMachinesParams{IDs: launchedIDs, Attempts: attempts, MachineIDs: machineIDs})
+			if err != nil {
+				return fmt.Errorf("recording launched machines: %w", err)
+			}
+			// A machine is wanted if its task is in this launch attempt and
+			// was not reset or timed out meanwhile.
+			wanted := make(map[string]bool, len(kept))
+			for _, k := range kept {
+				wanted[k.ID] = k.EndedBy == nil || *k.EndedBy == "callback"
+			}
+			events := make([]db.BatchEventInsertManyParams, 0, len(kept))
+			for i, id := range launchedIDs {
+				if !wanted[id] {
+					orphans = append(orphans, machineIDs[i])
+					continue
+				}
+				events = append(events, newEvent(batchID, db.EventTaskLaunched, string(name), id, map[string]any{
+					"machine_id": machineIDs[i], "attempt": attempts[i],
+				}))
+			}
+			if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+				return fmt.Errorf("recording launch events: %w", err)
+			}
+		}
+		if len(release) > 0 {
+			if _, err := q.TaskRelease(ctx, release); err != nil {
+				return fmt.Errorf("releasing tasks not launched: %w", err)
+			}
+		}
+		if len(orphans) > 0 {
+			if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, MachineDestroyArgs{App: pcfg.FlyAppName, MachineIDs: orphans}, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// launchOne launches the machine of one task. After an ambiguous failure it
+// looks the task's machine up by metadata before giving up, so a launch that
+// did create a machine is recorded instead of repeated: no task gets two.
+func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) (string, error) {
+	spec := w.machineSpec(batchID, name, pcfg, row)
+	m, err := w.deps.Compute.Launch(ctx, spec)
+	if err == nil {
+		return m.ID, nil
+	}
+	if !errors.Is(err, compute.ErrAmbiguous) {
+		return "", err
+	}
+	found, ferr := w.deps.Compute.FindByTask(ctx, pcfg.FlyAppName, row.ID)
+	if ferr != nil {
+		return "", fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)
+	}
+	if len(found) == 0 {
+		return "", err
+	}
+	// Keep one; any extra (a retried POST that created two) is destroyed.
+	for _, extra := range found[1:] {
+		if derr := w.deps.Compute.Destroy(ctx, pcfg.FlyAppName, extra.ID); derr != nil {
+			w.deps.Logger.Warn("destroying duplicate machine", "task_id", row.ID, "machine_id", extra.ID, "error", derr)
+		}
+	}
+	return found[0].ID, nil
+}
+
+// machineSpec is the machine of spec 000 §4.3 for one task.
+func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
+	c := w.deps.Config
+	env := map[string]string{
+		"TASK_ID":              row.ID,
+		"BATCH_ID":             batchID,
+		"INPUT_R2_KEY":         row.R2Key,
+		"R2_ACCOUNT_ID":        c.R2AccountID,
+		"R2_ACCESS_KEY_ID":     c.R2AccessKeyID,
+		"R2_SECRET_ACCESS_KEY": c.R2SecretAccessKey,
+		"R2_BUCKET":            c.R2Bucket,
+		"CALLBACK_URL":         c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID,
+		"CALLBACK_TOKEN":       row.Token,
+	}
+	if c.R2Endpoint != "" {
+		env["R2_ENDPOINT"] = c.R2Endpoint
+	}
+	if name == phases.ImageProcessing {
+		env["ARCHIVE_BUCKET"] = c.ArchiveBucket
+		env["CDN_PUBLIC_URL"] = c.CDNPublicURL
+	}
+	return compute.MachineSpec{
+		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,
+		Name:   strings.ReplaceAll(row.ID, "_", "-"),
+		TaskID: row.ID, BatchID: batchID, Env: env,
+		MemoryMB: pcfg.MemoryMB, CPUs: pcfg.CPUs, CPUKind: pcfg.CPUKind,
+	}
+}

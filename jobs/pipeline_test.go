@@ -1,0 +1,285 @@
+package jobs_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+const (
+	tiffApp  = "arke-tiff-worker"
+	imageApp = "arke-image-processor"
+)
+
+// workerResult is what a well-behaved worker reports for a launch: the
+// callback bodies of spec 000 §4.4 for the phase the app belongs to.
+func workerResult(l fakefly.Launch) any {
+	key := l.Env["INPUT_R2_KEY"]
+	if l.App == tiffApp {
+		name := strings.TrimSuffix(path.Base(key), path.Ext(key)) + ".jpg"
+		return map[string]any{
+			"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
+			"output_r2_key": path.Join(path.Dir(key), name), "output_file_name": name, "output_file_size": 4242,
+			"performance": map[string]any{"total_time_ms": 12, "download_time_ms": 3, "conversion_time_ms": 7, "upload_time_ms": 2},
+		}
+	}
+	return map[string]any{
+		"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
+		"ref_json_r2_key": key + ".ref.json", "archive_r2_key": "archive/" + key, "ref_json_size": 321,
+		"ref_data": map[string]any{"url": "https://cdn.test/" + key, "type": "image/jpeg", "size": 4242, "filename": path.Base(key)},
+	}
+}
+
+func succeed(l fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Body: workerResult(l)} }
+
+func isDone(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" }
+
+// TestMixedBatchEndToEnd drives a batch of TIFFs, images and documents
+// through TIFF_CONVERSION and IMAGE_PROCESSING to DONE through the real
+// fly-go client against the fake Machines API, whose machines play the
+// workers. One TIFF worker reports an error, one never calls back (it times
+// out), one image worker calls back twice.
+func TestMixedBatchEndToEnd(t *testing.T) {
+	t.Parallel()
+	behave := func(l fakefly.Launch) fakefly.Behavior {
+		switch path.Base(l.Env["INPUT_R2_KEY"]) {
+		case "b.TIFF":
+			return fakefly.Behavior{Body: map[string]any{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "error", "error": "Failed to decode TIFF: corrupt data at byte 12345"}}
+		case "c.tiff":
+			return fakefly.Behavior{Hang: true}
+		case "d.jpg":
+			return fakefly.Behavior{Body: workerResult(l), Duplicate: 1}
+		}
+		return succeed(l)
+	}
+	env := testenv.New(t, testenv.Options{Behave: behave, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1500"}})
+	ocr := manifest.ProcessingConfig{OCR: true, Describe: true, Pinax: true}
+	const id = "E2E-MIXED"
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/scans/a.tif", Size: 1000, ContentType: "image/tiff", Config: ocr},
+		{LogicalPath: "/scans/b.TIFF", Size: 2000, ContentType: "image/tiff", Config: ocr},
+		{LogicalPath: "/scans/c.tiff", Size: 3000, ContentType: "image/tiff", Config: ocr},
+		{LogicalPath: "/photos/d.jpg", Size: 400, ContentType: "image/jpeg"},
+		{LogicalPath: "/photos/e.png", Size: 500, ContentType: "image/png"},
+		{LogicalPath: "/docs/f.pdf", Size: 600, ContentType: "application/pdf"},
+		{LogicalPath: "/meta.json", Size: 70, ContentType: "application/json"},
+	})
+
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.NotNil(t, st.CompletedAt)
+	require.Equal(t, []service.PhaseProgress{
+		{Phase: "TIFF_CONVERSION", TasksTotal: 3, TasksCompleted: 1, TasksFailed: 2},
+		{Phase: "IMAGE_PROCESSING", TasksTotal: 3, TasksCompleted: 3},
+	}, st.Phases)
+
+	// The final manifest reaches ingest once, with an idempotency key.
+	call := awaitIngest(t, env, 1)[0]
+	require.Equal(t, "/api/batches/"+id+"/enqueue-processed", call.Path)
+	require.Equal(t, http.StatusOK, call.Status)
+	require.True(t, strings.HasPrefix(call.IdempotencyKey, id+"@"), call.IdempotencyKey)
+	var delivered jobs.ProcessedManifest
+	require.NoError(t, json.Unmarshal(call.Body, &delivered))
+	require.Equal(t, id, delivered.BatchID)
+
+	type entry struct {
+		Dir, Path, Type string
+		Size            int64
+		Tags            []string
+		OCR             bool
+	}
+	var got []entry
+	for _, d := range delivered.Manifest.Directories {
+		var sum int64
+		for _, f := range d.Files {
+			got = append(got, entry{d.DirectoryPath, f.LogicalPath, f.ContentType, f.FileSize, f.PreprocessorTags, d.ProcessingConfig.OCR})
+			sum += f.FileSize
+		}
+		require.Equal(t, int64(len(d.Files)), d.FileCount)
+		require.Equal(t, sum, d.TotalBytes)
+	}
+	require.Equal(t, []entry{
+		{"/scans", "/scans/a.tif", "image/tiff", 1000, []string{"TiffConverter:source"}, true},
+		{"/scans", "/scans/a.jpg.ref.json", "application/json", 321, []string{"ImageProcessor"}, true},
+		{"/scans", "/scans/b.TIFF", "image/tiff", 2000, []string{}, true},
+		{"/scans", "/scans/c.tiff", "image/tiff", 3000, []string{}, true},
+		{"/photos", "/photos/d.jpg.ref.json", "application/json", 321, []string{"ImageProcessor"}, false},
+		{"/photos", "/photos/e.png.ref.json", "application/json", 321, []string{"ImageProcessor"}, false},
+		{"/docs", "/docs/f.pdf", "application/pdf", 600, []string{}, false},
+		{"/", "/meta.json", "application/json", 70, []string{}, false},
+	}, got)
+	require.Equal(t, int64(8), delivered.Manifest.TotalFiles)
+
+	// Lineage: the ref.json came from the JPEG, which came from the TIFF.
+	ctx := context.Background()
+	var lineage []string
+	rows, err := env.Pool.Query(ctx, `WITH RECURSIVE up AS (
+			SELECT id, parent_id, generation, logical_path FROM files
+			WHERE batch_id = $1 AND generation = 2 AND logical_path = '/scans/a.jpg.ref.json'
+			UNION ALL
+			SELECT f.id, f.parent_id, f.generation, f.logical_path FROM files f JOIN up ON f.id = up.parent_id
+		) SELECT generation || ':' || logical_path FROM up ORDER BY generation`, id)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		lineage = append(lineage, s)
+	}
+	require.Equal(t, []string{"0:/scans/a.tif", "1:/scans/a.jpg", "2:/scans/a.jpg.ref.json"}, lineage)
+
+	// Failure isolation: the error and the timeout are kept with their tasks.
+	taskErr := func(file string) string {
+		var e string
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT coalesce(t.error, '') FROM tasks t JOIN files f ON f.id = t.file_id
+			WHERE t.batch_id = $1 AND f.file_name = $2`, id, file).Scan(&e))
+		return e
+	}
+	require.Equal(t, "Failed to decode TIFF: corrupt data at byte 12345", taskErr("b.TIFF"))
+	require.Regexp(t, `^Task timed out after \d+(\.\d)?s$`, taskErr("c.tiff"))
+
+	// The duplicate callback was answered 200 and changed nothing.
+	var dCallbacks []int
+	for _, cb := range env.Fly.Callbacks() {
+		if strings.HasSuffix(cb.URL, "/"+taskOf(t, env, id, "d.jpg")) {
+			dCallbacks = append(dCallbacks, cb.Status)
+		}
+	}
+	require.Equal(t, []int{http.StatusOK, http.StatusOK}, dCallbacks)
+	var dResults int
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM batch_events WHERE batch_id = $1 AND type = 'task.completed' AND task_id = $2`,
+		id, taskOf(t, env, id, "d.jpg")).Scan(&dResults))
+	require.Equal(t, 1, dResults)
+
+	// The hung machine is destroyed, and its late callback is refused.
+	hung := launchOf(t, env, "c.tiff")
+	env.Fly.Await(t, 30*time.Second, "hung machine destroyed", func() bool {
+		for _, d := range env.Fly.Destroyed() {
+			if d == hung.MachineID {
+				return true
+			}
+		}
+		return false
+	})
+	late, _ := json.Marshal(map[string]any{"status": "success", "output_r2_key": "staging/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1})
+	code, body := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+hung.TaskID, hung.Env["CALLBACK_TOKEN"], bytes.NewReader(late))
+	require.Equal(t, http.StatusConflict, code, string(body))
+	require.Contains(t, string(body), "already timed out")
+	var rejected int
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM batch_events WHERE batch_id = $1 AND type = 'callback.rejected'`, id).Scan(&rejected))
+	require.Equal(t, 1, rejected)
+
+	// Every launch carried the contract, and no task got two machines.
+	perTask := map[string]int{}
+	for _, l := range env.Fly.Launches() {
+		perTask[l.TaskID]++
+		requireLaunchContract(t, env, id, l)
+	}
+	require.Len(t, perTask, 6)
+	for task, n := range perTask {
+		require.Equal(t, 1, n, "task %s launched %d times", task, n)
+	}
+}
+
+// requireLaunchContract checks one launch against spec 000 §4.3 and the
+// execution issue: app, image, region, guest, auto-destroy, restart policy,
+// metadata, name and env.
+func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fakefly.Launch) {
+	t.Helper()
+	cfg := env.Config
+	wantMem, image := 1024, cfg.Phases["TIFF_CONVERSION"].WorkerImage
+	if l.App == imageApp {
+		wantMem, image = 2048, cfg.Phases["IMAGE_PROCESSING"].WorkerImage
+	}
+	require.Contains(t, []string{tiffApp, imageApp}, l.App)
+	require.Equal(t, image, l.Image)
+	require.Equal(t, "ord", l.Region)
+	require.Equal(t, wantMem, l.MemoryMB)
+	require.Equal(t, 2, l.CPUs)
+	require.Equal(t, "shared", l.CPUKind)
+	require.True(t, l.AutoDestroy)
+	require.Equal(t, "no", l.RestartPolicy)
+	require.Equal(t, batchID, l.Metadata["batch_id"])
+	require.NotEmpty(t, l.Metadata["task_id"])
+	require.Equal(t, strings.ReplaceAll(l.Metadata["task_id"], "_", "-"), l.Name)
+
+	want := map[string]string{
+		"TASK_ID":              l.Metadata["task_id"],
+		"BATCH_ID":             batchID,
+		"R2_ACCESS_KEY_ID":     cfg.R2AccessKeyID,
+		"R2_SECRET_ACCESS_KEY": cfg.R2SecretAccessKey,
+		"R2_BUCKET":            env.Bucket,
+		"R2_ENDPOINT":          cfg.R2Endpoint,
+		"CALLBACK_URL":         env.Server.URL + "/callback/" + batchID + "/" + l.Metadata["task_id"],
+	}
+	if l.App == imageApp {
+		want["ARCHIVE_BUCKET"] = "arke-archive"
+		want["CDN_PUBLIC_URL"] = "https://cdn.test"
+	}
+	for k, v := range want {
+		require.Equal(t, v, l.Env[k], "env %s", k)
+	}
+	require.Contains(t, l.Env, "R2_ACCOUNT_ID")
+	require.True(t, strings.HasPrefix(l.Env["INPUT_R2_KEY"], "staging/"+batchID+"/"), l.Env["INPUT_R2_KEY"])
+	require.GreaterOrEqual(t, len(l.Env["CALLBACK_TOKEN"]), 40, "a fresh random token")
+
+	// Only the token's hash is stored.
+	var stored []byte
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT token_hash FROM tasks WHERE id = $1`, l.Metadata["task_id"]).Scan(&stored))
+	require.Len(t, stored, 32)
+	require.NotContains(t, string(stored), l.Env["CALLBACK_TOKEN"])
+}
+
+// taskOf returns the id of the task that processed the named file.
+func taskOf(t *testing.T, env *testenv.Env, batchID, fileName string) string {
+	t.Helper()
+	var id string
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT t.id FROM tasks t JOIN files f ON f.id = t.file_id
+		WHERE t.batch_id = $1 AND f.file_name = $2`, batchID, fileName).Scan(&id))
+	return id
+}
+
+// launchOf returns the launch of the machine that processed the named file.
+func launchOf(t *testing.T, env *testenv.Env, fileName string) fakefly.Launch {
+	t.Helper()
+	for _, l := range env.Fly.Launches() {
+		if path.Base(l.Env["INPUT_R2_KEY"]) == fileName && l.MachineID != "" {
+			return l
+		}
+	}
+	t.Fatalf("no launch for %s", fileName)
+	return fakefly.Launch{}
+}
+
+// awaitIngest waits until the fake ingest service has n successful calls.
+func awaitIngest(t *testing.T, env *testenv.Env, n int) []testenv.IngestCall {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ok []testenv.IngestCall
+		for _, c := range env.Ingest.Calls() {
+			if c.Status/100 == 2 {
+				ok = append(ok, c)
+			}
+		}
+		if len(ok) >= n {
+			return ok
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest got %d successful calls, want %d (all calls: %d)", len(ok), n, len(env.Ingest.Calls()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,137 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// sweepGroupsPerRun bounds the work of one sweep; the next run continues.
+const sweepGroupsPerRun = 100
+
+// TaskSweepArgs is the periodic sweep (every SWEEP_INTERVAL): it fails tasks
+// still processing past their deadline, and it is the backstop that nudges
+// any running batch whose wake-up was lost.
+type TaskSweepArgs struct{}
+
+// Kind is the River job kind.
+func (TaskSweepArgs) Kind() string { return "task_sweep" }
+
+// InsertOpts keeps one sweep at a time.
+func (TaskSweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: uniqueUnfinished}}
+}
+
+// TaskSweepWorker works TaskSweepArgs.
+type TaskSweepWorker struct {
+	river.WorkerDefaults[TaskSweepArgs]
+	deps Deps
+}
+
+// Work fails expired tasks phase by phase, then nudges stalled batches.
+func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs]) error {
+	q := db.New(w.deps.Pool)
+	groups, err := q.TaskExpiredGroups(ctx, sweepGroupsPerRun)
+	if err != nil {
+		return fmt.Errorf("finding expired tasks: %w", err)
+	}
+	for _, g := range groups {
+		if err := w.expire(ctx, g.BatchID, g.Phase); err != nil {
+			return err
+		}
+	}
+	return w.backstop(ctx)
+}
+
+// expire fails the expired tasks of one (batch, phase) with "Task timed out
+// after Ns", queues their machines for destruction and enqueues the phase's
+// check, holding the batch's shared lock like any other task end.
+func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) error {
+	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.BatchLockShared(ctx, batchID); err != nil {
+			return err
+		}
+		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{BatchID: batchID, Phase: phase})
+		if err != nil {
+			return fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		events := make([]db.BatchEventInsertManyParams, 0, len(rows))
+		var machines []string
+		for _, r := range rows {
+			data := map[string]any{"error": deref(r.Error)}
+			if r.MachineID != nil {
+				machines = append(machines, *r.MachineID)
+				data["machine_id"] = *r.MachineID
+			}
+			events = append(events, newEvent(batchID, db.EventTaskTimedOut, phase, r.ID, data))
+		}
+		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+			return err
+		}
+		client := river.ClientFromContext[pgx.Tx](ctx)
+		if len(machines) > 0 {
+			if _, err := client.InsertTx(ctx, tx, MachineDestroyArgs{App: app, MachineIDs: machines}, nil); err != nil {
+				return err
+			}
+		}
+		if _, err := client.InsertTx(ctx, tx, PhaseCheckArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
+			return err
+		}
+		w.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", len(rows))
+		return nil
+	})
+}
+
+// backstop re-enqueues the check of a running batch whose phase has no open
+// task left, and the launcher of one with pending tasks. Both are unique
+// jobs, so when nothing was lost this inserts nothing.
+func (w *TaskSweepWorker) backstop(ctx context.Context) error {
+	q := db.New(w.deps.Pool)
+	stalled, err := q.BatchListStalled(ctx, db.BatchListStalledParams{
+		Before: time.Now().Add(-2 * w.deps.Config.SweepInterval), Max: sweepGroupsPerRun,
+	})
+	if err != nil {
+		return fmt.Errorf("finding stalled batches: %w", err)
+	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	var params []river.InsertManyParams
+	for _, b := range stalled {
+		switch {
+		case !b.HasOpen:
+			params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})
+		case b.HasPending:
+			params = append(params, river.InsertManyParams{Args: PhaseLaunchArgs{BatchID: b.ID, Phase: b.Phase}})
+		}
+	}
+	if len(params) == 0 {
+		return nil
+	}
+	res, err := client.InsertMany(ctx, params)
+	if err != nil {
+		return fmt.Errorf("nudging stalled batches: %w", err)
+	}
+	for _, r := range res {
+		if !r.UniqueSkippedAsDuplicate {
+			w.deps.Logger.Warn("backstop re-enqueued a lost wake-up", "kind", r.Job.Kind, "job_id", r.Job.ID)
+		}
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

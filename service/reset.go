@@ -1,0 +1,107 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// ResetMessage is the error a reset batch carries (spec 000 §5.3).
+const ResetMessage = "Manually reset by admin"
+
+// Reset stops a batch by hand: it goes to ERROR with ResetMessage, its open
+// tasks end, its queued jobs are cancelled, and the machines still running
+// are queued for destruction (best effort). Later callbacks get 409.
+// Resetting a batch already in ERROR changes nothing; a DONE batch cannot be
+// reset (ErrConflict).
+func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		// Exclusive: callbacks in flight (shared holders) finish first, and
+		// any that come later find their task ended by the reset.
+		if err := q.BatchLockExclusive(ctx, batchID); err != nil {
+			return err
+		}
+		b, err := q.BatchGetByIDForUpdate(ctx, batchID)
+		if err != nil {
+			return db.NotFound(err, "batch "+batchID)
+		}
+		switch b.Status {
+		case "ERROR":
+			return nil
+		case "DONE":
+			return fmt.Errorf("%w: batch %s is DONE; there is nothing to reset", ErrConflict, batchID)
+		}
+		if _, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: ptr(ResetMessage)}); err != nil {
+			return err
+		}
+		ended, err := q.TaskFailOpenByBatch(ctx, db.TaskFailOpenByBatchParams{BatchID: batchID, Error: ptr("Batch reset by admin")})
+		if err != nil {
+			return fmt.Errorf("ending open tasks: %w", err)
+		}
+		cancelled, err := s.cancelJobs(ctx, tx, batchID)
+		if err != nil {
+			return err
+		}
+		machines := map[string][]string{} // app -> machine ids
+		for _, t := range ended {
+			if t.MachineID != nil {
+				app := s.apps[phases.Name(t.Phase)]
+				machines[app] = append(machines[app], *t.MachineID)
+			}
+		}
+		destroyed := 0
+		for app, ids := range machines {
+			destroyed += len(ids)
+			if _, err := s.river.InsertTx(ctx, tx, jobs.MachineDestroyArgs{App: app, MachineIDs: ids}, nil); err != nil {
+				return err
+			}
+		}
+		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventAdminReset, Phase: deref(b.Phase), Data: map[string]any{
+			"tasks_ended": len(ended), "jobs_cancelled": cancelled, "machines_destroyed": destroyed, "previous_status": b.Status,
+		}})
+	})
+	if err != nil {
+		return Status{}, err
+	}
+	s.logger.Warn("batch reset by admin", "batch_id", batchID)
+	return s.Status(ctx, batchID)
+}
+
+// cancelJobs cancels every unfinished River job of the batch (start,
+// launches, checks, delivery). A running job is asked to stop; whatever it
+// still writes finds the batch in ERROR and its tasks ended.
+func (s *Service) cancelJobs(ctx context.Context, tx pgx.Tx, batchID string) (int, error) {
+	params := river.NewJobListParams().
+		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+			rivertype.JobStateRunning, rivertype.JobStateScheduled).
+		Where("args->>'batch_id' = @batch_id", river.NamedArgs{"batch_id": batchID}).
+		First(10000)
+	res, err := s.river.JobListTx(ctx, tx, params)
+	if err != nil {
+		return 0, fmt.Errorf("listing jobs of batch %s: %w", batchID, err)
+	}
+	for _, j := range res.Jobs {
+		if _, err := s.river.JobCancelTx(ctx, tx, j.ID); err != nil && !errors.Is(err, river.ErrNotFound) {
+			return 0, fmt.Errorf("cancelling job %d (%s): %w", j.ID, j.Kind, err)
+		}
+	}
+	return len(res.Jobs), nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
