@@ -22,6 +22,9 @@ package compute
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -108,12 +111,17 @@ type Error struct {
 }
 
 // Error returns the underlying error's text so logs and task errors show what
-// the provider said rather than our classification.
+// the provider said rather than our classification, with the HTTP status
+// when the text does not already carry it (fly-go's does not).
 func (e *Error) Error() string {
-	if e.Err == nil {
-		return e.Kind.Error()
+	msg := e.Kind.Error()
+	if e.Err != nil {
+		msg = e.Err.Error()
 	}
-	return e.Err.Error()
+	if e.StatusCode != 0 && !strings.Contains(msg, strconv.Itoa(e.StatusCode)) {
+		msg += fmt.Sprintf(" (HTTP %d)", e.StatusCode)
+	}
+	return msg
 }
 
 // Unwrap exposes both the kind and the cause to errors.Is and errors.As.

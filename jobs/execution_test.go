@@ -1,0 +1,261 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+func tiffs(n int) []testenv.File {
+	files := make([]testenv.File, n)
+	for i := range files {
+		files[i] = testenv.File{LogicalPath: fmt.Sprintf("/t%03d.tif", i), Size: 10, ContentType: "image/tiff"}
+	}
+	return files
+}
+
+func countEvents(t *testing.T, env *testenv.Env, batchID, typ string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, env.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM batch_events WHERE batch_id = $1 AND type = $2`, batchID, typ).Scan(&n))
+	return n
+}
+
+func TestCallbackRejections(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }})
+	const id = "CB-REJECT"
+	env.Submit(t, id, tiffs(1))
+	l := awaitBatchLaunches(t, env, id, 1)[0]
+	token := l.Env["CALLBACK_TOKEN"]
+	good := `{"status": "success", "output_r2_key": "staging/CB-REJECT/t000.jpg", "output_file_name": "t000.jpg", "output_file_size": 3}`
+
+	tests := []struct {
+		name     string
+		path     string
+		token    string
+		body     string
+		wantCode int
+		wantMsg  string
+	}{
+		{"UnknownBatch", "/callback/NOPE/" + l.TaskID, token, good, http.StatusNotFound, "not found"},
+		{"UnknownTask", "/callback/" + id + "/tiff_nope", token, good, http.StatusNotFound, "not found"},
+		{"MissingToken", "/callback/" + id + "/" + l.TaskID, "", good, http.StatusUnauthorized, "missing bearer token"},
+		{"WrongToken", "/callback/" + id + "/" + l.TaskID, "not-the-token", good, http.StatusUnauthorized, "wrong callback token"},
+		{"MalformedJSON", "/callback/" + id + "/" + l.TaskID, token, `{"status": `, http.StatusBadRequest, "invalid callback"},
+		{"NotAnObject", "/callback/" + id + "/" + l.TaskID, token, `["success"]`, http.StatusBadRequest, "JSON object"},
+		{"NoStatus", "/callback/" + id + "/" + l.TaskID, token, `{"output_r2_key": "x"}`, http.StatusBadRequest, "status is required"},
+		{"UnknownStatus", "/callback/" + id + "/" + l.TaskID, token, `{"status": "done"}`, http.StatusBadRequest, `status must be "success" or "error", got "done"`},
+		{"SuccessWithoutOutput", "/callback/" + id + "/" + l.TaskID, token, `{"status": "success"}`, http.StatusBadRequest, "output_r2_key"},
+		{"OtherTaskID", "/callback/" + id + "/" + l.TaskID, token, `{"status": "error", "task_id": "tiff_other"}`, http.StatusBadRequest, "does not match"},
+		{"TooLarge", "/callback/" + id + "/" + l.TaskID, token, `{"status": "error", "error": "` + strings.Repeat("x", 1<<20) + `"}`, http.StatusRequestEntityTooLarge, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := env.DoAuth(t, http.MethodPost, tt.path, tt.token, strings.NewReader(tt.body))
+			require.Equal(t, tt.wantCode, code, "%s", body)
+			var out map[string]string
+			require.NoError(t, json.Unmarshal(body, &out), "error bodies are JSON: %s", body)
+			require.Contains(t, out["error"], tt.wantMsg)
+		})
+	}
+	// None of them changed the task.
+	require.Equal(t, int64(1), env.Status(t, id).Phases[0].TasksProcessing)
+
+	// The right token and body apply; a repeat answers 200 and changes nothing.
+	for range 2 {
+		code, body := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, token, strings.NewReader(good))
+		require.Equal(t, http.StatusOK, code, "%s", body)
+	}
+	require.Equal(t, 1, countEvents(t, env, id, "task.completed"))
+}
+
+func TestAdminReset(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }})
+	const id = "RESET-ME"
+	env.Submit(t, id, tiffs(3))
+	launches := awaitBatchLaunches(t, env, id, 3)
+
+	code, _ := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, "", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, "wrong", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = env.DoAuth(t, http.MethodPost, "/admin/reset/NO-SUCH-BATCH", testenv.AdminToken, nil)
+	require.Equal(t, http.StatusNotFound, code)
+
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var st service.Status
+	require.NoError(t, json.Unmarshal(body, &st))
+	require.Equal(t, "ERROR", st.Status)
+	require.Equal(t, "Manually reset by admin", *st.Error)
+	require.Equal(t, int64(3), st.Phases[0].TasksFailed)
+
+	// The running machines are destroyed.
+	env.Fly.Await(t, 30*time.Second, "machines destroyed", func() bool { return len(env.Fly.Machines("arke-tiff-worker")) == 0 })
+	require.Len(t, env.Fly.Destroyed(), 3)
+
+	// No job of the batch is left to run.
+	var open int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+		WHERE args->>'batch_id' = $1 AND state IN ('available', 'scheduled', 'retryable', 'pending')`, id).Scan(&open))
+	require.Zero(t, open)
+
+	// A worker calling back after the reset gets 409, recorded.
+	code, body = env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+launches[0].TaskID, launches[0].Env["CALLBACK_TOKEN"],
+		strings.NewReader(`{"status": "error", "error": "too late"}`))
+	require.Equal(t, http.StatusConflict, code, "%s", body)
+	require.Contains(t, string(body), "was reset")
+	require.Equal(t, 1, countEvents(t, env, id, "callback.rejected"))
+
+	// Resetting again changes nothing.
+	code, _ = env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 1, countEvents(t, env, id, "admin.reset"))
+}
+
+func TestResetOfFinishedBatchConflicts(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: succeed})
+	const id = "RESET-DONE"
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.pdf", Size: 1, ContentType: "application/pdf"}})
+	require.Equal(t, "DONE", env.AwaitStatus(t, id, isDone).Status)
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusConflict, code, "%s", body)
+}
+
+// TestFly429IsBackPressure: Fly refuses launches with 429 for a while; the
+// tasks wait and launch later, none fails, and no phase retry is spent.
+func TestFly429IsBackPressure(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: succeed})
+	env.Fly.Fail(http.StatusTooManyRequests, 6)
+	const id = "FLY-429"
+	env.Submit(t, id, tiffs(4))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(4), st.Phases[0].TasksCompleted)
+	require.Zero(t, countEvents(t, env, id, "phase.retry"))
+	require.Zero(t, countEvents(t, env, id, "task.failed"))
+}
+
+// TestTransientLaunchErrorRecovers: Fly answers 500 for a while; the phase
+// retries with backoff and the batch completes.
+func TestTransientLaunchErrorRecovers(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: succeed})
+	env.Fly.Fail(http.StatusInternalServerError, 2)
+	const id = "FLY-500"
+	env.Submit(t, id, tiffs(2))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.GreaterOrEqual(t, countEvents(t, env, id, "phase.retry"), 1)
+	requireOneMachinePerTask(t, env, id)
+}
+
+// TestLaunchErrorsExhaustRetries: Fly refuses every launch (422); after
+// MAX_RETRY_ATTEMPTS the batch is in ERROR, saying why.
+func TestLaunchErrorsExhaustRetries(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{
+		Behave:   func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{LaunchStatus: http.StatusUnprocessableEntity} },
+		Settings: map[string]string{"MAX_RETRY_ATTEMPTS": "3"},
+	})
+	const id = "FLY-422"
+	env.Submit(t, id, tiffs(1))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "ERROR", st.Status)
+	require.Contains(t, *st.Error, "Failed after 3 retries: launching TIFF_CONVERSION machines")
+	require.Contains(t, *st.Error, "422")
+	require.Equal(t, 2, countEvents(t, env, id, "phase.retry"))
+}
+
+// TestAmbiguousLaunchIsReconciled: the first launch creates the machine but
+// answers 500; the launcher finds the machine by its task id instead of
+// launching a second one.
+func TestAmbiguousLaunchIsReconciled(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		b := succeed(l)
+		b.CreateThenFail = l.Attempt == 1
+		return b
+	}})
+	const id = "FLY-AMBIGUOUS"
+	env.Submit(t, id, tiffs(3))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(3), st.Phases[0].TasksCompleted)
+	requireOneMachinePerTask(t, env, id)
+	require.Zero(t, countEvents(t, env, id, "phase.retry"), "a found machine is a success, not a retry")
+}
+
+func requireOneMachinePerTask(t *testing.T, env *testenv.Env, batchID string) {
+	t.Helper()
+	created := map[string]int{}
+	for _, l := range env.Fly.Launches() {
+		if l.BatchID == batchID && l.MachineID != "" {
+			created[l.TaskID]++
+		}
+	}
+	for task, n := range created {
+		require.Equal(t, 1, n, "task %s got %d machines", task, n)
+	}
+}
+
+// TestIngestIsRetriedUntilAcknowledged: ingest answers 503 twice; delivery
+// is retried, the attempts show in the status, and the key stays the same.
+func TestIngestIsRetriedUntilAcknowledged(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: succeed})
+	env.Ingest.FailFirst.Store(2)
+	const id = "INGEST-RETRY"
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.pdf", Size: 1, ContentType: "application/pdf"}})
+	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" || st.Status == "ERROR" })
+	require.Equal(t, "DONE", st.Status)
+	require.Equal(t, int32(3), st.Ingest.Attempts)
+	require.NotNil(t, st.Ingest.DeliveredAt)
+	calls := env.Ingest.Calls()
+	require.Len(t, calls, 3)
+	require.Equal(t, []int{503, 503, 200}, []int{calls[0].Status, calls[1].Status, calls[2].Status})
+	require.Equal(t, calls[0].IdempotencyKey, calls[2].IdempotencyKey, "a retry repeats the same delivery")
+	require.Equal(t, 2, countEvents(t, env, id, "ingest.failed"))
+}
+
+// TestWithoutIngestTheManifestIsWrittenToTheBucket: with no WORKER_URL the
+// final manifest lands next to the original one.
+func TestWithoutIngestTheManifestIsWrittenToTheBucket(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: succeed, Settings: map[string]string{"WORKER_URL": ""}})
+	const id = "NO-INGEST"
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/docs/a.pdf", Size: 7, ContentType: "application/pdf"}})
+	env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" })
+	data, err := env.Store.Get(context.Background(), env.Bucket, "staging/"+id+"/_manifest.processed.json")
+	require.NoError(t, err)
+	var got struct {
+		BatchID  string `json:"batch_id"`
+		Manifest struct {
+			TotalFiles  int `json:"total_files"`
+			Directories []struct {
+				DirectoryPath string `json:"directory_path"`
+			} `json:"directories"`
+		} `json:"manifest"`
+	}
+	require.NoError(t, json.Unmarshal(data, &got))
+	require.Equal(t, id, got.BatchID)
+	require.Equal(t, 1, got.Manifest.TotalFiles)
+	require.Equal(t, "/docs", got.Manifest.Directories[0].DirectoryPath)
+	require.Empty(t, env.Ingest.Calls())
+}
+
