@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path"
 	"strings"
@@ -282,4 +283,41 @@ func awaitIngest(t *testing.T, env *testenv.Env, n int) []testenv.IngestCall {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestThousandsOfFiles runs a 2,000-file batch (10% TIFF) to DONE: every
+// task completes, every file is in the final manifest once, and each task got
+// one machine.
+func TestThousandsOfFiles(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: succeed})
+	const id, n = "THOUSANDS", 2000
+	var files []testenv.File
+	for i := range n {
+		f := testenv.File{LogicalPath: fmt.Sprintf("/d%d/p%05d.jpg", i%7, i), Size: 100, ContentType: "image/jpeg"}
+		if i%10 == 0 {
+			f = testenv.File{LogicalPath: fmt.Sprintf("/d%d/s%05d.tif", i%7, i), Size: 100, ContentType: "image/tiff"}
+		}
+		files = append(files, f)
+	}
+	env.Submit(t, id, files)
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, []service.PhaseProgress{
+		{Phase: "TIFF_CONVERSION", TasksTotal: n / 10, TasksCompleted: n / 10},
+		{Phase: "IMAGE_PROCESSING", TasksTotal: n, TasksCompleted: n},
+	}, st.Phases)
+
+	var delivered jobs.ProcessedManifest
+	require.NoError(t, json.Unmarshal(awaitIngest(t, env, 1)[0].Body, &delivered))
+	// Every image became its ref.json; every TIFF stayed as the source.
+	require.Equal(t, int64(n+n/10), delivered.Manifest.TotalFiles)
+	seen := map[string]bool{}
+	for _, d := range delivered.Manifest.Directories {
+		for _, f := range d.Files {
+			require.False(t, seen[f.R2Key], "%s listed twice", f.R2Key)
+			seen[f.R2Key] = true
+		}
+	}
+	requireOneMachinePerTask(t, env, id)
 }
