@@ -30,15 +30,7 @@ func migrate(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	if err := cfg.CheckMigrate(); err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
-	pool, err := openPool(ctx, cfg)
+	_, logger, pool, err := begin(ctx, stderr, (*config.Config).CheckMigrate)
 	if err != nil {
 		return err
 	}
@@ -57,16 +49,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	if err := cfg.CheckServe(); err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
-
-	pool, err := openPool(ctx, cfg)
+	cfg, logger, pool, err := begin(ctx, stderr, (*config.Config).CheckServe)
 	if err != nil {
 		return err
 	}
@@ -128,6 +111,24 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Warn("job workers shutdown", "error", err)
 	}
 	return nil
+}
+
+// begin is how every database command starts: read the configuration,
+// check that what the command needs is there, make the logger and connect.
+func begin(ctx context.Context, stderr io.Writer, check func(*config.Config) error) (*config.Config, *slog.Logger, *pgxpool.Pool, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := check(cfg); err != nil {
+		return nil, nil, nil, err
+	}
+	logger := newLogger(cfg, stderr)
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, logger, pool, nil
 }
 
 // openPool connects to the database and checks that it answers, so a wrong
