@@ -55,6 +55,9 @@ type Config struct {
 	R2Endpoint        string
 	R2Bucket          string
 	ArchiveBucket     string
+	// CDNBucket is where image variants are uploaded, served at
+	// CDN_PUBLIC_URL/<key>.
+	CDNBucket string
 
 	FlyAPIToken string
 	FlyRegion   string
@@ -144,6 +147,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		R2Endpoint:           strings.TrimRight(r.str("R2_ENDPOINT", ""), "/"),
 		R2Bucket:             r.str("R2_BUCKET", "arke-staging"),
 		ArchiveBucket:        r.str("ARCHIVE_BUCKET", "arke-archive"),
+		CDNBucket:            r.str("CDN_BUCKET", "arke-cdn"),
 		FlyAPIToken:          r.str("FLY_API_TOKEN", ""),
 		FlyRegion:            r.str("FLY_REGION", "ord"),
 		FlyFlapsBaseURL:      strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),

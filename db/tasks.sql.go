@@ -28,7 +28,7 @@ SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL,
     launched_at = clock_timestamp(), updated_at = clock_timestamp()
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
-RETURNING t.id, t.file_id, t.attempt, f.r2_key, tokens.token
+RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token
 `
 
 type TaskClaimPendingParams struct {
@@ -39,11 +39,14 @@ type TaskClaimPendingParams struct {
 }
 
 type TaskClaimPendingRow struct {
-	ID      string
-	FileID  int64
-	Attempt int32
-	R2Key   string
-	Token   string
+	ID          string
+	FileID      int64
+	Attempt     int32
+	R2Key       string
+	FileName    string
+	ContentType string
+	CID         *string
+	Token       string
 }
 
 // TaskClaimPending moves up to @max pending tasks of a phase to processing
@@ -69,6 +72,9 @@ func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingPara
 			&i.FileID,
 			&i.Attempt,
 			&i.R2Key,
+			&i.FileName,
+			&i.ContentType,
+			&i.CID,
 			&i.Token,
 		); err != nil {
 			return nil, err

@@ -170,7 +170,9 @@ func TestTransientLaunchErrorRecovers(t *testing.T) {
 func TestLaunchErrorsExhaustRetries(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{
-		Behave:   func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{LaunchStatus: http.StatusUnprocessableEntity} },
+		Behave: func(fakefly.Launch) fakefly.Behavior {
+			return fakefly.Behavior{LaunchStatus: http.StatusUnprocessableEntity}
+		},
 		Settings: map[string]string{"MAX_RETRY_ATTEMPTS": "3"},
 	})
 	const id = "FLY-422"
@@ -258,4 +260,3 @@ func TestWithoutIngestTheManifestIsWrittenToTheBucket(t *testing.T) {
 	require.Equal(t, "/docs", got.Manifest.Directories[0].DirectoryPath)
 	require.Empty(t, env.Ingest.Calls())
 }
-

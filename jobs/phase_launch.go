@@ -295,6 +295,8 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 		"TASK_ID":              row.ID,
 		"BATCH_ID":             batchID,
 		"INPUT_R2_KEY":         row.R2Key,
+		"INPUT_FILE_NAME":      row.FileName,
+		"INPUT_CONTENT_TYPE":   row.ContentType,
 		"R2_ACCOUNT_ID":        c.R2AccountID,
 		"R2_ACCESS_KEY_ID":     c.R2AccessKeyID,
 		"R2_SECRET_ACCESS_KEY": c.R2SecretAccessKey,
@@ -305,8 +307,12 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	if c.R2Endpoint != "" {
 		env["R2_ENDPOINT"] = c.R2Endpoint
 	}
+	if row.CID != nil {
+		env["INPUT_CID"] = *row.CID
+	}
 	if name == phases.ImageProcessing {
 		env["ARCHIVE_BUCKET"] = c.ArchiveBucket
+		env["CDN_BUCKET"] = c.CDNBucket
 		env["CDN_PUBLIC_URL"] = c.CDNPublicURL
 	}
 	return compute.MachineSpec{

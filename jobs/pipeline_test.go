@@ -227,8 +227,11 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	}
 	if l.App == imageApp {
 		want["ARCHIVE_BUCKET"] = "arke-archive"
+		want["CDN_BUCKET"] = "arke-cdn"
 		want["CDN_PUBLIC_URL"] = "https://cdn.test"
 	}
+	require.NotEmpty(t, l.Env["INPUT_FILE_NAME"])
+	require.NotEmpty(t, l.Env["INPUT_CONTENT_TYPE"])
 	for k, v := range want {
 		require.Equal(t, v, l.Env[k], "env %s", k)
 	}

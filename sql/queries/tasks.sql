@@ -20,7 +20,7 @@ SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL,
     launched_at = clock_timestamp(), updated_at = clock_timestamp()
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
-RETURNING t.id, t.file_id, t.attempt, f.r2_key, tokens.token;
+RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token;
 
 -- TaskComplete applies a worker's callback. It matches only a processing
 -- task whose current token is the one presented, so a callback from an
