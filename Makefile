@@ -12,20 +12,25 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: ## Start the orchestrator on embedded defaults (local Postgres in .data/, local S3)
-	scripts/postgres.sh dev $(GO) run ./cmd/orchestrator serve
+run: build ## Start the orchestrator on embedded defaults (local Postgres in .data/, local S3, local machine runner)
+	scripts/postgres.sh dev $(BIN) serve
 
 .PHONY: test
 test: ## Run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
 	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
 
 .PHONY: build
-build: ## Build the orchestrator binary into bin/
+build: ## Build bin/orchestrator and bin/worker (the worker needs libvips)
 	$(GO) build -o $(BIN) ./cmd/orchestrator
+	$(GO) build -o bin/worker ./cmd/worker
 
 .PHONY: migrate
 migrate: ## Apply database migrations to DATABASE_URL (or the local development cluster)
 	scripts/postgres.sh dev $(GO) run ./cmd/orchestrator migrate
+
+.PHONY: submit
+submit: ## Submit examples/sample-batch to the orchestrator `make run` started
+	$(GO) run ./cmd/orchestrator submit examples/sample-batch
 
 .PHONY: generate
 generate: ## Regenerate db/ from sql/ with sqlc

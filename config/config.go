@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,13 @@ type Config struct {
 	LocalS3Addr      string
 	LocalS3AccessKey string
 	LocalS3SecretKey string
+
+	// LocalWorkerBin is the worker program the local machine runner starts
+	// when no FLY_API_TOKEN is set (LOCAL_WORKER_BIN; default bin/worker,
+	// else "worker" next to the orchestrator binary). LocalMaxMachines caps
+	// how many run at once (LOCAL_MAX_MACHINES; default the number of CPUs).
+	LocalWorkerBin   string
+	LocalMaxMachines int
 
 	Phases map[phases.Name]Phase
 
@@ -159,6 +167,8 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		LocalS3Addr:          r.str("LOCAL_S3_ADDR", "127.0.0.1:7070"),
 		LocalS3AccessKey:     r.str("LOCAL_S3_ACCESS_KEY", "local"),
 		LocalS3SecretKey:     r.str("LOCAL_S3_SECRET_KEY", "localsecret"),
+		LocalWorkerBin:       r.str("LOCAL_WORKER_BIN", ""),
+		LocalMaxMachines:     r.positiveInt("LOCAL_MAX_MACHINES", runtime.NumCPU()),
 		AlarmDelayErrorRetry: r.millis("ALARM_DELAY_ERROR_RETRY", 30*time.Second),
 		MaxRetryAttempts:     r.positiveInt("MAX_RETRY_ATTEMPTS", 5),
 		MaxFileSize:          r.positiveInt64("MAX_FILE_SIZE", 5<<30),

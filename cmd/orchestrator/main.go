@@ -3,6 +3,7 @@
 //
 //	orchestrator serve     HTTP API and job workers (applies pending migrations first)
 //	orchestrator migrate   apply pending database migrations and exit
+//	orchestrator submit    upload a local folder as a batch and follow it
 //
 // Configuration comes from the environment; see README.md.
 package main
@@ -25,6 +26,7 @@ const usage = `orchestrator: the archival ingest preprocessing orchestrator
 Usage:
   orchestrator serve [-no-migrate]   run the HTTP API and the job workers
   orchestrator migrate               apply pending database migrations and exit
+  orchestrator submit [flags] DIR    upload a folder as a batch and follow it (submit -h)
   orchestrator help                  show this help
 
 Configuration is read from the environment (DATABASE_URL, LISTEN_ADDR,
@@ -59,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], stderr)
+	case "submit":
+		return submit(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -53,6 +53,8 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 	t.Setenv("LOCAL_S3_DIR", t.TempDir())
 	t.Setenv("LOCAL_S3_ADDR", s3Addr)
 	t.Setenv("LOG_LEVEL", "warn")
+	// A worker that exits at once: this test only looks at discovery.
+	t.Setenv("LOCAL_WORKER_BIN", "/bin/true")
 	for _, k := range []string{"R2_ACCOUNT_ID", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY"} {
 		t.Setenv(k, "")
 	}

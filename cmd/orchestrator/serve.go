@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,10 +21,12 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/compute/flycompute"
+	"github.com/arke-institute/orchestrator/compute/localcompute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -60,12 +66,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 
-	store, err := openStore(ctx, cfg, logger)
+	// Compute first: it resolves the worker program's path, and the local S3
+	// server changes the working directory when it starts.
+	backend, closeCompute, err := openCompute(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
-
-	backend, err := openCompute(ctx, cfg, logger)
+	defer closeCompute()
+	store, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -175,13 +183,17 @@ func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (bl
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range []string{cfg.R2Bucket, cfg.ArchiveBucket} {
+		if cfg.CDNPublicURL == "" {
+			// Variants are served straight from the local S3 server.
+			cfg.CDNPublicURL = srv.Endpoint + "/" + cfg.CDNBucket
+		}
+		for _, b := range []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket} {
 			if err := store.EnsureBucket(ctx, b); err != nil {
 				return nil, fmt.Errorf("creating bucket %s on the local S3 server: %w", b, err)
 			}
 		}
 		logger.Info("no R2 settings: using the local S3 server", "endpoint", srv.Endpoint, "data_dir", srv.DataDir,
-			"access_key", cfg.LocalS3AccessKey, "buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket})
+			"access_key", cfg.LocalS3AccessKey, "buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket})
 		return store, nil
 	}
 	return blob.NewS3(blob.S3Config{
@@ -192,28 +204,61 @@ func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (bl
 	})
 }
 
-// openCompute picks the machine backend: Fly.io when FLY_API_TOKEN is set.
-// Without it there is nothing to launch on yet, and launches fail with a
-// message that says so (the batch goes to ERROR after the phase retries).
-func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (compute.Backend, error) {
-	if cfg.FlyAPIToken == "" {
-		logger.Warn("FLY_API_TOKEN is not set: machines cannot be launched")
-		return noCompute{}, nil
+// openCompute picks the machine backend: Fly.io when FLY_API_TOKEN is set,
+// otherwise the local machine runner, which runs the worker program as a
+// subprocess with the same environment a Fly machine gets. It returns a
+// function that stops whatever the backend still runs.
+func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (compute.Backend, func(), error) {
+	if cfg.FlyAPIToken != "" {
+		b, err := flycompute.New(ctx, flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
+		return b, func() {}, err
 	}
-	return flycompute.New(ctx, flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
+	bin, err := workerBinary(cfg.LocalWorkerBin)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := localcompute.New(localcompute.Config{
+		Commands: map[string][]string{
+			cfg.Phases[phases.TIFFConversion].FlyAppName:  {bin, "tiff"},
+			cfg.Phases[phases.ImageProcessing].FlyAppName: {bin, "image"},
+		},
+		MaxConcurrent: cfg.LocalMaxMachines,
+		Dir:           os.TempDir(),
+		// One libvips thread per worker: the runner already runs one worker
+		// per CPU.
+		BaseEnv: []string{"VIPS_CONCURRENCY=1", "LOG_FORMAT=" + cmp.Or(cfg.LogFormat, "json")},
+		Logger:  logger,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	logger.Info("no FLY_API_TOKEN: running machines as local processes", "worker", bin, "max_machines", cfg.LocalMaxMachines)
+	return b, func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.Shutdown(stopCtx)
+	}, nil
 }
 
-// noCompute is the backend when none is configured.
-type noCompute struct{}
-
-var errNoCompute = errors.New("no compute backend is configured: set FLY_API_TOKEN")
-
-func (noCompute) Launch(context.Context, compute.MachineSpec) (compute.Machine, error) {
-	return compute.Machine{}, compute.Permanent(errNoCompute, 0)
+// workerBinary finds the worker program for the local runner, as an
+// absolute path: LOCAL_WORKER_BIN if set, else bin/worker (what `make run`
+// builds), else "worker" beside the orchestrator's own binary.
+func workerBinary(configured string) (string, error) {
+	candidates := []string{configured}
+	if configured == "" {
+		candidates = []string{"bin/worker"}
+		if exe, err := os.Executable(); err == nil {
+			candidates = append(candidates, filepath.Join(filepath.Dir(exe), "worker"))
+		}
+	}
+	for _, c := range candidates {
+		abs, err := filepath.Abs(c)
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(abs); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return abs, nil
+		}
+	}
+	return "", fmt.Errorf("no worker program for the local machine runner (looked for %s): build it with `make build` (it lands in bin/worker), set LOCAL_WORKER_BIN, or set FLY_API_TOKEN to run machines on Fly", strings.Join(candidates, ", "))
 }
-
-func (noCompute) FindByTask(context.Context, string, string) ([]compute.Machine, error) {
-	return nil, nil
-}
-
-func (noCompute) Destroy(context.Context, string, string) error { return nil }

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/s3test"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/worker/samples"
+	"github.com/arke-institute/orchestrator/worker/vips"
+)
+
+// orchestrator stands in for the orchestrator's callback endpoint,
+// answering with a script of statuses (the last one repeating).
+type orchestrator struct {
+	*httptest.Server
+	mu     sync.Mutex
+	script []int
+	bodies []json.RawMessage
+	auth   []string
+}
+
+func newOrchestrator(t *testing.T, script ...int) *orchestrator {
+	o := &orchestrator{script: script}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		o.mu.Lock()
+		o.bodies = append(o.bodies, body)
+		o.auth = append(o.auth, r.Header.Get("Authorization"))
+		status := o.script[min(len(o.bodies), len(o.script))-1]
+		o.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+func (o *orchestrator) last(t *testing.T) map[string]any {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	require.NotEmpty(t, o.bodies, "no callback received")
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(o.bodies[len(o.bodies)-1], &m))
+	return m
+}
+
+// setup uploads a file and returns the environment a launcher would give
+// the worker for it.
+func setup(t *testing.T, o *orchestrator, key string, data []byte) map[string]string {
+	t.Helper()
+	srv := s3test.Start(t)
+	store, err := blob.NewS3(srv.Config())
+	require.NoError(t, err)
+	bucket, archive, cdn := srv.NewBucket(t), srv.NewBucket(t), srv.NewBucket(t)
+	require.NoError(t, store.Put(t.Context(), bucket, key, bytes.NewReader(data), int64(len(data)), ""))
+	return map[string]string{
+		"TASK_ID":              "task_1",
+		"BATCH_ID":             "01BATCH",
+		"INPUT_R2_KEY":         key,
+		"R2_BUCKET":            bucket,
+		"R2_ENDPOINT":          srv.Endpoint(),
+		"R2_ACCESS_KEY_ID":     srv.AccessKey(),
+		"R2_SECRET_ACCESS_KEY": srv.SecretKey(),
+		"CALLBACK_URL":         o.URL + "/callback/01BATCH/task_1",
+		"CALLBACK_TOKEN":       "tok",
+		"ARCHIVE_BUCKET":       archive,
+		"CDN_BUCKET":           cdn,
+		"CDN_PUBLIC_URL":       srv.Endpoint() + "/" + cdn,
+		"INPUT_CID":            "bafy",
+	}
+}
+
+func runWorker(t *testing.T, vars map[string]string, args ...string) (int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, func(k string) string { return vars[k] }, &stdout, &stderr)
+	return code, stdout.String() + stderr.String()
+}
+
+func tiffSample(t *testing.T, v samples.Variant) []byte {
+	t.Helper()
+	require.NoError(t, vips.Startup(vips.Config{}))
+	data, err := samples.TIFF(v, 64, 48)
+	require.NoError(t, err)
+	return data
+}
+
+func TestTIFFCallbackRetriedAfter503(t *testing.T) {
+	t.Parallel()
+	o := newOrchestrator(t, http.StatusServiceUnavailable, http.StatusOK)
+	vars := setup(t, o, "staging/01BATCH/book.tif", tiffSample(t, samples.Multipage))
+
+	code, logs := runWorker(t, vars, "tiff")
+	require.Equal(t, 0, code, logs)
+	require.Len(t, o.bodies, 2, "one retry after the 503")
+	require.Equal(t, o.bodies[0], o.bodies[1], "the same body again")
+	require.Equal(t, "Bearer tok", o.auth[1])
+
+	body := o.last(t)
+	require.Equal(t, "success", body["status"])
+	require.Equal(t, "task_1", body["task_id"])
+	require.Equal(t, "01BATCH", body["batch_id"])
+	require.Equal(t, "staging/01BATCH/book-p1.jpg", body["output_r2_key"])
+	require.Len(t, body["outputs"], 3)
+	require.Contains(t, body, "performance")
+	require.NoError(t, phases.ValidateResult(phases.TIFFConversion, o.bodies[1]))
+	require.Contains(t, logs, `"msg":"callback failed, retrying"`)
+}
+
+func TestImageCommand(t *testing.T) {
+	t.Parallel()
+	o := newOrchestrator(t, http.StatusOK)
+	require.NoError(t, vips.Startup(vips.Config{}))
+	im, err := samples.Image(1000, 500, 1)
+	require.NoError(t, err)
+	jpg, err := im.JPEG(90)
+	im.Close()
+	require.NoError(t, err)
+	vars := setup(t, o, "staging/01BATCH/photo.jpg", jpg)
+	vars["VARIANT_SIZES"] = "100,300,600"
+
+	code, logs := runWorker(t, vars, "image")
+	require.Equal(t, 0, code, logs)
+	body := o.last(t)
+	require.Equal(t, "success", body["status"], body)
+	require.NoError(t, phases.ValidateResult(phases.ImageProcessing, o.bodies[0]))
+	ref := body["ref_data"].(map[string]any)
+	require.Equal(t, "bafy", ref["ipfs_cid"])
+	require.Equal(t, vars["CDN_PUBLIC_URL"]+"/variants/01BATCH/photo.jpg/large.jpg", ref["url"])
+	require.Equal(t, "staging/01BATCH/photo.jpg.ref.json", body["ref_json_r2_key"])
+	require.Equal(t, "staging/01BATCH/photo.jpg", body["archive_r2_key"])
+	require.Contains(t, body, "ref_json_size")
+}
+
+func TestCorruptTIFFReported(t *testing.T) {
+	t.Parallel()
+	o := newOrchestrator(t, http.StatusOK)
+	vars := setup(t, o, "staging/01BATCH/x.tif", samples.TruncatedTIFF(64, 48))
+
+	code, logs := runWorker(t, vars, "tiff")
+	require.Equal(t, 0, code, "the error was reported: %s", logs)
+	body := o.last(t)
+	require.Equal(t, "error", body["status"])
+	require.Equal(t, "task_1", body["task_id"])
+	require.True(t, strings.HasPrefix(body["error"].(string), "decoding TIFF staging/01BATCH/x.tif: "), body["error"])
+}
+
+func TestEnvProblemReported(t *testing.T) {
+	t.Parallel()
+	o := newOrchestrator(t, http.StatusOK)
+	vars := setup(t, o, "staging/01BATCH/x.tif", []byte("x"))
+	delete(vars, "R2_BUCKET")
+	vars["JPEG_QUALITY"] = "high"
+
+	code, logs := runWorker(t, vars, "tiff")
+	require.Equal(t, 0, code, logs)
+	body := o.last(t)
+	require.Equal(t, "error", body["status"])
+	require.Equal(t, `missing environment variables: R2_BUCKET; JPEG_QUALITY: "high" is not a whole number from 1 to 100`, body["error"])
+}
+
+func TestNothingToReportTo(t *testing.T) {
+	t.Parallel()
+	code, logs := runWorker(t, map[string]string{"TASK_ID": "t"}, "tiff")
+	require.Equal(t, 2, code)
+	require.Contains(t, logs, "CALLBACK_URL")
+}
+
+func TestCallbackUndelivered(t *testing.T) {
+	t.Parallel()
+	o := newOrchestrator(t, http.StatusUnauthorized)
+	vars := setup(t, o, "staging/01BATCH/x.tif", tiffSample(t, samples.LZW))
+	code, logs := runWorker(t, vars, "tiff")
+	require.Equal(t, 1, code, logs)
+	require.Contains(t, logs, "no callback delivered")
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	code, out := runWorker(t, nil)
+	require.Equal(t, 2, code)
+	require.Contains(t, out, "usage: worker tiff|image")
+	code, _ = runWorker(t, nil, "pdf")
+	require.Equal(t, 2, code)
+	code, out = runWorker(t, nil, "help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "VARIANT_SIZES")
+}

@@ -1,0 +1,239 @@
+// Package e2e runs the orchestrator the way a newcomer does: the built
+// binaries, `orchestrator serve` on its embedded defaults (local S3, local
+// machine runner, real workers on libvips) against a fresh database, then
+// `orchestrator submit examples/sample-batch`.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/jpeg"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/dbtest"
+)
+
+const batchID = "01SAMPLEBATCHE2E000000000A"
+
+// bins builds the two programs once for the package's tests.
+func bins(t *testing.T) (orchestrator, worker string) {
+	t.Helper()
+	dir := t.TempDir()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	for _, b := range []struct{ out, pkg string }{{"orchestrator", "./cmd/orchestrator"}, {"worker", "./cmd/worker"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "building %s: %s", b.pkg, out)
+	}
+	return filepath.Join(dir, "orchestrator"), filepath.Join(dir, "worker")
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestSampleBatchThroughRealWorkers(t *testing.T) {
+	orchestrator, worker := bins(t)
+	sample, err := filepath.Abs("../examples/sample-batch")
+	require.NoError(t, err)
+	_, dbURL := dbtest.NewEmpty(t)
+	listen, s3Addr := freeAddr(t), freeAddr(t)
+	env := append(os.Environ(),
+		"DATABASE_URL="+dbURL,
+		"LISTEN_ADDR="+listen,
+		"LOCAL_S3_DIR="+t.TempDir(),
+		"LOCAL_S3_ADDR="+s3Addr,
+		"LOCAL_WORKER_BIN="+worker,
+		"LOG_FORMAT=text",
+		"ALARM_DELAY_TIFF_CONVERSION=200",
+		"ALARM_DELAY_IMAGE_PROCESSING=200",
+		"SWEEP_INTERVAL=500",
+	)
+	for _, k := range []string{"R2_ACCOUNT_ID", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "FLY_API_TOKEN", "WORKER_URL", "ORCHESTRATOR_URL", "CDN_PUBLIC_URL"} {
+		env = append(env, k+"=")
+	}
+
+	var serveLog syncBuffer // written by exec's copiers while we read it
+	serve := exec.Command(orchestrator, "serve")
+	serve.Env = env
+	serve.Stdout, serve.Stderr = &serveLog, &serveLog
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- serve.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = serve.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("serve log:\n%s", serveLog.String())
+		}
+	})
+	base := "http://" + listen
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "serve did not come up:\n%s", serveLog.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// submit uploads the folder, posts the batch and follows it to DONE.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	submit := exec.CommandContext(ctx, orchestrator, "submit", "-url", base, "-batch-id", batchID, sample)
+	submit.Env = env
+	var stdout, stderr bytes.Buffer
+	submit.Stdout, submit.Stderr = &stdout, &stderr
+	require.NoError(t, submit.Run(), "submit failed\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	require.Contains(t, stdout.String(), batchID)
+
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://" + s3Addr, AccessKeyID: "local", SecretAccessKey: "localsecret"})
+	require.NoError(t, err)
+	prefix := "staging/" + batchID + "/"
+
+	// The processed manifest: every TIFF kept as the source, every image
+	// (uploaded or converted, every page) replaced by its ref.json, the
+	// documents untouched.
+	data, err := store.Get(ctx, "arke-staging", prefix+"_manifest.processed.json")
+	require.NoError(t, err)
+	var processed struct {
+		Manifest struct {
+			TotalFiles  int64 `json:"total_files"`
+			Directories []struct {
+				Files []struct {
+					R2Key       string   `json:"r2_key"`
+					LogicalPath string   `json:"logical_path"`
+					ContentType string   `json:"content_type"`
+					Tags        []string `json:"preprocessor_tags"`
+				} `json:"files"`
+			} `json:"directories"`
+		} `json:"manifest"`
+	}
+	require.NoError(t, json.Unmarshal(data, &processed))
+	got := map[string]string{}
+	var refs []string
+	for _, d := range processed.Manifest.Directories {
+		for _, f := range d.Files {
+			got[f.LogicalPath] = strings.Join(f.Tags, ",")
+			if strings.HasSuffix(f.R2Key, ".ref.json") {
+				refs = append(refs, f.R2Key)
+			}
+		}
+	}
+	want := map[string]string{
+		"/scans/lzw.tif": "TiffConverter:source", "/scans/lzw.jpg.ref.json": "ImageProcessor",
+		"/scans/jpeg-ycbcr.tif": "TiffConverter:source", "/scans/jpeg-ycbcr.jpg.ref.json": "ImageProcessor",
+		"/scans/cmyk.tif": "TiffConverter:source", "/scans/cmyk.jpg.ref.json": "ImageProcessor",
+		"/scans/16bit.tif": "TiffConverter:source", "/scans/16bit.jpg.ref.json": "ImageProcessor",
+		"/scans/multipage.tif":             "TiffConverter:source",
+		"/scans/multipage-p1.jpg.ref.json": "ImageProcessor",
+		"/scans/multipage-p2.jpg.ref.json": "ImageProcessor",
+		"/scans/multipage-p3.jpg.ref.json": "ImageProcessor",
+		"/photos/photo.jpg.ref.json":       "ImageProcessor",
+		"/photos/graphic.png.ref.json":     "ImageProcessor",
+		"/documents/letter.pdf":            "",
+		"/metadata/record.json":            "",
+		"/metadata/inventory.csv":          "",
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, int64(len(want)), processed.Manifest.TotalFiles)
+
+	// The converted JPEGs exist next to their TIFFs and decode.
+	for _, key := range []string{"scans/lzw.jpg", "scans/cmyk.jpg", "scans/16bit.jpg", "scans/jpeg-ycbcr.jpg", "scans/multipage-p1.jpg", "scans/multipage-p3.jpg"} {
+		b, err := store.Get(ctx, "arke-staging", prefix+key)
+		require.NoError(t, err, key)
+		_, err = jpeg.Decode(bytes.NewReader(b))
+		require.NoError(t, err, key)
+	}
+
+	// Each ref.json points at variants that exist on the local S3 server
+	// (the embedded default's CDN), and the original is archived.
+	sort.Strings(refs)
+	for _, key := range refs {
+		b, err := store.Get(ctx, "arke-staging", key)
+		require.NoError(t, err, key)
+		var ref struct {
+			URL      string            `json:"url"`
+			Type     string            `json:"type"`
+			Size     int64             `json:"size"`
+			Filename string            `json:"filename"`
+			Width    int               `json:"width"`
+			Height   int               `json:"height"`
+			Variants map[string]string `json:"variants"`
+		}
+		require.NoError(t, json.Unmarshal(b, &ref), key)
+		require.NotEmpty(t, ref.URL, key)
+		require.Positive(t, ref.Width, key)
+		require.Positive(t, ref.Height, key)
+		require.Equal(t, strings.TrimSuffix(filepath.Base(key), ".ref.json"), ref.Filename)
+		require.Len(t, ref.Variants, 3, key)
+		for name, u := range ref.Variants {
+			require.True(t, strings.HasPrefix(u, "http://"+s3Addr+"/arke-cdn/"), "%s variant %s: %s", key, name, u)
+			cdnKey := strings.TrimPrefix(u, "http://"+s3Addr+"/arke-cdn/")
+			ok, err := store.Exists(ctx, "arke-cdn", unescape(t, cdnKey))
+			require.NoError(t, err)
+			require.True(t, ok, "variant %s of %s missing", name, key)
+		}
+		original := strings.TrimSuffix(key, ".ref.json")
+		ok, err := store.Exists(ctx, "arke-archive", original)
+		require.NoError(t, err)
+		require.True(t, ok, "archive copy of %s", original)
+	}
+
+	// submit printed the final list with its tags.
+	require.Contains(t, stdout.String(), "TiffConverter:source")
+	require.Contains(t, stdout.String(), "ImageProcessor")
+}
+
+func unescape(t *testing.T, s string) string {
+	t.Helper()
+	out, err := url.PathUnescape(s)
+	require.NoError(t, err)
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,202 @@
+// Command gen writes examples/sample-batch: a small batch that exercises
+// every worker path (TIFFs of several kinds, a JPEG, a PNG, a PDF, JSON and
+// CSV). The images are synthetic test patterns (package worker/samples), so
+// the batch is free to use and its output can be checked by eye: each TIFF
+// shows four coloured quadrants, and the pages of the multi-page TIFF show
+// them rotated, one step per page.
+//
+// Usage (needs libvips, Debian: libvips-dev):
+//
+//	go run ./examples/gen                 # rewrites examples/sample-batch
+//	go run ./examples/gen -out /tmp/batch # somewhere else
+//
+// The output is deterministic for a given libvips version.
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/arke-institute/orchestrator/worker/samples"
+	"github.com/arke-institute/orchestrator/worker/vips"
+)
+
+func main() {
+	out := flag.String("out", filepath.Join("examples", "sample-batch"), "directory to write the batch into")
+	flag.Parse()
+	if err := vips.Startup(vips.Config{}); err != nil {
+		fail(err)
+	}
+	files, err := Batch()
+	if err != nil {
+		fail(err)
+	}
+	for _, f := range files {
+		path := filepath.Join(*out, filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(path, f.Data, 0o644); err != nil {
+			fail(err)
+		}
+		fmt.Printf("%8d  %s\n", len(f.Data), path)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "gen:", err)
+	os.Exit(1)
+}
+
+// File is one file of the batch, at a slash-separated path relative to the
+// batch folder.
+type File struct {
+	Path        string
+	Description string
+	Data        []byte
+}
+
+// TIFF scans: 320x240 test patterns.
+const scanW, scanH = 320, 240
+
+// tiffs are the TIFFs of the batch, one per kind the issue lists.
+var tiffs = []struct {
+	path        string
+	variant     samples.Variant
+	description string
+}{
+	{"scans/lzw.tif", samples.LZW, "RGB TIFF, LZW compression"},
+	{"scans/jpeg-ycbcr.tif", samples.JPEG, "RGB TIFF, JPEG compression (stored as YCbCr)"},
+	{"scans/cmyk.tif", samples.CMYK, "CMYK TIFF without an embedded profile, LZW"},
+	{"scans/16bit.tif", samples.RGB16, "16-bit RGB TIFF, Deflate"},
+	{"scans/multipage.tif", samples.Multipage, "three-page TIFF, LZW (becomes multipage-p1.jpg ... -p3.jpg)"},
+}
+
+// Batch makes every file of the sample batch.
+func Batch() ([]File, error) {
+	var files []File
+	for _, t := range tiffs {
+		data, err := samples.TIFF(t.variant, scanW, scanH)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.path, err)
+		}
+		files = append(files, File{t.path, t.description, data})
+	}
+
+	photo, err := encode(2000, 1332, ".jpg[Q=85]", false)
+	if err != nil {
+		return nil, fmt.Errorf("photo: %w", err)
+	}
+	files = append(files, File{"photos/photo.jpg", "2000x1332 JPEG: thumbnail, medium and large variants are all smaller", photo})
+	graphic, err := encode(480, 320, ".png", true)
+	if err != nil {
+		return nil, fmt.Errorf("graphic: %w", err)
+	}
+	files = append(files, File{"photos/graphic.png", "480x320 PNG with transparency: flattened onto white, never enlarged", graphic})
+	files = append(files, File{"documents/letter.pdf", "one-page PDF (passes through unchanged)", letterPDF()})
+
+	record, err := recordJSON(files)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, File{"metadata/record.json", "descriptive metadata (passes through unchanged)", record})
+	inventory, err := inventoryCSV(files)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, File{"metadata/inventory.csv", "file inventory (passes through unchanged)", inventory})
+	return files, nil
+}
+
+// encode saves the test pattern; withAlpha makes its bottom-right quadrant
+// transparent.
+func encode(w, h int, suffix string, withAlpha bool) ([]byte, error) {
+	im, err := samples.Image(w, h, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer im.Close()
+	if withAlpha {
+		pix := make([]byte, 0, w*h*4)
+		for y := range h {
+			for x := range w {
+				c := samples.Expected(1, x, y, w, h)
+				a := byte(255)
+				if x >= w/2 && y >= h/2 {
+					a = 0
+				}
+				pix = append(pix, c[0], c[1], c[2], a)
+			}
+		}
+		rgba, err := vips.FromMemory(pix, w, h, 4, vips.FormatUchar, vips.InterpretationSRGB)
+		if err != nil {
+			return nil, err
+		}
+		defer rgba.Close()
+		im = rgba
+	}
+	return im.Save(suffix)
+}
+
+// letterPDF is a minimal valid one-page PDF, written by hand with a
+// correct cross-reference table.
+func letterPDF() []byte {
+	text := "BT /F1 18 Tf 72 720 Td (Sample batch: a letter) Tj 0 -28 Td /F1 12 Tf " +
+		"(This PDF passes through the preprocessing pipeline unchanged.) Tj ET"
+	objects := []string{
+		"<< /Type /Catalog /Pages 2 0 R >>",
+		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(text), text),
+		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+	}
+	var b bytes.Buffer
+	b.WriteString("%PDF-1.4\n")
+	offsets := make([]int, len(objects))
+	for i, o := range objects {
+		offsets[i] = b.Len()
+		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
+	}
+	xref := b.Len()
+	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objects)+1)
+	for _, off := range offsets {
+		fmt.Fprintf(&b, "%010d 00000 n \n", off)
+	}
+	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objects)+1, xref)
+	return b.Bytes()
+}
+
+func recordJSON(files []File) ([]byte, error) {
+	var parts []string
+	for _, f := range files {
+		parts = append(parts, f.Path)
+	}
+	record := map[string]any{
+		"title":       "Sample batch",
+		"description": "Synthetic test patterns and documents that exercise every preprocessing path: TIFF conversion (LZW, JPEG-compressed, CMYK, 16-bit, multi-page) and image variants (JPEG, PNG).",
+		"creator":     "arke-institute/orchestrator examples/gen",
+		"rights":      "Public domain (CC0): generated, no third-party content",
+		"parts":       parts,
+	}
+	data, err := json.MarshalIndent(record, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+func inventoryCSV(files []File) ([]byte, error) {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"path", "bytes", "description"})
+	for _, f := range files {
+		_ = w.Write([]string{f.Path, fmt.Sprint(len(f.Data)), f.Description})
+	}
+	w.Flush()
+	return b.Bytes(), w.Error()
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/worker/vips"
+)
+
+func TestBatch(t *testing.T) {
+	require.NoError(t, vips.Startup(vips.Config{}))
+	files, err := Batch()
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	byPath := map[string]string{}
+	total := 0
+	for _, f := range files {
+		path := filepath.Join(dir, filepath.FromSlash(f.Path))
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, f.Data, 0o644))
+		byPath[f.Path] = path
+		total += len(f.Data)
+	}
+	require.Less(t, total, 2<<20, "the committed batch stays small")
+
+	// Each TIFF is the kind the issue asks for.
+	for path, want := range map[string]struct {
+		interp vips.Interpretation
+		format vips.BandFormat
+		pages  int
+	}{
+		"scans/lzw.tif":        {vips.InterpretationSRGB, vips.FormatUchar, 1},
+		"scans/jpeg-ycbcr.tif": {vips.InterpretationSRGB, vips.FormatUchar, 1},
+		"scans/cmyk.tif":       {vips.InterpretationCMYK, vips.FormatUchar, 1},
+		"scans/16bit.tif":      {vips.InterpretationRGB16, vips.FormatUshort, 1},
+		"scans/multipage.tif":  {vips.InterpretationSRGB, vips.FormatUchar, 3},
+	} {
+		im, err := vips.Open(byPath[path], "")
+		require.NoError(t, err, path)
+		require.Equal(t, want.interp, im.Interpretation(), path)
+		require.Equal(t, want.format, im.Format(), path)
+		require.Equal(t, want.pages, im.Pages(), path)
+		im.Close()
+	}
+	for path, loader := range map[string]string{"photos/photo.jpg": "jpegload", "photos/graphic.png": "pngload"} {
+		require.Equal(t, loader, vips.Loader(byPath[path]), path)
+	}
+
+	// The committed batch is what the generator makes (by name).
+	var committed []string
+	require.NoError(t, filepath.WalkDir(filepath.Join("..", "sample-batch"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(filepath.Join("..", "sample-batch"), p)
+			committed = append(committed, filepath.ToSlash(rel))
+		}
+		return err
+	}))
+	var generated []string
+	for _, f := range files {
+		generated = append(generated, f.Path)
+	}
+	require.ElementsMatch(t, generated, committed, "run go run ./examples/gen")
+}

@@ -1,0 +1,204 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Callback is where and as whom a worker reports its result: a POST of a
+// JSON body to URL with "Authorization: Bearer <Token>" (spec 000 §4.4).
+type Callback struct {
+	TaskID  string
+	BatchID string
+	URL     string
+	Token   string
+	// Client sends the requests; nil means a client with a 30 s timeout
+	// per attempt.
+	Client *http.Client
+	// Backoff paces retries; the zero value means DefaultBackoff.
+	Backoff Backoff
+	// Logger receives a warning per failed attempt; nil discards them.
+	Logger *slog.Logger
+}
+
+// Complete reports whether a callback can be attempted at all: without a
+// URL, a token or the task's identity there is no one to report to.
+func (c Callback) Complete() bool {
+	return c.TaskID != "" && c.BatchID != "" && c.URL != "" && c.Token != ""
+}
+
+// Backoff is the retry schedule of a callback: the first retry waits
+// Initial, each next one twice as long up to Max, with ±20% jitter so that
+// the workers of a batch that failed together do not retry together.
+type Backoff struct {
+	Initial  time.Duration
+	Max      time.Duration
+	Attempts int // total attempts, the first included
+}
+
+// DefaultBackoff retries for about two minutes: the orchestrator may be
+// restarting or briefly overloaded, and a task's result is worth the wait
+// (its timeout sweep fails the task otherwise).
+var DefaultBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Attempts: 10}
+
+// ErrNotWanted is matched by a callback answered 409 Conflict: the
+// orchestrator no longer expects this task's result (it timed out, was
+// reset, or a result was already recorded). Retrying cannot change that.
+var ErrNotWanted = errors.New("orchestrator no longer wants this result (409 Conflict)")
+
+// StatusError is a callback refused with a status that retrying will not
+// change (4xx other than 409 and 429), or the last status when attempts ran
+// out.
+type StatusError struct {
+	Code int
+	// Message is the orchestrator's {"error": "..."} message, or the start
+	// of the response body.
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("callback answered %d %s", e.Code, http.StatusText(e.Code))
+	}
+	return fmt.Sprintf("callback answered %d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
+}
+
+// PostCallback POSTs body as JSON to url with the bearer token, retrying
+// network errors, 5xx and 429 with DefaultBackoff. See Callback.Post.
+func PostCallback(ctx context.Context, url, token string, body any) error {
+	return (&Callback{URL: url, Token: token}).Post(ctx, body)
+}
+
+// Post sends body (marshalled to JSON unless it is a json.RawMessage or
+// []byte) and returns nil once the orchestrator answers 2xx. Network
+// errors, 5xx and 429 are retried with backoff (a 429's or 503's
+// Retry-After is honoured up to Backoff.Max); a 409 returns ErrNotWanted at
+// once, any other status a *StatusError at once. It gives up when ctx ends.
+func (c *Callback) Post(ctx context.Context, body any) error {
+	var data []byte
+	switch b := body.(type) {
+	case json.RawMessage:
+		data = b
+	case []byte:
+		data = b
+	default:
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("encoding callback body: %w", err)
+		}
+	}
+	bo := c.Backoff
+	if bo.Attempts <= 0 {
+		bo = DefaultBackoff
+	}
+	client := c.Client
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+
+	delay := bo.Initial
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		retryAfter, err := c.attempt(ctx, client, data)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		var se *StatusError
+		if errors.Is(err, ErrNotWanted) || (errors.As(err, &se) && !retryable(se.Code)) {
+			return err
+		}
+		if attempt >= bo.Attempts {
+			return fmt.Errorf("callback not delivered after %d attempts: %w", attempt, lastErr)
+		}
+		wait := min(jitter(delay), bo.Max)
+		if retryAfter > wait {
+			wait = min(retryAfter, bo.Max)
+		}
+		log.Warn("callback failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("callback not delivered after %d attempts (%w): %w", attempt, context.Cause(ctx), lastErr)
+		case <-time.After(wait):
+		}
+		delay = min(2*delay, bo.Max)
+	}
+}
+
+// attempt makes one request. It returns the server's Retry-After, if any.
+func (c *Callback) attempt(ctx context.Context, client *http.Client, data []byte) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(data))
+	if err != nil {
+		// A malformed URL: retrying cannot fix it.
+		return 0, &StatusError{Message: "invalid CALLBACK_URL: " + err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("posting callback: %w", err)
+	}
+	defer resp.Body.Close()
+	msg := readMessage(resp.Body)
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return 0, nil
+	case resp.StatusCode == http.StatusConflict:
+		if msg != "" {
+			return 0, fmt.Errorf("%w: %s", ErrNotWanted, msg)
+		}
+		return 0, ErrNotWanted
+	}
+	return parseRetryAfter(resp.Header.Get("Retry-After")), &StatusError{Code: resp.StatusCode, Message: msg}
+}
+
+// retryable reports whether a status may change on retry: the server was
+// down, overloaded or rate limiting. Code 0 is a request that could not be
+// built.
+func retryable(code int) bool {
+	return code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented)
+}
+
+// readMessage extracts the {"error": "..."} message of an error response,
+// or the start of the body if it is not that.
+func readMessage(r io.Reader) string {
+	body, _ := io.ReadAll(io.LimitReader(r, 4096))
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(body))
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs > 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return time.Until(t)
+	}
+	return 0
+}
+
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}

@@ -1,0 +1,230 @@
+// Package worker is the shared library of the worker programs that the
+// orchestrator's machines run (cmd/worker): one short-lived process per
+// task, processing one file and reporting back with one callback.
+//
+// It holds what every worker needs: the environment contract (ParseEnv),
+// the object store, downloads and never-overwriting uploads, timings, and
+// the callback (PostCallback) with Run, which guarantees that a worker
+// always reports, whether its work succeeded, failed or panicked. The
+// image-processing workers themselves are in tiffworker and imageworker.
+//
+// # Environment
+//
+// Set identically by the Fly launcher and by the local machine runner:
+//
+//	TASK_ID, BATCH_ID        the task and batch, echoed in the callback
+//	CALLBACK_URL             where the callback is POSTed
+//	CALLBACK_TOKEN           sent as "Authorization: Bearer <token>"
+//	INPUT_R2_KEY             the object to process, in R2_BUCKET
+//	R2_BUCKET                the staging bucket (input and TIFF outputs)
+//	R2_ACCOUNT_ID            Cloudflare account; the endpoint is https://<id>.r2.cloudflarestorage.com
+//	R2_ENDPOINT              optional, replaces that endpoint (local S3: http://127.0.0.1:9000)
+//	R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY
+//	INPUT_CID                optional, the manifest's cid of the input (image worker: ref_data.ipfs_cid)
+//	INPUT_CONTENT_TYPE       optional, the manifest's content type (image worker: ref_data.type; sniffed if unset)
+//	INPUT_FILE_NAME          optional, the manifest's file name (image worker: ref_data.filename; base of the key if unset)
+//	JPEG_QUALITY             optional, 1-100, default 90: quality of every JPEG written
+//
+// Image worker only:
+//
+//	ARCHIVE_BUCKET           the original is copied there under the same key
+//	CDN_BUCKET               optional, default "arke-cdn": where variants are uploaded
+//	CDN_PUBLIC_URL           base URL serving CDN_BUCKET: CDN_PUBLIC_URL + "/" + key
+//	                         must fetch the object at key (for a path-style local S3
+//	                         server that is http://host:port/<CDN_BUCKET>)
+//	VARIANT_SIZES            optional, default "200,800,1600": longest side in pixels of
+//	                         the thumbnail, medium and large variants, ascending
+package worker
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/arke-institute/orchestrator/blob"
+)
+
+// Kind is which worker program runs: it decides which variables are
+// required.
+type Kind string
+
+// The worker kinds, also the subcommands of cmd/worker.
+const (
+	KindTIFF  Kind = "tiff"
+	KindImage Kind = "image"
+)
+
+// Defaults for optional variables.
+const (
+	DefaultJPEGQuality = 90
+	DefaultCDNBucket   = "arke-cdn"
+)
+
+// Variant is one size of image the image worker makes.
+type Variant struct {
+	// Name is "thumbnail", "medium" or "large": the variant's file name
+	// (Name + ".jpg") and its key in ref.json's variants map.
+	Name string
+	// Size is the longest side in pixels. Images are never enlarged: a
+	// variant of a smaller image has the image's own size.
+	Size int
+}
+
+// DefaultVariants are the variant sizes when VARIANT_SIZES is unset.
+var DefaultVariants = []Variant{{"thumbnail", 200}, {"medium", 800}, {"large", 1600}}
+
+// variantNames are the names VARIANT_SIZES assigns, in order.
+var variantNames = []string{"thumbnail", "medium", "large"}
+
+// Input is the file a task processes.
+type Input struct {
+	// Key is the object's key in Config.Bucket (INPUT_R2_KEY).
+	Key string
+	// CID, ContentType and FileName are the manifest's values for the file
+	// (INPUT_CID, INPUT_CONTENT_TYPE, INPUT_FILE_NAME); each may be empty.
+	CID         string
+	ContentType string
+	FileName    string
+}
+
+// Config is a worker's environment, read once by cmd/worker.
+type Config struct {
+	Kind     Kind
+	Callback Callback
+	Input    Input
+	// Storage reaches R2 (or a local S3 server).
+	Storage blob.S3Config
+	// Bucket is the staging bucket (R2_BUCKET): input, TIFF outputs and
+	// ref.json files.
+	Bucket string
+	// JPEGQuality is the quality of every JPEG written, 1-100.
+	JPEGQuality int
+
+	// ArchiveBucket, CDNBucket, CDNPublicURL and Variants are the image
+	// worker's (see the package documentation).
+	ArchiveBucket string
+	CDNBucket     string
+	CDNPublicURL  string
+	Variants      []Variant
+}
+
+// EnvError lists every problem with the environment at once, so that one
+// failed run shows everything to fix.
+type EnvError struct {
+	Missing []string // required variables that are unset or empty
+	Invalid []string // "NAME: reason"
+}
+
+func (e *EnvError) Error() string {
+	var parts []string
+	if len(e.Missing) > 0 {
+		parts = append(parts, "missing environment variables: "+strings.Join(e.Missing, ", "))
+	}
+	parts = append(parts, e.Invalid...)
+	return strings.Join(parts, "; ")
+}
+
+// ParseEnv reads a worker's configuration through getenv (os.Getenv in
+// cmd/worker). It fills every field it can even when it returns an error
+// (an *EnvError), so that the callback can still report the problem when
+// the callback variables themselves are present (Callback.Complete).
+func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
+	e := &EnvError{}
+	str := func(name string, required bool) string {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" && required {
+			e.Missing = append(e.Missing, name)
+		}
+		return v
+	}
+
+	cfg := Config{Kind: kind}
+	if kind != KindTIFF && kind != KindImage {
+		e.Invalid = append(e.Invalid, fmt.Sprintf("unknown worker kind %q", kind))
+	}
+	cfg.Callback = Callback{
+		TaskID:  str("TASK_ID", true),
+		BatchID: str("BATCH_ID", true),
+		URL:     str("CALLBACK_URL", true),
+		Token:   str("CALLBACK_TOKEN", true),
+	}
+	cfg.Input = Input{
+		Key:         str("INPUT_R2_KEY", true),
+		CID:         str("INPUT_CID", false),
+		ContentType: str("INPUT_CONTENT_TYPE", false),
+		FileName:    str("INPUT_FILE_NAME", false),
+	}
+	cfg.Bucket = str("R2_BUCKET", true)
+	cfg.Storage = blob.S3Config{
+		AccountID:       str("R2_ACCOUNT_ID", false),
+		Endpoint:        str("R2_ENDPOINT", false),
+		AccessKeyID:     str("R2_ACCESS_KEY_ID", true),
+		SecretAccessKey: str("R2_SECRET_ACCESS_KEY", true),
+	}
+	if cfg.Storage.AccountID == "" && cfg.Storage.Endpoint == "" {
+		e.Missing = append(e.Missing, "R2_ACCOUNT_ID (or R2_ENDPOINT)")
+	}
+
+	cfg.JPEGQuality = DefaultJPEGQuality
+	if v := str("JPEG_QUALITY", false); v != "" {
+		q, err := strconv.Atoi(v)
+		if err != nil || q < 1 || q > 100 {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("JPEG_QUALITY: %q is not a whole number from 1 to 100", v))
+		} else {
+			cfg.JPEGQuality = q
+		}
+	}
+
+	if kind == KindImage {
+		cfg.ArchiveBucket = str("ARCHIVE_BUCKET", true)
+		cfg.CDNBucket = str("CDN_BUCKET", false)
+		if cfg.CDNBucket == "" {
+			cfg.CDNBucket = DefaultCDNBucket
+		}
+		cfg.CDNPublicURL = strings.TrimRight(str("CDN_PUBLIC_URL", true), "/")
+		if u := cfg.CDNPublicURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("CDN_PUBLIC_URL: %q is not an http:// or https:// URL", u))
+		}
+		cfg.Variants = slices.Clone(DefaultVariants)
+		if v := str("VARIANT_SIZES", false); v != "" {
+			variants, err := parseVariantSizes(v)
+			if err != nil {
+				e.Invalid = append(e.Invalid, "VARIANT_SIZES: "+err.Error())
+			} else {
+				cfg.Variants = variants
+			}
+		}
+	}
+
+	if len(e.Missing) > 0 || len(e.Invalid) > 0 {
+		return cfg, e
+	}
+	return cfg, nil
+}
+
+// parseVariantSizes reads "200,800,1600": the thumbnail, medium and large
+// longest sides, ascending.
+func parseVariantSizes(s string) ([]Variant, error) {
+	fields := strings.Split(s, ",")
+	if len(fields) != len(variantNames) {
+		return nil, fmt.Errorf("%q must be %d sizes (%s), e.g. \"200,800,1600\"", s, len(variantNames), strings.Join(variantNames, ", "))
+	}
+	out := make([]Variant, len(fields))
+	for i, f := range fields {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%q: %q is not a size in pixels from 1 to 65535", s, f)
+		}
+		if i > 0 && n <= out[i-1].Size {
+			return nil, fmt.Errorf("%q: sizes must ascend (%s)", s, strings.Join(variantNames, " < "))
+		}
+		out[i] = Variant{Name: variantNames[i], Size: n}
+	}
+	return out, nil
+}
+
+// NewStore opens the object store the configuration names.
+func (c Config) NewStore() (*blob.S3, error) {
+	return blob.NewS3(c.Storage)
+}
