@@ -134,6 +134,7 @@ SELECT b.id, b.phase::text AS phase,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status IN ('pending', 'processing')) AS has_open
 FROM batches b
 WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < $1
+ORDER BY b.updated_at, b.id
 LIMIT $2
 `
 
@@ -340,11 +341,12 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 }
 
 const batchTouch = `-- name: BatchTouch :exec
-UPDATE batches SET updated_at = clock_timestamp() WHERE id = $1
+UPDATE batches SET updated_at = clock_timestamp() WHERE id = ANY($1::text[])
 `
 
-// BatchTouch marks progress, so the sweep's backstop leaves the batch alone.
-func (q *Queries) BatchTouch(ctx context.Context, id string) error {
-	_, err := q.db.Exec(ctx, batchTouch, id)
+// BatchTouch marks the batches the backstop looked at, so its next runs
+// look at the others first (it takes the least recently touched).
+func (q *Queries) BatchTouch(ctx context.Context, ids []string) error {
+	_, err := q.db.Exec(ctx, batchTouch, ids)
 	return err
 }

@@ -225,6 +225,7 @@ UPDATE tasks
 SET status = 'failed', ended_by = 'timeout', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
     error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
 WHERE batch_id = $1 AND phase = $2 AND status = 'processing' AND deadline < clock_timestamp()
+    AND machine_id IS NOT NULL
 RETURNING id, machine_id, error
 `
 
@@ -301,6 +302,28 @@ func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBat
 	return items, nil
 }
 
+const taskFailUnlaunched = `-- name: TaskFailUnlaunched :one
+UPDATE tasks
+SET status = 'failed', ended_by = 'timeout', error = $1,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = $2 AND status = 'processing' AND machine_id IS NULL
+RETURNING id
+`
+
+type TaskFailUnlaunchedParams struct {
+	Error *string
+	ID    string
+}
+
+// TaskFailUnlaunched fails a task whose machine never existed, after its
+// last launch attempt.
+func (q *Queries) TaskFailUnlaunched(ctx context.Context, arg TaskFailUnlaunchedParams) (string, error) {
+	row := q.db.QueryRow(ctx, taskFailUnlaunched, arg.Error, arg.ID)
+	var id string
+	err := row.Scan(&id)
+	return id, err
+}
+
 const taskGetForCallback = `-- name: TaskGetForCallback :one
 SELECT id, batch_id, phase, status, token_hash, ended_by
 FROM tasks
@@ -375,6 +398,45 @@ func (q *Queries) TaskListByBatchPhase(ctx context.Context, arg TaskListByBatchP
 			&i.Status,
 			&i.Result,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskListExpiredUnlaunched = `-- name: TaskListExpiredUnlaunched :many
+SELECT id, attempt FROM tasks
+WHERE batch_id = $1 AND phase = $2 AND status = 'processing'
+    AND machine_id IS NULL AND deadline < clock_timestamp()
+`
+
+type TaskListExpiredUnlaunchedParams struct {
+	BatchID string
+	Phase   string
+}
+
+type TaskListExpiredUnlaunchedRow struct {
+	ID      string
+	Attempt int32
+}
+
+// TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
+// no recorded machine: the launcher died, or could not tell whether its
+// launch made one, between claiming and recording them.
+func (q *Queries) TaskListExpiredUnlaunched(ctx context.Context, arg TaskListExpiredUnlaunchedParams) ([]TaskListExpiredUnlaunchedRow, error) {
+	rows, err := q.db.Query(ctx, taskListExpiredUnlaunched, arg.BatchID, arg.Phase)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListExpiredUnlaunchedRow
+	for rows.Next() {
+		var i TaskListExpiredUnlaunchedRow
+		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

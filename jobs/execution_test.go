@@ -151,11 +151,13 @@ func TestFly429IsBackPressure(t *testing.T) {
 	require.Zero(t, countEvents(t, env, id, "task.failed"))
 }
 
-// TestTransientLaunchErrorRecovers: Fly answers 500 for a while; the phase
-// retries with backoff and the batch completes.
+// TestTransientLaunchErrorRecovers: Fly answers 500 for a while, to the
+// launch and to the lookup after it; the phase retries with backoff, a task
+// whose machine could not be looked up waits for its deadline and is then
+// settled by the sweep, and the batch completes with one machine per task.
 func TestTransientLaunchErrorRecovers(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{Behave: succeed})
+	env := testenv.New(t, testenv.Options{Behave: succeed, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "2000"}})
 	env.Fly.Fail(http.StatusInternalServerError, 2)
 	const id = "FLY-500"
 	env.Submit(t, id, tiffs(2))
@@ -182,6 +184,47 @@ func TestLaunchErrorsExhaustRetries(t *testing.T) {
 	require.Contains(t, *st.Error, "Failed after 3 retries: launching TIFF_CONVERSION machines")
 	require.Contains(t, *st.Error, "422")
 	require.Equal(t, 2, countEvents(t, env, id, "phase.retry"))
+	// Nothing is left open for a batch in ERROR.
+	require.Equal(t, []service.PhaseProgress{{Phase: "TIFF_CONVERSION", TasksTotal: 1, TasksFailed: 1}}, st.Phases)
+}
+
+// TestUnrecordedLaunchIsRelaunched: the launcher died between claiming a
+// task and recording its machine, and the machine is gone. At the deadline
+// the sweep looks the machine up, finds none, and the task is launched
+// again instead of being failed.
+func TestUnrecordedLaunchIsRelaunched(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if l.App == tiffApp && l.Attempt == 1 {
+			// Exits without calling back, after its launch was answered.
+			return fakefly.Behavior{Crash: true, Delay: 300 * time.Millisecond}
+		}
+		return succeed(l)
+	}})
+	const id = "UNRECORDED"
+	env.Submit(t, id, tiffs(1))
+	l := awaitBatchLaunches(t, env, id, 1)[0]
+	env.Fly.Await(t, 30*time.Second, "first machine gone", func() bool { return len(env.Fly.Machines(tiffApp)) == 0 })
+	env.Fly.Await(t, 30*time.Second, "launch recorded", func() bool {
+		var recorded bool
+		require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT machine_id IS NOT NULL FROM tasks WHERE id = $1`, l.TaskID).Scan(&recorded))
+		return recorded
+	})
+	// Simulate the crash: the machine id was never recorded, and the task's
+	// deadline has passed.
+	_, err := env.Pool.Exec(context.Background(), `UPDATE tasks SET machine_id = NULL, deadline = now() - interval '1 second' WHERE id = $1`, l.TaskID)
+	require.NoError(t, err)
+
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(1), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+	var launches int
+	for _, x := range env.Fly.Launches() {
+		if x.TaskID == l.TaskID {
+			launches++
+		}
+	}
+	require.Equal(t, 2, launches)
 }
 
 // TestAmbiguousLaunchIsReconciled: the first launch creates the machine but

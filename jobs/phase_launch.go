@@ -20,7 +20,8 @@ import (
 
 // launchChunk is how many tasks one launch round claims at most: enough to
 // keep LaunchConcurrency requests busy, small enough that a crash mid-round
-// strands few claimed tasks (the sweep reclaims them at their deadline).
+// strands few claimed tasks (the sweep looks their machines up at the
+// deadline, and relaunches those that have none).
 const launchChunk = 256
 
 // PhaseLaunchArgs launches machines for the pending tasks of a batch's phase
@@ -155,6 +156,12 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 			if err := failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil {
 				return err
 			}
+			// Nothing may keep running for a batch in ERROR.
+			appOf := func(phase string) string { return w.deps.Config.Phases[phases.Name(phase)].FlyAppName }
+			client := river.ClientFromContext[pgx.Tx](ctx)
+			if _, _, err := StopBatchWork(ctx, tx, client, appOf, args.BatchID, "Batch failed: "+msg); err != nil {
+				return err
+			}
 			_, err := river.JobCompleteTx[*riverDriver](ctx, tx, job)
 			return err
 		}
@@ -201,12 +208,18 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 	var out launchOutcome
 	var launchedIDs, machineIDs, release []string
 	var attempts []int32
+	var unresolved *unresolvedLaunch
 	for _, r := range results {
 		switch {
 		case r.err == nil:
 			launchedIDs = append(launchedIDs, r.row.ID)
 			attempts = append(attempts, r.row.Attempt)
 			machineIDs = append(machineIDs, r.machineID)
+		case errors.As(r.err, &unresolved):
+			// Its machine may exist, holding the task's token: keep the task
+			// processing as it is. A callback will end it; if none comes,
+			// the sweep looks the machine up again at the deadline.
+			out.err = r.err
 		case errors.Is(r.err, compute.ErrRateLimited):
 			release = append(release, r.row.ID)
 			out.rateLimited = max(out.rateLimited, compute.RetryAfter(r.err), time.Second)
@@ -217,8 +230,15 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 	}
 	out.launched = len(launchedIDs)
 
+	// The bookkeeping must happen even when the job's context was cancelled
+	// mid-round (an admin reset cancels the launcher, a job can time out):
+	// machines created in this round are recorded, or destroyed if their
+	// task ended meanwhile, never forgotten.
+	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	var orphans []string // machines whose task ended while they were launched
-	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(recCtx, w.deps.Pool, func(tx pgx.Tx) error {
+		ctx := recCtx
 		q := db.New(tx)
 		if len(launchedIDs) > 0 {
 			kept, err := q.TaskSetMachines(ctx, db.TaskSetMachinesParams{IDs: launchedIDs, Attempts: attempts, MachineIDs: machineIDs})
@@ -272,9 +292,13 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 	if !errors.Is(err, compute.ErrAmbiguous) {
 		return "", err
 	}
-	found, ferr := w.deps.Compute.FindByTask(ctx, pcfg.FlyAppName, row.ID)
+	// Look even if the job was cancelled meanwhile: a machine created by
+	// this launch must be known so that it can be recorded or destroyed.
+	findCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	found, ferr := w.deps.Compute.FindByTask(findCtx, pcfg.FlyAppName, row.ID)
 	if ferr != nil {
-		return "", fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)
+		return "", &unresolvedLaunch{fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)}
 	}
 	if len(found) == 0 {
 		return "", err
@@ -287,6 +311,13 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 	}
 	return found[0].ID, nil
 }
+
+// unresolvedLaunch is an ambiguous launch whose machine could not be looked
+// up: it may or may not exist.
+type unresolvedLaunch struct{ err error }
+
+func (e *unresolvedLaunch) Error() string { return e.err.Error() }
+func (e *unresolvedLaunch) Unwrap() error { return e.err }
 
 // machineSpec is the machine of spec 000 §4.3 for one task.
 func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {

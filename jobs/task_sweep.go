@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,11 +43,85 @@ func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs
 		return fmt.Errorf("finding expired tasks: %w", err)
 	}
 	for _, g := range groups {
+		if err := w.settleUnlaunched(ctx, g.BatchID, g.Phase); err != nil {
+			return err
+		}
 		if err := w.expire(ctx, g.BatchID, g.Phase); err != nil {
 			return err
 		}
 	}
 	return w.backstop(ctx)
+}
+
+// maxLaunchAttempts bounds relaunches of a task whose machine never existed.
+const maxLaunchAttempts = 3
+
+// settleUnlaunched deals with expired tasks that have no recorded machine
+// (the launcher died or could not tell whether its launch made one, between
+// claiming and recording). It looks each machine up by the task's id: one
+// that exists is recorded, and then times out like any other; a task with
+// none goes back to pending to be launched again, up to maxLaunchAttempts;
+// a failed lookup is tried again on the next sweep.
+func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase string) error {
+	q := db.New(w.deps.Pool)
+	rows, err := q.TaskListExpiredUnlaunched(ctx, db.TaskListExpiredUnlaunchedParams{BatchID: batchID, Phase: phase})
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
+	var found db.TaskSetMachinesParams
+	var release, giveUp []string
+	for _, r := range rows {
+		ms, err := w.deps.Compute.FindByTask(ctx, app, r.ID)
+		switch {
+		case err != nil:
+			w.deps.Logger.Warn("looking up an unrecorded machine", "batch_id", batchID, "task_id", r.ID, "error", err)
+		case len(ms) > 0:
+			found.IDs = append(found.IDs, r.ID)
+			found.Attempts = append(found.Attempts, r.Attempt)
+			found.MachineIDs = append(found.MachineIDs, ms[0].ID)
+		case r.Attempt < maxLaunchAttempts:
+			release = append(release, r.ID)
+		default:
+			giveUp = append(giveUp, r.ID)
+		}
+	}
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.BatchLockShared(ctx, batchID); err != nil {
+			return err
+		}
+		client := river.ClientFromContext[pgx.Tx](ctx)
+		if len(found.IDs) > 0 {
+			if _, err := q.TaskSetMachines(ctx, found); err != nil {
+				return err
+			}
+		}
+		if len(release) > 0 {
+			if _, err := q.TaskRelease(ctx, release); err != nil {
+				return err
+			}
+			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
+				return err
+			}
+		}
+		if len(giveUp) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("no machine could be launched after %d attempts", maxLaunchAttempts)
+		events := make([]db.BatchEventInsertManyParams, 0, len(giveUp))
+		for _, id := range giveUp {
+			if _, err := q.TaskFailUnlaunched(ctx, db.TaskFailUnlaunchedParams{ID: id, Error: &msg}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			events = append(events, newEvent(batchID, db.EventTaskFailed, phase, id, map[string]any{"error": msg}))
+		}
+		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+			return err
+		}
+		_, err := client.InsertTx(ctx, tx, PhaseCheckArgs{BatchID: batchID, Phase: phase}, nil)
+		return err
+	})
 }
 
 // expire fails the expired tasks of one (batch, phase) with "Task timed out
@@ -106,12 +181,19 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	var params []river.InsertManyParams
+	ids := make([]string, 0, len(stalled))
 	for _, b := range stalled {
+		ids = append(ids, b.ID)
 		switch {
 		case !b.HasOpen:
 			params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})
 		case b.HasPending:
 			params = append(params, river.InsertManyParams{Args: PhaseLaunchArgs{BatchID: b.ID, Phase: b.Phase}})
+		}
+	}
+	if len(ids) > 0 {
+		if err := q.BatchTouch(ctx, ids); err != nil {
+			return err
 		}
 	}
 	if len(params) == 0 {

@@ -136,7 +136,7 @@ func (s *Service) callbackNotApplied(ctx context.Context, q *db.Queries, batchID
 	case "timeout":
 		reason = fmt.Sprintf("task %s already timed out", taskID)
 	case "reset":
-		reason = fmt.Sprintf("batch %s was reset", batchID)
+		reason = fmt.Sprintf("batch %s was reset or has failed", batchID)
 	}
 	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventCallbackRejected, Phase: phase, TaskID: taskID,
 		Data: map[string]any{"reason": reason, "reported": reported}}); err != nil {
@@ -156,6 +156,10 @@ func parseCallback(phase phases.Name, taskID, batchID string, body []byte) (phas
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return bad("body must be a JSON object")
+	}
+	if bytes.Contains(trimmed, []byte(`\u0000`)) {
+		// Valid JSON, but the body is kept as jsonb, which cannot hold it.
+		return bad(`strings must not contain the NUL character (\u0000)`)
 	}
 	var b callbackBody
 	if err := json.Unmarshal(trimmed, &b); err != nil {

@@ -43,30 +43,17 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		if _, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: ptr(ResetMessage)}); err != nil {
 			return err
 		}
-		ended, err := q.TaskFailOpenByBatch(ctx, db.TaskFailOpenByBatchParams{BatchID: batchID, Error: ptr("Batch reset by admin")})
-		if err != nil {
-			return fmt.Errorf("ending open tasks: %w", err)
-		}
 		cancelled, err := s.cancelJobs(ctx, tx, batchID)
 		if err != nil {
 			return err
 		}
-		machines := map[string][]string{} // app -> machine ids
-		for _, t := range ended {
-			if t.MachineID != nil {
-				app := s.apps[phases.Name(t.Phase)]
-				machines[app] = append(machines[app], *t.MachineID)
-			}
-		}
-		destroyed := 0
-		for app, ids := range machines {
-			destroyed += len(ids)
-			if _, err := s.river.InsertTx(ctx, tx, jobs.MachineDestroyArgs{App: app, MachineIDs: ids}, nil); err != nil {
-				return err
-			}
+		ended, destroyed, err := jobs.StopBatchWork(ctx, tx, s.river, func(phase string) string { return s.apps[phases.Name(phase)] },
+			batchID, "Batch reset by admin")
+		if err != nil {
+			return err
 		}
 		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventAdminReset, Phase: deref(b.Phase), Data: map[string]any{
-			"tasks_ended": len(ended), "jobs_cancelled": cancelled, "machines_destroyed": destroyed, "previous_status": b.Status,
+			"tasks_ended": ended, "jobs_cancelled": cancelled, "machines_destroyed": destroyed, "previous_status": b.Status,
 		}})
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ SELECT b.id, b.phase::text AS phase,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status IN ('pending', 'processing')) AS has_open
 FROM batches b
 WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < @before
+ORDER BY b.updated_at, b.id
 LIMIT @max;
 
 -- name: BatchGetByID :one
@@ -73,9 +74,10 @@ SET status = @phase, phase = @phase, generation = @generation,
 WHERE id = @id AND status NOT IN ('DONE', 'ERROR')
 RETURNING *;
 
--- BatchTouch marks progress, so the sweep's backstop leaves the batch alone.
+-- BatchTouch marks the batches the backstop looked at, so its next runs
+-- look at the others first (it takes the least recently touched).
 -- name: BatchTouch :exec
-UPDATE batches SET updated_at = clock_timestamp() WHERE id = @id;
+UPDATE batches SET updated_at = clock_timestamp() WHERE id = ANY(@ids::text[]);
 
 -- BatchLockExclusive and BatchLockShared are the fan-in guard (design.md):
 -- every transaction that ends a task of a batch holds the shared lock while

@@ -61,7 +61,25 @@ UPDATE tasks
 SET status = 'failed', ended_by = 'timeout', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
     error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing' AND deadline < clock_timestamp()
+    AND machine_id IS NOT NULL
 RETURNING id, machine_id, error;
+
+-- TaskFailUnlaunched fails a task whose machine never existed, after its
+-- last launch attempt.
+-- name: TaskFailUnlaunched :one
+UPDATE tasks
+SET status = 'failed', ended_by = 'timeout', error = @error,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = @id AND status = 'processing' AND machine_id IS NULL
+RETURNING id;
+
+-- TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
+-- no recorded machine: the launcher died, or could not tell whether its
+-- launch made one, between claiming and recording them.
+-- name: TaskListExpiredUnlaunched :many
+SELECT id, attempt FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
+    AND machine_id IS NULL AND deadline < clock_timestamp();
 
 -- TaskFailOpenByBatch ends every open task of a batch (admin reset).
 -- name: TaskFailOpenByBatch :many
