@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
 )
@@ -89,4 +91,23 @@ func TempDir(kind Kind) (string, error) {
 		return "", fmt.Errorf("creating work directory: %w", err)
 	}
 	return filepath.Clean(dir), nil
+}
+
+// FetchInput downloads the task's input (INPUT_R2_KEY) into a fresh
+// temporary directory, timing it into timer.Download, and returns the
+// directory (the caller removes it), the file and its size.
+func FetchInput(ctx context.Context, cfg Config, store blob.Store, kind Kind, timer *Timer, log *slog.Logger) (dir, file string, size int64, err error) {
+	dir, err = TempDir(kind)
+	if err != nil {
+		return "", "", 0, err
+	}
+	t := time.Now()
+	file, size, err = Download(ctx, store, cfg.Bucket, cfg.Input.Key, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", 0, err
+	}
+	timer.Download = time.Since(t)
+	log.Info("downloaded input", "r2_key", cfg.Input.Key, "bytes", size, "ms", timer.Download.Milliseconds())
+	return dir, file, size, nil
 }

@@ -88,21 +88,13 @@ func Process(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 	if len(cfg.Variants) == 0 {
 		return nil, fmt.Errorf("no variant sizes configured")
 	}
-	dir, err := worker.TempDir(worker.KindImage)
+	dir, file, size, err := worker.FetchInput(ctx, cfg, store, worker.KindImage, timer, log)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 
 	t := time.Now()
-	file, size, err := worker.Download(ctx, store, cfg.Bucket, key, dir)
-	if err != nil {
-		return nil, err
-	}
-	timer.Download = time.Since(t)
-	log.Info("downloaded input", "r2_key", key, "bytes", size, "ms", timer.Download.Milliseconds())
-
-	t = time.Now()
 	img, err := makeVariants(file, size, cfg.Variants, cfg.JPEGQuality)
 	timer.Conversion = time.Since(t)
 	if err != nil {

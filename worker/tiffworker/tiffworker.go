@@ -72,19 +72,11 @@ const uploadConcurrency = 3
 func Convert(ctx context.Context, cfg worker.Config, store blob.Store, log *slog.Logger) (*Result, error) {
 	timer := worker.StartTimer()
 	key := cfg.Input.Key
-	dir, err := worker.TempDir(worker.KindTIFF)
+	dir, file, size, err := worker.FetchInput(ctx, cfg, store, worker.KindTIFF, timer, log)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-
-	t := time.Now()
-	file, size, err := worker.Download(ctx, store, cfg.Bucket, key, dir)
-	if err != nil {
-		return nil, err
-	}
-	timer.Download = time.Since(t)
-	log.Info("downloaded input", "r2_key", key, "bytes", size, "ms", timer.Download.Milliseconds())
 
 	src, err := inspect(file, size, log)
 	if err != nil {
