@@ -19,6 +19,10 @@ run: build ## Start the orchestrator on embedded defaults (local Postgres in .da
 test: ## Run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
 	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
 
+.PHONY: bench
+bench: ## Benchmarks against Postgres' own ceiling (pgbench baseline, callback ingest); writes BENCHMARKS.md
+	scripts/postgres.sh bench $(GO) run ./cmd/bench -out BENCHMARKS.md
+
 .PHONY: build
 build: ## Build bin/orchestrator and bin/worker (the worker needs libvips)
 	$(GO) build -o $(BIN) ./cmd/orchestrator

@@ -42,8 +42,12 @@ type Phase struct {
 // Config is everything the orchestrator reads from its environment.
 type Config struct {
 	DatabaseURL string
-	ListenAddr  string
-	AdminToken  string
+	// DatabaseMaxConns sizes the connection pool (DATABASE_MAX_CONNS). pgx's
+	// own default (4 on a 2-core machine) caps how many callbacks can be
+	// committing at once far below what Postgres sustains.
+	DatabaseMaxConns int
+	ListenAddr       string
+	AdminToken       string
 
 	OrchestratorURL string
 	WorkerURL       string
@@ -104,6 +108,10 @@ type Config struct {
 	LogLevel  string
 }
 
+// DefaultDatabaseMaxConns is the pool size unless DATABASE_MAX_CONNS says
+// otherwise: enough concurrent transactions for Postgres to group commits.
+const DefaultDatabaseMaxConns = 40
+
 // phaseShortNames maps a phase to the short name its Fly settings use
 // (FLY_TIFF_APP_NAME rather than FLY_TIFF_CONVERSION_APP_NAME, as in spec 000).
 var phaseShortNames = map[phases.Name]string{
@@ -143,6 +151,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 	r := reader{lookup: lookup}
 	c := &Config{
 		DatabaseURL:          r.str("DATABASE_URL", ""),
+		DatabaseMaxConns:     r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
 		ListenAddr:           r.str("LISTEN_ADDR", ":8080"),
 		AdminToken:           r.str("ADMIN_TOKEN", ""),
 		OrchestratorURL:      strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),

@@ -209,6 +209,7 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 	var launchedIDs, machineIDs, release []string
 	var attempts []int32
 	var unresolved *unresolvedLaunch
+	failed := map[string]error{} // launch errors of tasks to release
 	for _, r := range results {
 		switch {
 		case r.err == nil:
@@ -225,7 +226,7 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 			out.rateLimited = max(out.rateLimited, compute.RetryAfter(r.err), time.Second)
 		default:
 			release = append(release, r.row.ID)
-			out.err = r.err
+			failed[r.row.ID] = r.err
 		}
 	}
 	out.launched = len(launchedIDs)
@@ -266,8 +267,17 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 			}
 		}
 		if len(release) > 0 {
-			if _, err := q.TaskRelease(ctx, release); err != nil {
+			released, err := q.TaskRelease(ctx, release)
+			if err != nil {
 				return fmt.Errorf("releasing tasks not launched: %w", err)
+			}
+			// A failed launch is a phase-level error only if its task was
+			// still waiting for a machine: one whose (ambiguous) launch did
+			// create a machine that has already called back is done.
+			for _, id := range released {
+				if e, ok := failed[id]; ok {
+					out.err = e
+				}
 			}
 		}
 		if len(orphans) > 0 {

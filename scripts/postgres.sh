@@ -5,6 +5,10 @@
 #                                    TEST_DATABASE_URL or DATABASE_URL is set;
 #                                    CMD sees TEST_DATABASE_URL; the cluster is
 #                                    stopped and deleted when CMD ends.
+#   scripts/postgres.sh bench CMD... like temp, but with production
+#                                    durability (fsync and synchronous_commit
+#                                    on), for benchmarks; BENCH_DATABASE_URL
+#                                    overrides it.
 #   scripts/postgres.sh dev CMD...   a persistent cluster in .data/postgres
 #                                    (created on first use, reused after),
 #                                    unless DATABASE_URL is set; CMD sees
@@ -15,8 +19,8 @@
 set -euo pipefail
 
 mode=${1:-}; shift || true
-if [[ "$mode" != temp && "$mode" != dev ]] || [[ $# -eq 0 ]]; then
-  echo "usage: $0 temp|dev COMMAND [ARGS...]" >&2
+if [[ "$mode" != temp && "$mode" != dev && "$mode" != bench ]] || [[ $# -eq 0 ]]; then
+  echo "usage: $0 temp|bench|dev COMMAND [ARGS...]" >&2
   exit 2
 fi
 
@@ -24,6 +28,10 @@ if [[ "$mode" == temp ]]; then
   url=${TEST_DATABASE_URL:-${DATABASE_URL:-}}
   if [[ -n "$url" ]]; then
     export TEST_DATABASE_URL="$url"
+    exec "$@"
+  fi
+elif [[ "$mode" == bench ]]; then
+  if [[ -n "${BENCH_DATABASE_URL:-}" ]]; then
     exec "$@"
   fi
 else
@@ -60,6 +68,10 @@ if [[ "$mode" == temp ]]; then
   dir=$(mktemp -d "${TMPDIR:-/tmp}/orchpg.XXXXXX")
   port=5432
   conf=(-c fsync=off -c synchronous_commit=off -c full_page_writes=off)
+elif [[ "$mode" == bench ]]; then
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/orchpg.XXXXXX")
+  port=5432
+  conf=()
 else
   dir=${PGDEV_DIR:-$PWD/.data/postgres}
   port=${PGDEV_PORT:-54320}
@@ -76,7 +88,7 @@ if [[ ! -f "$data/PG_VERSION" ]]; then
     cat "$dir/initdb.log" >&2; exit 1; }
 fi
 
-if [[ "$mode" == temp ]]; then
+if [[ "$mode" != dev ]]; then
   listen=""
 else
   listen="127.0.0.1"
@@ -87,12 +99,14 @@ as_owner "$PG_CTL" -D "$data" -l "$dir/postgres.log" -o "$opts" -w -t 60 start >
 
 cleanup() {
   as_owner "$PG_CTL" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
-  if [[ "$mode" == temp ]]; then rm -rf "$dir"; fi
+  if [[ "$mode" != dev ]]; then rm -rf "$dir"; fi
 }
 trap cleanup EXIT INT TERM
 
 if [[ "$mode" == temp ]]; then
   export TEST_DATABASE_URL="postgres://postgres@/postgres?host=$sock&port=$port&sslmode=disable"
+elif [[ "$mode" == bench ]]; then
+  export BENCH_DATABASE_URL="postgres://postgres@/postgres?host=$sock&port=$port&sslmode=disable"
 else
   export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   echo "PostgreSQL (development cluster in $dir) at $DATABASE_URL" >&2

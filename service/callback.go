@@ -99,8 +99,8 @@ func (s *Service) Callback(ctx context.Context, batchID, taskID, token string, b
 		if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: typ, Phase: task.Phase, TaskID: taskID, Data: data}); err != nil {
 			return err
 		}
-		if _, err := s.river.InsertTx(ctx, tx, jobs.PhaseCheckArgs{BatchID: batchID, Phase: task.Phase}, nil); err != nil {
-			return fmt.Errorf("enqueueing phase_check: %w", err)
+		if err := jobs.EnqueuePhaseCheck(ctx, tx, s.river, batchID, task.Phase); err != nil {
+			return err
 		}
 		out.Status = string(status)
 		return nil

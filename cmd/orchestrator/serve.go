@@ -146,6 +146,7 @@ func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL is not a valid PostgreSQL URL: %w", err)
 	}
+	pcfg.MaxConns = int32(cfg.DatabaseMaxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the database: %w", err)
