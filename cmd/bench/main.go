@@ -343,7 +343,6 @@ func seedPhase(ctx context.Context, pool *pgxpool.Pool, batchID, phase string, n
 
 func token(id string) string { return "tok-" + id }
 
-
 // instantBackend accepts every launch at once: the phase after the measured
 // one launches its machines here, outside the measurement.
 type instantBackend struct{}
