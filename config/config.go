@@ -245,17 +245,34 @@ func (c *Config) CheckServe() error {
 	if c.DatabaseURL == "" {
 		missing = append(missing, "DATABASE_URL")
 	}
-	if !c.LocalStorage() {
-		if c.R2AccountID == "" && c.R2Endpoint == "" {
-			missing = append(missing, "R2_ACCOUNT_ID (or R2_ENDPOINT)")
-		}
-		if c.R2AccessKeyID == "" {
-			missing = append(missing, "R2_ACCESS_KEY_ID")
-		}
-		if c.R2SecretAccessKey == "" {
-			missing = append(missing, "R2_SECRET_ACCESS_KEY")
-		}
+	return missingSettings(append(missing, c.missingStorage()...))
+}
+
+// CheckStorage reports a partial set of R2 settings (none at all means the
+// local S3 server), for commands that only touch storage, like submit.
+func (c *Config) CheckStorage() error {
+	return missingSettings(c.missingStorage())
+}
+
+// missingStorage names the R2 settings missing from a partial set.
+func (c *Config) missingStorage() []string {
+	if c.LocalStorage() {
+		return nil
 	}
+	var missing []string
+	if c.R2AccountID == "" && c.R2Endpoint == "" {
+		missing = append(missing, "R2_ACCOUNT_ID (or R2_ENDPOINT)")
+	}
+	if c.R2AccessKeyID == "" {
+		missing = append(missing, "R2_ACCESS_KEY_ID")
+	}
+	if c.R2SecretAccessKey == "" {
+		missing = append(missing, "R2_SECRET_ACCESS_KEY")
+	}
+	return missing
+}
+
+func missingSettings(missing []string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing required setting: %s", strings.Join(missing, ", "))
 	}

@@ -119,8 +119,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 			return err
 		}
-		_, err := client.InsertTx(ctx, tx, PhaseCheckArgs{BatchID: batchID, Phase: phase}, nil)
-		return err
+		return EnqueuePhaseCheck(ctx, tx, client, batchID, phase)
 	})
 }
 
@@ -160,7 +159,7 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 				return err
 			}
 		}
-		if _, err := client.InsertTx(ctx, tx, PhaseCheckArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
+		if err := EnqueuePhaseCheck(ctx, tx, client, batchID, phase); err != nil {
 			return err
 		}
 		w.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", len(rows))

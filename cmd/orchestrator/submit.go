@@ -211,18 +211,8 @@ func submitStorage(cfg *config.Config) (blob.S3Config, error) {
 			SecretAccessKey: cfg.LocalS3SecretKey,
 		}, nil
 	}
-	var missing []string
-	if cfg.R2AccountID == "" && cfg.R2Endpoint == "" {
-		missing = append(missing, "R2_ACCOUNT_ID (or R2_ENDPOINT)")
-	}
-	if cfg.R2AccessKeyID == "" {
-		missing = append(missing, "R2_ACCESS_KEY_ID")
-	}
-	if cfg.R2SecretAccessKey == "" {
-		missing = append(missing, "R2_SECRET_ACCESS_KEY")
-	}
-	if len(missing) > 0 {
-		return blob.S3Config{}, fmt.Errorf("missing required setting: %s", strings.Join(missing, ", "))
+	if err := cfg.CheckStorage(); err != nil {
+		return blob.S3Config{}, err
 	}
 	return blob.S3Config{
 		AccountID: cfg.R2AccountID, Endpoint: cfg.R2Endpoint,
