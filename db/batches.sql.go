@@ -202,6 +202,18 @@ func (q *Queries) BatchLockShared(ctx context.Context, id string) error {
 	return err
 }
 
+const batchLockSharedMany = `-- name: BatchLockSharedMany :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
+FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b
+`
+
+// BatchLockSharedMany takes the shared lock of several batches, in sorted
+// order so that no two callers can wait on each other.
+func (q *Queries) BatchLockSharedMany(ctx context.Context, ids []string) error {
+	_, err := q.db.Exec(ctx, batchLockSharedMany, ids)
+	return err
+}
+
 const batchPhaseRetry = `-- name: BatchPhaseRetry :one
 UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
 WHERE id = $1

@@ -87,36 +87,71 @@ func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingPara
 	return items, nil
 }
 
-const taskComplete = `-- name: TaskComplete :one
-UPDATE tasks
-SET status = $1, result = $2, error = $3, ended_by = 'callback',
-    finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE id = $4 AND status = 'processing' AND token_hash = $5
-RETURNING id
+const taskCompleteMany = `-- name: TaskCompleteMany :many
+WITH input AS (
+    SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS result,
+        unnest($4::text[]) AS error, unnest($5::bytea[]) AS token_hash
+    ORDER BY 1
+), ended AS (
+    UPDATE tasks t
+    SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
+        finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    FROM input
+    WHERE t.id = input.id AND t.status = 'processing' AND t.token_hash = input.token_hash
+    RETURNING t.id, t.batch_id, t.phase, t.status, t.error
+), events AS (
+    INSERT INTO batch_events (batch_id, type, phase, task_id, data)
+    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' ELSE 'task.failed' END, phase, id,
+        CASE status WHEN 'completed' THEN '{}'::jsonb ELSE jsonb_build_object('error', error) END
+    FROM ended
+)
+SELECT id, batch_id, phase FROM ended
 `
 
-type TaskCompleteParams struct {
-	Status    string
-	Result    json.RawMessage
-	Error     *string
-	ID        string
-	TokenHash []byte
+type TaskCompleteManyParams struct {
+	IDs         []string
+	Statuses    []string
+	Results     []string
+	Errors      []string
+	TokenHashes [][]byte
 }
 
-// TaskComplete applies a worker's callback. It matches only a processing
-// task whose current token is the one presented, so a callback from an
-// earlier launch of a relaunched task cannot apply.
-func (q *Queries) TaskComplete(ctx context.Context, arg TaskCompleteParams) (string, error) {
-	row := q.db.QueryRow(ctx, taskComplete,
-		arg.Status,
-		arg.Result,
-		arg.Error,
-		arg.ID,
-		arg.TokenHash,
+type TaskCompleteManyRow struct {
+	ID      string
+	BatchID string
+	Phase   string
+}
+
+// TaskCompleteMany applies a group of workers' callbacks (one group commit)
+// and records a task.completed or task.failed event for each task it ended,
+// in one statement. It matches only processing tasks whose current token is
+// the one presented, so a callback from an earlier launch of a relaunched
+// task cannot apply. The input is sorted by task id so that concurrent
+// groups lock their rows in one order. Each id must appear once.
+func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyParams) ([]TaskCompleteManyRow, error) {
+	rows, err := q.db.Query(ctx, taskCompleteMany,
+		arg.IDs,
+		arg.Statuses,
+		arg.Results,
+		arg.Errors,
+		arg.TokenHashes,
 	)
-	var id string
-	err := row.Scan(&id)
-	return id, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCompleteManyRow
+	for rows.Next() {
+		var i TaskCompleteManyRow
+		if err := rows.Scan(&i.ID, &i.BatchID, &i.Phase); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const taskCountByBatch = `-- name: TaskCountByBatch :many
@@ -324,40 +359,6 @@ func (q *Queries) TaskFailUnlaunched(ctx context.Context, arg TaskFailUnlaunched
 	return id, err
 }
 
-const taskGetForCallback = `-- name: TaskGetForCallback :one
-SELECT id, batch_id, phase, status, token_hash, ended_by
-FROM tasks
-WHERE id = $1 AND batch_id = $2
-`
-
-type TaskGetForCallbackParams struct {
-	ID      string
-	BatchID string
-}
-
-type TaskGetForCallbackRow struct {
-	ID        string
-	BatchID   string
-	Phase     string
-	Status    string
-	TokenHash []byte
-	EndedBy   *string
-}
-
-func (q *Queries) TaskGetForCallback(ctx context.Context, arg TaskGetForCallbackParams) (TaskGetForCallbackRow, error) {
-	row := q.db.QueryRow(ctx, taskGetForCallback, arg.ID, arg.BatchID)
-	var i TaskGetForCallbackRow
-	err := row.Scan(
-		&i.ID,
-		&i.BatchID,
-		&i.Phase,
-		&i.Status,
-		&i.TokenHash,
-		&i.EndedBy,
-	)
-	return i, err
-}
-
 type TaskInsertManyParams struct {
 	ID      string
 	BatchID string
@@ -437,6 +438,50 @@ func (q *Queries) TaskListExpiredUnlaunched(ctx context.Context, arg TaskListExp
 	for rows.Next() {
 		var i TaskListExpiredUnlaunchedRow
 		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskListForCallbacks = `-- name: TaskListForCallbacks :many
+SELECT id, batch_id, phase, status, token_hash, ended_by
+FROM tasks
+WHERE id = ANY($1::text[])
+`
+
+type TaskListForCallbacksRow struct {
+	ID        string
+	BatchID   string
+	Phase     string
+	Status    string
+	TokenHash []byte
+	EndedBy   *string
+}
+
+// TaskListForCallbacks reads what authenticating and classifying a group
+// of callbacks needs.
+func (q *Queries) TaskListForCallbacks(ctx context.Context, ids []string) ([]TaskListForCallbacksRow, error) {
+	rows, err := q.db.Query(ctx, taskListForCallbacks, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListForCallbacksRow
+	for rows.Next() {
+		var i TaskListForCallbacksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.BatchID,
+			&i.Phase,
+			&i.Status,
+			&i.TokenHash,
+			&i.EndedBy,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

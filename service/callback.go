@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -47,111 +49,231 @@ type callbackBody struct {
 	Error   *string `json:"error"`
 }
 
-// Callback applies a worker's callback to its task. It does O(1) work: one
-// task lookup, then one transaction that ends the task and enqueues the
-// phase's fan-in check under the batch's shared lock (see jobs.PhaseCheckWorker
-// for why that lock makes the last callback's wake-up impossible to lose).
+// Callback applies a worker's callback to its task, and answers only once
+// that change has committed.
+//
+// Concurrent callbacks are applied in groups, each group in one transaction
+// (group commit; see callbackGroups): every callback is otherwise a tiny
+// transaction, and a commit per callback would cap throughput well below
+// what the database can do. The work per callback stays O(1).
 //
 // Outcomes: 404 for an unknown batch or task, 401 for a missing or wrong
 // token, 400 for a malformed body, 409 for a task that already ended some
-// other way (timed out, reset), and a harmless 200 for a repeat.
+// other way (timed out, reset; the rejection is recorded), and a harmless
+// 200 for a repeat.
 func (s *Service) Callback(ctx context.Context, batchID, taskID, token string, body []byte) (CallbackResult, error) {
-	q := db.New(s.pool)
-	task, err := q.TaskGetForCallback(ctx, db.TaskGetForCallbackParams{ID: taskID, BatchID: batchID})
-	if err != nil {
-		return CallbackResult{}, db.NotFound(err, fmt.Sprintf("task %s of batch %s", taskID, batchID))
+	r := &callbackRequest{batchID: batchID, taskID: taskID, done: make(chan struct{})}
+	if token != "" {
+		sum := sha256.Sum256([]byte(token))
+		r.tokenHash = sum[:]
 	}
-	if token == "" {
-		return CallbackResult{}, fmt.Errorf("%w: missing bearer token", ErrUnauthorized)
-	}
-	presented := sha256.Sum256([]byte(token))
-	if task.TokenHash == nil || subtle.ConstantTimeCompare(presented[:], task.TokenHash) != 1 {
-		// A task ended by a timeout or reset keeps the hash of its last
-		// launch, so its late worker still authenticates and gets its 409.
-		return CallbackResult{}, fmt.Errorf("%w: wrong callback token for task %s", ErrUnauthorized, taskID)
-	}
-	status, result, errMsg, err := parseCallback(phases.Name(task.Phase), taskID, batchID, body)
-	if err != nil {
-		return CallbackResult{}, err
-	}
-
-	out := CallbackResult{TaskID: taskID}
-	var conflict string
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		if err := q.BatchLockShared(ctx, batchID); err != nil {
-			return err
-		}
-		_, err := q.TaskComplete(ctx, db.TaskCompleteParams{
-			ID: taskID, Status: string(status), Result: result, Error: errMsg, TokenHash: presented[:],
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			conflict, err = s.callbackNotApplied(ctx, q, batchID, task.Phase, taskID, string(status), &out)
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("ending task %s: %w", taskID, err)
-		}
-		typ, data := db.EventTaskCompleted, map[string]any(nil)
-		if status == phases.TaskFailed {
-			typ, data = db.EventTaskFailed, map[string]any{"error": *errMsg}
-		}
-		if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: typ, Phase: task.Phase, TaskID: taskID, Data: data}); err != nil {
-			return err
-		}
-		if err := jobs.EnqueuePhaseCheck(ctx, tx, s.river, batchID, task.Phase); err != nil {
-			return err
-		}
-		out.Status = string(status)
-		return nil
-	})
-	if err == nil && conflict != "" {
-		// The rejection was recorded (committed); now refuse the request.
-		return CallbackResult{}, fmt.Errorf("%w: %s", ErrConflict, conflict)
-	}
-	return out, err
+	// The body is parsed here, outside the group's transaction; its errors
+	// are reported only after the task and token have been checked, so an
+	// unauthenticated caller learns nothing from them.
+	r.status, r.result, r.errMsg, r.parseErr = parseCallback(taskID, batchID, body)
+	return s.callbacks.submit(ctx, r)
 }
 
-// callbackNotApplied explains a callback whose task was no longer
-// processing: a repeat of the callback that ended it (200, no change), or a
-// late one for a task that timed out or was reset (409, recorded: the
-// rejection event must be kept although the request fails).
+// callbackRequest is one callback waiting for its group's commit.
+type callbackRequest struct {
+	batchID, taskID string
+	tokenHash       []byte // nil when no token was presented
+	status          phases.TaskStatus
+	result          []byte
+	errMsg          string // the worker's error message, for an error callback
+	parseErr        error
+
+	// Set by the group before done is closed.
+	out  CallbackResult
+	err  error
+	done chan struct{}
+}
+
+// outcome is what a group decided for one of its callbacks; it is handed to
+// the request only once the group has committed.
+type outcome struct {
+	out CallbackResult
+	err error
+}
+
+// applyCallbacks applies a group of callbacks in the caller's transaction
+// and returns each one's outcome.
 //
-// It returns the conflict's reason, "" for a repeat.
-func (s *Service) callbackNotApplied(ctx context.Context, q *db.Queries, batchID, phase, taskID, reported string, out *CallbackResult) (string, error) {
-	task, err := q.TaskGetForCallback(ctx, db.TaskGetForCallbackParams{ID: taskID, BatchID: batchID})
-	if err != nil {
-		return "", err
+// Under the shared lock of every batch concerned (the fan-in guard: see
+// jobs.PhaseCheckWorker for why it makes the last callback's wake-up
+// impossible to lose), it reads the tasks, checks tokens and bodies, ends
+// the valid ones with their events in one statement, explains the rest
+// (repeats, late callbacks), and makes sure each phase touched has a
+// pending fan-in check.
+func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callbackRequest) ([]outcome, error) {
+	q := db.New(tx)
+	batchIDs := make([]string, len(group))
+	taskIDs := make([]string, len(group))
+	for i, r := range group {
+		batchIDs[i], taskIDs[i] = r.batchID, r.taskID
 	}
+	if err := q.BatchLockSharedMany(ctx, batchIDs); err != nil {
+		return nil, fmt.Errorf("locking batches: %w", err)
+	}
+	rows, err := q.TaskListForCallbacks(ctx, taskIDs)
+	if err != nil {
+		return nil, fmt.Errorf("reading tasks: %w", err)
+	}
+	tasks := make(map[string]db.TaskListForCallbacksRow, len(rows))
+	for _, t := range rows {
+		tasks[t.ID] = t
+	}
+
+	outcomes := make([]outcome, len(group))
+	var params db.TaskCompleteManyParams
+	var unapplied []int           // valid callbacks the update may not apply
+	first := make(map[string]int) // task id -> the request that tries to end it
+	for i, r := range group {
+		t, ok := tasks[r.taskID]
+		if !ok || t.BatchID != r.batchID {
+			outcomes[i].err = fmt.Errorf("task %s of batch %s: %w", r.taskID, r.batchID, db.ErrNotFound)
+			continue
+		}
+		if r.tokenHash == nil {
+			outcomes[i].err = fmt.Errorf("%w: missing bearer token", ErrUnauthorized)
+			continue
+		}
+		if t.TokenHash == nil || subtle.ConstantTimeCompare(r.tokenHash, t.TokenHash) != 1 {
+			// A task ended by a timeout or reset keeps the hash of its last
+			// launch, so its late worker still authenticates and gets its 409.
+			outcomes[i].err = fmt.Errorf("%w: wrong callback token for task %s", ErrUnauthorized, r.taskID)
+			continue
+		}
+		if r.parseErr != nil {
+			outcomes[i].err = r.parseErr
+			continue
+		}
+		if r.status == phases.TaskCompleted {
+			if err := phases.ValidateResult(phases.Name(t.Phase), r.result); err != nil {
+				outcomes[i].err = &InputError{Msg: "invalid callback: " + err.Error()}
+				continue
+			}
+		}
+		outcomes[i].out = CallbackResult{TaskID: r.taskID, Status: string(r.status)}
+		unapplied = append(unapplied, i)
+		if _, seen := first[r.taskID]; seen {
+			continue // a repeat within the group: explained below
+		}
+		first[r.taskID] = i
+		params.IDs = append(params.IDs, r.taskID)
+		params.Statuses = append(params.Statuses, string(r.status))
+		params.Results = append(params.Results, string(r.result))
+		params.Errors = append(params.Errors, r.errMsg)
+		params.TokenHashes = append(params.TokenHashes, r.tokenHash)
+	}
+	if len(params.IDs) == 0 {
+		return outcomes, nil
+	}
+
+	ended, err := q.TaskCompleteMany(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("ending tasks: %w", err)
+	}
+	type phaseKey struct{ batchID, phase string }
+	var checks []phaseKey
+	applied := make(map[string]bool, len(ended))
+	for _, e := range ended {
+		applied[e.ID] = true
+		if k := (phaseKey{e.BatchID, e.Phase}); !containsKey(checks, k) {
+			checks = append(checks, k)
+		}
+	}
+	for _, k := range checks {
+		if err := jobs.EnqueuePhaseCheck(ctx, tx, s.river, k.batchID, k.phase); err != nil {
+			return nil, err
+		}
+	}
+
+	// The rest were valid but did not apply: the task had ended already
+	// (rare: a repeat, a timeout or a reset got there first).
+	var explain []int
+	for _, i := range unapplied {
+		if !applied[group[i].taskID] || first[group[i].taskID] != i {
+			explain = append(explain, i)
+		}
+	}
+	if len(explain) == 0 {
+		return outcomes, nil
+	}
+	ids := make([]string, len(explain))
+	for j, i := range explain {
+		ids[j] = group[i].taskID
+	}
+	now, err := q.TaskListForCallbacks(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("re-reading tasks: %w", err)
+	}
+	current := make(map[string]db.TaskListForCallbacksRow, len(now))
+	for _, t := range now {
+		current[t.ID] = t
+	}
+	for _, i := range explain {
+		outcomes[i], err = notApplied(ctx, q, group[i], current[group[i].taskID])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return outcomes, nil
+}
+
+func containsKey[K comparable](keys []K, k K) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// notApplied explains a callback whose task was no longer processing: a
+// repeat of the callback that ended it (200, no change), or a late one for
+// a task that timed out or was reset (409, recorded: the rejection event
+// is kept although the request fails).
+func notApplied(ctx context.Context, q *db.Queries, r *callbackRequest, task db.TaskListForCallbacksRow) (outcome, error) {
 	endedBy := ""
 	if task.EndedBy != nil {
 		endedBy = *task.EndedBy
 	}
 	if endedBy == "callback" {
-		out.Status, out.Duplicate = task.Status, true
-		return "", nil
+		return outcome{out: CallbackResult{TaskID: r.taskID, Status: task.Status, Duplicate: true}}, nil
 	}
-	reason := fmt.Sprintf("task %s is %s", taskID, task.Status)
+	reason := fmt.Sprintf("task %s is %s", r.taskID, task.Status)
 	switch endedBy {
 	case "timeout":
-		reason = fmt.Sprintf("task %s already timed out", taskID)
+		reason = fmt.Sprintf("task %s already timed out", r.taskID)
 	case "reset":
-		reason = fmt.Sprintf("batch %s was reset or has failed", batchID)
+		reason = fmt.Sprintf("batch %s was reset or has failed", r.batchID)
 	}
-	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventCallbackRejected, Phase: phase, TaskID: taskID,
-		Data: map[string]any{"reason": reason, "reported": reported}}); err != nil {
-		return "", err
+	if err := q.EventRecord(ctx, db.Event{BatchID: r.batchID, Type: db.EventCallbackRejected, Phase: task.Phase, TaskID: r.taskID,
+		Data: map[string]any{"reason": reason, "reported": string(r.status)}}); err != nil {
+		return outcome{}, err
 	}
-	return reason, nil
+	return outcome{err: fmt.Errorf("%w: %s", ErrConflict, reason)}, nil
 }
 
-// parseCallback validates a callback body for the task's phase: the status
-// is "success" or "error"; a success carries the phase's result fields; an
-// error carries a message. task_id and batch_id, when given, must match the
-// URL.
-func parseCallback(phase phases.Name, taskID, batchID string, body []byte) (phases.TaskStatus, []byte, *string, error) {
-	bad := func(format string, a ...any) (phases.TaskStatus, []byte, *string, error) {
-		return "", nil, nil, &InputError{Msg: "invalid callback: " + fmt.Sprintf(format, a...)}
+// storageInputError turns the database's refusal of a body it cannot store
+// (jsonb rejects some escapes Go's JSON accepts, such as a lone surrogate
+// "\ud800") into a 400 for the callback that carried it.
+func storageInputError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UntranslatableCharacter || pgErr.Code == pgerrcode.InvalidTextRepresentation) {
+		return &InputError{Msg: "invalid callback: the body cannot be stored: " + pgErr.Message}
+	}
+	return err
+}
+
+// parseCallback validates the phase-independent part of a callback body:
+// the status is "success" or "error"; an error carries a message; task_id
+// and batch_id, when given, must match the URL. A success's result fields
+// are checked against the task's phase once the task has been read.
+func parseCallback(taskID, batchID string, body []byte) (phases.TaskStatus, []byte, string, error) {
+	bad := func(format string, a ...any) (phases.TaskStatus, []byte, string, error) {
+		return "", nil, "", &InputError{Msg: "invalid callback: " + fmt.Sprintf(format, a...)}
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
@@ -180,12 +302,9 @@ func parseCallback(phase phases.Name, taskID, batchID string, body []byte) (phas
 		if b.Error != nil && *b.Error != "" {
 			msg = *b.Error
 		}
-		return phases.TaskFailed, trimmed, &msg, nil
+		return phases.TaskFailed, trimmed, msg, nil
 	case "success":
-		if err := phases.ValidateResult(phase, trimmed); err != nil {
-			return bad("%v", err)
-		}
-		return phases.TaskCompleted, trimmed, nil, nil
+		return phases.TaskCompleted, trimmed, "", nil
 	default:
 		return bad(`status must be "success" or "error", got %q`, *b.Status)
 	}

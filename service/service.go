@@ -32,6 +32,8 @@ type Service struct {
 	river  *river.Client[pgx.Tx]
 	logger *slog.Logger
 	apps   map[phases.Name]string // phase -> Fly app, to destroy machines
+	// callbacks commits workers' callbacks in groups.
+	callbacks *callbackGroups
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
@@ -41,7 +43,9 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	for name, p := range cfg.Phases {
 		apps[name] = p.FlyAppName
 	}
-	return &Service{pool: pool, river: riverClient, logger: logger, apps: apps}
+	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps}
+	s.callbacks = &callbackGroups{svc: s, committers: defaultCommitters}
+	return s
 }
 
 // Accepted is the answer to a batch submission.

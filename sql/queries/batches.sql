@@ -89,3 +89,9 @@ SELECT pg_advisory_xact_lock(hashtextextended('batch:' || @id::text, 0));
 
 -- name: BatchLockShared :exec
 SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || @id::text, 0));
+
+-- BatchLockSharedMany takes the shared lock of several batches, in sorted
+-- order so that no two callers can wait on each other.
+-- name: BatchLockSharedMany :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
+FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;

@@ -22,15 +22,31 @@ FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
 RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token;
 
--- TaskComplete applies a worker's callback. It matches only a processing
--- task whose current token is the one presented, so a callback from an
--- earlier launch of a relaunched task cannot apply.
--- name: TaskComplete :one
-UPDATE tasks
-SET status = @status, result = @result, error = @error, ended_by = 'callback',
-    finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE id = @id AND status = 'processing' AND token_hash = @token_hash
-RETURNING id;
+-- TaskCompleteMany applies a group of workers' callbacks (one group commit)
+-- and records a task.completed or task.failed event for each task it ended,
+-- in one statement. It matches only processing tasks whose current token is
+-- the one presented, so a callback from an earlier launch of a relaunched
+-- task cannot apply. The input is sorted by task id so that concurrent
+-- groups lock their rows in one order. Each id must appear once.
+-- name: TaskCompleteMany :many
+WITH input AS (
+    SELECT unnest(@ids::text[]) AS id, unnest(@statuses::text[]) AS status, unnest(@results::text[]) AS result,
+        unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash
+    ORDER BY 1
+), ended AS (
+    UPDATE tasks t
+    SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
+        finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    FROM input
+    WHERE t.id = input.id AND t.status = 'processing' AND t.token_hash = input.token_hash
+    RETURNING t.id, t.batch_id, t.phase, t.status, t.error
+), events AS (
+    INSERT INTO batch_events (batch_id, type, phase, task_id, data)
+    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' ELSE 'task.failed' END, phase, id,
+        CASE status WHEN 'completed' THEN '{}'::jsonb ELSE jsonb_build_object('error', error) END
+    FROM ended
+)
+SELECT id, batch_id, phase FROM ended;
 
 -- TaskCountByBatch counts a batch's tasks per phase and status; it is an
 -- index-only scan of tasks_batch_phase_status_idx.
@@ -89,10 +105,12 @@ SET status = 'failed', ended_by = 'reset', error = @error,
 WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
 RETURNING id, phase, machine_id;
 
--- name: TaskGetForCallback :one
+-- TaskListForCallbacks reads what authenticating and classifying a group
+-- of callbacks needs.
+-- name: TaskListForCallbacks :many
 SELECT id, batch_id, phase, status, token_hash, ended_by
 FROM tasks
-WHERE id = @id AND batch_id = @batch_id;
+WHERE id = ANY(@ids::text[]);
 
 -- name: TaskInsertMany :copyfrom
 INSERT INTO tasks (id, batch_id, phase, file_id)

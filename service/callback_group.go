@@ -1,0 +1,119 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Group commit of callbacks.
+//
+// A callback is a tiny transaction, and at thousands a second the commit
+// (a WAL flush) dominates its cost. So callbacks that arrive while others are
+// being committed queue up and are applied together, in one transaction, by
+// one of at most maxCommitters goroutines; each request is answered only
+// after its group has committed. An idle server commits a lone callback at
+// once: there is no timer and no waiting for a group to fill.
+//
+// A group that fails as a whole (a deadlock with a launcher, a body the
+// database refuses) is applied again one callback at a time, so one bad
+// callback never fails the others.
+const (
+	// defaultCommitters is how many groups commit at once. More than one
+	// lets a group be read and checked while another waits for its flush.
+	defaultCommitters = 4
+	// maxGroup bounds a group, and so a transaction's size and the wait of
+	// the first callback in it.
+	maxGroup = 256
+	// groupTimeout bounds one group's transaction. It is not the caller's
+	// context: a group serves many callers, and one that hangs up must not
+	// fail the others.
+	groupTimeout = 30 * time.Second
+)
+
+// callbackGroups queues callbacks and commits them in groups.
+type callbackGroups struct {
+	svc        *Service
+	committers int // at most this many groups in flight
+
+	mu      sync.Mutex
+	pending []*callbackRequest
+	active  int // committer goroutines running
+}
+
+// submit queues r and waits for its outcome. A caller that gives up still
+// has its callback applied (or not) with its group; only the answer is lost,
+// and the worker's retry is then a harmless repeat.
+func (g *callbackGroups) submit(ctx context.Context, r *callbackRequest) (CallbackResult, error) {
+	g.mu.Lock()
+	g.pending = append(g.pending, r)
+	if g.active < g.committers {
+		g.active++
+		go g.commitLoop()
+	}
+	g.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.out, r.err
+	case <-ctx.Done():
+		return CallbackResult{}, ctx.Err()
+	}
+}
+
+// commitLoop commits groups until none is waiting, then exits: committers
+// live only while there is work, so there is nothing to start or stop.
+func (g *callbackGroups) commitLoop() {
+	for {
+		g.mu.Lock()
+		if len(g.pending) == 0 {
+			g.active--
+			g.mu.Unlock()
+			return
+		}
+		n := min(len(g.pending), maxGroup)
+		group := make([]*callbackRequest, n)
+		copy(group, g.pending)
+		// Shift rather than reslice, so the queue's array does not grow
+		// without bound under steady load.
+		rest := copy(g.pending, g.pending[n:])
+		clear(g.pending[rest:])
+		g.pending = g.pending[:rest]
+		g.mu.Unlock()
+
+		g.commit(group)
+	}
+}
+
+// commit applies a group in one transaction and answers its requests; if
+// the group fails as a whole, it retries each request alone.
+func (g *callbackGroups) commit(group []*callbackRequest) {
+	outcomes, err := g.apply(group)
+	if err != nil && len(group) > 1 {
+		for _, r := range group {
+			g.commit([]*callbackRequest{r})
+		}
+		return
+	}
+	for i, r := range group {
+		if err != nil {
+			r.err = storageInputError(err)
+		} else {
+			r.out, r.err = outcomes[i].out, outcomes[i].err
+		}
+		close(r.done)
+	}
+}
+
+func (g *callbackGroups) apply(group []*callbackRequest) ([]outcome, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	var outcomes []outcome
+	err := pgx.BeginFunc(ctx, g.svc.pool, func(tx pgx.Tx) error {
+		var err error
+		outcomes, err = g.svc.applyCallbacks(ctx, tx, group)
+		return err
+	})
+	return outcomes, err
+}

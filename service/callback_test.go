@@ -1,0 +1,207 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/dbtest"
+)
+
+const testPhase = "TIFF_CONVERSION"
+
+// newCallbackService returns a Service on a fresh database with one batch in
+// TIFF_CONVERSION and n processing tasks t000, t001, ... whose callback
+// tokens are token(id).
+func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	// An insert-only River client: no job is worked here, so the phase_check
+	// a callback enqueues stays visible.
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	q := db.New(pool)
+	_, err = q.BatchInsert(ctx, db.BatchInsertParams{ID: batchID, Uploader: "test", QueueMessage: []byte(`{}`)})
+	require.NoError(t, err)
+	_, err = q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: testPhase})
+	require.NoError(t, err)
+	files := make([]db.FileInsertManyParams, n)
+	for i := range files {
+		name := fmt.Sprintf("f%03d.tif", i)
+		files[i] = db.FileInsertManyParams{BatchID: batchID, Ordinal: int32(i), DirectoryPath: "/", R2Key: "staging/" + name,
+			LogicalPath: "/" + name, FileName: name, FileSize: 10, ContentType: "image/tiff",
+			ProcessingConfig: []byte(`{}`), PreprocessorTags: []string{}}
+	}
+	_, err = q.FileInsertMany(ctx, files)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tasks (id, batch_id, phase, file_id, status, attempt, machine_id, token_hash, launched_at, deadline)
+		SELECT 't' || lpad(ordinal::text, 3, '0'), batch_id, $2, id, 'processing', 1, 'm' || ordinal,
+			sha256(convert_to('tok-t' || lpad(ordinal::text, 3, '0'), 'UTF8')), now(), now() + interval '1 hour'
+		FROM files WHERE batch_id = $1`, batchID, testPhase)
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return New(pool, rc, &config.Config{}, logger), pool
+}
+
+func token(taskID string) string { return "tok-" + taskID }
+
+func success(taskID string) []byte {
+	return fmt.Appendf(nil, `{"task_id":%q,"status":"success","output_r2_key":"staging/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`,
+		taskID, taskID, taskID)
+}
+
+func request(batchID, taskID, tok string, body []byte) *callbackRequest {
+	r := &callbackRequest{batchID: batchID, taskID: taskID, done: make(chan struct{})}
+	if tok != "" {
+		sum := sha256.Sum256([]byte(tok))
+		r.tokenHash = sum[:]
+	}
+	r.status, r.result, r.errMsg, r.parseErr = parseCallback(taskID, batchID, body)
+	return r
+}
+
+// TestCallbackGroupOutcomes commits one group that mixes every kind of
+// callback, including one whose body the database refuses, and checks that
+// each gets its own answer and that the refused one fails alone.
+func TestCallbackGroupOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "GROUP"
+	svc, pool := newCallbackService(t, batch, 8)
+	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 't005'`)
+	require.NoError(t, err)
+
+	// Valid JSON that jsonb rejects (a lone surrogate): it fails the group's
+	// transaction, which is then applied callback by callback.
+	poison := []byte(`{"status":"success","output_r2_key":"staging/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
+	group := []*callbackRequest{
+		request(batch, "t000", token("t000"), success("t000")),
+		request(batch, "t001", token("t001"), poison),
+		request(batch, "t000", token("t000"), success("t000")), // a repeat in the same group
+		request(batch, "t002", "wrong", success("t002")),
+		request(batch, "t002", "", success("t002")),
+		request(batch, "t999", token("t999"), success("t999")),
+		request("OTHER", "t003", token("t003"), success("t003")), // the task is not this batch's
+		request(batch, "t004", token("t004"), []byte(`{"status":"error","error":"corrupt TIFF"}`)),
+		request(batch, "t005", token("t005"), success("t005")), // timed out already
+		request(batch, "t006", token("t006"), []byte(`{"status":"success","output_file_size":5}`)),
+		request(batch, "t007", token("t007"), []byte(`{"status":"maybe"}`)),
+	}
+	svc.callbacks.commit(group)
+
+	type answer struct {
+		res CallbackResult
+		err error
+	}
+	got := make([]answer, len(group))
+	for i, r := range group {
+		<-r.done
+		got[i] = answer{r.out, r.err}
+	}
+	require.NoError(t, got[0].err)
+	require.Equal(t, CallbackResult{TaskID: "t000", Status: "completed"}, got[0].res)
+	var inErr *InputError
+	require.ErrorAs(t, got[1].err, &inErr)
+	require.Contains(t, got[1].err.Error(), "cannot be stored")
+	require.NoError(t, got[2].err)
+	require.Equal(t, CallbackResult{TaskID: "t000", Status: "completed", Duplicate: true}, got[2].res)
+	require.ErrorIs(t, got[3].err, ErrUnauthorized)
+	require.ErrorContains(t, got[3].err, "wrong callback token")
+	require.ErrorIs(t, got[4].err, ErrUnauthorized)
+	require.ErrorContains(t, got[4].err, "missing bearer token")
+	require.ErrorIs(t, got[5].err, ErrNotFound)
+	require.ErrorIs(t, got[6].err, ErrNotFound)
+	require.NoError(t, got[7].err)
+	require.Equal(t, CallbackResult{TaskID: "t004", Status: "failed"}, got[7].res)
+	require.ErrorIs(t, got[8].err, ErrConflict)
+	require.ErrorContains(t, got[8].err, "already timed out")
+	require.ErrorAs(t, got[9].err, &inErr)
+	require.ErrorContains(t, got[9].err, "output_r2_key")
+	require.ErrorAs(t, got[10].err, &inErr)
+	require.ErrorContains(t, got[10].err, `got "maybe"`)
+
+	rows, err := pool.Query(ctx, `SELECT id, status, coalesce(error, ''), coalesce(ended_by, '') FROM tasks ORDER BY id`)
+	require.NoError(t, err)
+	states, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var id, status, msg, endedBy string
+		err := r.Scan(&id, &status, &msg, &endedBy)
+		return fmt.Sprintf("%s %s %q %s", id, status, msg, endedBy), err
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`t000 completed "" callback`,
+		`t001 processing "" `,
+		`t002 processing "" `,
+		`t003 processing "" `,
+		`t004 failed "corrupt TIFF" callback`,
+		`t005 failed "Task timed out after 1.0s" timeout`,
+		`t006 processing "" `,
+		`t007 processing "" `,
+	}, states)
+
+	rows, err = pool.Query(ctx, `SELECT type || ' ' || task_id || ' ' || data::text FROM batch_events WHERE batch_id = $1 ORDER BY task_id, type`, batch)
+	require.NoError(t, err)
+	events, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`task.completed t000 {}`,
+		`task.failed t004 {"error": "corrupt TIFF"}`,
+		`callback.rejected t005 {"reason": "task t005 already timed out", "reported": "completed"}`,
+	}, events)
+
+	var checks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, batch).Scan(&checks))
+	require.Equal(t, 1, checks, "one fan-in check for the phase")
+}
+
+// TestCallbacksConcurrent posts many callbacks at once, each task's twice:
+// every task ends exactly once, with one event, and every request is
+// answered 200 (the second of each pair as a duplicate).
+func TestCallbacksConcurrent(t *testing.T) {
+	t.Parallel()
+	const batch, n = "MANY", 300
+	svc, pool := newCallbackService(t, batch, n)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	results := make([]CallbackResult, 2*n)
+	errs := make([]error, 2*n)
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("t%03d", i%n)
+			results[i], errs[i] = svc.Callback(ctx, batch, id, token(id), success(id))
+		}()
+	}
+	wg.Wait()
+	dups := 0
+	for i := range 2 * n {
+		require.NoError(t, errs[i])
+		require.Equal(t, "completed", results[i].Status)
+		if results[i].Duplicate {
+			dups++
+		}
+	}
+	require.Equal(t, n, dups, "one of each pair is the repeat")
+	var completed, events, checks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM tasks WHERE status = 'completed' AND ended_by = 'callback'),
+		(SELECT count(*) FROM batch_events WHERE type = 'task.completed'),
+		(SELECT count(*) FROM river_job WHERE kind = 'phase_check')`).Scan(&completed, &events, &checks))
+	require.Equal(t, n, completed)
+	require.Equal(t, n, events)
+	require.Equal(t, 1, checks)
+}
