@@ -12,8 +12,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/service"
@@ -29,6 +31,12 @@ type Config struct {
 	Logger  *slog.Logger
 	// AdminToken guards the admin routes; empty disables them.
 	AdminToken string
+	// River, when set, is served as River UI at /riverui (admin only).
+	River *river.Client[pgx.Tx]
+	// Context bounds the background work of the server (River UI's caches)
+	// and its event streams, which end when it does; nil means
+	// context.Background().
+	Context context.Context
 }
 
 // New builds the Echo server with every route registered.
@@ -36,16 +44,28 @@ func New(cfg Config) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken}
+	ctx := cfg.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken, ctx: ctx}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
 
 	e.GET("/healthz", h.healthz)
+	e.GET("/openapi.yaml", h.openAPI)
 	e.POST("/batches", h.createBatch)
+	e.GET("/batches", h.listBatches)
+	e.GET("/batches/:batchId/events", h.listEvents)
+	e.GET("/batches/:batchId/stream", h.streamBatch)
 	e.GET("/status/:batchId", h.getStatus)
 	e.POST("/callback/:batchId/:taskId", h.callback)
 	admin := e.Group("/admin", h.requireAdmin)
 	admin.POST("/reset/:batchId", h.resetBatch)
+	admin.POST("/retry/:batchId", h.retryBatch)
+	if cfg.River != nil {
+		h.mountRiverUI(ctx, e, cfg)
+	}
 	return e
 }
 
@@ -54,6 +74,9 @@ type handlers struct {
 	pool       *pgxpool.Pool
 	log        *slog.Logger
 	adminToken string
+	// ctx ends with the server: long-lived responses (event streams) end
+	// with it, so a graceful shutdown does not wait for them.
+	ctx context.Context
 }
 
 // errorBody is the shape of every error response.

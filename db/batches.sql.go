@@ -128,6 +128,90 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 	return i, err
 }
 
+const batchList = `-- name: BatchList :many
+SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status,
+    coalesce((queue_message->>'total_files')::bigint, 0)::bigint AS total_files,
+    coalesce((queue_message->>'total_bytes')::bigint, 0)::bigint AS total_bytes
+FROM batches
+WHERE ($1::text IS NULL OR status = $1::text)
+    AND ($2::text IS NULL OR uploader = $2::text)
+    AND ($3::timestamptz IS NULL OR started_at >= $3::timestamptz)
+    AND ($4::timestamptz IS NULL OR started_at < $4::timestamptz)
+    AND ($5::timestamptz IS NULL
+        OR (started_at, id) < ($5::timestamptz, $6::text))
+ORDER BY started_at DESC, id DESC
+LIMIT $7
+`
+
+type BatchListParams struct {
+	Status          *string
+	Uploader        *string
+	Since           *time.Time
+	Until           *time.Time
+	BeforeStartedAt *time.Time
+	BeforeID        *string
+	Max             int32
+}
+
+type BatchListRow struct {
+	ID           string
+	Status       string
+	Phase        *string
+	Uploader     string
+	Error        *string
+	StartedAt    time.Time
+	UpdatedAt    time.Time
+	CompletedAt  *time.Time
+	IngestStatus string
+	TotalFiles   int64
+	TotalBytes   int64
+}
+
+// BatchList pages through batches newest first, by (started_at, id), with
+// optional filters. The cursor is the (started_at, id) of the last row of
+// the previous page: keyset pagination, so batches inserted meanwhile (all
+// newer) never shift the pages that follow. Served by the indexes on
+// (started_at, id), (status, started_at) and (uploader, started_at).
+func (q *Queries) BatchList(ctx context.Context, arg BatchListParams) ([]BatchListRow, error) {
+	rows, err := q.db.Query(ctx, batchList,
+		arg.Status,
+		arg.Uploader,
+		arg.Since,
+		arg.Until,
+		arg.BeforeStartedAt,
+		arg.BeforeID,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []BatchListRow
+	for rows.Next() {
+		var i BatchListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Status,
+			&i.Phase,
+			&i.Uploader,
+			&i.Error,
+			&i.StartedAt,
+			&i.UpdatedAt,
+			&i.CompletedAt,
+			&i.IngestStatus,
+			&i.TotalFiles,
+			&i.TotalBytes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const batchListStalled = `-- name: BatchListStalled :many
 SELECT b.id, b.phase::text AS phase,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status = 'pending') AS has_pending,
@@ -202,18 +286,6 @@ func (q *Queries) BatchLockShared(ctx context.Context, id string) error {
 	return err
 }
 
-const batchLockSharedMany = `-- name: BatchLockSharedMany :exec
-SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
-FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b
-`
-
-// BatchLockSharedMany takes the shared lock of several batches, in sorted
-// order so that no two callers can wait on each other.
-func (q *Queries) BatchLockSharedMany(ctx context.Context, ids []string) error {
-	_, err := q.db.Exec(ctx, batchLockSharedMany, ids)
-	return err
-}
-
 const batchPhaseRetry = `-- name: BatchPhaseRetry :one
 UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
 WHERE id = $1
@@ -234,6 +306,54 @@ UPDATE batches SET phase_retry_count = 0 WHERE id = $1 AND phase_retry_count <> 
 
 func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, batchPhaseRetryReset, id)
+	return err
+}
+
+const batchResume = `-- name: BatchResume :one
+UPDATE batches
+SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
+WHERE id = $2 AND status = 'ERROR'
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+`
+
+type BatchResumeParams struct {
+	Status string
+	ID     string
+}
+
+// BatchResume puts a batch in ERROR back to work, in @status (the phase it
+// failed in, or PENDING when it failed before its first phase), for an admin
+// retry. Any other batch is left as it is (no row is returned).
+func (q *Queries) BatchResume(ctx context.Context, arg BatchResumeParams) (Batch, error) {
+	row := q.db.QueryRow(ctx, batchResume, arg.Status, arg.ID)
+	var i Batch
+	err := row.Scan(
+		&i.ID,
+		&i.Status,
+		&i.Phase,
+		&i.Generation,
+		&i.PhaseRetryCount,
+		&i.Uploader,
+		&i.QueueMessage,
+		&i.Error,
+		&i.StartedAt,
+		&i.UpdatedAt,
+		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
+	)
+	return i, err
+}
+
+const batchRetryTouch = `-- name: BatchRetryTouch :exec
+UPDATE batches SET phase_retry_count = 0, updated_at = clock_timestamp() WHERE id = $1
+`
+
+// BatchRetryTouch marks a running batch as changed by an admin retry.
+func (q *Queries) BatchRetryTouch(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, batchRetryTouch, id)
 	return err
 }
 

@@ -28,6 +28,8 @@ const (
 	EventTaskTimedOut     = "task.timed_out"
 	EventCallbackRejected = "callback.rejected"
 	EventAdminReset       = "admin.reset"
+	EventAdminRetry       = "admin.retry"
+	EventTaskRequeued     = "task.requeued"
 )
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test

@@ -74,3 +74,37 @@ func (q *Queries) FileListByBatchGeneration(ctx context.Context, arg FileListByB
 	}
 	return items, nil
 }
+
+const fileListIDsByBatchGeneration = `-- name: FileListIDsByBatchGeneration :many
+SELECT id FROM files
+WHERE batch_id = $1 AND generation = $2
+ORDER BY ordinal
+`
+
+type FileListIDsByBatchGenerationParams struct {
+	BatchID    string
+	Generation int32
+}
+
+// FileListIDsByBatchGeneration returns the row IDs of a generation in list
+// order: after writing a generation with COPY, this is all that is missing
+// from the values written (reading 100,000 whole rows back took seconds).
+func (q *Queries) FileListIDsByBatchGeneration(ctx context.Context, arg FileListIDsByBatchGenerationParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, fileListIDsByBatchGeneration, arg.BatchID, arg.Generation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

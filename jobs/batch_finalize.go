@@ -74,7 +74,7 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	if batch.Status != "DONE" || batch.IngestStatus == "delivered" {
 		return nil
 	}
-	files, err := loadGeneration(ctx, q, id, batch.Generation)
+	files, err := loadGeneration(ctx, w.deps.Pool, id, batch.Generation)
 	if err != nil {
 		return err
 	}

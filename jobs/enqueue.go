@@ -9,13 +9,30 @@ import (
 	"github.com/riverqueue/river"
 )
 
+// unfinishedStates is the SQL list of River job states in which a job has
+// not finished: the states uniqueUnfinished names.
+const unfinishedStates = `('available', 'pending', 'retryable', 'running', 'scheduled')`
+
 // phaseCheckPendingSQL asks whether an unfinished phase_check exists for a
 // (batch, phase). It reads River's table directly because the answer must
 // come without taking any lock (see EnqueuePhaseCheck).
 const phaseCheckPendingSQL = `SELECT EXISTS (
 	SELECT 1 FROM river_job
 	WHERE kind = 'phase_check' AND args @> $1::jsonb
-	  AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))`
+	  AND state IN ` + unfinishedStates + `)`
+
+// PendingPhaseChecksSQL is phaseCheckPendingSQL for the phases of a group of
+// tasks: for the tasks whose ids are $1 (text[]), it returns each distinct
+// (batch_id, phase, pending), pending telling whether an unfinished
+// phase_check exists for it. The callback path sends it in one round trip
+// with its other reads. It carries the same condition as EnqueuePhaseCheck:
+// it must run in a statement of its own AFTER the statement that took the
+// batches' shared locks, so that its snapshot is taken under them.
+const PendingPhaseChecksSQL = `SELECT DISTINCT t.batch_id, t.phase, EXISTS (
+	SELECT 1 FROM river_job j
+	WHERE j.kind = 'phase_check' AND j.args @> jsonb_build_object('batch_id', t.batch_id, 'phase', t.phase)
+	  AND j.state IN ` + unfinishedStates + `)
+FROM tasks t WHERE t.id = ANY($1::text[])`
 
 // EnqueuePhaseCheck makes sure a phase_check will run for the phase after
 // the caller's transaction commits. The caller must hold the batch's SHARED
@@ -28,8 +45,7 @@ const phaseCheckPendingSQL = `SELECT EXISTS (
 // row-locks) the existing job's row until commit, which made every callback
 // of a batch queue on that one row.
 func EnqueuePhaseCheck(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], batchID, phase string) error {
-	args := PhaseCheckArgs{BatchID: batchID, Phase: phase}
-	key, err := json.Marshal(args)
+	key, err := json.Marshal(PhaseCheckArgs{BatchID: batchID, Phase: phase})
 	if err != nil {
 		return err
 	}
@@ -40,7 +56,15 @@ func EnqueuePhaseCheck(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.
 	if pending {
 		return nil
 	}
-	if _, err := client.InsertTx(ctx, tx, args, nil); err != nil {
+	return InsertPhaseCheck(ctx, tx, client, batchID, phase)
+}
+
+// InsertPhaseCheck enqueues a phase_check for the phase in the caller's
+// transaction. Callers that hold the batch's shared lock and have found no
+// unfinished check (PendingPhaseChecksSQL) use it; others use
+// EnqueuePhaseCheck.
+func InsertPhaseCheck(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], batchID, phase string) error {
+	if _, err := client.InsertTx(ctx, tx, PhaseCheckArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
 		return fmt.Errorf("enqueueing phase_check: %w", err)
 	}
 	return nil

@@ -81,14 +81,18 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		if batch.Status != args.Phase {
 			return done() // already transitioned, reset or finished
 		}
-		open, err := q.TaskCountOpen(ctx, db.TaskCountOpenParams{BatchID: args.BatchID, Phase: args.Phase})
+		hasOpen, err := q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: args.BatchID, Phase: args.Phase})
 		if err != nil {
 			return err
 		}
 		if afterOpenCount != nil {
+			open := int64(0)
+			if hasOpen {
+				open = 1
+			}
 			afterOpenCount(args.BatchID, open)
 		}
-		if open > 0 {
+		if hasOpen {
 			return done()
 		}
 		if err := w.transition(ctx, tx, batch); err != nil {
@@ -103,7 +107,8 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 var fanInGuard = true
 
 // afterOpenCount, when set (by tests only), runs inside the check's
-// transaction right after it has counted the open tasks: the moment at which
+// transaction right after it has looked for open tasks (open is 1 when
+// there is any, else 0): the moment at which
 // an unguarded check is exposed to the lost wake-up.
 var afterOpenCount func(batchID string, open int64)
 
@@ -113,15 +118,18 @@ var afterOpenCount func(batchID string, open int64)
 // loses it: the file passes through unchanged and the problem is recorded.
 func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.Batch) error {
 	q := db.New(tx)
+	t0 := time.Now()
+	lap := func() time.Duration { d := time.Since(t0); t0 = time.Now(); return d }
 	name := phases.Name(batch.Status)
 	p, ok := phases.Get(name)
 	if !ok {
 		return failBatch(ctx, q, batch.ID, batch.Status, fmt.Sprintf("unknown phase %q", batch.Status))
 	}
-	files, err := loadGeneration(ctx, q, batch.ID, batch.Generation)
+	files, err := loadGeneration(ctx, tx, batch.ID, batch.Generation)
 	if err != nil {
 		return err
 	}
+	dLoad := lap()
 	rows, err := q.TaskListByBatchPhase(ctx, db.TaskListByBatchPhaseParams{BatchID: batch.ID, Phase: batch.Status})
 	if err != nil {
 		return fmt.Errorf("listing tasks of %s: %w", batch.Status, err)
@@ -138,7 +146,9 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 			failed++
 		}
 	}
+	dTasks := lap()
 	next, problems := phases.Apply(p, files, tasks)
+	dApply := lap()
 
 	events := []db.BatchEventInsertManyParams{newEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", map[string]any{
 		"tasks_completed": completed, "tasks_failed": failed, "files_in": len(files), "files_out": len(next),
@@ -155,11 +165,16 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 		return fmt.Errorf("recording phase events: %w", err)
 	}
 	gen := batch.Generation + 1
+	dEvents := lap()
 	stored, err := insertGeneration(ctx, tx, batch.ID, gen, name, next)
 	if err != nil {
 		return err
 	}
+	dInsert := lap()
+	err = enterNextPhase(ctx, tx, batch.ID, p.Next(), gen, stored)
 	w.deps.Logger.Info("phase completed", "batch_id", batch.ID, "phase", batch.Status,
-		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored))
-	return enterNextPhase(ctx, tx, batch.ID, p.Next(), gen, stored)
+		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored),
+		"load_ms", dLoad.Milliseconds(), "tasks_ms", dTasks.Milliseconds(), "apply_ms", dApply.Milliseconds(),
+		"events_ms", dEvents.Milliseconds(), "insert_ms", dInsert.Milliseconds(), "next_ms", lap().Milliseconds())
+	return err
 }

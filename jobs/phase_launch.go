@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,39 +81,9 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		return nil // moved on, reset or finished: nothing to launch
 	}
 
-	limit := ratelimit.Limit{Rate: w.deps.Config.FlyLaunchRate, Burst: w.deps.Config.FlyLaunchBurst}
-	var total launchOutcome
-	for total.launched < pcfg.BatchSize {
-		want := min(pcfg.BatchSize-total.launched, launchChunk)
-		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.FlyAppName, limit, want)
-		if err != nil {
-			return err
-		}
-		if granted == 0 {
-			total.rateLimited = wait
-			break
-		}
-		claimed, err := q.TaskClaimPending(ctx, db.TaskClaimPendingParams{
-			BatchID: args.BatchID, Phase: args.Phase, Max: int32(granted), TimeoutSeconds: pcfg.TaskTimeout.Seconds(),
-		})
-		if err != nil {
-			return fmt.Errorf("claiming pending tasks: %w", err)
-		}
-		if len(claimed) == 0 {
-			break
-		}
-		out, err := w.launch(ctx, batch.ID, name, pcfg, claimed)
-		if err != nil {
-			return err
-		}
-		total.launched += out.launched
-		if out.err != nil || out.rateLimited > 0 {
-			total.err, total.rateLimited = out.err, out.rateLimited
-			break
-		}
-		if len(claimed) < granted {
-			break // no more pending tasks
-		}
+	total, err := w.round(ctx, batch.ID, name, pcfg)
+	if err != nil {
+		return err
 	}
 	if total.launched > 0 {
 		log.Info("launched machines", "count", total.launched)
@@ -181,30 +153,160 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 	return retryErr
 }
 
-// launch starts one machine per claimed task, LaunchConcurrency at a time,
-// and records what happened: machine ids for launched tasks; pending again
-// for tasks whose launch surely made no machine (429, 4xx, or an ambiguous
-// failure after which no machine with the task's id exists).
-func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, claimed []db.TaskClaimPendingRow) (launchOutcome, error) {
-	type result struct {
-		row       db.TaskClaimPendingRow
-		machineID string
-		err       error
-	}
-	results := make([]result, len(claimed))
-	sem := make(chan struct{}, max(1, w.deps.Config.LaunchConcurrency))
-	var wg sync.WaitGroup
-	for i, row := range claimed {
-		wg.Add(1)
-		sem <- struct{}{}
+// launchResult is how the launch of one claimed task went.
+type launchResult struct {
+	row       db.TaskClaimPendingRow
+	machineID string
+	err       error
+}
+
+// errNotLaunched marks a claimed task that the round stopped before
+// launching: it goes back to pending, like a task refused with a 429.
+var errNotLaunched = errors.New("launch round stopped before this task")
+
+// round launches machines for up to BatchSize pending tasks as one
+// pipeline, so that launch requests never wait for the database:
+//
+//   - the claimer (this goroutine) takes tokens from the shared bucket and
+//     claims up to launchChunk tasks at a time, keeping at most about two
+//     chunks claimed ahead of the launchers;
+//   - LaunchConcurrency launchers send the launch requests;
+//   - the recorder records each launchChunk results in one transaction
+//     (machine ids, events, releases) while launches go on.
+//
+// A 429 or a phase-level launch error stops the round: tasks claimed but
+// not yet launched go back to pending. Every claimed task is recorded
+// before round returns, also when ctx is cancelled; so a crash strands at
+// most the few chunks in the pipe, which the sweep settles at their
+// deadline.
+func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase) (launchOutcome, error) {
+	conc := max(1, w.deps.Config.LaunchConcurrency)
+	todo := make(chan db.TaskClaimPendingRow, launchChunk)
+	results := make(chan launchResult, conc)
+	var stopped atomic.Bool // a launch was refused (429) or failed for the phase
+
+	var launchers sync.WaitGroup
+	for range conc {
+		launchers.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			id, err := w.launchOne(ctx, batchID, name, pcfg, row)
-			results[i] = result{row: row, machineID: id, err: err}
+			defer launchers.Done()
+			for row := range todo {
+				if stopped.Load() {
+					results <- launchResult{row: row, err: errNotLaunched}
+					continue
+				}
+				id, err := w.launchOne(ctx, batchID, name, pcfg, row)
+				if err != nil {
+					// A 429 or any failure ends the round (requests in
+					// flight finish): more requests now would likely meet
+					// the same answer, and the retry policy decides what next.
+					stopped.Store(true)
+				}
+				results <- launchResult{row: row, machineID: id, err: err}
+			}
 		}()
 	}
-	wg.Wait()
 
+	// The recorder: batches of results, recorded one transaction at a time.
+	batches := make(chan []launchResult, 4)
+	recorded := make(chan struct {
+		out launchOutcome
+		err error
+	}, 1)
+	go func() {
+		var total launchOutcome
+		var firstErr error
+		for b := range batches {
+			if firstErr != nil {
+				continue // keep draining; the round reports the first error
+			}
+			out, err := w.record(ctx, batchID, name, pcfg, b)
+			if err != nil {
+				firstErr = err
+				continue
+			}
+			total.launched += out.launched
+			total.rateLimited = max(total.rateLimited, out.rateLimited)
+			if out.err != nil {
+				total.err = out.err
+			}
+		}
+		recorded <- struct {
+			out launchOutcome
+			err error
+		}{total, firstErr}
+	}()
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		var pending []launchResult
+		for r := range results {
+			pending = append(pending, r)
+			if len(pending) >= launchChunk {
+				batches <- pending
+				pending = nil
+			}
+		}
+		if len(pending) > 0 {
+			batches <- pending
+		}
+		close(batches)
+	}()
+
+	// The claimer.
+	limit := ratelimit.Limit{Rate: w.deps.Config.FlyLaunchRate, Burst: w.deps.Config.FlyLaunchBurst}
+	var claimErr error
+	var rateLimited time.Duration
+	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil; {
+		want := min(pcfg.BatchSize-claimed, launchChunk)
+		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.FlyAppName, limit, want)
+		if err != nil {
+			claimErr = err
+			break
+		}
+		if granted == 0 {
+			rateLimited = wait
+			break
+		}
+		rows, err := db.New(w.deps.Pool).TaskClaimPending(ctx, db.TaskClaimPendingParams{
+			BatchID: batchID, Phase: string(name), Max: int32(granted), TimeoutSeconds: pcfg.TaskTimeout.Seconds(),
+		})
+		if err != nil {
+			claimErr = fmt.Errorf("claiming pending tasks: %w", err)
+			break
+		}
+		claimed += len(rows)
+		for _, row := range rows {
+			todo <- row // blocks while a chunk is still waiting: the claimer stays about two chunks ahead
+		}
+		if len(rows) < granted {
+			break // no more pending tasks
+		}
+	}
+	close(todo)
+	launchers.Wait()
+	close(results)
+	<-collected
+	rec := <-recorded
+	if claimErr != nil {
+		return rec.out, claimErr
+	}
+	if rec.err != nil {
+		return rec.out, rec.err
+	}
+	out := rec.out
+	out.rateLimited = max(out.rateLimited, rateLimited)
+	return out, nil
+}
+
+// record writes down what happened to a batch of launches: machine ids for
+// launched tasks; pending again for tasks whose launch surely made no
+// machine (429, 4xx, not attempted, or an ambiguous failure after which no
+// machine with the task's id exists).
+func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, results []launchResult) (launchOutcome, error) {
+	// Rows are updated in task id order, the order every other multi-task
+	// update (the callbacks' group commit) locks them in: no deadlock.
+	slices.SortFunc(results, func(a, b launchResult) int { return strings.Compare(a.row.ID, b.row.ID) })
 	var out launchOutcome
 	var launchedIDs, machineIDs, release []string
 	var attempts []int32
@@ -221,6 +323,8 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 			// processing as it is. A callback will end it; if none comes,
 			// the sweep looks the machine up again at the deadline.
 			out.err = r.err
+		case errors.Is(r.err, errNotLaunched):
+			release = append(release, r.row.ID)
 		case errors.Is(r.err, compute.ErrRateLimited):
 			release = append(release, r.row.ID)
 			out.rateLimited = max(out.rateLimited, compute.RetryAfter(r.err), time.Second)
@@ -230,7 +334,6 @@ func (w *PhaseLaunchWorker) launch(ctx context.Context, batchID string, name pha
 		}
 	}
 	out.launched = len(launchedIDs)
-
 	// The bookkeeping must happen even when the job's context was cancelled
 	// mid-round (an admin reset cancels the launcher, a job can time out):
 	// machines created in this round are recorded, or destroyed if their

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -112,21 +113,14 @@ func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callba
 	for i, r := range group {
 		batchIDs[i], taskIDs[i] = r.batchID, r.taskID
 	}
-	if err := q.BatchLockSharedMany(ctx, batchIDs); err != nil {
-		return nil, fmt.Errorf("locking batches: %w", err)
-	}
-	rows, err := q.TaskListForCallbacks(ctx, taskIDs)
+	tasks, checkPending, err := readForCallbacks(ctx, tx, batchIDs, taskIDs)
 	if err != nil {
-		return nil, fmt.Errorf("reading tasks: %w", err)
-	}
-	tasks := make(map[string]db.TaskListForCallbacksRow, len(rows))
-	for _, t := range rows {
-		tasks[t.ID] = t
+		return nil, err
 	}
 
 	outcomes := make([]outcome, len(group))
 	var params db.TaskCompleteManyParams
-	var unapplied []int           // valid callbacks the update may not apply
+	var valid []int               // callbacks that passed every check
 	first := make(map[string]int) // task id -> the request that tries to end it
 	for i, r := range group {
 		t, ok := tasks[r.taskID]
@@ -155,7 +149,7 @@ func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callba
 			}
 		}
 		outcomes[i].out = CallbackResult{TaskID: r.taskID, Status: string(r.status)}
-		unapplied = append(unapplied, i)
+		valid = append(valid, i)
 		if _, seen := first[r.taskID]; seen {
 			continue // a repeat within the group: explained below
 		}
@@ -174,17 +168,16 @@ func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callba
 	if err != nil {
 		return nil, fmt.Errorf("ending tasks: %w", err)
 	}
-	type phaseKey struct{ batchID, phase string }
-	var checks []phaseKey
 	applied := make(map[string]bool, len(ended))
+	var checks []phaseKey
 	for _, e := range ended {
 		applied[e.ID] = true
-		if k := (phaseKey{e.BatchID, e.Phase}); !containsKey(checks, k) {
+		if k := (phaseKey{e.BatchID, e.Phase}); !checkPending[k] && !slices.Contains(checks, k) {
 			checks = append(checks, k)
 		}
 	}
 	for _, k := range checks {
-		if err := jobs.EnqueuePhaseCheck(ctx, tx, s.river, k.batchID, k.phase); err != nil {
+		if err := jobs.InsertPhaseCheck(ctx, tx, s.river, k.batchID, k.phase); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +185,7 @@ func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callba
 	// The rest were valid but did not apply: the task had ended already
 	// (rare: a repeat, a timeout or a reset got there first).
 	var explain []int
-	for _, i := range unapplied {
+	for _, i := range valid {
 		if !applied[group[i].taskID] || first[group[i].taskID] != i {
 			explain = append(explain, i)
 		}
@@ -221,13 +214,54 @@ func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callba
 	return outcomes, nil
 }
 
-func containsKey[K comparable](keys []K, k K) bool {
-	for _, x := range keys {
-		if x == k {
-			return true
-		}
+// phaseKey names a batch's phase.
+type phaseKey struct{ batchID, phase string }
+
+// Reads the callback path pipelines in one round trip. (sqlc's generated
+// functions each take a round trip of their own.)
+const (
+	// lockBatchesSharedSQL is BatchLockShared for several batches, in sorted
+	// order so that no two callers can wait on each other.
+	lockBatchesSharedSQL = `SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
+FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b`
+	tasksForCallbacksSQL = `SELECT id, batch_id, phase, status, token_hash, ended_by FROM tasks WHERE id = ANY($1::text[])`
+)
+
+// readForCallbacks takes the shared lock of every batch concerned, then
+// reads the tasks and whether each of their phases has an unfinished
+// fan-in check, in one round trip. Each is a statement of its own, run in
+// order, so the last one's snapshot is taken under the locks, as
+// jobs.PendingPhaseChecksSQL requires.
+func readForCallbacks(ctx context.Context, tx pgx.Tx, batchIDs, taskIDs []string) (map[string]db.TaskListForCallbacksRow, map[phaseKey]bool, error) {
+	b := &pgx.Batch{}
+	b.Queue(lockBatchesSharedSQL, batchIDs)
+	b.Queue(tasksForCallbacksSQL, taskIDs)
+	b.Queue(jobs.PendingPhaseChecksSQL, taskIDs)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("locking batches: %w", err)
 	}
-	return false
+	rows, _ := br.Query()
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[db.TaskListForCallbacksRow])
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading tasks: %w", err)
+	}
+	tasks := make(map[string]db.TaskListForCallbacksRow, len(list))
+	for _, t := range list {
+		tasks[t.ID] = t
+	}
+	rows, _ = br.Query()
+	pending := make(map[phaseKey]bool)
+	var k phaseKey
+	var p bool
+	if _, err := pgx.ForEachRow(rows, []any{&k.batchID, &k.phase, &p}, func() error {
+		pending[k] = p
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("looking for pending phase checks: %w", err)
+	}
+	return tasks, pending, br.Close()
 }
 
 // notApplied explains a callback whose task was no longer processing: a

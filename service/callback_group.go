@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // A callback is a tiny transaction, and at thousands a second the commit
 // (a WAL flush) dominates its cost. So callbacks that arrive while others are
 // being committed queue up and are applied together, in one transaction, by
-// one of at most maxCommitters goroutines; each request is answered only
+// one of at most CALLBACK_COMMITTERS goroutines; each request is answered only
 // after its group has committed. An idle server commits a lone callback at
 // once: there is no timer and no waiting for a group to fill.
 //
@@ -21,9 +22,6 @@ import (
 // database refuses) is applied again one callback at a time, so one bad
 // callback never fails the others.
 const (
-	// defaultCommitters is how many groups commit at once. More than one
-	// lets a group be read and checked while another waits for its flush.
-	defaultCommitters = 4
 	// maxGroup bounds a group, and so a transaction's size and the wait of
 	// the first callback in it.
 	maxGroup = 256
@@ -106,11 +104,18 @@ func (g *callbackGroups) commit(group []*callbackRequest) {
 	}
 }
 
-func (g *callbackGroups) apply(group []*callbackRequest) ([]outcome, error) {
+// apply runs applyCallbacks in a transaction of its own. A panic in it
+// becomes the group's error: it runs on a goroutine of its own, where a
+// panic would otherwise take the whole server down rather than one request.
+func (g *callbackGroups) apply(group []*callbackRequest) (outcomes []outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			outcomes, err = nil, fmt.Errorf("applying callbacks: panic: %v", p)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
-	var outcomes []outcome
-	err := pgx.BeginFunc(ctx, g.svc.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, g.svc.pool, func(tx pgx.Tx) error {
 		var err error
 		outcomes, err = g.svc.applyCallbacks(ctx, tx, group)
 		return err

@@ -34,6 +34,8 @@ type Service struct {
 	apps   map[phases.Name]string // phase -> Fly app, to destroy machines
 	// callbacks commits workers' callbacks in groups.
 	callbacks *callbackGroups
+	// hub wakes batch watches (Watch) on new events.
+	hub *eventHub
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
@@ -43,8 +45,12 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	for name, p := range cfg.Phases {
 		apps[name] = p.FlyAppName
 	}
-	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps}
-	s.callbacks = &callbackGroups{svc: s, committers: defaultCommitters}
+	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger)}
+	committers := cfg.CallbackCommitters
+	if committers <= 0 {
+		committers = config.DefaultCallbackCommitters
+	}
+	s.callbacks = &callbackGroups{svc: s, committers: committers}
 	return s
 }
 

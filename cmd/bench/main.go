@@ -4,12 +4,21 @@
 // prints a table and writes BENCHMARKS.md. Every ratio compares figures from
 // the same run, because these machines are noisy.
 //
-//  1. Baseline: pgbench, single-row UPDATE by primary key on a 100k-row
+//  1. baseline: pgbench, single-row UPDATE by primary key on a 100k-row
 //     table, 8 clients, 2 threads.
-//  2. Callback ingest: one phase of N processing tasks with valid tokens;
-//     every success callback is posted through the HTTP API with 32
-//     concurrent connections. Every callback must be applied and the phase
-//     must transition exactly once.
+//  2. ingest: one phase of N processing tasks with valid tokens; every
+//     success callback is posted through the HTTP API with 32 concurrent
+//     connections. Every callback must be applied and the phase must
+//     transition exactly once.
+//  3. e2e: whole batches of 1,000, 10,000 and 100,000 files (10% TIFF, 90%
+//     JPEG) through `orchestrator serve` run as a separate process, against
+//     the fake Fly Machines API (calls back at once, no launch limit), a
+//     real S3 server and a fake ingest service (see e2e.go).
+//  4. workers: the workers' conversions against the vips CLI (workers.go).
+//
+// -parts picks which to run (default all), e.g.
+//
+//	scripts/postgres.sh bench go run ./cmd/bench -parts e2e -out /tmp/b.md
 package main
 
 import (
@@ -47,26 +56,75 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
+// allParts are the parts of the benchmark, in the order they run.
+var allParts = []string{"baseline", "ingest", "e2e", "workers"}
+
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
-	tasks := flag.Int("tasks", 10000, "tasks in the callback-ingest phase")
-	conns := flag.Int("conns", 32, "concurrent connections of the load generator")
-	seconds := flag.Int("pgbench-seconds", 20, "duration of the pgbench baseline")
+	partsFlag := flag.String("parts", strings.Join(allParts, ","), "comma-separated parts to run: "+strings.Join(allParts, ", "))
+	tasks := flag.Int("tasks", 10000, "ingest: tasks in the callback-ingest phase")
+	conns := flag.Int("conns", 32, "ingest: concurrent connections of the load generator")
+	seconds := flag.Int("pgbench-seconds", 20, "baseline: duration of the pgbench baseline")
+	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
+	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
+	orchBin := flag.String("orchestrator", "", "e2e: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns (an A/B comparison)")
+	profileDir := flag.String("profile", "", "e2e: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory")
+	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
+	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
 	flag.Parse()
 	base := os.Getenv("BENCH_DATABASE_URL")
 	if base == "" {
 		fmt.Fprintln(os.Stderr, "bench: BENCH_DATABASE_URL is not set; run it with `make bench`")
 		os.Exit(2)
 	}
+	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, workerRuns: *workerRuns,
+		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir}}
+	for _, p := range strings.Split(*partsFlag, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(allParts, p) {
+			fmt.Fprintf(os.Stderr, "bench: unknown part %q (parts: %s)\n", p, strings.Join(allParts, ", "))
+			os.Exit(2)
+		}
+		r.parts = append(r.parts, p)
+	}
+	r.e2eOpts.settings = map[string]string{}
+	for _, kv := range strings.Split(*e2eEnv, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			r.e2eOpts.settings[k] = v
+		} else if kv != "" {
+			fmt.Fprintf(os.Stderr, "bench: bad -e2e-env entry %q, want KEY=VALUE\n", kv)
+			os.Exit(2)
+		}
+	}
+	for _, v := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 10 {
+			fmt.Fprintf(os.Stderr, "bench: bad size %q in -sizes\n", v)
+			os.Exit(2)
+		}
+		r.e2eOpts.sizes = append(r.e2eOpts.sizes, n)
+	}
+	// Absolute before anything runs: the e2e part's S3 server changes the
+	// working directory.
+	var err error
+	if *out, err = filepath.Abs(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if r.e2eOpts.profileDir != "" {
+		if r.e2eOpts.profileDir, err = filepath.Abs(r.e2eOpts.profileDir); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+	}
 	ctx := context.Background()
-	res, err := run(ctx, base, *tasks, *conns, *seconds)
-	if err != nil {
+	if err := run(ctx, base, r); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	table := res.table()
+	table := r.table()
 	fmt.Print(table)
-	if err := os.WriteFile(*out, []byte(res.markdown(table)), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(r.markdown(table)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -74,6 +132,7 @@ func main() {
 }
 
 type results struct {
+	parts       []string
 	pgVersion   string
 	baselineTPS float64
 	tasks       int
@@ -82,34 +141,68 @@ type results struct {
 	ingestRate  float64
 	p50, p99    time.Duration
 	transition  time.Duration // from the last callback's answer to the phase's transition
+
+	e2eOpts e2eOptions
+	e2e     []e2eSize
+
+	workerRuns int
+	workers    []workerFigure
 }
 
-func run(ctx context.Context, base string, tasks, conns, seconds int) (*results, error) {
+func (r *results) has(part string) bool { return slices.Contains(r.parts, part) }
+
+func run(ctx context.Context, base string, r *results) error {
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer admin.Close(ctx)
-	r := &results{tasks: tasks, conns: conns, seconds: seconds}
 	if err := admin.QueryRow(ctx, "SHOW server_version").Scan(&r.pgVersion); err != nil {
-		return nil, err
+		return err
 	}
 	var fsync, syncCommit string
 	_ = admin.QueryRow(ctx, "SHOW fsync").Scan(&fsync)
 	_ = admin.QueryRow(ctx, "SHOW synchronous_commit").Scan(&syncCommit)
 	if fsync != "on" || syncCommit != "on" {
-		return nil, fmt.Errorf("the server runs with fsync=%s synchronous_commit=%s: benchmarks need production durability", fsync, syncCommit)
+		return fmt.Errorf("the server runs with fsync=%s synchronous_commit=%s: benchmarks need production durability", fsync, syncCommit)
 	}
 
-	fmt.Fprintf(os.Stderr, "baseline: pgbench for %ds...\n", seconds)
-	if r.baselineTPS, err = pgbenchBaseline(ctx, admin, base, seconds); err != nil {
-		return nil, fmt.Errorf("baseline: %w", err)
+	// The e2e part builds the orchestrator first: building is CPU-heavy and
+	// must not overlap a measurement, and it needs the working directory
+	// that the S3 server later changes.
+	if r.has("e2e") && r.e2eOpts.orchestrator == "" {
+		fmt.Fprintln(os.Stderr, "e2e: building the orchestrator...")
+		bin, cleanup, err := buildOrchestrator(ctx)
+		if err != nil {
+			return fmt.Errorf("e2e: %w", err)
+		}
+		defer cleanup()
+		r.e2eOpts.orchestrator = bin
 	}
-	fmt.Fprintf(os.Stderr, "callback ingest: %d callbacks over %d connections...\n", tasks, conns)
-	if err := callbackIngest(ctx, admin, base, r); err != nil {
-		return nil, fmt.Errorf("callback ingest: %w", err)
+	if r.has("baseline") {
+		fmt.Fprintf(os.Stderr, "baseline: pgbench for %ds...\n", r.seconds)
+		if r.baselineTPS, err = pgbenchBaseline(ctx, admin, base, r.seconds); err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
 	}
-	return r, nil
+	if r.has("ingest") {
+		fmt.Fprintf(os.Stderr, "callback ingest: %d callbacks over %d connections...\n", r.tasks, r.conns)
+		if err := callbackIngest(ctx, admin, base, r); err != nil {
+			return fmt.Errorf("callback ingest: %w", err)
+		}
+	}
+	if r.has("e2e") {
+		if r.e2e, err = endToEnd(ctx, admin, base, r.e2eOpts); err != nil {
+			return fmt.Errorf("e2e: %w", err)
+		}
+	}
+	if r.has("workers") {
+		fmt.Fprintf(os.Stderr, "workers: %d runs per operation...\n", r.workerRuns)
+		if r.workers, err = benchWorkers(ctx, r.workerRuns); err != nil {
+			return fmt.Errorf("workers: %w", err)
+		}
+	}
+	return nil
 }
 
 // freshDatabase (re)creates a database and returns its URL.
@@ -358,37 +451,86 @@ func (instantBackend) Destroy(context.Context, string, string) error { return ni
 func (r *results) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-44s %14s\n", "figure", "value")
-	fmt.Fprintf(&b, "%-44s %14.0f\n", "baseline: pgbench single-row UPDATE, TPS", r.baselineTPS)
-	fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("callback ingest (%d, %d conns), callbacks/s", r.tasks, r.conns), r.ingestRate)
-	fmt.Fprintf(&b, "%-44s %13.2fx\n", "callback ingest / baseline", r.ingestRate/r.baselineTPS)
-	fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p50", r.p50.Round(10*time.Microsecond))
-	fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p99", r.p99.Round(10*time.Microsecond))
-	fmt.Fprintf(&b, "%-44s %14s\n", "last callback -> phase transition", r.transition.Round(time.Millisecond))
+	if r.has("baseline") {
+		fmt.Fprintf(&b, "%-44s %14.0f\n", "baseline: pgbench single-row UPDATE, TPS", r.baselineTPS)
+	}
+	if r.has("ingest") {
+		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("callback ingest (%d, %d conns), callbacks/s", r.tasks, r.conns), r.ingestRate)
+		if r.has("baseline") {
+			fmt.Fprintf(&b, "%-44s %13.2fx\n", "callback ingest / baseline", r.ingestRate/r.baselineTPS)
+		}
+		fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p50", r.p50.Round(10*time.Microsecond))
+		fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p99", r.p99.Round(10*time.Microsecond))
+		fmt.Fprintf(&b, "%-44s %14s\n", "last callback -> phase transition", r.transition.Round(time.Millisecond))
+	}
+	if r.has("e2e") {
+		b.WriteString(e2eTable(r.e2e))
+	}
+	if r.has("workers") {
+		b.WriteString(workersTable(r.workers))
+	}
 	return b.String()
 }
 
 func (r *results) markdown(table string) string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf(`# Benchmarks
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Benchmarks
 
-Produced by `+"`make bench`"+` on %s (%s, %d CPUs, Go %s, PostgreSQL %s with fsync and
-synchronous_commit on). Every ratio compares figures of this one run.
+Produced by `+"`make bench`"+` on %s (%s, %d CPUs, %s RAM, Go %s, PostgreSQL %s with
+fsync and synchronous_commit on). Every ratio compares figures of this one run.
+Parts run: %s.
 
 `+"```"+`
 %s`+"```"+`
 
-- **Baseline**: pgbench, a custom script doing one `+"`UPDATE`"+` by primary key on a
+`, time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), memTotal(), runtime.Version(), r.pgVersion,
+		strings.Join(r.parts, ", "), table)
+	if r.has("baseline") {
+		fmt.Fprintf(&b, `- **Baseline**: pgbench, a custom script doing one `+"`UPDATE`"+` by primary key on a
   100,000-row table; 8 clients, 2 threads, %d s. The per-transaction ceiling of
   this server.
-- **Callback ingest**: one phase of %d processing tasks with valid tokens; a load
+`, r.seconds)
+	}
+	if r.has("ingest") {
+		fmt.Fprintf(&b, `- **Callback ingest**: one phase of %d processing tasks with valid tokens; a load
   generator posts every success callback through the HTTP API with %d
   concurrent connections, with the River workers running. Every callback must
   be applied and the phase must transition exactly once (checked).
+`, r.tasks, r.conns)
+	}
+	if r.has("e2e") {
+		b.WriteString(e2eMarkdown(r.e2eOpts))
+	}
+	if r.has("workers") {
+		fmt.Fprintf(&b, `- **Workers**: the TIFF worker's conversion and the image worker's variants on
+  generated 24-megapixel inputs, against the vips command-line tools doing the
+  same work on the same files; median of %d runs per side (see
+  `+"`cmd/bench/workers.go`"+` for what is timed on each side).
+`, r.workerRuns)
+	}
+	b.WriteString(`
+Reproduce: ` + "`make bench`" + ` (it starts a throwaway PostgreSQL cluster with production
+durability; set BENCH_DATABASE_URL to use another server). One part alone:
+` + "`scripts/postgres.sh bench go run ./cmd/bench -parts e2e -out /tmp/b.md`" + `
+(parts: baseline, ingest, e2e, workers).
+`)
+	return b.String()
+}
 
-Not measured yet (issue 5): end to end at 1,000 / 10,000 / 100,000 files, and
-the workers against the vips CLI.
-
-Reproduce: `+"`make bench`"+` (it starts a throwaway PostgreSQL cluster with production
-durability; set BENCH_DATABASE_URL to use another server).
-`, time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), runtime.Version(), r.pgVersion, table, r.seconds, r.tasks, r.conns)
+// memTotal is the machine's RAM as /proc/meminfo reports it.
+func memTotal() string {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	return "unknown"
 }

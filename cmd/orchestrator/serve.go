@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
+	rpprof "runtime/pprof"
 	"strings"
 	"time"
 
@@ -60,6 +63,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer pool.Close()
+	stopProfiling, err := startProfiling(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopProfiling()
 	if !*noMigrate {
 		if err := db.Migrate(ctx, pool, logger); err != nil {
 			return err
@@ -92,6 +100,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	e := api.New(api.Config{
 		Service: service.New(pool, riverClient, cfg, logger), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		River: riverClient, Context: ctx,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -262,4 +271,54 @@ func workerBinary(configured string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no worker program for the local machine runner (looked for %s): build it with `make build` (it lands in bin/worker), set LOCAL_WORKER_BIN, or set FLY_API_TOKEN to run machines on Fly", strings.Join(candidates, ", "))
+}
+
+// startProfiling serves net/http/pprof on PPROF_ADDR and records a CPU
+// profile into CPU_PROFILE, when they are set; both are off by default. The
+// returned function stops both and writes the CPU profile.
+func startProfiling(cfg *config.Config, logger *slog.Logger) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if cfg.PprofAddr != "" {
+		ln, err := net.Listen("tcp", cfg.PprofAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s (PPROF_ADDR): %w", cfg.PprofAddr, err)
+		}
+		// Sample contention too, so /debug/pprof/mutex and /block say something.
+		runtime.SetMutexProfileFraction(100)
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln) //nolint:errcheck // ends with Close
+		stops = append(stops, func() { _ = srv.Close() })
+		logger.Info("serving pprof", "addr", ln.Addr().String())
+	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("creating CPU_PROFILE: %w", err)
+		}
+		if err := rpprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			stop()
+			return nil, fmt.Errorf("starting the CPU profile: %w", err)
+		}
+		stops = append(stops, func() {
+			rpprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				logger.Warn("writing CPU_PROFILE", "error", err)
+			}
+		})
+	}
+	return stop, nil
 }

@@ -180,7 +180,7 @@ type Server struct {
 	// URL is the base URL to give fly-go (Config.BaseURL / FLY_FLAPS_BASE_URL).
 	URL string
 
-	tb     testing.TB
+	tb     TB
 	opts   Options
 	token  string
 	srv    *httptest.Server
@@ -236,9 +236,20 @@ type job struct {
 	crash           bool
 }
 
+// TB is the part of testing.TB that New needs: a *testing.T in tests, or a
+// small stand-in in a program such as cmd/bench, which calls its Cleanup
+// functions when it is done with the fake.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Cleanup(func())
+}
+
+var _ TB = testing.TB(nil)
+
 // New starts a fake and closes it when the test ends (pending worker
 // callbacks are abandoned).
-func New(tb testing.TB, opts Options) *Server {
+func New(tb TB, opts Options) *Server {
 	tb.Helper()
 	if opts.Token == "" {
 		opts.Token = DefaultToken

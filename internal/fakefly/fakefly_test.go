@@ -247,8 +247,10 @@ func TestWorkerDoesNotRetry4xx(t *testing.T) {
 
 func TestDestroyedMachineNeverCallsBack(t *testing.T) {
 	t.Parallel()
+	// The worker runs long enough for the launch and the destroy to happen
+	// first even on a loaded machine under -race (200 ms was not).
 	fake := fakefly.New(t, fakefly.Options{Behave: func(fakefly.Launch) fakefly.Behavior {
-		return fakefly.Behavior{Delay: 200 * time.Millisecond}
+		return fakefly.Behavior{Delay: 2 * time.Second}
 	}})
 	o := newOrchestrator(t, nil)
 	b := newBackend(t, fake)

@@ -142,8 +142,11 @@ func New(t *testing.T, opts Options) *Env {
 		})
 	}
 
+	apiCtx, apiCancel := context.WithCancel(context.Background())
+	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
 		Service: service.New(pool, client, cfg, logger), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		River: client, Context: apiCtx,
 	})
 	handler.Store(&h)
 	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv}

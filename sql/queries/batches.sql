@@ -38,6 +38,25 @@ VALUES (@id, @uploader, @queue_message)
 ON CONFLICT (id) DO NOTHING
 RETURNING *;
 
+-- BatchList pages through batches newest first, by (started_at, id), with
+-- optional filters. The cursor is the (started_at, id) of the last row of
+-- the previous page: keyset pagination, so batches inserted meanwhile (all
+-- newer) never shift the pages that follow. Served by the indexes on
+-- (started_at, id), (status, started_at) and (uploader, started_at).
+-- name: BatchList :many
+SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status,
+    coalesce((queue_message->>'total_files')::bigint, 0)::bigint AS total_files,
+    coalesce((queue_message->>'total_bytes')::bigint, 0)::bigint AS total_bytes
+FROM batches
+WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
+    AND (sqlc.narg(uploader)::text IS NULL OR uploader = sqlc.narg(uploader)::text)
+    AND (sqlc.narg(since)::timestamptz IS NULL OR started_at >= sqlc.narg(since)::timestamptz)
+    AND (sqlc.narg(until)::timestamptz IS NULL OR started_at < sqlc.narg(until)::timestamptz)
+    AND (sqlc.narg(before_started_at)::timestamptz IS NULL
+        OR (started_at, id) < (sqlc.narg(before_started_at)::timestamptz, sqlc.narg(before_id)::text))
+ORDER BY started_at DESC, id DESC
+LIMIT @max;
+
 -- BatchPhaseRetry counts one more phase-level failure and returns the count.
 -- name: BatchPhaseRetry :one
 UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
@@ -46,6 +65,19 @@ RETURNING phase_retry_count;
 
 -- name: BatchPhaseRetryReset :exec
 UPDATE batches SET phase_retry_count = 0 WHERE id = @id AND phase_retry_count <> 0;
+
+-- BatchResume puts a batch in ERROR back to work, in @status (the phase it
+-- failed in, or PENDING when it failed before its first phase), for an admin
+-- retry. Any other batch is left as it is (no row is returned).
+-- name: BatchResume :one
+UPDATE batches
+SET status = @status, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
+WHERE id = @id AND status = 'ERROR'
+RETURNING *;
+
+-- BatchRetryTouch marks a running batch as changed by an admin retry.
+-- name: BatchRetryTouch :exec
+UPDATE batches SET phase_retry_count = 0, updated_at = clock_timestamp() WHERE id = @id;
 
 -- BatchSetDone finishes a running batch with its final file generation and
 -- queues delivery to ingest; a batch already DONE or ERROR is left as it is
@@ -89,9 +121,3 @@ SELECT pg_advisory_xact_lock(hashtextextended('batch:' || @id::text, 0));
 
 -- name: BatchLockShared :exec
 SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || @id::text, 0));
-
--- BatchLockSharedMany takes the shared lock of several batches, in sorted
--- order so that no two callers can wait on each other.
--- name: BatchLockSharedMany :exec
-SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
-FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;

@@ -56,9 +56,16 @@ FROM tasks
 WHERE batch_id = @batch_id
 GROUP BY phase, status;
 
--- name: TaskCountOpen :one
-SELECT count(*)::bigint FROM tasks
-WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing');
+-- TaskHasOpen asks whether any task of a phase is still pending or
+-- processing: the fan-in's question. EXISTS stops at the first open task,
+-- where a count visited every one of them (100,000 of them, mostly through
+-- the heap because they were just updated) while the check held the batch's
+-- exclusive lock and every callback of the batch waited.
+-- name: TaskHasOpen :one
+SELECT EXISTS (
+    SELECT 1 FROM tasks
+    WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing')
+);
 
 -- name: TaskCountPending :one
 SELECT count(*)::bigint FROM tasks
@@ -127,6 +134,17 @@ WHERE batch_id = @batch_id AND phase = @phase;
 UPDATE tasks
 SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
 WHERE id = ANY(@ids::text[]) AND status = 'processing' AND machine_id IS NULL
+RETURNING id;
+
+-- TaskRequeueFailed returns the failed tasks of a phase to pending for an
+-- admin retry, forgetting their last launch (token, machine, deadline,
+-- outcome) so the launcher claims them afresh; completed tasks are not
+-- touched. A late callback of the failed launch no longer authenticates.
+-- name: TaskRequeueFailed :many
+UPDATE tasks
+SET status = 'pending', ended_by = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
+    result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
 RETURNING id;
 
 -- TaskSetMachines records launched machines, for tasks still in the same

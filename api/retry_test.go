@@ -1,0 +1,223 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// taskRow is what a retry must leave alone (completed tasks) or renew
+// (failed ones).
+type taskRow struct {
+	Status     string
+	Attempt    int
+	Result     string
+	FinishedAt *time.Time
+}
+
+func readTask(t *testing.T, env *testenv.Env, id string) taskRow {
+	t.Helper()
+	var r taskRow
+	require.NoError(t, env.Pool.QueryRow(context.Background(),
+		`SELECT status, attempt, coalesce(result::text, ''), finished_at FROM tasks WHERE id = $1`, id).
+		Scan(&r.Status, &r.Attempt, &r.Result, &r.FinishedAt))
+	return r
+}
+
+func retry(t *testing.T, env *testenv.Env, id, token string) (int, []byte) {
+	t.Helper()
+	return env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, token, nil)
+}
+
+func errorMessage(t *testing.T, body []byte) string {
+	t.Helper()
+	var out map[string]string
+	require.NoError(t, json.Unmarshal(body, &out), "body: %s", body)
+	return out["error"]
+}
+
+func countEvents(t *testing.T, env *testenv.Env, batchID, typ, taskID string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM batch_events
+		WHERE batch_id = $1 AND type = $2 AND ($3 = '' OR task_id = $3)`, batchID, typ, taskID).Scan(&n))
+	return n
+}
+
+func errorBody(l fakefly.Launch) string {
+	b, _ := json.Marshal(map[string]any{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "error", "error": "Failed to decode TIFF"})
+	return string(b)
+}
+
+// finishAll plays every worker launched from now on with success until the
+// batch ends, and returns its final status.
+func finishAll(t *testing.T, env *testenv.Env, id string, launches <-chan fakefly.Launch) service.Status {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case l := <-launches:
+			postCallback(t, env, l, callbackBody(l))
+			continue
+		default:
+		}
+		st := env.Status(t, id)
+		if st.Status == "DONE" || st.Status == "ERROR" {
+			return st
+		}
+		require.False(t, time.Now().After(deadline), "batch %s did not finish: %+v", id, st)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRetryRerunsOnlyFailedTasks: in a running phase with one task
+// completed, one failed and one still out, a retry relaunches the failed
+// task alone; the completed one is never touched or relaunched, and the
+// batch finishes with every task completed.
+func TestRetryRerunsOnlyFailedTasks(t *testing.T) {
+	t.Parallel()
+	opts, launches := heldLaunches()
+	env := testenv.New(t, opts)
+	const id = "RETRY-RUNNING"
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/scans/a.tif", Size: 100, ContentType: "image/tiff"},
+		{LogicalPath: "/scans/b.tif", Size: 100, ContentType: "image/tiff"},
+		{LogicalPath: "/scans/c.tif", Size: 100, ContentType: "image/tiff"},
+	})
+	byFile := map[string]fakefly.Launch{}
+	for range 3 {
+		l := nextLaunch(t, launches)
+		byFile[l.Env["INPUT_R2_KEY"][strings.LastIndex(l.Env["INPUT_R2_KEY"], "/")+1:]] = l
+	}
+	a, b, c := byFile["a.tif"], byFile["b.tif"], byFile["c.tif"]
+	postCallback(t, env, a, callbackBody(a))
+	postCallback(t, env, b, errorBody(b))
+	before := readTask(t, env, a.TaskID)
+	require.Equal(t, "completed", before.Status)
+	require.Equal(t, "failed", readTask(t, env, b.TaskID).Status)
+
+	code, body := retry(t, env, id, "")
+	require.Equal(t, http.StatusUnauthorized, code, "body: %s", body)
+	code, body = retry(t, env, id, "wrong-token")
+	require.Equal(t, http.StatusUnauthorized, code, "body: %s", body)
+	require.Equal(t, "failed", readTask(t, env, b.TaskID).Status, "a refused retry changes nothing")
+
+	code, body = retry(t, env, id, testenv.AdminToken)
+	require.Equal(t, http.StatusOK, code, "body: %s", body)
+	var st service.Status
+	require.NoError(t, json.Unmarshal(body, &st))
+	require.Equal(t, "TIFF_CONVERSION", st.Status)
+	require.Equal(t, int64(0), st.Progress.TasksFailed)
+
+	// Only b is launched again, with a fresh token.
+	b2 := nextLaunch(t, launches)
+	require.Equal(t, b.TaskID, b2.TaskID)
+	require.NotEqual(t, b.Env["CALLBACK_TOKEN"], b2.Env["CALLBACK_TOKEN"])
+	require.Equal(t, before, readTask(t, env, a.TaskID), "the completed task is untouched")
+	require.Equal(t, 1, countEvents(t, env, id, "task.requeued", b.TaskID))
+	require.Equal(t, 0, countEvents(t, env, id, "task.requeued", a.TaskID))
+	require.Equal(t, 1, countEvents(t, env, id, "admin.retry", ""))
+
+	// b's first worker is too late now: its token was retired.
+	code, _ = env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+b.TaskID, b.Env["CALLBACK_TOKEN"], strings.NewReader(callbackBody(b)))
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	// Nothing failed any more: a second retry has nothing to do.
+	code, body = retry(t, env, id, testenv.AdminToken)
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, errorMessage(t, body), "is running TIFF_CONVERSION with no failed task")
+
+	postCallback(t, env, b2, callbackBody(b2))
+	postCallback(t, env, c, callbackBody(c))
+	st = finishAll(t, env, id, launches)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 3, TasksCompleted: 3}, st.Phases[0])
+	require.Equal(t, before, readTask(t, env, a.TaskID))
+	require.Equal(t, 1, countEvents(t, env, id, "task.launched", a.TaskID), "completed work is never redone")
+	require.Equal(t, 2, countEvents(t, env, id, "task.launched", b.TaskID))
+
+	code, body = retry(t, env, id, testenv.AdminToken)
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, errorMessage(t, body), "is DONE")
+}
+
+// TestRetryResumesErrorBatch: a batch reset (ERROR) in its first phase
+// resumes there: the task the reset ended runs again, the completed one
+// does not, and the batch finishes. A batch that failed before its first
+// phase starts again once its manifest is fixed.
+func TestRetryResumesErrorBatch(t *testing.T) {
+	t.Parallel()
+	opts, launches := heldLaunches()
+	env := testenv.New(t, opts)
+
+	t.Run("InPhase", func(t *testing.T) {
+		const id = "RETRY-ERROR"
+		env.Submit(t, id, []testenv.File{
+			{LogicalPath: "/scans/a.tif", Size: 100, ContentType: "image/tiff"},
+			{LogicalPath: "/scans/b.tif", Size: 100, ContentType: "image/tiff"},
+		})
+		first, second := nextLaunch(t, launches), nextLaunch(t, launches)
+		postCallback(t, env, first, callbackBody(first))
+		before := readTask(t, env, first.TaskID)
+
+		code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
+		require.Equal(t, http.StatusOK, code, "body: %s", body)
+		require.Equal(t, "failed", readTask(t, env, second.TaskID).Status)
+
+		code, body = retry(t, env, id, testenv.AdminToken)
+		require.Equal(t, http.StatusOK, code, "body: %s", body)
+		var st service.Status
+		require.NoError(t, json.Unmarshal(body, &st))
+		require.Equal(t, "TIFF_CONVERSION", st.Status)
+		require.Nil(t, st.Error)
+		require.Nil(t, st.CompletedAt)
+
+		again := nextLaunch(t, launches)
+		require.Equal(t, second.TaskID, again.TaskID)
+		require.Equal(t, before, readTask(t, env, first.TaskID))
+		postCallback(t, env, again, callbackBody(again))
+		st = finishAll(t, env, id, launches)
+		require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+		require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
+		require.Equal(t, 1, countEvents(t, env, id, "task.launched", first.TaskID))
+
+		var data string
+		require.NoError(t, env.Pool.QueryRow(context.Background(),
+			`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = 'admin.retry'`, id).Scan(&data))
+		require.JSONEq(t, `{"previous_status": "ERROR", "previous_error": "Manually reset by admin", "resumed_status": "TIFF_CONVERSION",
+			"phase": "TIFF_CONVERSION", "tasks_requeued": 1}`, data)
+	})
+
+	t.Run("BeforeFirstPhase", func(t *testing.T) {
+		const id = "RETRY-NOMANIFEST"
+		msg := strings.ReplaceAll(exampleMessage, exampleBatchID, id)
+		code, _ := postBatch(t, env, msg)
+		require.Equal(t, http.StatusAccepted, code)
+		st := env.AwaitStatus(t, id, notPending)
+		require.Equal(t, "ERROR", st.Status)
+		require.Nil(t, st.Phase)
+
+		env.PutObject(t, "staging/"+id+"/_manifest.json", []byte(strings.ReplaceAll(exampleManifest, exampleBatchID, id)))
+		code, body := retry(t, env, id, testenv.AdminToken)
+		require.Equal(t, http.StatusOK, code, "body: %s", body)
+		st = env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "PENDING" })
+		require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
+	})
+
+	t.Run("Refused", func(t *testing.T) {
+		code, body := retry(t, env, "NO-SUCH-BATCH", testenv.AdminToken)
+		require.Equal(t, http.StatusNotFound, code)
+		require.Equal(t, "batch NO-SUCH-BATCH: not found", errorMessage(t, body))
+		code, _ = retry(t, env, "NO-SUCH-BATCH", "")
+		require.Equal(t, http.StatusUnauthorized, code, "the credential is checked before anything else")
+	})
+}

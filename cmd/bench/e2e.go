@@ -1,0 +1,811 @@
+package main
+
+// The end-to-end figures (issue 5): whole batches through `orchestrator
+// serve` as a separate process, so that its peak RSS is its own.
+//
+// Around it, in this process: a real S3 server (versitygw, as in tests)
+// holding the manifest, the fake Fly Machines API (internal/fakefly, reached
+// through the orchestrator's real fly-go client) whose machines call back at
+// once with the bodies real workers send, and a fake ingest service that
+// receives the final manifest. Launches are unlimited (FLY_LAUNCH_RATE and
+// FLY_LAUNCH_BURST far above what is launched).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/locals3"
+	"github.com/arke-institute/orchestrator/manifest"
+)
+
+// e2eOptions configure the end-to-end part.
+type e2eOptions struct {
+	sizes        []int  // files per batch
+	smallRuns    int    // runs of each size under 10,000 files
+	orchestrator string // the binary
+	profileDir   string // "" or where to write profiles
+	// settings override e2eSettings (-e2e-env), e.g. to measure spec 000's
+	// launch pacing.
+	settings map[string]string
+}
+
+// e2eSettings are what the bench sets in the orchestrator's environment
+// beyond addresses and credentials, as an operator of a Fly account without
+// a launch limit would: no rate limit to speak of, and a launch round that
+// takes every pending task (BATCH_SIZE), so the alarm delay between rounds
+// (ALARM_DELAY, spec 000's 5 s) never comes into play.
+var e2eSettings = map[string]string{
+	"FLY_LAUNCH_RATE":             "1000000",
+	"FLY_LAUNCH_BURST":            "1000000",
+	"BATCH_SIZE_TIFF_CONVERSION":  "1000000",
+	"BATCH_SIZE_IMAGE_PROCESSING": "1000000",
+	"LOG_LEVEL":                   "warn",
+	"LOG_FORMAT":                  "json",
+	"CDN_PUBLIC_URL":              "https://cdn.bench.invalid",
+	"ADMIN_TOKEN":                 "bench-admin-token",
+	"FLY_TIFF_APP_NAME":           benchTIFFApp,
+	"FLY_IMAGE_APP_NAME":          benchImageApp,
+	"R2_BUCKET":                   benchStaging,
+	"ARCHIVE_BUCKET":              "bench-archive",
+	"CDN_BUCKET":                  "bench-cdn",
+}
+
+const (
+	benchTIFFApp  = "bench-tiff-worker"
+	benchImageApp = "bench-image-processor"
+	benchStaging  = "bench-staging"
+	benchFlyToken = "bench-fly-token"
+	e2eFileSize   = 200_000 // bytes per file in the manifest; the files do not exist
+	e2eDirFiles   = 1000    // files per manifest directory
+)
+
+// e2eRun is one batch end to end.
+type e2eRun struct {
+	files, tasks int
+	// wall is from just before POST /batches to the first GET /status that
+	// answers DONE (polled every e2ePoll).
+	wall time.Duration
+	// launches is every launch request the fake Machines API answered.
+	launches int
+	// imageLaunchSpan is from the first to the last claim of an
+	// IMAGE_PROCESSING task (the big phase): the launcher's own pace.
+	imageLaunchSpan time.Duration
+	imageTasks      int
+	// transitions: the last callback of a phase (its tasks' max
+	// finished_at) to the first launch of the next (min launched_at, set
+	// when the launcher claims the task just before its launch request), or
+	// to the batch's DONE (completed_at) after the last phase.
+	transitions []time.Duration
+	// firstLaunch is from POST /batches to the first task's launch.
+	firstLaunch time.Duration
+	// peakRSS is the orchestrator's VmHWM at the end, in bytes.
+	peakRSS int64
+	// timeline says when each step happened, from POST /batches.
+	timeline string
+}
+
+// e2eSize is every run of one batch size.
+type e2eSize struct {
+	files int
+	label string // which binary, in an A/B comparison
+	runs  []e2eRun
+}
+
+// e2ePoll is how often the bench asks GET /status while a batch runs: as
+// a client would, and rarely enough not to load the server it measures.
+const e2ePoll = 50 * time.Millisecond
+
+// buildOrchestrator builds cmd/orchestrator into a temporary directory.
+func buildOrchestrator(ctx context.Context) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "bench-orchestrator-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(dir, "orchestrator")
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/orchestrator").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building the orchestrator (run the bench from the repository root): %v: %s", err, out)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// e2eEnv is what every run shares: the S3 server and the fake ingest.
+type e2eEnv struct {
+	opts   e2eOptions
+	admin  *pgx.Conn
+	base   string
+	s3     blob.S3Config
+	store  *blob.S3
+	ingest *fakeIngest
+	tmp    string
+}
+
+// endToEnd runs every size and returns the figures.
+func endToEnd(ctx context.Context, admin *pgx.Conn, base string, opts e2eOptions) ([]e2eSize, error) {
+	tmp, err := os.MkdirTemp("", "bench-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	s3ctx, stopS3 := context.WithCancel(ctx)
+	defer stopS3()
+	srv, err := locals3.Start(s3ctx, locals3.Options{Dir: filepath.Join(tmp, "s3"), Addr: "127.0.0.1:0", AccessKey: "bench", SecretKey: "bench-secret"})
+	if err != nil {
+		return nil, err
+	}
+	env := &e2eEnv{opts: opts, admin: admin, base: base, s3: srv.Config(), tmp: tmp}
+	if env.store, err = blob.NewS3(env.s3); err != nil {
+		return nil, err
+	}
+	for _, b := range []string{benchStaging, "bench-archive", "bench-cdn"} {
+		if err := env.store.EnsureBucket(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	env.ingest = newFakeIngest()
+	defer env.ingest.close()
+
+	bins := strings.Split(opts.orchestrator, ",")
+	var out []e2eSize
+	for _, n := range opts.sizes {
+		runs := 1
+		if n < 10000 {
+			runs = max(1, opts.smallRuns)
+		}
+		sizes := make([]e2eSize, len(bins))
+		for i := range runs {
+			// With several binaries (an A/B comparison), they take turns,
+			// so that both meet the same noise.
+			for j, bin := range bins {
+				fmt.Fprintf(os.Stderr, "e2e: %d files, run %d of %d, %s...\n", n, i+1, runs, bin)
+				r, err := env.runOnce(ctx, bin, n, i*len(bins)+j)
+				if err != nil {
+					return nil, fmt.Errorf("%d files, run %d: %w", n, i+1, err)
+				}
+				fmt.Fprintf(os.Stderr, "e2e: %d files: %s to DONE, %d launches, transitions %v, peak RSS %.0f MB\n",
+					n, r.wall.Round(time.Millisecond), r.launches, roundAll(r.transitions), float64(r.peakRSS)/1e6)
+				fmt.Fprintf(os.Stderr, "e2e: %s\n", r.timeline)
+				sizes[j].files = n
+				if len(bins) > 1 {
+					sizes[j].label = fmt.Sprintf("[%c] ", 'A'+j)
+				}
+				sizes[j].runs = append(sizes[j].runs, r)
+			}
+		}
+		out = append(out, sizes...)
+	}
+	return out, nil
+}
+
+// runOnce takes one batch of n files through a fresh database and a fresh
+// orchestrator process.
+func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, error) {
+	r := e2eRun{files: n}
+	dbName := fmt.Sprintf("bench_e2e_%d_%d", n, i)
+	dbURL, err := freshDatabase(ctx, env.admin, env.base, dbName)
+	if err != nil {
+		return r, err
+	}
+	defer env.admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck
+
+	tb := &benchTB{}
+	defer tb.close()
+	fly := fakefly.New(tb, fakefly.Options{Token: benchFlyToken, Behave: benchWorker, DetailLimit: 1})
+
+	addr, err := freePort()
+	if err != nil {
+		return r, err
+	}
+	pprofAddr := ""
+	settings := map[string]string{
+		"DATABASE_URL":         dbURL,
+		"LISTEN_ADDR":          addr,
+		"ORCHESTRATOR_URL":     "http://" + addr,
+		"WORKER_URL":           env.ingest.srv.URL,
+		"R2_ENDPOINT":          env.s3.Endpoint,
+		"R2_ACCESS_KEY_ID":     env.s3.AccessKeyID,
+		"R2_SECRET_ACCESS_KEY": env.s3.SecretAccessKey,
+		"FLY_API_TOKEN":        benchFlyToken,
+		"FLY_FLAPS_BASE_URL":   fly.URL,
+	}
+	for k, v := range e2eSettings {
+		settings[k] = v
+	}
+	for k, v := range env.opts.settings {
+		settings[k] = v
+	}
+	label := fmt.Sprintf("%d-%d", n, i)
+	if env.opts.profileDir != "" {
+		if err := os.MkdirAll(env.opts.profileDir, 0o755); err != nil {
+			return r, err
+		}
+		if pprofAddr, err = freePort(); err != nil {
+			return r, err
+		}
+		settings["PPROF_ADDR"] = pprofAddr
+		settings["CPU_PROFILE"] = filepath.Join(env.opts.profileDir, "cpu-"+label+".pprof")
+	}
+	logDir := env.tmp
+	if env.opts.profileDir != "" {
+		logDir = env.opts.profileDir // kept for reading beside the profiles
+	}
+	proc, err := startOrchestrator(ctx, bin, settings, filepath.Join(logDir, "orchestrator-"+label+".log"))
+	if err != nil {
+		return r, err
+	}
+	defer proc.stop()
+	base := "http://" + addr
+	if err := proc.awaitHealthy(ctx, base); err != nil {
+		return r, err
+	}
+
+	batchID := ulid.Make().String()
+	msg, err := env.uploadManifest(ctx, batchID, n)
+	if err != nil {
+		return r, err
+	}
+	delivered := env.ingest.expect(batchID)
+
+	httpc := &http.Client{Timeout: 30 * time.Second}
+	start := time.Now()
+	resp, err := httpc.Post(base+"/batches", "application/json", bytes.NewReader(msg))
+	if err != nil {
+		return r, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return r, fmt.Errorf("POST /batches answered %d: %s", resp.StatusCode, body)
+	}
+	timeout := 2*time.Minute + time.Duration(n)*10*time.Millisecond
+	deadline := time.Now().Add(timeout)
+	for {
+		status, err := batchStatus(ctx, httpc, base, batchID)
+		if err != nil {
+			return r, err
+		}
+		if status == "DONE" {
+			r.wall = time.Since(start)
+			break
+		}
+		if status == "ERROR" {
+			return r, fmt.Errorf("batch %s ended in ERROR; orchestrator log: %s", batchID, proc.logTail())
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("batch %s not DONE after %s (status %s); orchestrator log: %s", batchID, timeout, status, proc.logTail())
+		}
+		time.Sleep(e2ePoll)
+	}
+	var files int64
+	select {
+	case files = <-delivered:
+	case <-time.After(2 * time.Minute):
+		return r, fmt.Errorf("the final manifest of %s never reached ingest; orchestrator log: %s", batchID, proc.logTail())
+	}
+	if want := int64(n + n/10); files != want {
+		return r, fmt.Errorf("ingest received %d files, want %d (every TIFF kept beside its JPEG's ref.json)", files, want)
+	}
+	// The delivery is recorded after ingest answered: wait for it, so that
+	// stopping the process interrupts nothing.
+	for {
+		_, ingest, err := batchStatusIngest(ctx, httpc, base, batchID)
+		if err != nil {
+			return r, err
+		}
+		if ingest == "delivered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("the delivery of %s was never recorded (ingest status %q)", batchID, ingest)
+		}
+		time.Sleep(e2ePoll)
+	}
+	if pprofAddr != "" {
+		for _, p := range []string{"heap", "allocs", "mutex", "block", "goroutine"} {
+			if err := fetchProfile(ctx, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(env.opts.profileDir, p+"-"+label+".pprof")); err != nil {
+				return r, err
+			}
+		}
+	}
+	if r.peakRSS, err = proc.peakRSS(); err != nil {
+		return r, err
+	}
+	if err := proc.stop(); err != nil {
+		return r, err
+	}
+	counts := fly.Counts()
+	r.launches = counts.Launches
+	if err := tb.err(); err != nil {
+		return r, err
+	}
+	if err := collect(ctx, dbURL, batchID, start, counts, &r); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// collect reads the figures from the database and checks the batch: DONE,
+// every task completed, one machine per task, and no launch more than tasks.
+func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts fakefly.Counts, r *e2eRun) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var status string
+	var completedAt time.Time
+	if err := conn.QueryRow(ctx, "SELECT status, completed_at FROM batches WHERE id = $1", batchID).Scan(&status, &completedAt); err != nil {
+		return err
+	}
+	if status != "DONE" {
+		return fmt.Errorf("batch %s is %s", batchID, status)
+	}
+	rows, err := conn.Query(ctx, `SELECT phase, count(*), count(*) FILTER (WHERE status = 'completed'),
+		count(DISTINCT machine_id), count(*) FILTER (WHERE attempt <> 1),
+		min(launched_at), max(launched_at), max(finished_at)
+		FROM tasks WHERE batch_id = $1 GROUP BY phase`, batchID)
+	if err != nil {
+		return err
+	}
+	type phaseRow struct {
+		tasks, completed, machines, relaunched int
+		firstLaunch, lastLaunch, lastEnd       time.Time
+	}
+	byPhase := map[string]phaseRow{}
+	for rows.Next() {
+		var name string
+		var p phaseRow
+		if err := rows.Scan(&name, &p.tasks, &p.completed, &p.machines, &p.relaunched, &p.firstLaunch, &p.lastLaunch, &p.lastEnd); err != nil {
+			return err
+		}
+		byPhase[name] = p
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	tiff, image := byPhase["TIFF_CONVERSION"], byPhase["IMAGE_PROCESSING"]
+	wantTIFF := r.files / 10
+	if tiff.tasks != wantTIFF || image.tasks != r.files || len(byPhase) != 2 {
+		return fmt.Errorf("tasks per phase %v, want %d TIFF_CONVERSION and %d IMAGE_PROCESSING", byPhase, wantTIFF, r.files)
+	}
+	for name, p := range byPhase {
+		if p.completed != p.tasks || p.machines != p.tasks || p.relaunched != 0 {
+			return fmt.Errorf("%s: %d tasks, %d completed, %d distinct machines, %d relaunched", name, p.tasks, p.completed, p.machines, p.relaunched)
+		}
+	}
+	r.tasks = tiff.tasks + image.tasks
+	if counts.Launches != r.tasks || counts.Created != r.tasks || counts.Callbacks != r.tasks {
+		return fmt.Errorf("the Machines API saw %d launches, created %d machines and posted %d callbacks for %d tasks",
+			counts.Launches, counts.Created, counts.Callbacks, r.tasks)
+	}
+	r.firstLaunch = tiff.firstLaunch.Sub(start)
+	r.transitions = []time.Duration{image.firstLaunch.Sub(tiff.lastEnd), completedAt.Sub(image.lastEnd)}
+	r.imageLaunchSpan = image.lastLaunch.Sub(image.firstLaunch)
+	r.imageTasks = image.tasks
+	at := func(t time.Time) string { return t.Sub(start).Round(time.Millisecond).String() }
+	r.timeline = fmt.Sprintf("TIFF launches %s..%s, last callback %s; IMAGE launches %s..%s, last callback %s; DONE %s",
+		at(tiff.firstLaunch), at(tiff.lastLaunch), at(tiff.lastEnd), at(image.firstLaunch), at(image.lastLaunch), at(image.lastEnd), at(completedAt))
+	return nil
+}
+
+// uploadManifest puts a manifest of n files (every tenth a TIFF, the rest
+// JPEGs, e2eDirFiles per directory) in the staging bucket and returns the
+// queue message that names it.
+func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, n int) ([]byte, error) {
+	prefix := "staging/" + batchID + "/"
+	var groups []manifest.DirectoryGroup
+	for i := 0; i < n; i++ {
+		if i%e2eDirFiles == 0 {
+			groups = append(groups, manifest.DirectoryGroup{
+				DirectoryPath:    fmt.Sprintf("/box%04d", i/e2eDirFiles),
+				ProcessingConfig: manifest.ProcessingConfig{Pinax: true},
+			})
+		}
+		g := &groups[len(groups)-1]
+		name, ctype := fmt.Sprintf("img%06d.jpg", i), "image/jpeg"
+		if i%10 == 0 {
+			name, ctype = fmt.Sprintf("scan%06d.tif", i), "image/tiff"
+		}
+		logical := g.DirectoryPath + "/" + name
+		g.Files = append(g.Files, manifest.FileInfo{
+			R2Key: prefix + logical[1:], LogicalPath: logical, FileName: name, FileSize: e2eFileSize, ContentType: ctype,
+		})
+	}
+	m := manifest.Build(batchID, groups)
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.store.Put(ctx, benchStaging, prefix+"_manifest.json", bytes.NewReader(body), int64(len(body)), "application/json"); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	return json.Marshal(map[string]any{
+		"batch_id": batchID, "manifest_r2_key": prefix + "_manifest.json", "r2_prefix": prefix,
+		"uploader": "bench@arke.institute", "root_path": "/bench", "parent_pi": "00000000000000000000000000",
+		"total_files": m.TotalFiles, "total_bytes": m.TotalBytes, "uploaded_at": now, "finalized_at": now,
+		"metadata": map[string]any{"source": "cmd/bench"},
+	})
+}
+
+// benchWorker is what each fake machine does: call back at once with the
+// success body the real worker of its app sends (spec 000 §4.4).
+func benchWorker(l fakefly.Launch) fakefly.Behavior {
+	key := l.Env["INPUT_R2_KEY"]
+	if l.App == benchTIFFApp {
+		name := strings.TrimSuffix(path.Base(key), path.Ext(key)) + ".jpg"
+		return fakefly.Behavior{Body: fmt.Appendf(nil,
+			`{"task_id":%q,"batch_id":%q,"status":"success","output_r2_key":%q,"output_file_name":%q,"output_file_size":4242,`+
+				`"performance":{"total_time_ms":12,"download_time_ms":3,"conversion_time_ms":7,"upload_time_ms":2}}`,
+			l.TaskID, l.BatchID, path.Join(path.Dir(key), name), name)}
+	}
+	return fakefly.Behavior{Body: fmt.Appendf(nil,
+		`{"task_id":%q,"batch_id":%q,"status":"success","ref_json_r2_key":%q,"archive_r2_key":%q,"ref_json_size":321,`+
+			`"ref_data":{"url":%q,"ipfs_cid":"","type":"image/jpeg","size":4242,"filename":%q}}`,
+		l.TaskID, l.BatchID, key+".ref.json", "archive/"+key, "https://cdn.bench.invalid/"+key, path.Base(key))}
+}
+
+func batchStatus(ctx context.Context, c *http.Client, base, batchID string) (string, error) {
+	st, _, err := batchStatusIngest(ctx, c, base, batchID)
+	return st, err
+}
+
+// batchStatusIngest returns the batch's status and its delivery's.
+func batchStatusIngest(ctx context.Context, c *http.Client, base, batchID string) (string, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/status/"+batchID, nil)
+	if err != nil {
+		return "", "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Status string `json:"status"`
+		Ingest struct {
+			Status string `json:"status"`
+		} `json:"ingest"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return "", "", fmt.Errorf("GET /status answered %d: %s", resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return "", "", err
+	}
+	return st.Status, st.Ingest.Status, nil
+}
+
+func fetchProfile(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// orchestratorProc is a running `orchestrator serve`.
+type orchestratorProc struct {
+	cmd     *exec.Cmd
+	logFile string
+	done    chan error
+	once    sync.Once
+	stopErr error
+}
+
+func startOrchestrator(ctx context.Context, bin string, settings map[string]string, logFile string) (*orchestratorProc, error) {
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "serve")
+	cmd.Env = os.Environ()
+	for k, v := range settings {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s serve: %w", bin, err)
+	}
+	p := &orchestratorProc{cmd: cmd, logFile: logFile, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); f.Close() }()
+	return p, nil
+}
+
+// awaitHealthy waits until /healthz answers 200 (migrations applied).
+func (p *orchestratorProc) awaitHealthy(ctx context.Context, base string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("the orchestrator exited (%v); its log: %s", err, p.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the orchestrator did not become healthy; its log: %s", p.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// peakRSS reads the process's high-water mark of resident memory.
+func (p *orchestratorProc) peakRSS() (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the orchestrator's peak RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/PID/status")
+}
+
+// stop sends SIGTERM and waits for a clean exit (the CPU profile is written
+// then); after 30 s it kills.
+func (p *orchestratorProc) stop() error {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-p.done:
+			if err != nil {
+				p.stopErr = fmt.Errorf("the orchestrator exited with %v; its log: %s", err, p.logTail())
+			}
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			p.stopErr = errors.New("the orchestrator did not stop within 30 s of SIGTERM")
+		}
+	})
+	return p.stopErr
+}
+
+func (p *orchestratorProc) logTail() string {
+	data, _ := os.ReadFile(p.logFile)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return string(data)
+}
+
+// fakeIngest is the ingest service: it receives each batch's final
+// manifest and reports how many files it listed.
+type fakeIngest struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	waiters map[string]chan int64
+}
+
+func newFakeIngest() *fakeIngest {
+	in := &fakeIngest{waiters: map[string]chan int64{}}
+	in.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			BatchID  string `json:"batch_id"`
+			Manifest struct {
+				TotalFiles int64 `json:"total_files"`
+			} `json:"manifest"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		in.mu.Lock()
+		ch := in.waiters[body.BatchID]
+		delete(in.waiters, body.BatchID)
+		in.mu.Unlock()
+		if ch != nil {
+			ch <- body.Manifest.TotalFiles
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	return in
+}
+
+// expect returns a channel that receives the file count of the batch's
+// final manifest when ingest receives it.
+func (in *fakeIngest) expect(batchID string) <-chan int64 {
+	ch := make(chan int64, 1)
+	in.mu.Lock()
+	in.waiters[batchID] = ch
+	in.mu.Unlock()
+	return ch
+}
+
+func (in *fakeIngest) close() { in.srv.Close() }
+
+// benchTB lets the bench use fakefly, which is written for tests: it
+// collects errors and runs cleanups when the run ends.
+type benchTB struct {
+	mu       sync.Mutex
+	errs     []string
+	cleanups []func()
+}
+
+func (*benchTB) Helper() {}
+
+func (t *benchTB) Errorf(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.errs = append(t.errs, fmt.Sprintf(format, args...))
+}
+
+func (t *benchTB) Cleanup(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cleanups = append(t.cleanups, f)
+}
+
+func (t *benchTB) err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.errs) > 0 {
+		return errors.New(strings.Join(t.errs, "; "))
+	}
+	return nil
+}
+
+func (t *benchTB) close() {
+	t.mu.Lock()
+	cs := t.cleanups
+	t.cleanups = nil
+	t.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
+}
+
+var _ fakefly.TB = (*benchTB)(nil)
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
+// e2eTable renders the end-to-end rows: per size the median wall time (a
+// single run above 1,000 files), launches per second, the phase transition
+// latencies over every run of the size, and the highest peak RSS.
+func e2eTable(sizes []e2eSize) string {
+	var b strings.Builder
+	wall := map[string]time.Duration{}
+	for _, s := range sizes {
+		var walls, trans []time.Duration
+		var rss int64
+		var launches int
+		var rate, imageRate float64
+		for _, r := range s.runs {
+			walls = append(walls, r.wall)
+			trans = append(trans, r.transitions...)
+			rss = max(rss, r.peakRSS)
+			launches = r.launches
+			rate += float64(r.launches) / r.wall.Seconds() / float64(len(s.runs))
+			if r.imageLaunchSpan > 0 {
+				imageRate += float64(r.imageTasks) / r.imageLaunchSpan.Seconds() / float64(len(s.runs))
+			}
+		}
+		slices.Sort(walls)
+		slices.Sort(trans)
+		key := s.label + strconv.Itoa(s.files)
+		wall[key] = walls[len(walls)/2]
+		runs := ""
+		if len(s.runs) > 1 {
+			runs = fmt.Sprintf(", median of %d", len(s.runs))
+		}
+		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: POST -> DONE%s", s.label, s.files, runs), wall[key].Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("%se2e %d files: launches/s (%d / wall)", s.label, s.files, launches), rate)
+		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("%se2e %d files: image launches/s (claim span)", s.label, s.files), imageRate)
+		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition p50 (of %d)", s.label, s.files, len(trans)), trans[(len(trans)-1)/2].Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition max", s.label, s.files), trans[len(trans)-1].Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-44s %11.0f MB\n", fmt.Sprintf("%se2e %d files: orchestrator peak RSS", s.label, s.files), float64(rss)/1e6)
+	}
+	for _, label := range []string{"", "[A] ", "[B] ", "[C] "} {
+		if t10, t100 := wall[label+"10000"], wall[label+"100000"]; t10 > 0 && t100 > 0 {
+			fmt.Fprintf(&b, "%-44s %13.2fx\n", label+"e2e scaling t(100k)/t(10k)", float64(t100)/float64(t10))
+		}
+	}
+	return b.String()
+}
+
+// e2eMarkdown describes the end-to-end part.
+func e2eMarkdown(opts e2eOptions) string {
+	merged := maps.Clone(e2eSettings)
+	maps.Copy(merged, opts.settings)
+	var keys []string
+	for k, v := range merged {
+		if v != "" && (strings.HasPrefix(k, "BATCH_SIZE_") || strings.HasPrefix(k, "FLY_LAUNCH_") || strings.HasPrefix(k, "ALARM_DELAY_") ||
+			k == "LAUNCH_CONCURRENCY" || k == "DATABASE_MAX_CONNS") {
+			keys = append(keys, k+"="+v)
+		}
+	}
+	slices.Sort(keys)
+	return fmt.Sprintf(`- **End to end**: one batch of each size (%s files; 10%% TIFF, 90%% JPEG, so
+  1.1 launches per file: the TIFFs' JPEGs are processed too; sizes under 10,000
+  run %d times) through `+"`orchestrator serve`"+` as a separate process with a fresh
+  database, against the fake Fly Machines API (`+"`internal/fakefly`"+`, through the
+  real fly-go client; every machine calls back at once with a real worker's
+  success body) and a real S3 server holding the manifest; a fake ingest
+  service receives the final manifest. The bench, the fake API and Postgres
+  share the machine with the orchestrator.
+  - *POST -> DONE*: from just before `+"`POST /batches`"+` to the first `+"`GET /status`"+`
+    (polled every %s) that answers DONE.
+  - *launches/s*: launch requests over that wall time; *image launches/s*: the
+    IMAGE_PROCESSING tasks over the span from their first to their last claim.
+  - *transition*: from the last callback of a phase (max `+"`tasks.finished_at`"+`) to
+    the first launch of the next (min `+"`tasks.launched_at`"+`, stamped when the
+    launcher claims the task right before its launch request), or to the batch's
+    DONE (`+"`completed_at`"+`) after the last phase; two per run.
+  - *peak RSS*: the orchestrator's VmHWM from /proc at the end of the run.
+  - Checked every run: the batch ends DONE; every task completed at its first
+    attempt with a machine of its own; the API saw exactly one launch and one
+    callback per task; ingest received the final manifest with every file.
+  - Settings the bench gives the orchestrator as an operator of a Fly account
+    without a launch limit would: %s. BATCH_SIZE this high makes one launch
+    round take every pending task, so spec 000's ALARM_DELAY between rounds
+    never applies; everything else is at its default.
+`, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(opts.sizes)), ", "), "[]"), max(1, opts.smallRuns), e2ePoll, strings.Join(keys, ", "))
+}
