@@ -20,7 +20,7 @@ test: ## Run every test with -race against real Postgres (a throwaway cluster un
 	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
 
 .PHONY: bench
-bench: ## Benchmarks against Postgres' own ceiling (pgbench baseline, callback ingest); writes BENCHMARKS.md
+bench: ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files, workers vs vips CLI); writes BENCHMARKS.md
 	scripts/postgres.sh bench $(GO) run ./cmd/bench -out BENCHMARKS.md
 
 .PHONY: build

@@ -89,9 +89,11 @@ func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingPara
 
 const taskCompleteMany = `-- name: TaskCompleteMany :many
 WITH input AS (
-    SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS result,
-        unnest($4::text[]) AS error, unnest($5::bytea[]) AS token_hash
-    ORDER BY 1
+    SELECT id, status, result, error, token_hash FROM (
+        SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS result,
+            unnest($4::text[]) AS error, unnest($5::bytea[]) AS token_hash
+    ) c
+    ORDER BY id COLLATE "C"
 ), ended AS (
     UPDATE tasks t
     SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
@@ -126,8 +128,9 @@ type TaskCompleteManyRow struct {
 // and records a task.completed or task.failed event for each task it ended,
 // in one statement. It matches only processing tasks whose current token is
 // the one presented, so a callback from an earlier launch of a relaunched
-// task cannot apply. The input is sorted by task id so that concurrent
-// groups lock their rows in one order. Each id must appear once.
+// task cannot apply. The input is sorted by task id, in byte order (as Go
+// sorts strings), so that concurrent groups and the launcher's bookkeeping
+// (TaskSetMachines) lock rows in one order. Each id must appear once.
 func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyParams) ([]TaskCompleteManyRow, error) {
 	rows, err := q.db.Query(ctx, taskCompleteMany,
 		arg.IDs,
@@ -569,7 +572,10 @@ const taskSetMachines = `-- name: TaskSetMachines :many
 UPDATE tasks t
 SET machine_id = u.machine_id, updated_at = clock_timestamp()
 FROM (
-    SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS machine_id
+    SELECT id, attempt, machine_id FROM (
+        SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS machine_id
+    ) c
+    ORDER BY id COLLATE "C"
 ) u
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
 RETURNING t.id, t.ended_by
@@ -590,6 +596,7 @@ type TaskSetMachinesRow struct {
 // launch attempt (a callback may already have ended the task: a fast worker
 // can beat this bookkeeping). It returns how each task ended so far, so the
 // caller can destroy machines whose task was reset or timed out meanwhile.
+// Like TaskCompleteMany, it takes the rows in byte order of their ids.
 func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams) ([]TaskSetMachinesRow, error) {
 	rows, err := q.db.Query(ctx, taskSetMachines, arg.IDs, arg.Attempts, arg.MachineIDs)
 	if err != nil {

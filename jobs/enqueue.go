@@ -28,11 +28,15 @@ const phaseCheckPendingSQL = `SELECT EXISTS (
 // with its other reads. It carries the same condition as EnqueuePhaseCheck:
 // it must run in a statement of its own AFTER the statement that took the
 // batches' shared locks, so that its snapshot is taken under them.
-const PendingPhaseChecksSQL = `SELECT DISTINCT t.batch_id, t.phase, EXISTS (
+//
+// It looks once per (batch, phase), not once per task, and by state first:
+// finished checks (River keeps them for a day) pile up by the thousand
+// during a large phase, while unfinished ones are a handful.
+const PendingPhaseChecksSQL = `SELECT p.batch_id, p.phase, EXISTS (
 	SELECT 1 FROM river_job j
-	WHERE j.kind = 'phase_check' AND j.args @> jsonb_build_object('batch_id', t.batch_id, 'phase', t.phase)
-	  AND j.state IN ` + unfinishedStates + `)
-FROM tasks t WHERE t.id = ANY($1::text[])`
+	WHERE j.state IN ` + unfinishedStates + `
+	  AND j.kind = 'phase_check' AND j.args @> jsonb_build_object('batch_id', p.batch_id, 'phase', p.phase))
+FROM (SELECT DISTINCT batch_id, phase FROM tasks WHERE id = ANY($1::text[])) p`
 
 // EnqueuePhaseCheck makes sure a phase_check will run for the phase after
 // the caller's transaction commits. The caller must hold the batch's SHARED

@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/compute"
@@ -340,57 +342,92 @@ func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name pha
 	// task ended meanwhile, never forgotten.
 	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	var orphans []string // machines whose task ended while they were launched
-	err := pgx.BeginFunc(recCtx, w.deps.Pool, func(tx pgx.Tx) error {
-		ctx := recCtx
-		q := db.New(tx)
-		if len(launchedIDs) > 0 {
-			kept, err := q.TaskSetMachines(ctx, db.TaskSetMachinesParams{IDs: launchedIDs, Attempts: attempts, MachineIDs: machineIDs})
-			if err != nil {
-				return fmt.Errorf("recording launched machines: %w", err)
-			}
-			// A machine is wanted if its task is in this launch attempt and
-			// was not reset or timed out meanwhile.
-			wanted := make(map[string]bool, len(kept))
-			for _, k := range kept {
-				wanted[k.ID] = k.EndedBy == nil || *k.EndedBy == "callback"
-			}
-			events := make([]db.BatchEventInsertManyParams, 0, len(kept))
-			for i, id := range launchedIDs {
-				if !wanted[id] {
-					orphans = append(orphans, machineIDs[i])
-					continue
-				}
-				events = append(events, newEvent(batchID, db.EventTaskLaunched, string(name), id, map[string]any{
-					"machine_id": machineIDs[i], "attempt": attempts[i],
-				}))
-			}
-			if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-				return fmt.Errorf("recording launch events: %w", err)
-			}
-		}
-		if len(release) > 0 {
-			released, err := q.TaskRelease(ctx, release)
-			if err != nil {
-				return fmt.Errorf("releasing tasks not launched: %w", err)
-			}
-			// A failed launch is a phase-level error only if its task was
-			// still waiting for a machine: one whose (ambiguous) launch did
-			// create a machine that has already called back is done.
-			for _, id := range released {
-				if e, ok := failed[id]; ok {
-					out.err = e
-				}
-			}
-		}
-		if len(orphans) > 0 {
-			if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, MachineDestroyArgs{App: pcfg.FlyAppName, MachineIDs: orphans}, nil); err != nil {
-				return err
-			}
-		}
-		return nil
+	// The rows are updated in id order, as callback groups update them, but
+	// a plan may still lock them in another order: a deadlock is retried.
+	var released []string
+	err := retryDeadlock(func() error {
+		return pgx.BeginFunc(recCtx, w.deps.Pool, func(tx pgx.Tx) error {
+			var err error
+			released, err = w.recordTx(recCtx, tx, batchID, name, pcfg, launched{launchedIDs, attempts, machineIDs}, release)
+			return err
+		})
 	})
+	// A failed launch is a phase-level error only if its task was still
+	// waiting for a machine: one whose (ambiguous) launch did create a
+	// machine that has already called back is done.
+	for _, id := range released {
+		if e, ok := failed[id]; ok {
+			out.err = e
+		}
+	}
 	return out, err
+}
+
+// launched lists the tasks of a round whose machines were created.
+type launched struct {
+	ids        []string
+	attempts   []int32
+	machineIDs []string
+}
+
+// recordTx is record's transaction: it records the machines and their
+// events, and releases the tasks in release that still wait for a machine,
+// which it returns.
+func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID string, name phases.Name, pcfg config.Phase,
+	l launched, release []string) ([]string, error) {
+	q := db.New(tx)
+	var orphans []string // machines whose task ended while they were launched
+	if len(l.ids) > 0 {
+		kept, err := q.TaskSetMachines(ctx, db.TaskSetMachinesParams{IDs: l.ids, Attempts: l.attempts, MachineIDs: l.machineIDs})
+		if err != nil {
+			return nil, fmt.Errorf("recording launched machines: %w", err)
+		}
+		// A machine is wanted if its task is in this launch attempt and
+		// was not reset or timed out meanwhile.
+		wanted := make(map[string]bool, len(kept))
+		for _, k := range kept {
+			wanted[k.ID] = k.EndedBy == nil || *k.EndedBy == "callback"
+		}
+		events := make([]db.BatchEventInsertManyParams, 0, len(kept))
+		for i, id := range l.ids {
+			if !wanted[id] {
+				orphans = append(orphans, l.machineIDs[i])
+				continue
+			}
+			events = append(events, newEvent(batchID, db.EventTaskLaunched, string(name), id, map[string]any{
+				"machine_id": l.machineIDs[i], "attempt": l.attempts[i],
+			}))
+		}
+		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+			return nil, fmt.Errorf("recording launch events: %w", err)
+		}
+	}
+	var released []string
+	if len(release) > 0 {
+		var err error
+		if released, err = q.TaskRelease(ctx, release); err != nil {
+			return nil, fmt.Errorf("releasing tasks not launched: %w", err)
+		}
+	}
+	if len(orphans) > 0 {
+		if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, MachineDestroyArgs{App: pcfg.FlyAppName, MachineIDs: orphans}, nil); err != nil {
+			return nil, err
+		}
+	}
+	return released, nil
+}
+
+// retryDeadlock runs f again, up to three times in all, while Postgres
+// aborts it to break a deadlock.
+func retryDeadlock(f func() error) error {
+	var err error
+	for range 3 {
+		var pgErr *pgconn.PgError
+		if err = f(); !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.DeadlockDetected {
+			return err
+		}
+	}
+	return err
 }
 
 // launchOne launches the machine of one task. After an ambiguous failure it

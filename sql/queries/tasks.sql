@@ -26,13 +26,16 @@ RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.c
 -- and records a task.completed or task.failed event for each task it ended,
 -- in one statement. It matches only processing tasks whose current token is
 -- the one presented, so a callback from an earlier launch of a relaunched
--- task cannot apply. The input is sorted by task id so that concurrent
--- groups lock their rows in one order. Each id must appear once.
+-- task cannot apply. The input is sorted by task id, in byte order (as Go
+-- sorts strings), so that concurrent groups and the launcher's bookkeeping
+-- (TaskSetMachines) lock rows in one order. Each id must appear once.
 -- name: TaskCompleteMany :many
 WITH input AS (
-    SELECT unnest(@ids::text[]) AS id, unnest(@statuses::text[]) AS status, unnest(@results::text[]) AS result,
-        unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash
-    ORDER BY 1
+    SELECT * FROM (
+        SELECT unnest(@ids::text[]) AS id, unnest(@statuses::text[]) AS status, unnest(@results::text[]) AS result,
+            unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash
+    ) c
+    ORDER BY id COLLATE "C"
 ), ended AS (
     UPDATE tasks t
     SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
@@ -151,11 +154,15 @@ RETURNING id;
 -- launch attempt (a callback may already have ended the task: a fast worker
 -- can beat this bookkeeping). It returns how each task ended so far, so the
 -- caller can destroy machines whose task was reset or timed out meanwhile.
+-- Like TaskCompleteMany, it takes the rows in byte order of their ids.
 -- name: TaskSetMachines :many
 UPDATE tasks t
 SET machine_id = u.machine_id, updated_at = clock_timestamp()
 FROM (
-    SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
+    SELECT * FROM (
+        SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
+    ) c
+    ORDER BY id COLLATE "C"
 ) u
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
 RETURNING t.id, t.ended_by;
