@@ -74,11 +74,7 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	if batch.Status != "DONE" || batch.IngestStatus == "delivered" {
 		return nil
 	}
-	files, err := loadGeneration(ctx, w.deps.Pool, id, batch.Generation)
-	if err != nil {
-		return err
-	}
-	body, err := json.Marshal(ProcessedManifest{BatchID: id, Manifest: finalManifest(id, files)})
+	body, err := processedManifest(ctx, w.deps.Pool, id, batch.Generation)
 	if err != nil {
 		return err
 	}
@@ -146,26 +142,82 @@ func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body 
 	return endpoint, nil
 }
 
-// finalManifest is the BatchManifest of spec 001 built from the final file
-// list: files grouped by their manifest directory and processing config, in
-// list order, each with its preprocessor_tags.
-func finalManifest(batchID string, files []phases.File) manifest.Manifest {
-	groups := make([]manifest.DirectoryGroup, 0, len(files))
-	for _, f := range files {
-		tags := f.Tags
-		if tags == nil {
-			tags = []string{}
-		}
-		groups = append(groups, manifest.DirectoryGroup{
-			DirectoryPath: f.DirectoryPath,
-			ProcessingConfig: manifest.ProcessingConfig{
-				OCR: f.ProcessingConfig.OCR, Describe: f.ProcessingConfig.Describe, Pinax: f.ProcessingConfig.Pinax,
-			},
-			Files: []manifest.FileInfo{{
-				R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName, FileSize: f.FileSize,
-				ContentType: f.ContentType, CID: f.CID, PreprocessorTags: tags,
-			}},
-		})
+// finalGenerationSQL reads a generation grouped the way manifest.Build
+// groups it: by directory and processing config, groups in the order their
+// first file appears, files in list order, each row with its group's file
+// count and byte total (capped like manifest.Build's saturating sums).
+// Processing configs are all written by insertGeneration from one struct, so
+// equal configs are equal jsonb.
+const finalGenerationSQL = `SELECT directory_path, processing_config, r2_key, logical_path, file_name, file_size,
+	content_type, cid, preprocessor_tags,
+	count(*) OVER g, least(sum(file_size) OVER g, 9223372036854775807)::bigint
+FROM files
+WHERE batch_id = $1 AND generation = $2
+WINDOW g AS (PARTITION BY directory_path, processing_config)
+ORDER BY min(ordinal) OVER g, ordinal`
+
+// processedManifest is the JSON of the ProcessedManifest for the batch's
+// final generation: the BatchManifest of spec 001, files grouped by their
+// manifest directory and processing config, in list order, each with its
+// preprocessor_tags. It is streamed from the rows into the body: at 100,000
+// files, building the file list, the groups and the Manifest before
+// marshalling held the final manifest four times over, and made delivery
+// the process's peak memory.
+func processedManifest(ctx context.Context, conn db.DBTX, batchID string, generation int32) ([]byte, error) {
+	rows, err := conn.Query(ctx, finalGenerationSQL, batchID, generation)
+	if err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
 	}
-	return manifest.Build(batchID, groups)
+	defer rows.Close()
+	var buf bytes.Buffer
+	buf.WriteString(`{"batch_id":`)
+	id, err := json.Marshal(batchID)
+	if err != nil {
+		return nil, err
+	}
+	buf.Write(id)
+	buf.WriteString(`,"manifest":`)
+	out := manifest.NewStreamWriter(&buf, batchID)
+	var (
+		dir, lastDir       string
+		cfgJSON, lastCfg   []byte
+		cid                *string
+		f                  manifest.FileInfo
+		groupFiles, groupB int64
+		first              = true
+	)
+	configs := map[string]phases.ProcessingConfig{}
+	for rows.Next() {
+		f, cid = manifest.FileInfo{}, nil
+		if err := rows.Scan(&dir, &cfgJSON, &f.R2Key, &f.LogicalPath, &f.FileName, &f.FileSize,
+			&f.ContentType, &cid, &f.PreprocessorTags, &groupFiles, &groupB); err != nil {
+			return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+		}
+		if first || dir != lastDir || !bytes.Equal(cfgJSON, lastCfg) {
+			cfg, ok := configs[string(cfgJSON)]
+			if !ok {
+				if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+					return nil, fmt.Errorf("file %s: reading processing_config: %w", f.R2Key, err)
+				}
+				configs[string(cfgJSON)] = cfg
+			}
+			out.StartGroup(dir, manifest.ProcessingConfig{OCR: cfg.OCR, Describe: cfg.Describe, Pinax: cfg.Pinax}, groupFiles, groupB)
+			first, lastDir, lastCfg = false, dir, bytes.Clone(cfgJSON)
+		}
+		if cid != nil {
+			f.CID = *cid
+		}
+		if f.PreprocessorTags == nil {
+			f.PreprocessorTags = []string{}
+		}
+		out.File(f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+	}
+	if err := out.Close(); err != nil {
+		return nil, err
+	}
+	buf.WriteString(`}`)
+	return buf.Bytes(), nil
 }

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unique"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
@@ -134,6 +135,12 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		return w.fail(ctx, job, fmt.Sprintf("invalid manifest %s: %v", key, err))
 	}
 
+	// The transaction below must not refer to m: only the flat file list
+	// should stay alive, the manifest is garbage once flattened (at 100,000
+	// files it is tens of MB).
+	totalBytes := m.TotalBytes
+	gen0 := manifestFiles(m)
+
 	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Lock the batch so a concurrent admin reset or a second run of this
@@ -146,7 +153,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 			return err
 		}
-		files, err := insertGeneration(ctx, tx, id, 0, "", manifestFiles(m))
+		files, err := insertGeneration(ctx, tx, id, 0, "", gen0)
 		if err != nil {
 			return err
 		}
@@ -156,7 +163,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			return fmt.Errorf("completing batch_start job: %w", err)
 		}
-		log.Info("batch started", "files", len(files), "bytes", m.TotalBytes)
+		log.Info("batch started", "files", len(files), "bytes", totalBytes)
 		return nil
 	})
 }
@@ -215,12 +222,17 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 	}
 	name := string(p.Name())
 	prefix := strings.ToLower(strings.SplitN(name, "_", 2)[0])
-	rows := make([]db.TaskInsertManyParams, len(work))
-	for i, f := range work {
-		rows[i] = db.TaskInsertManyParams{ID: prefix + "_" + strings.ToLower(ulid.Make().String()), BatchID: batchID, Phase: name, FileID: f.ID}
-	}
-	if _, err := q.TaskInsertMany(ctx, rows); err != nil {
-		return fmt.Errorf("inserting %d %s tasks: %w", len(rows), name, err)
+	// Like db.TaskInsertMany, but each row is made as COPY asks for it
+	// rather than all of them first.
+	i := -1
+	tasks := pgx.CopyFromFunc(func() ([]any, error) {
+		if i++; i >= len(work) {
+			return nil, nil
+		}
+		return []any{prefix + "_" + strings.ToLower(ulid.Make().String()), batchID, name, work[i].ID}, nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, []string{"id", "batch_id", "phase", "file_id"}, tasks); err != nil {
+		return fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
 	}
 	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: generation}); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -229,7 +241,7 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
 	}
 	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
-		"tasks": len(rows), "generation": generation,
+		"tasks": len(work), "generation": generation,
 	}}); err != nil {
 		return err
 	}
@@ -241,7 +253,11 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 
 // manifestFiles flattens a manifest into generation 0, in manifest order.
 func manifestFiles(m manifest.Manifest) []phases.File {
-	var out []phases.File
+	n := 0
+	for _, d := range m.Directories {
+		n += len(d.Files)
+	}
+	out := make([]phases.File, 0, n)
 	for _, d := range m.Directories {
 		cfg := phases.ProcessingConfig{OCR: d.ProcessingConfig.OCR, Describe: d.ProcessingConfig.Describe, Pinax: d.ProcessingConfig.Pinax}
 		for _, f := range d.Files {
@@ -260,50 +276,15 @@ func manifestFiles(m manifest.Manifest) []phases.File {
 // rows again cost seconds at 100,000 files. files is modified in place.
 func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, files []phases.File) ([]phases.File, error) {
 	q := db.New(tx)
-	var phasePtr *string
+	src := &generationSource{batchID: batchID, generation: generation, files: files, i: -1,
+		configs: map[phases.ProcessingConfig][]byte{}}
 	if phase != "" {
 		s := string(phase)
-		phasePtr = &s
+		src.phase = &s
 	}
-	rows := make([]db.FileInsertManyParams, len(files))
-	configs := map[phases.ProcessingConfig][]byte{} // a batch has few distinct ones
-	for i := range files {
-		f := &files[i]
-		cfg, ok := configs[f.ProcessingConfig]
-		if !ok {
-			var err error
-			if cfg, err = json.Marshal(f.ProcessingConfig); err != nil {
-				return nil, err
-			}
-			configs[f.ProcessingConfig] = cfg
-		}
-		if f.DirectoryPath == "" {
-			f.DirectoryPath = path.Dir(f.LogicalPath)
-		}
-		dir := f.DirectoryPath
-		var parent *int64
-		if f.ParentID != 0 {
-			parent = &f.ParentID
-		}
-		var cid *string
-		if f.CID != "" {
-			cid = &f.CID
-		}
-		if f.Tags == nil {
-			f.Tags = []string{}
-		}
-		tags := f.Tags
-		rows[i] = db.FileInsertManyParams{
-			BatchID: batchID, Generation: generation, Ordinal: int32(i), ParentID: parent, Phase: phasePtr,
-			DirectoryPath: dir, R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName,
-			FileSize: f.FileSize, ContentType: f.ContentType, CID: cid, ProcessingConfig: cfg,
-			PreprocessorTags: tags,
-		}
-	}
-	if _, err := q.FileInsertMany(ctx, rows); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"files"}, fileColumns, src); err != nil {
 		return nil, fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
 	}
-	rows = nil
 	ids, err := q.FileListIDsByBatchGeneration(ctx, db.FileListIDsByBatchGenerationParams{BatchID: batchID, Generation: generation})
 	if err != nil {
 		return nil, fmt.Errorf("reading the IDs of generation %d of batch %s: %w", generation, batchID, err)
@@ -317,43 +298,67 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation
 	return files, nil
 }
 
-// generationSQL is db.FileListByBatchGeneration's query without the
-// columns nobody reads. loadGeneration streams its rows instead of letting
-// sqlc collect them all first: at 100,000 files the collected rows doubled
-// the transition's peak memory.
-const generationSQL = `SELECT id, parent_id, directory_path, r2_key, logical_path, file_name, file_size,
-	content_type, cid, processing_config, preprocessor_tags
-FROM files
-WHERE batch_id = $1 AND generation = $2
-ORDER BY ordinal`
+// fileColumns are db.FileInsertMany's columns, in the order
+// generationSource.Values gives them.
+var fileColumns = []string{"batch_id", "generation", "ordinal", "parent_id", "phase", "directory_path", "r2_key",
+	"logical_path", "file_name", "file_size", "content_type", "cid", "processing_config", "preprocessor_tags"}
 
-// loadGeneration reads a file generation in list order.
-func loadGeneration(ctx context.Context, conn db.DBTX, batchID string, generation int32) ([]phases.File, error) {
-	rows, err := conn.Query(ctx, generationSQL, batchID, generation)
-	if err != nil {
-		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
-	}
-	defer rows.Close()
-	var out []phases.File
-	configs := map[string]phases.ProcessingConfig{} // a batch has few distinct ones
-	var r db.File
-	for rows.Next() {
-		r = db.File{}
-		if err := rows.Scan(&r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &r.ProcessingConfig, &r.PreprocessorTags); err != nil {
-			return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
-		}
-		f, err := fileFromRow(r, configs)
-		if err != nil {
+// generationSource feeds a generation to COPY one file at a time. It does
+// what db.FileInsertMany does without first converting the whole generation
+// into parameter rows: at 100,000 files those rows were a second copy of the
+// generation, alive together with it, and the largest part of the peak.
+type generationSource struct {
+	batchID    string
+	generation int32
+	phase      *string // nil for generation 0
+	files      []phases.File
+	i          int
+	configs    map[phases.ProcessingConfig][]byte // a batch has few distinct ones
+	err        error
+}
+
+var _ pgx.CopyFromSource = (*generationSource)(nil)
+
+// Next moves to the next file.
+func (s *generationSource) Next() bool {
+	s.i++
+	return s.err == nil && s.i < len(s.files)
+}
+
+// Values fills in the file's defaults (directory from its logical path, no
+// tags as an empty array), which insertGeneration's callers rely on, and
+// returns its row.
+func (s *generationSource) Values() ([]any, error) {
+	f := &s.files[s.i]
+	cfg, ok := s.configs[f.ProcessingConfig]
+	if !ok {
+		var err error
+		if cfg, err = json.Marshal(f.ProcessingConfig); err != nil {
+			s.err = err
 			return nil, err
 		}
-		out = append(out, f)
+		s.configs[f.ProcessingConfig] = cfg
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+	if f.DirectoryPath == "" {
+		f.DirectoryPath = path.Dir(f.LogicalPath)
 	}
-	return out, nil
+	var parent *int64
+	if f.ParentID != 0 {
+		parent = &f.ParentID
+	}
+	var cid *string
+	if f.CID != "" {
+		cid = &f.CID
+	}
+	if f.Tags == nil {
+		f.Tags = []string{}
+	}
+	return []any{s.batchID, s.generation, int32(s.i), parent, s.phase, f.DirectoryPath, f.R2Key,
+		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags}, nil
 }
+
+// Err reports an error that ended the rows early.
+func (s *generationSource) Err() error { return s.err }
 
 // fileFromRow converts a files row into the value phases work with. configs
 // caches decoded processing configs by their JSON.
@@ -365,9 +370,13 @@ func fileFromRow(r db.File, configs map[string]phases.ProcessingConfig) (phases.
 		}
 		configs[string(r.ProcessingConfig)] = cfg
 	}
+	// Content types and directories repeat across a whole generation:
+	// interned, 100,000 files share a handful of strings instead of holding
+	// one copy each.
 	f := phases.File{
 		ID: r.ID, R2Key: r.R2Key, LogicalPath: r.LogicalPath, FileName: r.FileName, FileSize: r.FileSize,
-		ContentType: r.ContentType, ProcessingConfig: cfg, Tags: r.PreprocessorTags, DirectoryPath: r.DirectoryPath,
+		ContentType: unique.Make(r.ContentType).Value(), ProcessingConfig: cfg, Tags: r.PreprocessorTags,
+		DirectoryPath: unique.Make(r.DirectoryPath).Value(),
 	}
 	if r.ParentID != nil {
 		f.ParentID = *r.ParentID

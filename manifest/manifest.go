@@ -248,6 +248,7 @@ func (v *validator) directory(i int, raw json.RawMessage) (DirectoryGroup, bool)
 	files, filesOK := p.array(at, obj, "files")
 
 	sizeKnown := true
+	g.Files = make([]FileInfo, 0, len(files)) // one array, not a series of ever larger copies
 	for j, raw := range files {
 		f, ok := v.file(at, j, raw)
 		g.Files = append(g.Files, f)

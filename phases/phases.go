@@ -197,19 +197,35 @@ func Apply(p Phase, files []File, tasks map[int64]Task) (next []File, problems [
 		if t, ok := tasks[f.ID]; ok {
 			task = &t
 		}
-		outs, err := p.Transform(f, task)
+		outs, err := ApplyOne(p, f, task)
 		if err != nil {
-			problems = append(problems, &TransformError{Phase: p.Name(), FileID: f.ID, R2Key: f.R2Key, Err: err})
-			outs = []File{f}
+			problems = append(problems, err)
 		}
-		for _, o := range outs {
-			o.ID = 0
-			o.ParentID = f.ID
-			o.Tags = slices.Clone(o.Tags)
-			next = append(next, o)
-		}
+		next = append(next, outs...)
 	}
 	return next, problems
+}
+
+// ApplyOne is Apply for a single file and its task (nil when it had none):
+// the same rules, so that a caller can stream a generation through the
+// transform file by file instead of holding the whole input and every task
+// at once. problem, when not nil, is a *TransformError and outs is then the
+// file passed through unchanged.
+func ApplyOne(p Phase, f File, task *Task) (outs []File, problem error) {
+	got, err := p.Transform(f, task)
+	if err != nil {
+		problem = &TransformError{Phase: p.Name(), FileID: f.ID, R2Key: f.R2Key, Err: err}
+		got = []File{f}
+	}
+	// A fresh slice: the transform's own result is not ours to edit.
+	outs = make([]File, len(got))
+	for i, o := range got {
+		o.ID = 0
+		o.ParentID = f.ID
+		o.Tags = slices.Clone(o.Tags)
+		outs[i] = o
+	}
+	return outs, problem
 }
 
 // hasTag reports whether f carries tag.
