@@ -741,28 +741,46 @@ func roundAll(ds []time.Duration) []time.Duration {
 // e2eTable renders the end-to-end rows: per size the median wall time (a
 // single run above 1,000 files), launches per second, the phase transition
 // latencies over every run of the size, and the highest peak RSS.
+// e2eSummary is a size's figures over its runs.
+type e2eSummary struct {
+	wall        time.Duration   // median
+	transitions []time.Duration // every run's, sorted
+	peakRSS     int64           // the largest
+}
+
+func (s e2eSize) summary() e2eSummary {
+	var walls, trans []time.Duration
+	var rss int64
+	for _, r := range s.runs {
+		walls = append(walls, r.wall)
+		trans = append(trans, r.transitions...)
+		rss = max(rss, r.peakRSS)
+	}
+	slices.Sort(walls)
+	slices.Sort(trans)
+	return e2eSummary{wall: walls[len(walls)/2], transitions: trans, peakRSS: rss}
+}
+
+// p50 is the median transition.
+func (s e2eSummary) p50() time.Duration { return s.transitions[(len(s.transitions)-1)/2] }
+
 func e2eTable(sizes []e2eSize) string {
 	var b strings.Builder
 	wall := map[string]time.Duration{}
 	for _, s := range sizes {
-		var walls, trans []time.Duration
-		var rss int64
 		var launches int
 		var rate, imageRate float64
 		for _, r := range s.runs {
-			walls = append(walls, r.wall)
-			trans = append(trans, r.transitions...)
-			rss = max(rss, r.peakRSS)
 			launches = r.launches
 			rate += float64(r.launches) / r.wall.Seconds() / float64(len(s.runs))
 			if r.imageLaunchSpan > 0 {
 				imageRate += float64(r.imageTasks) / r.imageLaunchSpan.Seconds() / float64(len(s.runs))
 			}
 		}
-		slices.Sort(walls)
-		slices.Sort(trans)
+		sum := s.summary()
+		trans, rss := sum.transitions, sum.peakRSS
 		key := s.label + strconv.Itoa(s.files)
-		wall[key] = walls[len(walls)/2]
+		wall[key] = sum.wall
 		runs := ""
 		if len(s.runs) > 1 {
 			runs = fmt.Sprintf(", median of %d", len(s.runs))
@@ -770,7 +788,7 @@ func e2eTable(sizes []e2eSize) string {
 		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: POST -> DONE%s", s.label, s.files, runs), wall[key].Round(time.Millisecond))
 		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("%se2e %d files: launches/s (%d / wall)", s.label, s.files, launches), rate)
 		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("%se2e %d files: image launches/s (claim span)", s.label, s.files), imageRate)
-		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition p50 (of %d)", s.label, s.files, len(trans)), trans[(len(trans)-1)/2].Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition p50 (of %d)", s.label, s.files, len(trans)), sum.p50().Round(time.Millisecond))
 		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition max", s.label, s.files), trans[len(trans)-1].Round(time.Millisecond))
 		fmt.Fprintf(&b, "%-44s %11.0f MB\n", fmt.Sprintf("%se2e %d files: orchestrator peak RSS", s.label, s.files), float64(rss)/1e6)
 	}

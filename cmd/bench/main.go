@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -509,6 +510,7 @@ Parts run: %s.
   `+"`cmd/bench/workers.go`"+` for what is timed on each side).
 `, r.workerRuns)
 	}
+	b.WriteString(r.targets())
 	b.WriteString(`
 Reproduce: ` + "`make bench`" + ` (it starts a throwaway PostgreSQL cluster with production
 durability; set BENCH_DATABASE_URL to use another server). One part alone:
@@ -533,4 +535,56 @@ func memTotal() string {
 		}
 	}
 	return "unknown"
+}
+
+// targets sets this run's figures against issue 5's targets.
+func (r *results) targets() string {
+	var rows []string
+	row := func(figure, target, got string, met bool) {
+		verdict := "missed"
+		if met {
+			verdict = "met"
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s |", figure, target, got, verdict))
+	}
+	if r.has("baseline") && r.has("ingest") {
+		ratio := r.ingestRate / r.baselineTPS
+		row("callback ingest / baseline TPS", ">= 1.0x", fmt.Sprintf("%.2fx", ratio), ratio >= 1)
+	}
+	if r.has("e2e") {
+		byFiles := map[int]e2eSummary{}
+		for _, s := range r.e2e {
+			if s.label == "" {
+				byFiles[s.files] = s.summary()
+			}
+		}
+		if s, ok := byFiles[10000]; ok {
+			row("10,000-file batch, end to end", "<= 10 s", s.wall.Round(time.Millisecond).String(), s.wall <= 10*time.Second)
+		}
+		t10, ok10 := byFiles[10000]
+		t100, ok100 := byFiles[100000]
+		if ok10 && ok100 {
+			scaling := float64(t100.wall) / float64(t10.wall)
+			row("scaling t(100k)/t(10k)", "<= 11", fmt.Sprintf("%.2f", scaling), scaling <= 11)
+		}
+		if ok100 {
+			row("orchestrator peak RSS at 100,000 files", "<= 200 MB", fmt.Sprintf("%.0f MB", float64(t100.peakRSS)/1e6), t100.peakRSS <= 200e6)
+		}
+		sizes := slices.Sorted(maps.Keys(byFiles))
+		for _, n := range sizes {
+			p50 := byFiles[n].p50()
+			row(fmt.Sprintf("phase transition p50, %d files", n), "<= 500 ms", p50.Round(time.Millisecond).String(), p50 <= 500*time.Millisecond)
+		}
+	}
+	if r.has("workers") && len(r.workers) > 0 {
+		worst := 0.0
+		for _, f := range r.workers {
+			worst = max(worst, float64(f.Ours)/float64(f.VIPS))
+		}
+		row("workers vs vips CLI (the worst of the three)", "<= 1.2x", fmt.Sprintf("%.2fx", worst), worst <= 1.2)
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	return "\n## Against the targets (issue 5)\n\n| figure | target | this run | |\n| --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n"
 }
