@@ -27,12 +27,9 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		q := db.New(tx)
 		// Exclusive: callbacks in flight (shared holders) finish first, and
 		// any that come later find their task ended by the reset.
-		if err := q.BatchLockExclusive(ctx, batchID); err != nil {
-			return err
-		}
-		b, err := q.BatchGetByIDForUpdate(ctx, batchID)
+		b, err := lockBatch(ctx, q, batchID)
 		if err != nil {
-			return db.NotFound(err, "batch "+batchID)
+			return err
 		}
 		switch b.Status {
 		case "ERROR":
@@ -91,4 +88,18 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// lockBatch takes the batch's EXCLUSIVE fan-in lock, which waits for every
+// transaction ending one of its tasks and keeps new ones out until the
+// caller's transaction ends, then reads and row-locks the batch.
+func lockBatch(ctx context.Context, q *db.Queries, batchID string) (db.Batch, error) {
+	if err := q.BatchLockExclusive(ctx, batchID); err != nil {
+		return db.Batch{}, err
+	}
+	b, err := q.BatchGetByIDForUpdate(ctx, batchID)
+	if err != nil {
+		return db.Batch{}, db.NotFound(err, "batch "+batchID)
+	}
+	return b, nil
 }

@@ -34,12 +34,9 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		// Exclusive, as for a reset: no callback (shared holder) is midway,
 		// and no fan-in check is counting, while tasks go back to pending.
 		// A check that runs after this sees them open and waits for them.
-		if err := q.BatchLockExclusive(ctx, batchID); err != nil {
-			return err
-		}
-		b, err := q.BatchGetByIDForUpdate(ctx, batchID)
+		b, err := lockBatch(ctx, q, batchID)
 		if err != nil {
-			return db.NotFound(err, "batch "+batchID)
+			return err
 		}
 		data := map[string]any{"previous_status": b.Status}
 		var phase string
