@@ -2,11 +2,14 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Group commit of callbacks.
@@ -18,9 +21,9 @@ import (
 // after its group has committed. An idle server commits a lone callback at
 // once: there is no timer and no waiting for a group to fill.
 //
-// A group that fails as a whole (a deadlock with a launcher, a body the
-// database refuses) is applied again one callback at a time, so one bad
-// callback never fails the others.
+// A group that fails as a whole because of its data or a deadlock (a body
+// the database refuses, a deadlock with the launcher) is applied again one
+// callback at a time, so one bad callback never fails the others.
 const (
 	// maxGroup bounds a group, and so a transaction's size and the wait of
 	// the first callback in it.
@@ -88,7 +91,7 @@ func (g *callbackGroups) commitLoop() {
 // the group fails as a whole, it retries each request alone.
 func (g *callbackGroups) commit(group []*callbackRequest) {
 	outcomes, err := g.apply(group)
-	if err != nil && len(group) > 1 {
+	if err != nil && len(group) > 1 && retryAlone(err) {
 		for _, r := range group {
 			g.commit([]*callbackRequest{r})
 		}
@@ -102,6 +105,16 @@ func (g *callbackGroups) commit(group []*callbackRequest) {
 		}
 		close(r.done)
 	}
+}
+
+// retryAlone tells whether a group's failure may be one member's doing, or
+// chance, so that applying the members one by one is worth it: data the
+// database refused (class 22) or a deadlock or serialization failure
+// (class 40). Anything else (the database unreachable, a timeout) would
+// only fail again, once per member, so the whole group fails at once.
+func retryAlone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "40"))
 }
 
 // apply runs applyCallbacks in a transaction of its own. A panic in it
