@@ -10,6 +10,24 @@ import (
 	"encoding/json"
 )
 
+const fileCountByBatchGeneration = `-- name: FileCountByBatchGeneration :one
+SELECT count(*)::bigint FROM files
+WHERE batch_id = $1 AND generation = $2
+`
+
+type FileCountByBatchGenerationParams struct {
+	BatchID    string
+	Generation int32
+}
+
+// FileCountByBatchGeneration is the number of files of a generation.
+func (q *Queries) FileCountByBatchGeneration(ctx context.Context, arg FileCountByBatchGenerationParams) (int64, error) {
+	row := q.db.QueryRow(ctx, fileCountByBatchGeneration, arg.BatchID, arg.Generation)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 type FileInsertManyParams struct {
 	BatchID          string
 	Generation       int32

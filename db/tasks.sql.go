@@ -7,7 +7,6 @@ package db
 
 import (
 	"context"
-	"encoding/json"
 )
 
 const taskClaimPending = `-- name: TaskClaimPending :many
@@ -374,49 +373,6 @@ type TaskInsertManyParams struct {
 	BatchID string
 	Phase   string
 	FileID  int64
-}
-
-const taskListByBatchPhase = `-- name: TaskListByBatchPhase :many
-SELECT id, file_id, status, result FROM tasks
-WHERE batch_id = $1 AND phase = $2
-`
-
-type TaskListByBatchPhaseParams struct {
-	BatchID string
-	Phase   string
-}
-
-type TaskListByBatchPhaseRow struct {
-	ID     string
-	FileID int64
-	Status string
-	Result json.RawMessage
-}
-
-// TaskListByBatchPhase returns what the phase's transform needs.
-func (q *Queries) TaskListByBatchPhase(ctx context.Context, arg TaskListByBatchPhaseParams) ([]TaskListByBatchPhaseRow, error) {
-	rows, err := q.db.Query(ctx, taskListByBatchPhase, arg.BatchID, arg.Phase)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []TaskListByBatchPhaseRow
-	for rows.Next() {
-		var i TaskListByBatchPhaseRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.FileID,
-			&i.Status,
-			&i.Result,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const taskListExpiredUnlaunched = `-- name: TaskListExpiredUnlaunched :many

@@ -125,9 +125,19 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	if !ok {
 		return failBatch(ctx, q, batch.ID, batch.Status, fmt.Sprintf("unknown phase %q", batch.Status))
 	}
-	var completed, failed int
-	if err := tx.QueryRow(ctx, taskCountsSQL, batch.ID, batch.Status).Scan(&completed, &failed); err != nil {
+	counts, err := q.TaskCountByBatch(ctx, batch.ID)
+	if err != nil {
 		return fmt.Errorf("counting tasks of %s: %w", batch.Status, err)
+	}
+	var completed, failed int64 // every task of the phase has ended
+	for _, c := range counts {
+		switch {
+		case c.Phase != batch.Status:
+		case c.Status == string(phases.TaskCompleted):
+			completed += c.Count
+		default:
+			failed += c.Count
+		}
 	}
 	dTasks := lap()
 	filesIn, next, problems, err := applyGeneration(ctx, tx, p, batch)
@@ -160,27 +170,20 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	return err
 }
 
-// taskCountsSQL counts a phase's tasks by outcome for the phase.completed
-// event: completed ones, and all others (failed).
-const taskCountsSQL = `SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status <> 'completed')
-FROM tasks
-WHERE batch_id = $1 AND phase = $2`
-
 // generationTasksSQL reads a file generation in list order (without the
 // columns nobody reads) and, beside each file, the task of the phase that
 // processed it (NULLs when it had none). Joining in the database lets the
 // transform stream: neither the input generation nor the tasks' results are
-// ever all in memory, only the next generation. Were a file to have two
-// tasks, ordering by task id makes the choice of the first stable.
+// ever all in memory, only the next generation. (It is not a sqlc query
+// because sqlc's :many collects every row before returning.) Were a file
+// to have two tasks, ordering by task id makes the choice of the first
+// stable.
 const generationTasksSQL = `SELECT f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
 	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, t.id, t.status, t.result
 FROM files f
 LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
 WHERE f.batch_id = $1 AND f.generation = $2
 ORDER BY f.ordinal, t.id`
-
-// generationCountSQL is the number of files of a generation.
-const generationCountSQL = `SELECT count(*) FROM files WHERE batch_id = $1 AND generation = $2`
 
 // transformProblem is a file whose transform failed, with the task it
 // failed on ("" if none), for the transform_failed event.
@@ -193,8 +196,8 @@ type transformProblem struct {
 // through p's transform, file by file in list order (phases.ApplyOne), and
 // returns how many files went in and the next generation.
 func applyGeneration(ctx context.Context, tx pgx.Tx, p phases.Phase, batch db.Batch) (filesIn int, next []phases.File, problems []transformProblem, err error) {
-	var n int
-	if err := tx.QueryRow(ctx, generationCountSQL, batch.ID, batch.Generation).Scan(&n); err != nil {
+	n, err := db.New(tx).FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
+	if err != nil {
 		return 0, nil, nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
 	}
 	// Room for every input and one output in eight more (a converted TIFF

@@ -11,6 +11,11 @@ INSERT INTO files (
     @preprocessor_tags
 );
 
+-- FileCountByBatchGeneration is the number of files of a generation.
+-- name: FileCountByBatchGeneration :one
+SELECT count(*)::bigint FROM files
+WHERE batch_id = @batch_id AND generation = @generation;
+
 -- name: FileListByBatchGeneration :many
 SELECT * FROM files
 WHERE batch_id = @batch_id AND generation = @generation

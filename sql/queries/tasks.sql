@@ -126,11 +126,6 @@ WHERE id = ANY(@ids::text[]);
 INSERT INTO tasks (id, batch_id, phase, file_id)
 VALUES (@id, @batch_id, @phase, @file_id);
 
--- TaskListByBatchPhase returns what the phase's transform needs.
--- name: TaskListByBatchPhase :many
-SELECT id, file_id, status, result FROM tasks
-WHERE batch_id = @batch_id AND phase = @phase;
-
 -- TaskRelease returns claimed tasks whose launch certainly did not create a
 -- machine to pending, forgetting their token.
 -- name: TaskRelease :many
