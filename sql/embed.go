@@ -1,6 +1,7 @@
 // Package sql embeds the orchestrator's SQL: the goose-format migrations that
-// `orchestrator migrate` and `serve` apply. Queries live beside them in
-// queries/ and are compiled into package db by sqlc (sqlc.yaml).
+// `orchestrator migrate` and `serve` apply, and the reports that
+// `orchestrator report` runs. Queries live beside them in queries/ and are
+// compiled into package db by sqlc (sqlc.yaml).
 package sql
 
 import "embed"
@@ -9,3 +10,10 @@ import "embed"
 //
 //go:embed migrations/*.sql
 var Migrations embed.FS
+
+// Reports holds reports/*.sql, one read-only query per report (package
+// reports runs them): the file name is the report's name, the first comment
+// line its description, and @since (and, where used, @limit) its parameters.
+//
+//go:embed reports/*.sql
+var Reports embed.FS

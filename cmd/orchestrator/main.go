@@ -4,6 +4,10 @@
 //	orchestrator serve     HTTP API and job workers (applies pending migrations first)
 //	orchestrator migrate   apply pending database migrations and exit
 //	orchestrator submit    upload a local folder as a batch and follow it
+//	orchestrator status    print a batch's status (through the API)
+//	orchestrator reset     reset a batch (admin, through the API)
+//	orchestrator retry     re-run a batch's failed work (admin, through the API)
+//	orchestrator report    print a report of the database (batch durations, failures, cost, ...)
 //
 // Configuration comes from the environment; see README.md.
 package main
@@ -27,6 +31,12 @@ Usage:
   orchestrator serve [-no-migrate]   run the HTTP API and the job workers
   orchestrator migrate               apply pending database migrations and exit
   orchestrator submit [flags] DIR    upload a folder as a batch and follow it (submit -h)
+  orchestrator status [-json] ID     print a batch's status
+  orchestrator reset ID              reset a batch: ERROR, open tasks ended (ADMIN_TOKEN)
+  orchestrator retry ID              re-run a batch's failed work (ADMIN_TOKEN)
+                                     (status, reset, retry: -url, default $ORCHESTRATOR_URL)
+  orchestrator report [NAME] [-since 7d] [-format table|csv|json]
+                                     print a report of DATABASE_URL; no NAME lists them
   orchestrator help                  show this help
 
 Configuration is read from the environment (DATABASE_URL, LISTEN_ADDR,
@@ -63,6 +73,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, args[1:], stderr)
 	case "submit":
 		return submit(ctx, args[1:], stdout, stderr)
+	case "status", "reset", "retry":
+		return batchCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "report":
+		return report(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

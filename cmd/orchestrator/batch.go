@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// batchCommand is one of the operator commands on a single batch: status,
+// reset and retry, each a call to the orchestrator's API.
+type batchCommand struct {
+	method string
+	path   string // the route, with the batch ID appended
+	admin  bool   // sends ADMIN_TOKEN
+	// verb says what happened, for the line printed before the status.
+	verb string
+	// about is the command's help text.
+	about string
+}
+
+// batchCommands are the commands on one batch, by name.
+var batchCommands = map[string]batchCommand{
+	"status": {method: http.MethodGet, path: "/status/",
+		about: "Prints the batch's status document (GET /status/ID)."},
+	"reset": {method: http.MethodPost, path: "/admin/reset/", admin: true, verb: "reset",
+		about: "Resets the batch (POST /admin/reset/ID): it goes to ERROR, its open tasks\nend and its machines are destroyed. Then prints its status."},
+	"retry": {method: http.MethodPost, path: "/admin/retry/", admin: true, verb: "retried",
+		about: "Re-runs the batch's failed work (POST /admin/retry/ID), never its\ncompleted work. Then prints its status."},
+}
+
+const batchUsage = `Usage: orchestrator %s [-url URL] [-json] ID
+
+%s
+
+The orchestrator is at -url (default $ORCHESTRATOR_URL, else the address of
+LISTEN_ADDR on this machine).%s
+
+Exit status: 0 on success, 1 when the orchestrator refuses (unknown batch,
+bad token, nothing to do) or cannot be reached, 2 for a mistake on the
+command line.
+
+Flags:
+`
+
+// runBatchCommand is `orchestrator status|reset|retry`, with the
+// environment read through lookup.
+func runBatchCommand(ctx context.Context, name string, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	cmd := batchCommands[name]
+	cfg, err := config.Load(lookup)
+	if err != nil {
+		return err
+	}
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.Usage = func() {
+		token := ""
+		if cmd.admin {
+			token = " The admin token is read from\nADMIN_TOKEN, as the server's."
+		}
+		fmt.Fprintf(stderr, batchUsage, name, cmd.about, token)
+		flags.PrintDefaults()
+	}
+	base := flags.String("url", cfg.OrchestratorURL, "orchestrator base URL ($ORCHESTRATOR_URL, else from LISTEN_ADDR)")
+	asJSON := flags.Bool("json", false, "print the status document as JSON, as the API answers it")
+	ids, err := parseInterleaved(flags, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(ids) != 1 || ids[0] == "" {
+		flags.Usage()
+		return usageError{fmt.Sprintf("%s takes one batch ID, got %d", name, len(ids))}
+	}
+	id := ids[0]
+	*base = strings.TrimRight(*base, "/")
+	if u, err := url.Parse(*base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", *base)}
+	}
+	if cmd.admin && cfg.AdminToken == "" {
+		return fmt.Errorf("%s needs the admin token: set ADMIN_TOKEN to the orchestrator's ADMIN_TOKEN", name)
+	}
+
+	req, err := http.NewRequestWithContext(ctx, cmd.method, *base+cmd.path+url.PathEscape(id), nil)
+	if err != nil {
+		return err
+	}
+	if cmd.admin {
+		req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
+	}
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the orchestrator at %s: %w", *base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("reading the orchestrator's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return apiError(name, id, *base, resp, body)
+	}
+
+	var st service.Status
+	if err := json.Unmarshal(body, &st); err != nil || st.Status == "" {
+		return fmt.Errorf("the orchestrator answered %s with no status document: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if cmd.verb != "" {
+		fmt.Fprintf(stderr, "batch %s %s; it is now %s\n", id, cmd.verb, st.Status)
+	}
+	if *asJSON {
+		var out bytes.Buffer
+		if err := json.Indent(&out, body, "", "  "); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err := stdout.Write(out.Bytes())
+		return err
+	}
+	return printStatus(stdout, st)
+}
+
+// apiError turns a refusal of the API into a message saying what to do.
+func apiError(name, id, base string, resp *http.Response, body []byte) error {
+	var answer struct {
+		Error string `json:"error"`
+	}
+	reason := string(bytes.TrimSpace(body))
+	if json.Unmarshal(body, &answer) == nil && answer.Error != "" {
+		reason = answer.Error
+	}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		return fmt.Errorf("the orchestrator at %s refused the admin token (401): ADMIN_TOKEN must be the server's ADMIN_TOKEN", base)
+	case http.StatusNotFound:
+		return fmt.Errorf("batch %s not found at %s (404): %s", id, base, reason)
+	case http.StatusConflict:
+		return fmt.Errorf("cannot %s batch %s (409): %s", name, id, reason)
+	default:
+		return fmt.Errorf("%s %s answered %s: %s", resp.Request.Method, resp.Request.URL.Path, resp.Status, reason)
+	}
+}
+
+// printStatus prints a status document for a terminal: its fields, one per
+// line, then a table of its phases.
+func printStatus(w io.Writer, st service.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	str := func(s *string) string {
+		if s == nil {
+			return "-"
+		}
+		return *s
+	}
+	p := st.Progress
+	fmt.Fprintf(tw, "batch\t%s\n", st.BatchID)
+	fmt.Fprintf(tw, "status\t%s\n", st.Status)
+	fmt.Fprintf(tw, "phase\t%s\n", str(st.Phase))
+	fmt.Fprintf(tw, "progress\t%d/%d tasks completed, %d failed\n", p.TasksCompleted, p.TasksTotal, p.TasksFailed)
+	fmt.Fprintf(tw, "started\t%s\n", ts(&st.StartedAt))
+	fmt.Fprintf(tw, "updated\t%s\n", ts(&st.UpdatedAt))
+	fmt.Fprintf(tw, "completed\t%s\n", ts(st.CompletedAt))
+	fmt.Fprintf(tw, "error\t%s\n", str(st.Error))
+	ingest := st.Ingest.Status
+	if st.Ingest.Attempts > 0 {
+		ingest += fmt.Sprintf(" (%d attempts)", st.Ingest.Attempts)
+	}
+	if st.Ingest.DeliveredAt != nil {
+		ingest += ", delivered " + ts(st.Ingest.DeliveredAt)
+	}
+	if st.Ingest.LastError != nil {
+		ingest += ", last error: " + *st.Ingest.LastError
+	}
+	fmt.Fprintf(tw, "ingest\t%s\n", ingest)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Phases) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\ttotal\tpending\tprocessing\tcompleted\tfailed")
+	for _, ph := range st.Phases {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", ph.Phase, ph.TasksTotal, ph.TasksPending, ph.TasksProcessing, ph.TasksCompleted, ph.TasksFailed)
+	}
+	return tw.Flush()
+}
+
+// batchCmd is `orchestrator status|reset|retry` on the process environment.
+func batchCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	return runBatchCommand(ctx, name, args, os.LookupEnv, stdout, stderr)
+}
