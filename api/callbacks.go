@@ -1,24 +1,79 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/service"
 )
 
 // callback is POST /callback/:batchId/:taskId: a worker's result, with the
 // task's token as `Authorization: Bearer <CALLBACK_TOKEN>`.
 func (h *handlers) callback(c echo.Context) error {
-	body, err := readBody(c)
-	if err != nil {
-		return err
-	}
-	res, err := h.svc.Callback(c.Request().Context(), c.Param("batchId"), c.Param("taskId"), bearerToken(c.Request()), body)
+	start := time.Now()
+	res, err := h.applyCallback(c)
+	h.countCallback(c, res, err, start)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
+}
+
+func (h *handlers) applyCallback(c echo.Context) (service.CallbackResult, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return service.CallbackResult{}, err
+	}
+	return h.svc.Callback(c.Request().Context(), c.Param("batchId"), c.Param("taskId"), bearerToken(c.Request()), body)
+}
+
+// countCallback times a callback by its result and counts and logs a
+// rejected one by its reason.
+func (h *handlers) countCallback(c echo.Context, res service.CallbackResult, err error, start time.Time) {
+	result := metrics.CallbackApplied
+	switch reason := callbackRejection(err); {
+	case reason != "":
+		result = metrics.CallbackRejected
+		h.metrics.CallbackRejected(reason)
+		h.log.Info("callback rejected", append(requestAttrs(c), "reason", reason, "error", err)...)
+	case err != nil:
+		result = metrics.CallbackError
+	case res.Duplicate:
+		result = metrics.CallbackDuplicate
+	}
+	h.metrics.CallbackHandled(result, time.Since(start))
+}
+
+// callbackRejection names why a callback was refused, for the metrics, or
+// returns "" for a callback that was not refused (applied, or failed on our
+// side). The cases follow errorHandler's, so that each reason is one status.
+func callbackRejection(err error) string {
+	var (
+		maxErr *http.MaxBytesError
+		verr   *manifest.ValidationError
+		ierr   *service.InputError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &maxErr):
+		return metrics.RejectedTooLarge
+	case errors.As(err, &verr), errors.As(err, &ierr), errors.Is(err, manifest.ErrMalformedJSON):
+		return metrics.RejectedMalformed
+	case errors.Is(err, service.ErrUnauthorized):
+		return metrics.RejectedBadToken
+	case errors.Is(err, service.ErrConflict):
+		return metrics.RejectedTaskEnded
+	case errors.Is(err, service.ErrNotFound):
+		return metrics.RejectedUnknownTask
+	}
+	return ""
 }
 
 // bearerToken returns the token of an `Authorization: Bearer` header, or "".

@@ -17,7 +17,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -37,6 +39,9 @@ type Config struct {
 	// and its event streams, which end when it does; nil means
 	// context.Background().
 	Context context.Context
+	// Metrics, when set, times callbacks and counts those rejected. The
+	// metrics are served apart from the API (see cmd/orchestrator).
+	Metrics *metrics.Metrics
 }
 
 // New builds the Echo server with every route registered.
@@ -48,7 +53,7 @@ func New(cfg Config) *echo.Echo {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken, ctx: ctx}
+	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken, ctx: ctx, metrics: cfg.Metrics}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
 
@@ -76,7 +81,8 @@ type handlers struct {
 	adminToken string
 	// ctx ends with the server: long-lived responses (event streams) end
 	// with it, so a graceful shutdown does not wait for them.
-	ctx context.Context
+	ctx     context.Context
+	metrics *metrics.Metrics
 }
 
 // errorBody is the shape of every error response.
@@ -117,7 +123,7 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		}
 	}
 	if code >= 500 {
-		h.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
+		h.log.Error("request failed", append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(), "error", err)...)
 	}
 	if c.Request().Method == http.MethodHead {
 		err = c.NoContent(code)
@@ -130,7 +136,8 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 }
 
 // requestLog logs each request once it is answered. Only the route pattern
-// and the path's batch id are logged: never headers, which carry tokens.
+// and the path's batch and task ids are logged: never headers, which carry
+// tokens.
 func (h *handlers) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -138,13 +145,24 @@ func (h *handlers) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		attrs := []any{"method", c.Request().Method, "route", c.Path(), "status", c.Response().Status, "duration_ms", time.Since(start).Milliseconds()}
-		if id := c.Param("batchId"); id != "" {
-			attrs = append(attrs, "batch_id", id)
-		}
+		attrs := append(requestAttrs(c), "method", c.Request().Method, "route", c.Path(), "status", c.Response().Status,
+			"duration_ms", time.Since(start).Milliseconds())
 		h.log.Debug("request", attrs...)
 		return nil
 	}
+}
+
+// requestAttrs are the log attributes naming what a request concerns: the
+// path's batch_id, and its task_id with the task's phase.
+func requestAttrs(c echo.Context) []any {
+	var attrs []any
+	if id := c.Param("batchId"); id != "" {
+		attrs = append(attrs, "batch_id", id)
+	}
+	if id := c.Param("taskId"); id != "" {
+		attrs = append(attrs, "task_id", id, "phase", jobs.PhaseOfTask(id))
+	}
+	return attrs
 }
 
 // readBody reads the whole request body, refusing more than MaxBodyBytes.

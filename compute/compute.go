@@ -44,6 +44,8 @@ type MachineSpec struct {
 	// TaskID and BatchID are also stored as machine metadata task_id/batch_id;
 	// FindByTask relies on task_id to reconcile after an ambiguous launch.
 	TaskID, BatchID string
+	// Phase is the task's phase, for the backends' logs.
+	Phase string
 	// Env is the worker's whole input (spec 000 §4.3: task ids, R2 keys and
 	// credentials, CALLBACK_URL, CALLBACK_TOKEN). It holds secrets: backends
 	// must never log it.

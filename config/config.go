@@ -8,8 +8,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -119,6 +121,10 @@ type Config struct {
 	// CPUProfile, when set (CPU_PROFILE, a file path), records a CPU profile
 	// of the whole run of `serve` and writes it there on shutdown.
 	CPUProfile string
+	// MetricsAddr, when set (METRICS_ADDR, e.g. :9091), serves Prometheus
+	// metrics at /metrics there, on a listener of its own apart from the
+	// API, which workers and ingest reach. Off by default.
+	MetricsAddr string
 }
 
 // DefaultCallbackCommitters is CallbackCommitters unless CALLBACK_COMMITTERS
@@ -206,6 +212,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		LogLevel:             r.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		PprofAddr:            r.str("PPROF_ADDR", ""),
 		CPUProfile:           r.str("CPU_PROFILE", ""),
+		MetricsAddr:          r.str("METRICS_ADDR", ""),
 		Phases:               make(map[phases.Name]Phase),
 	}
 	for _, p := range phases.All() {
@@ -243,6 +250,65 @@ func localURL(addr string) string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+// LogValue is the configuration as logs may show it: the secrets (tokens,
+// storage keys, the database password) only say whether they are set, so
+// logging a Config, even by mistake, leaks none of them.
+func (c *Config) LogValue() slog.Value {
+	set := func(v string) string {
+		if v == "" {
+			return ""
+		}
+		return "[set]"
+	}
+	dbURL := set(c.DatabaseURL)
+	if u, err := url.Parse(c.DatabaseURL); err == nil && u.Scheme != "" && !u.Query().Has("password") {
+		dbURL = u.Redacted() // a keyword/value string, or a password in the query, stays "[set]"
+	}
+	attrs := []slog.Attr{
+		slog.String("database_url", dbURL),
+		slog.Int("database_max_conns", c.DatabaseMaxConns),
+		slog.Int("callback_committers", c.CallbackCommitters),
+		slog.String("listen_addr", c.ListenAddr),
+		slog.String("admin_token", set(c.AdminToken)),
+		slog.String("orchestrator_url", redactURL(c.OrchestratorURL)),
+		slog.String("worker_url", redactURL(c.WorkerURL)),
+		slog.String("cdn_public_url", redactURL(c.CDNPublicURL)),
+		slog.String("r2_account_id", c.R2AccountID),
+		slog.String("r2_access_key_id", set(c.R2AccessKeyID)),
+		slog.String("r2_secret_access_key", set(c.R2SecretAccessKey)),
+		slog.String("r2_endpoint", redactURL(c.R2Endpoint)),
+		slog.String("r2_bucket", c.R2Bucket),
+		slog.String("archive_bucket", c.ArchiveBucket),
+		slog.String("cdn_bucket", c.CDNBucket),
+		slog.String("fly_api_token", set(c.FlyAPIToken)),
+		slog.String("fly_region", c.FlyRegion),
+		slog.String("fly_flaps_base_url", redactURL(c.FlyFlapsBaseURL)),
+		slog.String("local_s3_access_key", set(c.LocalS3AccessKey)),
+		slog.String("local_s3_secret_key", set(c.LocalS3SecretKey)),
+		slog.String("log_format", c.LogFormat),
+		slog.String("log_level", c.LogLevel),
+		slog.String("metrics_addr", c.MetricsAddr),
+		slog.String("pprof_addr", c.PprofAddr),
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// String is LogValue's text, so that printing a Config (%v, %s) shows no
+// secret either.
+func (c *Config) String() string { return c.LogValue().String() }
+
+// GoString is String, for %#v.
+func (c *Config) GoString() string { return c.String() }
+
+// redactURL masks the password of a URL's user info, if it has one.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "[invalid URL]"
+	}
+	return u.Redacted()
 }
 
 // LocalStorage reports whether no R2 setting is given at all, in which case

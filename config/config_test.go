@@ -1,6 +1,9 @@
 package config
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -111,4 +114,31 @@ func TestCheckServe(t *testing.T) {
 			require.EqualError(t, err, tt.wantErr)
 		})
 	}
+}
+
+// TestLoggingHidesSecrets holds that a Config, logged or printed, shows
+// whether each secret is set but never its value.
+func TestLoggingHidesSecrets(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL":         "postgres://orch:db-password-1@db.internal:5432/orch?sslmode=disable",
+		"ADMIN_TOKEN":          "admin-token-2",
+		"R2_ACCESS_KEY_ID":     "access-key-3",
+		"R2_SECRET_ACCESS_KEY": "secret-key-4",
+		"FLY_API_TOKEN":        "fly-token-5",
+		"LOCAL_S3_SECRET_KEY":  "local-secret-6",
+		"WORKER_URL":           "https://ingest:ingest-password-7@ingest.example",
+		"R2_ENDPOINT":          "https://r2.example",
+	}
+	c, err := Load(lookup(env))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "config", c)
+	out := buf.String() + fmt.Sprint(c) + fmt.Sprintf("%v %+v %#v %s", c, c, c, c)
+	for _, secret := range []string{"password-1", "token-2", "key-3", "key-4", "token-5", "secret-6", "password-7"} {
+		require.NotContains(t, out, secret)
+	}
+	require.Contains(t, out, "db.internal:5432")
+	require.Contains(t, out, "[set]")
+	require.Contains(t, out, "https://r2.example")
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"image/jpeg"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -57,10 +58,11 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	sample, err := filepath.Abs("../examples/sample-batch")
 	require.NoError(t, err)
 	_, dbURL := dbtest.NewEmpty(t)
-	listen, s3Addr := freeAddr(t), freeAddr(t)
+	listen, s3Addr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	env := append(os.Environ(),
 		"DATABASE_URL="+dbURL,
 		"LISTEN_ADDR="+listen,
+		"METRICS_ADDR="+metricsAddr,
 		"LOCAL_S3_DIR="+t.TempDir(),
 		"LOCAL_S3_ADDR="+s3Addr,
 		"LOCAL_WORKER_BIN="+worker,
@@ -211,6 +213,35 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	// submit printed the final list with its tags.
 	require.Contains(t, stdout.String(), "TiffConverter:source")
 	require.Contains(t, stdout.String(), "ImageProcessor")
+
+	// METRICS_ADDR serves the batch's metrics, River's queue and the
+	// runtime's. The batch is counted just after it is DONE: awaited.
+	var metrics string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		if metrics = string(b); strings.Contains(metrics, `orchestrator_batches_finished_total{status="DONE"} 1`) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no finished batch in the metrics:\n%s", metrics)
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, line := range []string{
+		`orchestrator_batches_started_total 1`,
+		`orchestrator_tasks_finished_total{outcome="completed",phase="TIFF_CONVERSION"} 5`,
+		`orchestrator_tasks_finished_total{outcome="completed",phase="IMAGE_PROCESSING"} 9`,
+		`orchestrator_river_jobs{queue="default",state="completed"}`,
+		`go_goroutines`,
+		`process_resident_memory_bytes`,
+	} {
+		require.Contains(t, metrics, line)
+	}
+	// The workers got the storage secret; neither they nor serve logged it.
+	require.NotContains(t, serveLog.String(), "localsecret")
 }
 
 func unescape(t *testing.T, s string) string {

@@ -80,6 +80,9 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	}
 
 	target, deliverErr := w.deliver(ctx, batch, body)
+	if w.deps.Config.WorkerURL != "" {
+		w.deps.Metrics.IngestAttempted(deliverErr != nil)
+	}
 	status, lastErr := "delivered", (*string)(nil)
 	if deliverErr != nil {
 		msg := deliverErr.Error()
@@ -113,7 +116,8 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 
 // deliver sends the body to ingest, or, with no WORKER_URL, writes it next
 // to the manifest as staging/{batch_id}/_manifest.processed.json. It returns
-// where the manifest went (no credentials in it).
+// where the manifest went, with any password in WORKER_URL masked: the
+// target is logged and kept in the batch's events.
 func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body []byte) (string, error) {
 	if w.deps.Config.WorkerURL == "" {
 		key := "staging/" + batch.ID + "/_manifest.processed.json"
@@ -123,8 +127,9 @@ func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body 
 	endpoint := w.deps.Config.WorkerURL + "/api/batches/" + url.PathEscape(batch.ID) + "/enqueue-processed"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
-		return endpoint, err
+		return "WORKER_URL", errors.New("WORKER_URL is not a valid URL") // the parser's error would repeat it
 	}
+	endpoint = req.URL.Redacted()
 	req.Header.Set("Content-Type", "application/json")
 	// One key per completion: retries of this delivery repeat it, so ingest
 	// can drop duplicates; a batch completed again (after a retry) gets a

@@ -141,7 +141,8 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 	totalBytes := m.TotalBytes
 	gen0 := manifestFiles(m)
 
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	var finished *db.Batch // the batch, if it had no work and is DONE
+	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Lock the batch so a concurrent admin reset or a second run of this
 		// job sees either nothing or all of what we do.
@@ -157,7 +158,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		if err != nil {
 			return err
 		}
-		if err := enterNextPhase(ctx, tx, id, phases.First(), 0, files); err != nil {
+		if finished, err = enterNextPhase(ctx, tx, id, phases.First(), 0, files); err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -166,38 +167,53 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		log.Info("batch started", "files", len(files), "bytes", totalBytes)
 		return nil
 	})
+	if err == nil {
+		w.deps.batchFinished(finished)
+	}
+	return err
 }
 
 // fail puts the batch in ERROR with message and completes the job in the same
 // transaction: a missing or invalid manifest is not retried.
 func (w *BatchStartWorker) fail(ctx context.Context, job *river.Job[BatchStartArgs], message string) error {
 	w.deps.Logger.Warn("batch failed to start", "batch_id", job.Args.BatchID, "error", message)
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		if err := failBatch(ctx, db.New(tx), job.Args.BatchID, "", message); err != nil {
+	var failed *db.Batch
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		var err error
+		if failed, err = failBatch(ctx, db.New(tx), job.Args.BatchID, "", message); err != nil {
 			return err
 		}
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
+	if err == nil {
+		w.deps.batchFinished(failed)
+	}
+	return err
 }
 
-// failBatch moves a batch that is not finished to ERROR and records why.
-func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message string) error {
-	if _, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: &message}); err != nil {
+// failBatch moves a batch that is not finished to ERROR and records why. It
+// returns the batch as it now is, or nil if it had already ended, for the
+// caller to count once its transaction has committed (Deps.batchFinished).
+func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message string) (*db.Batch, error) {
+	b, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: &message})
+	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // already DONE or ERROR: nothing to change
+			return nil, nil // already DONE or ERROR: nothing to change
 		}
-		return fmt.Errorf("setting batch %s to ERROR: %w", batchID, err)
+		return nil, fmt.Errorf("setting batch %s to ERROR: %w", batchID, err)
 	}
-	return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchError, Phase: phase, Data: map[string]any{"error": message}})
+	return &b, q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchError, Phase: phase, Data: map[string]any{"error": message}})
 }
 
 // enterNextPhase finds the first phase from `from` (inclusive) that has work
 // in files, creates its tasks, moves the batch into it and enqueues its
 // launcher. When from is "" or no phase has work, the batch is DONE with
-// this generation as its final file list, and delivery to ingest is queued.
-// Runs inside a job, in the job's transaction.
-func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, generation int32, files []phases.File) error {
+// this generation as its final file list, and delivery to ingest is queued;
+// the batch is then returned, for the caller to count once its transaction
+// has committed (Deps.batchFinished). Runs inside a job, in the job's
+// transaction.
+func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
 	q := db.New(tx)
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	var p phases.Phase
@@ -206,22 +222,23 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		p, work = phases.NextWithWork(from, files)
 	}
 	if p == nil {
-		if _, err := q.BatchSetDone(ctx, db.BatchSetDoneParams{ID: batchID, Generation: generation}); err != nil {
+		b, err := q.BatchSetDone(ctx, db.BatchSetDoneParams{ID: batchID, Generation: generation})
+		if err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // reset meanwhile: nothing to finish
+				return nil, nil // reset meanwhile: nothing to finish
 			}
-			return fmt.Errorf("finishing batch %s: %w", batchID, err)
+			return nil, fmt.Errorf("finishing batch %s: %w", batchID, err)
 		}
 		if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchDone, Data: map[string]any{"files": len(files), "generation": generation}}); err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := client.InsertTx(ctx, tx, BatchFinalizeArgs{BatchID: batchID}, nil); err != nil {
-			return fmt.Errorf("enqueueing batch_finalize for %s: %w", batchID, err)
+			return nil, fmt.Errorf("enqueueing batch_finalize for %s: %w", batchID, err)
 		}
-		return nil
+		return &b, nil
 	}
 	name := string(p.Name())
-	prefix := strings.ToLower(strings.SplitN(name, "_", 2)[0])
+	prefix := taskIDPrefix(p.Name())
 	// Like db.TaskInsertMany, but each row is made as COPY asks for it
 	// rather than all of them first.
 	i := -1
@@ -232,23 +249,46 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		return []any{prefix + "_" + strings.ToLower(ulid.Make().String()), batchID, name, work[i].ID}, nil
 	})
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, []string{"id", "batch_id", "phase", "file_id"}, tasks); err != nil {
-		return fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
+		return nil, fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
 	}
 	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: generation}); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
+		return nil, fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
 	}
 	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
 		"tasks": len(work), "generation": generation,
 	}}); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: name}, nil); err != nil {
-		return fmt.Errorf("enqueueing phase_launch for %s %s: %w", batchID, name, err)
+		return nil, fmt.Errorf("enqueueing phase_launch for %s %s: %w", batchID, name, err)
 	}
-	return nil
+	return nil, nil
+}
+
+// taskIDPrefix starts the ids of a phase's tasks: "tiff" for
+// TIFF_CONVERSION, "image" for IMAGE_PROCESSING.
+func taskIDPrefix(phase phases.Name) string {
+	return strings.ToLower(strings.SplitN(string(phase), "_", 2)[0])
+}
+
+// PhaseOfTask names the phase a task id was made for (task ids start with
+// their phase's prefix), or "" for an id no phase makes. Logs use it to
+// name the phase of a task seen only by its id, such as in a callback's
+// URL.
+func PhaseOfTask(taskID string) string {
+	prefix, _, ok := strings.Cut(taskID, "_")
+	if !ok {
+		return ""
+	}
+	for _, p := range phases.All() {
+		if taskIDPrefix(p.Name()) == prefix {
+			return string(p.Name())
+		}
+	}
+	return ""
 }
 
 // manifestFiles flattens a manifest into generation 0, in manifest order.

@@ -17,7 +17,10 @@
 package jobs
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -26,12 +29,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
@@ -49,6 +54,9 @@ type Deps struct {
 	// HTTPClient calls the ingest service; nil uses a client with a 30 s
 	// timeout.
 	HTTPClient *http.Client
+	// Metrics counts batches, tasks, launches and deliveries; nil counts
+	// nothing.
+	Metrics *metrics.Metrics
 }
 
 // ClientConfig tunes the River client.
@@ -109,6 +117,7 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		Logger:            deps.Logger,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:           workers,
+		ErrorHandler:      jobErrorLogger{deps.Logger},
 		PeriodicJobs:      periodic,
 		FetchPollInterval: cfg.FetchPollInterval,
 		// Our jobs are short; a worker killed mid-job must not hold a unique
@@ -118,9 +127,68 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	})
 }
 
+// jobErrorLogger logs a job's error or panic with the batch_id and phase
+// of its args, which River's own line about it lacks, so that everything
+// about a batch is found by its id. River's retry schedule is left alone.
+type jobErrorLogger struct{ logger *slog.Logger }
+
+var _ river.ErrorHandler = jobErrorLogger{}
+
+// HandleError implements river.ErrorHandler.
+func (l jobErrorLogger) HandleError(ctx context.Context, job *rivertype.JobRow, err error) *river.ErrorHandlerResult {
+	l.logger.WarnContext(ctx, "job failed", append(jobAttrs(job), "error", err)...)
+	return nil
+}
+
+// HandlePanic implements river.ErrorHandler.
+func (l jobErrorLogger) HandlePanic(ctx context.Context, job *rivertype.JobRow, panicVal any, trace string) *river.ErrorHandlerResult {
+	l.logger.ErrorContext(ctx, "job panicked", append(jobAttrs(job), "panic", fmt.Sprint(panicVal), "trace", trace)...)
+	return nil
+}
+
+// jobAttrs names a job and, when its args have them, its batch and phase.
+func jobAttrs(job *rivertype.JobRow) []any {
+	var args struct {
+		BatchID string `json:"batch_id"`
+		Phase   string `json:"phase"`
+	}
+	_ = json.Unmarshal(job.EncodedArgs, &args)
+	attrs := []any{"job_id", job.ID, "kind", job.Kind, "attempt", job.Attempt, "max_attempts", job.MaxAttempts}
+	if args.BatchID != "" {
+		attrs = append(attrs, "batch_id", args.BatchID)
+	}
+	if args.Phase != "" {
+		attrs = append(attrs, "phase", args.Phase)
+	}
+	return attrs
+}
+
 // limits returns the manifest limits from the configuration.
 func (d Deps) limits() manifest.Limits {
 	return manifest.Limits{MaxFileSize: d.Config.MaxFileSize, MaxBatchSize: d.Config.MaxBatchSize}
+}
+
+// batchFinished counts a batch that a committed transaction moved to DONE
+// or ERROR (b as BatchSetDone or BatchSetError returned it); nil is a batch
+// that had already ended, and counts nothing.
+func (d Deps) batchFinished(b *db.Batch) {
+	if b == nil {
+		return
+	}
+	took := time.Duration(0)
+	if b.CompletedAt != nil {
+		took = b.CompletedAt.Sub(b.StartedAt)
+	}
+	d.Metrics.BatchFinished(b.Status, took)
+	attrs := []any{"batch_id", b.ID, "status", b.Status, "duration_ms", took.Milliseconds()}
+	if b.Phase != nil {
+		attrs = append(attrs, "phase", *b.Phase)
+	}
+	if b.Error != nil {
+		d.Logger.Warn("batch finished", append(attrs, "error", *b.Error)...)
+		return
+	}
+	d.Logger.Info("batch finished", attrs...)
 }
 
 // newEvent is a batch_events row for BatchEventInsertMany.

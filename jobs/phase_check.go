@@ -60,7 +60,8 @@ func (w *PhaseCheckWorker) Timeout(*river.Job[PhaseCheckArgs]) time.Duration { r
 // hang.
 func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckArgs]) error {
 	args := job.Args
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	var finished *db.Batch // the batch, if the transition ended it
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if fanInGuard {
 			if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
@@ -95,11 +96,15 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		if hasOpen {
 			return done()
 		}
-		if err := w.transition(ctx, tx, batch); err != nil {
+		if finished, err = w.transition(ctx, tx, batch); err != nil {
 			return err
 		}
 		return done()
 	})
+	if err == nil {
+		w.deps.batchFinished(finished)
+	}
+	return err
 }
 
 // fanInGuard is the exclusive lock above. It is a variable only so that the
@@ -116,7 +121,8 @@ var afterOpenCount func(batchID string, open int64)
 // generation, writes the next generation, and enters the next phase with
 // work, or finishes the batch. A transform that fails for one file never
 // loses it: the file passes through unchanged and the problem is recorded.
-func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.Batch) error {
+// It returns the batch if it ended (DONE, or ERROR for an unknown phase).
+func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.Batch) (*db.Batch, error) {
 	q := db.New(tx)
 	t0 := time.Now()
 	lap := func() time.Duration { d := time.Since(t0); t0 = time.Now(); return d }
@@ -127,7 +133,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	}
 	counts, err := q.TaskCountByBatch(ctx, batch.ID)
 	if err != nil {
-		return fmt.Errorf("counting tasks of %s: %w", batch.Status, err)
+		return nil, fmt.Errorf("counting tasks of %s: %w", batch.Status, err)
 	}
 	var completed, failed int64 // every task of the phase has ended
 	for _, c := range counts {
@@ -142,7 +148,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	dTasks := lap()
 	filesIn, next, problems, err := applyGeneration(ctx, tx, p, batch)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dApply := lap() // reading the generation and its tasks, and transforming it
 
@@ -153,21 +159,21 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 		events = append(events, newEvent(batch.ID, db.EventTransformFailed, batch.Status, pr.taskID, map[string]any{"error": pr.err.Error()}))
 	}
 	if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-		return fmt.Errorf("recording phase events: %w", err)
+		return nil, fmt.Errorf("recording phase events: %w", err)
 	}
 	gen := batch.Generation + 1
 	dEvents := lap()
 	stored, err := insertGeneration(ctx, tx, batch.ID, gen, name, next)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dInsert := lap()
-	err = enterNextPhase(ctx, tx, batch.ID, p.Next(), gen, stored)
+	finished, err := enterNextPhase(ctx, tx, batch.ID, p.Next(), gen, stored)
 	w.deps.Logger.Info("phase completed", "batch_id", batch.ID, "phase", batch.Status,
 		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored),
 		"tasks_ms", dTasks.Milliseconds(), "apply_ms", dApply.Milliseconds(),
 		"events_ms", dEvents.Milliseconds(), "insert_ms", dInsert.Milliseconds(), "next_ms", lap().Milliseconds())
-	return err
+	return finished, err
 }
 
 // generationTasksSQL reads a file generation in list order (without the

@@ -18,6 +18,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
 )
@@ -118,7 +119,11 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 // until MAX_RETRY_ATTEMPTS, then the batch goes to ERROR.
 func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg config.Phase, cause error) error {
 	args := job.Args
-	var retryErr error
+	var (
+		retryErr error
+		failed   *db.Batch // the batch, if it went to ERROR
+		ended    int       // its open tasks ended with it
+	)
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		count, err := q.BatchPhaseRetry(ctx, args.BatchID)
@@ -127,13 +132,13 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 		}
 		if int(count) >= w.deps.Config.MaxRetryAttempts {
 			msg := fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
-			if err := failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil {
+			if failed, err = failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil {
 				return err
 			}
 			// Nothing may keep running for a batch in ERROR.
 			appOf := func(phase string) string { return w.deps.Config.Phases[phases.Name(phase)].FlyAppName }
 			client := river.ClientFromContext[pgx.Tx](ctx)
-			if _, _, err := StopBatchWork(ctx, tx, client, appOf, args.BatchID, "Batch failed: "+msg); err != nil {
+			if ended, _, err = StopBatchWork(ctx, tx, client, appOf, args.BatchID, "Batch failed: "+msg); err != nil {
 				return err
 			}
 			_, err := river.JobCompleteTx[*riverDriver](ctx, tx, job)
@@ -152,6 +157,11 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 		return err
 	}
 	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.FlyAppName)
+	if retryErr != nil {
+		w.deps.Metrics.PhaseRetried(args.Phase)
+	}
+	w.deps.Metrics.TasksFinished(args.Phase, metrics.TaskCancelled, ended)
+	w.deps.batchFinished(failed)
 	return retryErr
 }
 
@@ -437,7 +447,13 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 	spec := w.machineSpec(batchID, name, pcfg, row)
 	m, err := w.deps.Compute.Launch(ctx, spec)
 	if err == nil {
+		w.deps.Metrics.MachineLaunched(string(name))
 		return m.ID, nil
+	}
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		// A launch the job itself gave up on (cancelled by a reset, say)
+		// is no failure of the provider's.
+		w.deps.Metrics.LaunchFailed(string(name), launchFailureReason(err))
 	}
 	if !errors.Is(err, compute.ErrAmbiguous) {
 		return "", err
@@ -456,10 +472,32 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 	// Keep one; any extra (a retried POST that created two) is destroyed.
 	for _, extra := range found[1:] {
 		if derr := w.deps.Compute.Destroy(ctx, pcfg.FlyAppName, extra.ID); derr != nil {
-			w.deps.Logger.Warn("destroying duplicate machine", "task_id", row.ID, "machine_id", extra.ID, "error", derr)
+			w.deps.Logger.Warn("destroying duplicate machine", "batch_id", batchID, "task_id", row.ID, "phase", string(name),
+				"machine_id", extra.ID, "error", derr)
 		}
 	}
+	w.deps.Metrics.MachineLaunched(string(name))
 	return found[0].ID, nil
+}
+
+// launchFailureReason sorts a failed launch for the launch failure metric
+// by what the provider answered: 429, another 4xx, 5xx, or nothing at all.
+func launchFailureReason(err error) string {
+	var ce *compute.Error
+	switch {
+	case errors.Is(err, compute.ErrRateLimited):
+		return metrics.LaunchRateLimited
+	case !errors.As(err, &ce):
+		return metrics.LaunchOther
+	case ce.StatusCode >= 500:
+		return metrics.Launch5xx
+	case ce.StatusCode >= 400:
+		return metrics.Launch4xx
+	case errors.Is(err, compute.ErrAmbiguous):
+		return metrics.LaunchNetwork
+	default:
+		return metrics.LaunchOther
+	}
 }
 
 // unresolvedLaunch is an ambiguous launch whose machine could not be looked
@@ -499,7 +537,7 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	return compute.MachineSpec{
 		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,
 		Name:   strings.ReplaceAll(row.ID, "_", "-"),
-		TaskID: row.ID, BatchID: batchID, Env: env,
+		TaskID: row.ID, BatchID: batchID, Phase: string(name), Env: env,
 		MemoryMB: pcfg.MemoryMB, CPUs: pcfg.CPUs, CPUKind: pcfg.CPUKind,
 	}
 }

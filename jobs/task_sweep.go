@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -75,7 +76,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		ms, err := w.deps.Compute.FindByTask(ctx, app, r.ID)
 		switch {
 		case err != nil:
-			w.deps.Logger.Warn("looking up an unrecorded machine", "batch_id", batchID, "task_id", r.ID, "error", err)
+			w.deps.Logger.Warn("looking up an unrecorded machine", "batch_id", batchID, "task_id", r.ID, "phase", phase, "error", err)
 		case len(ms) > 0:
 			found.IDs = append(found.IDs, r.ID)
 			found.Attempts = append(found.Attempts, r.Attempt)
@@ -86,7 +87,8 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 			giveUp = append(giveUp, r.ID)
 		}
 	}
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	gaveUp := 0 // tasks failed for want of a machine
+	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.BatchLockShared(ctx, batchID); err != nil {
 			return err
@@ -111,9 +113,14 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		msg := fmt.Sprintf("no machine could be launched after %d attempts", maxLaunchAttempts)
 		events := make([]db.BatchEventInsertManyParams, 0, len(giveUp))
 		for _, id := range giveUp {
-			if _, err := q.TaskFailUnlaunched(ctx, db.TaskFailUnlaunchedParams{ID: id, Error: &msg}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			_, err := q.TaskFailUnlaunched(ctx, db.TaskFailUnlaunchedParams{ID: id, Error: &msg})
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // ended meanwhile
+			}
+			if err != nil {
 				return err
 			}
+			gaveUp++
 			events = append(events, newEvent(batchID, db.EventTaskFailed, phase, id, map[string]any{"error": msg}))
 		}
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
@@ -121,6 +128,11 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		}
 		return EnqueuePhaseCheck(ctx, tx, client, batchID, phase)
 	})
+	if err == nil && gaveUp > 0 {
+		w.deps.Metrics.TasksFinished(phase, metrics.TaskFailed, gaveUp)
+		w.deps.Logger.Warn("tasks failed: no machine could be launched", "batch_id", batchID, "phase", phase, "count", gaveUp)
+	}
+	return err
 }
 
 // expire fails the expired tasks of one (batch, phase) with "Task timed out
@@ -128,7 +140,8 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 // check, holding the batch's shared lock like any other task end.
 func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) error {
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	expired := 0
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.BatchLockShared(ctx, batchID); err != nil {
 			return err
@@ -162,9 +175,14 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 		if err := EnqueuePhaseCheck(ctx, tx, client, batchID, phase); err != nil {
 			return err
 		}
-		w.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", len(rows))
+		expired = len(rows)
 		return nil
 	})
+	if err == nil && expired > 0 {
+		w.deps.Metrics.TasksFinished(phase, metrics.TaskTimedOut, expired)
+		w.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", expired)
+	}
+	return err
 }
 
 // backstop re-enqueues the check of a running batch whose phase has no open
@@ -204,7 +222,7 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	}
 	for _, r := range res {
 		if !r.UniqueSkippedAsDuplicate {
-			w.deps.Logger.Warn("backstop re-enqueued a lost wake-up", "kind", r.Job.Kind, "job_id", r.Job.ID)
+			w.deps.Logger.Warn("backstop re-enqueued a lost wake-up", jobAttrs(r.Job)...)
 		}
 	}
 	return nil

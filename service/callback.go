@@ -95,6 +95,10 @@ type callbackRequest struct {
 type outcome struct {
 	out CallbackResult
 	err error
+	// applied is true for the callback that ended its task, whose phase
+	// this is; repeats and rejections are not applied.
+	applied bool
+	phase   string
 }
 
 // applyCallbacks applies a group of callbacks in the caller's transaction
@@ -188,7 +192,9 @@ func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callba
 	for _, i := range valid {
 		if !applied[group[i].taskID] || first[group[i].taskID] != i {
 			explain = append(explain, i)
+			continue
 		}
+		outcomes[i].applied, outcomes[i].phase = true, tasks[group[i].taskID].Phase
 	}
 	if len(explain) == 0 {
 		return outcomes, nil

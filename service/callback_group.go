@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // Group commit of callbacks.
@@ -102,9 +105,22 @@ func (g *callbackGroups) commit(group []*callbackRequest) {
 			r.err = storageInputError(err)
 		} else {
 			r.out, r.err = outcomes[i].out, outcomes[i].err
+			if o := outcomes[i]; o.applied {
+				// Committed: counted once, by the callback that ended the task.
+				g.svc.metrics.TasksFinished(o.phase, taskOutcome(o.out.Status), 1)
+				g.svc.logger.Debug("callback applied", "batch_id", r.batchID, "task_id", r.taskID, "phase", o.phase, "status", o.out.Status)
+			}
 		}
 		close(r.done)
 	}
+}
+
+// taskOutcome is the metrics outcome of a task status a callback set.
+func taskOutcome(status string) string {
+	if status == string(phases.TaskCompleted) {
+		return metrics.TaskCompleted
+	}
+	return metrics.TaskFailed
 }
 
 // retryAlone tells whether a group's failure may be one member's doing, or

@@ -53,7 +53,7 @@ func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool
 		FROM files WHERE batch_id = $1`, batchID, testPhase)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return New(pool, rc, &config.Config{}, logger), pool
+	return New(pool, rc, &config.Config{}, logger, nil), pool
 }
 
 func token(taskID string) string { return "tok-" + taskID }

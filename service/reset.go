@@ -11,6 +11,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -23,6 +24,10 @@ const ResetMessage = "Manually reset by admin"
 // Resetting a batch already in ERROR changes nothing; a DONE batch cannot be
 // reset (ErrConflict).
 func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
+	var (
+		stopped *db.Batch // the batch as the reset left it; nil if it was in ERROR already
+		ended   int       // its open tasks, ended by the reset
+	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Exclusive: callbacks in flight (shared holders) finish first, and
@@ -37,14 +42,17 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		case "DONE":
 			return fmt.Errorf("%w: batch %s is DONE; there is nothing to reset", ErrConflict, batchID)
 		}
-		if _, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: ptr(ResetMessage)}); err != nil {
+		after, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: ptr(ResetMessage)})
+		if err != nil {
 			return err
 		}
+		stopped = &after
 		cancelled, err := s.cancelJobs(ctx, tx, batchID)
 		if err != nil {
 			return err
 		}
-		ended, destroyed, err := jobs.StopBatchWork(ctx, tx, s.river, func(phase string) string { return s.apps[phases.Name(phase)] },
+		var destroyed int
+		ended, destroyed, err = jobs.StopBatchWork(ctx, tx, s.river, func(phase string) string { return s.apps[phases.Name(phase)] },
 			batchID, "Batch reset by admin")
 		if err != nil {
 			return err
@@ -56,7 +64,11 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s.logger.Warn("batch reset by admin", "batch_id", batchID)
+	if stopped != nil {
+		s.metrics.TasksFinished(deref(stopped.Phase), metrics.TaskCancelled, ended)
+		s.metrics.BatchFinished(stopped.Status, stopped.CompletedAt.Sub(stopped.StartedAt))
+		s.logger.Warn("batch reset by admin", "batch_id", batchID, "phase", deref(stopped.Phase), "tasks_ended", ended)
+	}
 	return s.Status(ctx, batchID)
 }
 

@@ -28,7 +28,10 @@ import (
 // The change is recorded as an admin.retry event, plus a task.requeued
 // event per task.
 func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
-	var logAttrs []any
+	var (
+		logAttrs []any
+		resumed  bool // out of ERROR: the batch runs again
+	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Exclusive, as for a reset: no callback (shared holder) is midway,
@@ -46,6 +49,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		case "PENDING":
 			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", ErrConflict, batchID)
 		case "ERROR":
+			resumed = true
 			data["previous_error"] = deref(b.Error)
 			if b.Phase == nil {
 				// Failed before any phase: nothing was written but the batch
@@ -111,6 +115,9 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 	})
 	if err != nil {
 		return Status{}, err
+	}
+	if resumed {
+		s.metrics.BatchStarted()
 	}
 	s.logger.Warn("batch retried by admin", append([]any{"batch_id", batchID}, logAttrs...)...)
 	return s.Status(ctx, batchID)

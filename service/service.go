@@ -20,6 +20,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -36,16 +37,19 @@ type Service struct {
 	callbacks *callbackGroups
 	// hub wakes batch watches (Watch) on new events.
 	hub *eventHub
+	// metrics counts batches started and ended here and tasks ended by
+	// callbacks; nil counts nothing.
+	metrics *metrics.Metrics
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
-// be started in processes that do not work jobs.
-func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, logger *slog.Logger) *Service {
+// be started in processes that do not work jobs. m may be nil.
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, logger *slog.Logger, m *metrics.Metrics) *Service {
 	apps := make(map[phases.Name]string, len(cfg.Phases))
 	for name, p := range cfg.Phases {
 		apps[name] = p.FlyAppName
 	}
-	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger)}
+	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m}
 	committers := cfg.CallbackCommitters
 	if committers <= 0 {
 		committers = config.DefaultCallbackCommitters
@@ -103,6 +107,7 @@ func (s *Service) Create(ctx context.Context, msg manifest.QueueMessage, raw []b
 		return Accepted{}, err
 	}
 	if out.Created {
+		s.metrics.BatchStarted()
 		s.logger.Info("batch accepted", "batch_id", out.BatchID, "uploader", msg.Uploader, "total_files", msg.TotalFiles)
 	}
 	return out, nil

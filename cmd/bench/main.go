@@ -307,7 +307,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, cfg, logger), Pool: pool, Logger: logger})}
+	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, cfg, logger, nil), Pool: pool, Logger: logger})}
 	go srv.Serve(ln) //nolint:errcheck
 	defer srv.Close()
 

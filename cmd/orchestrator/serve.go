@@ -29,6 +29,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
@@ -85,8 +86,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	m := metrics.New(metrics.Config{Pool: pool, Runtime: true, Logger: logger})
+	stopMetrics, err := startMetrics(cfg, m, logger)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	riverClient, err := jobs.NewClient(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger,
+		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
 	}, jobs.ClientConfig{})
 	if err != nil {
 		return err
@@ -99,8 +106,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Warn("ADMIN_TOKEN is not set: admin routes refuse every request")
 	}
 	e := api.New(api.Config{
-		Service: service.New(pool, riverClient, cfg, logger), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
-		River: riverClient, Context: ctx,
+		Service: service.New(pool, riverClient, cfg, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		River: riverClient, Context: ctx, Metrics: m,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -203,7 +210,7 @@ func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (bl
 			}
 		}
 		logger.Info("no R2 settings: using the local S3 server", "endpoint", srv.Endpoint, "data_dir", srv.DataDir,
-			"access_key", cfg.LocalS3AccessKey, "buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket})
+			"buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket})
 		return store, nil
 	}
 	return blob.NewS3(blob.S3Config{
@@ -271,6 +278,27 @@ func workerBinary(configured string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no worker program for the local machine runner (looked for %s): build it with `make build` (it lands in bin/worker), set LOCAL_WORKER_BIN, or set FLY_API_TOKEN to run machines on Fly", strings.Join(candidates, ", "))
+}
+
+// startMetrics serves the Prometheus metrics at /metrics on METRICS_ADDR,
+// when it is set (off by default). The listener is apart from the API's:
+// the API is reached by workers and ingest, the metrics only by the
+// operator's scraper, so they need no credential. The returned function
+// stops it.
+func startMetrics(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (func(), error) {
+	if cfg.MetricsAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s (METRICS_ADDR): %w", cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	logger.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
+	return func() { _ = srv.Close() }, nil
 }
 
 // startProfiling serves net/http/pprof on PPROF_ADDR and records a CPU

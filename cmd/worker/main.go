@@ -40,6 +40,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 	"github.com/arke-institute/orchestrator/worker/imageworker"
 	"github.com/arke-institute/orchestrator/worker/tiffworker"
@@ -86,8 +87,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	kind := worker.Kind(args[0])
 
+	phase := phases.TIFFConversion
+	if kind == worker.KindImage {
+		phase = phases.ImageProcessing
+	}
 	log := newLogger(getenv, stderr).With("worker", string(kind),
-		"task_id", getenv("TASK_ID"), "batch_id", getenv("BATCH_ID"))
+		"task_id", getenv("TASK_ID"), "batch_id", getenv("BATCH_ID"), "phase", string(phase))
 	cfg, envErr := worker.ParseEnv(kind, getenv)
 	if !cfg.Callback.Complete() {
 		log.Error("cannot report to the orchestrator", "error", envErr.Error())

@@ -188,7 +188,7 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 	}
 	b.log.DebugContext(ctx, "machine launched",
 		"app", spec.App, "machine_id", m.ID, "machine_name", spec.Name,
-		"task_id", spec.TaskID, "batch_id", spec.BatchID, "state", m.State)
+		"task_id", spec.TaskID, "batch_id", spec.BatchID, "phase", spec.Phase, "state", m.State)
 	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID}, nil
 }
 

@@ -115,9 +115,9 @@ var _ compute.Backend = (*Backend)(nil)
 // machine is one launch. Fields other than the immutable ones are guarded
 // by Backend.mu.
 type machine struct {
-	id, app, taskID, batchID string
-	argv                     []string
-	env                      []string
+	id, app, taskID, batchID, phase string
+	argv                            []string
+	env                             []string
 
 	state     string
 	cmd       *exec.Cmd
@@ -234,6 +234,7 @@ func (b *Backend) Launch(_ context.Context, spec compute.MachineSpec) (compute.M
 		app:     spec.App,
 		taskID:  spec.TaskID,
 		batchID: spec.BatchID,
+		phase:   spec.Phase,
 		argv:    argv,
 		env:     b.environ(spec.Env),
 		state:   StateCreated,
@@ -415,7 +416,11 @@ func (b *Backend) wait(m *machine) {
 
 // attrs are the log attributes naming m, followed by extra key-value pairs.
 func (b *Backend) attrs(m *machine, extra ...any) []any {
-	return append([]any{"machine_id", m.id, "app", m.app, "task_id", m.taskID, "batch_id", m.batchID}, extra...)
+	attrs := []any{"machine_id", m.id, "app", m.app, "task_id", m.taskID, "batch_id", m.batchID}
+	if m.phase != "" {
+		attrs = append(attrs, "phase", m.phase)
+	}
+	return append(attrs, extra...)
 }
 
 // view is m as the launcher sees it. b.mu must be held.

@@ -211,7 +211,7 @@ func (p *peer) spec(app, task string) compute.MachineSpec {
 	p.tokens[task] = token
 	p.mu.Unlock()
 	return compute.MachineSpec{
-		App: app, Name: task, TaskID: task, BatchID: "batch1",
+		App: app, Name: task, TaskID: task, BatchID: "batch1", Phase: "TIFF_CONVERSION",
 		Env: map[string]string{
 			"TASK_ID":              task,
 			"BATCH_ID":             "batch1",
@@ -365,8 +365,8 @@ func TestEnvironmentContract(t *testing.T) {
 		30*time.Second, 5*time.Millisecond)
 	out := logs.String()
 	for _, want := range []string{
-		`"level":"DEBUG","msg":"worker output","machine_id":"` + m.ID + `","app":"report-app","task_id":"task1","batch_id":"batch1","stream":"stdout","line":"hello from stdout"`,
-		`"level":"INFO","msg":"worker output","machine_id":"` + m.ID + `","app":"report-app","task_id":"task1","batch_id":"batch1","stream":"stderr","line":"hello from stderr"`,
+		`"level":"DEBUG","msg":"worker output","machine_id":"` + m.ID + `","app":"report-app","task_id":"task1","batch_id":"batch1","phase":"TIFF_CONVERSION","stream":"stdout","line":"hello from stdout"`,
+		`"level":"INFO","msg":"worker output","machine_id":"` + m.ID + `","app":"report-app","task_id":"task1","batch_id":"batch1","phase":"TIFF_CONVERSION","stream":"stderr","line":"hello from stderr"`,
 		`"exit_code":0`,
 	} {
 		require.Contains(t, out, want)

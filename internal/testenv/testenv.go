@@ -30,6 +30,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -50,6 +51,9 @@ type Env struct {
 	River  *river.Client[pgx.Tx]
 	Config *config.Config
 	Server *httptest.Server
+	// Metrics is the orchestrator's metrics, on a registry of this Env's
+	// own.
+	Metrics *metrics.Metrics
 }
 
 // Options adjust an Env.
@@ -66,6 +70,9 @@ type Options struct {
 	NoSweep bool
 	// NoWorkers starts no River workers: jobs are only inserted.
 	NoWorkers bool
+	// Logger replaces the default logger, which sends warnings and errors
+	// to the test log.
+	Logger *slog.Logger
 }
 
 // testSettings make batches move fast in tests.
@@ -124,11 +131,15 @@ func New(t *testing.T, opts Options) *Env {
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := settings[k]; return v, ok })
 	require.NoError(t, err)
 
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	m := metrics.New(metrics.Config{Pool: pool, Logger: logger})
 	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
 	require.NoError(t, err)
 	client, err := jobs.NewClient(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger,
+		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
 	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep})
 	require.NoError(t, err)
 	if !opts.NoWorkers {
@@ -145,11 +156,11 @@ func New(t *testing.T, opts Options) *Env {
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
-		Service: service.New(pool, client, cfg, logger), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
-		River: client, Context: apiCtx,
+		Service: service.New(pool, client, cfg, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		River: client, Context: apiCtx, Metrics: m,
 	})
 	handler.Store(&h)
-	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv}
+	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv, Metrics: m}
 }
 
 // PutObject stores body at key in the test's bucket.

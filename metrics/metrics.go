@@ -1,0 +1,374 @@
+// Package metrics holds the orchestrator's Prometheus metrics: a registry of
+// its own (tests make fresh ones; nothing goes to the global default
+// registry), typed helpers that the jobs, the service and the API call where
+// things happen, and a collector that reports River's queue depth at scrape
+// time.
+//
+// Every name starts with orchestrator_. Labels are few-valued on purpose
+// (phase, status, outcome, reason, HTTP code, queue, job state): never a
+// batch or task id, which would make a series per batch.
+//
+// A nil *Metrics is valid and records nothing, so code and tests that do not
+// care about metrics pass none.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Task outcomes (the outcome label of orchestrator_tasks_finished_total).
+const (
+	// TaskCompleted: the worker's success callback was applied.
+	TaskCompleted = "completed"
+	// TaskFailed: the worker's error callback was applied, or no machine
+	// could be launched for the task.
+	TaskFailed = "failed"
+	// TaskTimedOut: the task was still processing at its deadline.
+	TaskTimedOut = "timed_out"
+	// TaskCancelled: the task was still open when its batch was reset by
+	// an admin or failed.
+	TaskCancelled = "cancelled"
+)
+
+// Launch failure reasons (the reason label of
+// orchestrator_machine_launch_failures_total).
+const (
+	// LaunchRateLimited: the provider answered 429.
+	LaunchRateLimited = "rate_limited"
+	// Launch4xx: the provider refused the request with another 4xx.
+	Launch4xx = "4xx"
+	// Launch5xx: the provider answered 5xx.
+	Launch5xx = "5xx"
+	// LaunchNetwork: no answer came (a transport error or a timeout).
+	LaunchNetwork = "network"
+	// LaunchOther: a failure before any request was made (say, an invalid
+	// app name refused by the backend itself).
+	LaunchOther = "other"
+)
+
+// Callback rejection reasons (the reason label of
+// orchestrator_callbacks_rejected_total).
+const (
+	// RejectedBadToken: the bearer token is missing or wrong (401).
+	RejectedBadToken = "bad_token"
+	// RejectedUnknownTask: no such batch or task (404).
+	RejectedUnknownTask = "unknown_task"
+	// RejectedMalformed: the body is not a valid callback (400).
+	RejectedMalformed = "malformed"
+	// RejectedTooLarge: the body is over the size limit (413).
+	RejectedTooLarge = "too_large"
+	// RejectedTaskEnded: the task had already timed out or its batch was
+	// reset (409).
+	RejectedTaskEnded = "task_ended"
+)
+
+// Callback results (the result label of
+// orchestrator_callback_duration_seconds).
+const (
+	// CallbackApplied: the callback ended its task.
+	CallbackApplied = "applied"
+	// CallbackDuplicate: a repeat of the callback that ended its task;
+	// nothing changed.
+	CallbackDuplicate = "duplicate"
+	// CallbackRejected: refused (see the rejection reasons).
+	CallbackRejected = "rejected"
+	// CallbackError: the orchestrator failed to handle it (5xx, or the
+	// caller hung up first).
+	CallbackError = "error"
+)
+
+// riverJobStates are every state a River job can be in, so that the queue
+// depth reports 0 for empty states instead of dropping their series.
+var riverJobStates = []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}
+
+// DefaultQueueQueryTimeout bounds the queue depth query of one scrape.
+const DefaultQueueQueryTimeout = 2 * time.Second
+
+// Config says what a Metrics reports besides the orchestrator's own counters.
+type Config struct {
+	// Pool, when set, is queried at each scrape for River's queue depth
+	// (orchestrator_river_jobs).
+	Pool *pgxpool.Pool
+	// QueueQueryTimeout bounds that query, so a slow database cannot hang a
+	// scrape; default DefaultQueueQueryTimeout.
+	QueueQueryTimeout time.Duration
+	// Runtime adds the Go runtime and process collectors (go_*, process_*).
+	Runtime bool
+	// Logger receives failures of the queue depth query; nil discards them.
+	Logger *slog.Logger
+}
+
+// Metrics is the orchestrator's set of metrics and their registry. Its
+// methods are safe for concurrent use, and do nothing on a nil *Metrics.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	batchesStarted    prometheus.Counter
+	batchesFinished   *prometheus.CounterVec
+	batchDuration     *prometheus.HistogramVec
+	tasksFinished     *prometheus.CounterVec
+	launches          *prometheus.CounterVec
+	launchFailures    *prometheus.CounterVec
+	phaseRetries      *prometheus.CounterVec
+	callbackDuration  *prometheus.HistogramVec
+	callbacksRejected *prometheus.CounterVec
+	ingestAttempts    prometheus.Counter
+	ingestFailures    prometheus.Counter
+}
+
+// New returns a Metrics with a fresh registry.
+func New(cfg Config) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		batchesStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orchestrator_batches_started_total",
+			Help: "Batches that began running: accepted at intake, or resumed from ERROR by an admin retry.",
+		}),
+		batchesFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_batches_finished_total",
+			Help: "Batches that ended, by final status (DONE or ERROR).",
+		}, []string{"status"}),
+		batchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orchestrator_batch_duration_seconds",
+			Help: "Time from a batch's acceptance to its end, by final status.",
+			// 1 s to about 18 hours.
+			Buckets: prometheus.ExponentialBuckets(1, 2, 17),
+		}, []string{"status"}),
+		tasksFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_tasks_finished_total",
+			Help: "Tasks that ended, by phase and outcome (completed, failed, timed_out, cancelled).",
+		}, []string{"phase", "outcome"}),
+		launches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_machine_launches_total",
+			Help: "Machines launched for tasks, by phase (including those found after an ambiguous launch failure).",
+		}, []string{"phase"}),
+		launchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_machine_launch_failures_total",
+			Help: "Failed machine launch requests, by phase and reason (rate_limited, 4xx, 5xx, network, other).",
+		}, []string{"phase", "reason"}),
+		phaseRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_phase_retries_total",
+			Help: "Phase-level launch retries scheduled after a launch error, by phase.",
+		}, []string{"phase"}),
+		callbackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orchestrator_callback_duration_seconds",
+			Help:    "Time to handle a worker's callback (POST /callback/...), by result (applied, duplicate, rejected, error).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"result"}),
+		callbacksRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_callbacks_rejected_total",
+			Help: "Callbacks refused, by reason (bad_token, unknown_task, malformed, too_large, task_ended).",
+		}, []string{"reason"}),
+		ingestAttempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orchestrator_ingest_attempts_total",
+			Help: "Attempts to deliver a finished batch's manifest to ingest.",
+		}),
+		ingestFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orchestrator_ingest_failures_total",
+			Help: "Failed attempts to deliver a finished batch's manifest to ingest (each is retried with backoff).",
+		}),
+	}
+	m.reg.MustRegister(m.batchesStarted, m.batchesFinished, m.batchDuration, m.tasksFinished, m.launches,
+		m.launchFailures, m.phaseRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures)
+	if cfg.Pool != nil {
+		timeout := cfg.QueueQueryTimeout
+		if timeout <= 0 {
+			timeout = DefaultQueueQueryTimeout
+		}
+		logger := cfg.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		m.reg.MustRegister(newQueueCollector(cfg.Pool, timeout, logger))
+	}
+	if cfg.Runtime {
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return m
+}
+
+// Registry is where every metric is registered, for tests and for adding
+// collectors.
+func (m *Metrics) Registry() *prometheus.Registry {
+	if m == nil {
+		return prometheus.NewRegistry()
+	}
+	return m.reg
+}
+
+// Handler serves the registry in Prometheus' text (or OpenMetrics) format.
+// A collector that fails is reported in the answer's log and left out; the
+// rest is still served.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// BatchStarted counts a batch that began running.
+func (m *Metrics) BatchStarted() {
+	if m == nil {
+		return
+	}
+	m.batchesStarted.Inc()
+}
+
+// BatchFinished counts a batch that ended with status (DONE or ERROR) and
+// observes how long it ran since it was accepted.
+func (m *Metrics) BatchFinished(status string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.batchesFinished.WithLabelValues(status).Inc()
+	m.batchDuration.WithLabelValues(status).Observe(max(took, 0).Seconds())
+}
+
+// TasksFinished counts n tasks of phase that ended with outcome (TaskCompleted,
+// TaskFailed, TaskTimedOut or TaskCancelled).
+func (m *Metrics) TasksFinished(phase, outcome string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.tasksFinished.WithLabelValues(phase, outcome).Add(float64(n))
+}
+
+// MachineLaunched counts a machine launched for a task of phase.
+func (m *Metrics) MachineLaunched(phase string) {
+	if m == nil {
+		return
+	}
+	m.launches.WithLabelValues(phase).Inc()
+}
+
+// LaunchFailed counts a failed launch request for a task of phase, with
+// reason one of the Launch* constants.
+func (m *Metrics) LaunchFailed(phase, reason string) {
+	if m == nil {
+		return
+	}
+	m.launchFailures.WithLabelValues(phase, reason).Inc()
+}
+
+// PhaseRetried counts a phase-level retry scheduled after a launch error.
+func (m *Metrics) PhaseRetried(phase string) {
+	if m == nil {
+		return
+	}
+	m.phaseRetries.WithLabelValues(phase).Inc()
+}
+
+// CallbackHandled observes the time taken by one callback request and its
+// result (a Callback* constant).
+func (m *Metrics) CallbackHandled(result string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.callbackDuration.WithLabelValues(result).Observe(took.Seconds())
+}
+
+// CallbackRejected counts a refused callback, with reason one of the
+// Rejected* constants.
+func (m *Metrics) CallbackRejected(reason string) {
+	if m == nil {
+		return
+	}
+	m.callbacksRejected.WithLabelValues(reason).Inc()
+}
+
+// IngestAttempted counts one attempt to deliver a batch to ingest, failed
+// or not.
+func (m *Metrics) IngestAttempted(failed bool) {
+	if m == nil {
+		return
+	}
+	m.ingestAttempts.Inc()
+	if failed {
+		m.ingestFailures.Inc()
+	}
+}
+
+// queueCollector reports how many River jobs are in each (queue, state), by
+// asking the database at scrape time.
+type queueCollector struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+	logger  *slog.Logger
+	depth   *prometheus.Desc
+	errors  prometheus.Counter
+}
+
+func newQueueCollector(pool *pgxpool.Pool, timeout time.Duration, logger *slog.Logger) *queueCollector {
+	return &queueCollector{
+		pool: pool, timeout: timeout, logger: logger,
+		depth: prometheus.NewDesc("orchestrator_river_jobs",
+			"River jobs by queue and state, read from river_job at scrape time.", []string{"queue", "state"}, nil),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orchestrator_river_jobs_scrape_errors_total",
+			Help: "Scrapes whose River queue depth query failed or timed out (orchestrator_river_jobs is then left out).",
+		}),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.depth
+	c.errors.Describe(ch)
+}
+
+// queueDepthSQL counts jobs by queue and state. Completed jobs are kept for
+// a day, so this scans what River keeps; the timeout bounds it.
+const queueDepthSQL = `SELECT queue, state::text, count(*) FROM river_job GROUP BY 1, 2`
+
+// Collect implements prometheus.Collector. A query that fails or takes
+// longer than the timeout leaves the depth out of this scrape (and counts
+// the failure) rather than failing or holding up the whole scrape.
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	defer func() { ch <- c.errors }()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, queueDepthSQL)
+	if err != nil {
+		c.failed(err)
+		return
+	}
+	counts := map[string]map[string]int64{}
+	var (
+		queue, state string
+		n            int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&queue, &state, &n); err != nil {
+			rows.Close()
+			c.failed(err)
+			return
+		}
+		if counts[queue] == nil {
+			counts[queue] = map[string]int64{}
+		}
+		counts[queue][state] = n
+	}
+	if err := rows.Err(); err != nil {
+		c.failed(err)
+		return
+	}
+	for queue, byState := range counts {
+		for _, s := range riverJobStates {
+			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(byState[s]), queue, s)
+			delete(byState, s)
+		}
+		for s, n := range byState { // a state added by a newer River
+			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(n), queue, s)
+		}
+	}
+}
+
+func (c *queueCollector) failed(err error) {
+	c.errors.Inc()
+	c.logger.Warn("reading River queue depth for metrics", "error", err, "timeout_ms", c.timeout.Milliseconds())
+}

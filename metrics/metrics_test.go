@@ -1,0 +1,150 @@
+package metrics_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/metrics"
+)
+
+// TestNilMetricsRecordNothing holds that code given no metrics runs as if
+// it had some.
+func TestNilMetricsRecordNothing(t *testing.T) {
+	t.Parallel()
+	var m *metrics.Metrics
+	m.BatchStarted()
+	m.BatchFinished("DONE", time.Second)
+	m.TasksFinished("TIFF_CONVERSION", metrics.TaskCompleted, 3)
+	m.MachineLaunched("TIFF_CONVERSION")
+	m.LaunchFailed("TIFF_CONVERSION", metrics.Launch5xx)
+	m.PhaseRetried("TIFF_CONVERSION")
+	m.CallbackHandled(metrics.CallbackApplied, time.Millisecond)
+	m.CallbackRejected(metrics.RejectedBadToken)
+	m.IngestAttempted(true)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+}
+
+// TestTextFormat holds the names, labels and types a scraper sees.
+func TestTextFormat(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Config{})
+	m.BatchStarted()
+	m.BatchFinished("DONE", 90*time.Second)
+	m.TasksFinished("IMAGE_PROCESSING", metrics.TaskTimedOut, 2)
+	m.TasksFinished("IMAGE_PROCESSING", metrics.TaskTimedOut, 0) // counts nothing
+	m.LaunchFailed("IMAGE_PROCESSING", metrics.LaunchRateLimited)
+	m.CallbackRejected(metrics.RejectedMalformed)
+	m.IngestAttempted(false)
+	m.IngestAttempted(true)
+
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP orchestrator_batches_started_total Batches that began running: accepted at intake, or resumed from ERROR by an admin retry.
+# TYPE orchestrator_batches_started_total counter
+orchestrator_batches_started_total 1
+# HELP orchestrator_batches_finished_total Batches that ended, by final status (DONE or ERROR).
+# TYPE orchestrator_batches_finished_total counter
+orchestrator_batches_finished_total{status="DONE"} 1
+# HELP orchestrator_tasks_finished_total Tasks that ended, by phase and outcome (completed, failed, timed_out, cancelled).
+# TYPE orchestrator_tasks_finished_total counter
+orchestrator_tasks_finished_total{outcome="timed_out",phase="IMAGE_PROCESSING"} 2
+# HELP orchestrator_machine_launch_failures_total Failed machine launch requests, by phase and reason (rate_limited, 4xx, 5xx, network, other).
+# TYPE orchestrator_machine_launch_failures_total counter
+orchestrator_machine_launch_failures_total{phase="IMAGE_PROCESSING",reason="rate_limited"} 1
+# HELP orchestrator_callbacks_rejected_total Callbacks refused, by reason (bad_token, unknown_task, malformed, too_large, task_ended).
+# TYPE orchestrator_callbacks_rejected_total counter
+orchestrator_callbacks_rejected_total{reason="malformed"} 1
+# HELP orchestrator_ingest_attempts_total Attempts to deliver a finished batch's manifest to ingest.
+# TYPE orchestrator_ingest_attempts_total counter
+orchestrator_ingest_attempts_total 2
+# HELP orchestrator_ingest_failures_total Failed attempts to deliver a finished batch's manifest to ingest (each is retried with backoff).
+# TYPE orchestrator_ingest_failures_total counter
+orchestrator_ingest_failures_total 1
+`), "orchestrator_batches_started_total", "orchestrator_batches_finished_total", "orchestrator_tasks_finished_total",
+		"orchestrator_machine_launch_failures_total", "orchestrator_callbacks_rejected_total",
+		"orchestrator_ingest_attempts_total", "orchestrator_ingest_failures_total"))
+
+	// The 90 s batch lands in the 128 s bucket and above.
+	body := scrape(t, m)
+	require.Contains(t, body, `orchestrator_batch_duration_seconds_bucket{status="DONE",le="64"} 0`)
+	require.Contains(t, body, `orchestrator_batch_duration_seconds_bucket{status="DONE",le="128"} 1`)
+	require.Contains(t, body, `orchestrator_batch_duration_seconds_sum{status="DONE"} 90`)
+	require.NotContains(t, body, "go_goroutines", "runtime collectors only when asked for")
+	require.Contains(t, scrape(t, metrics.New(metrics.Config{Runtime: true})), "go_goroutines")
+}
+
+// TestRiverQueueDepth holds that the queue depth is read from river_job at
+// each scrape, every state reported, and that a database too slow to answer
+// leaves the depth out of the scrape rather than holding it up.
+func TestRiverQueueDepth(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	insert := func(queue, state string, n int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, finalized_at)
+			SELECT '{}', 'test', 1, $1, $2::river_job_state,
+				CASE WHEN $2 IN ('completed', 'cancelled', 'discarded') THEN now() END
+			FROM generate_series(1, $3)`, queue, state, n)
+		require.NoError(t, err)
+	}
+	insert("default", "available", 3)
+	insert("default", "completed", 2)
+	insert("other", "scheduled", 1)
+
+	m := metrics.New(metrics.Config{Pool: pool, QueueQueryTimeout: 300 * time.Millisecond})
+	body := scrape(t, m)
+	for _, want := range []string{
+		`orchestrator_river_jobs{queue="default",state="available"} 3`,
+		`orchestrator_river_jobs{queue="default",state="completed"} 2`,
+		`orchestrator_river_jobs{queue="default",state="running"} 0`,
+		`orchestrator_river_jobs{queue="other",state="scheduled"} 1`,
+		`orchestrator_river_jobs{queue="other",state="available"} 0`,
+		`orchestrator_river_jobs_scrape_errors_total 0`,
+	} {
+		require.Contains(t, body, want)
+	}
+	insert("default", "available", 1)
+	require.Contains(t, scrape(t, m), `orchestrator_river_jobs{queue="default",state="available"} 4`)
+
+	// A transaction holding river_job locked stands for a database too slow
+	// to answer.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, `LOCK TABLE river_job IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	start := time.Now()
+	body = scrape(t, m)
+	require.Less(t, time.Since(start), 5*time.Second, "the scrape waited for the database")
+	require.NotContains(t, body, "orchestrator_river_jobs{")
+	require.Contains(t, body, `orchestrator_river_jobs_scrape_errors_total 1`)
+	require.Contains(t, body, `orchestrator_batches_started_total 0`, "the rest is still served")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Contains(t, scrape(t, m), `orchestrator_river_jobs{queue="default",state="available"} 4`)
+}
+
+// scrape GETs /metrics from m's handler in the text format.
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain"), resp.Header.Get("Content-Type"))
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
