@@ -97,7 +97,19 @@ CREATE TRIGGER task_counts_truncate
     AFTER TRUNCATE ON tasks
     FOR EACH STATEMENT EXECUTE FUNCTION task_counts_truncate();
 
+-- The launcher claims a phase's pending tasks in creation order. One index
+-- now serves that and every lookup by (batch, phase, status): with two, the
+-- planner, right after a transition's COPY and before any ANALYZE, took the
+-- one without the order and sorted every pending task of the phase to claim
+-- 256 of them (90 ms a claim at 100,000 files, and quadratic overall).
+CREATE INDEX tasks_batch_phase_status_created_idx ON tasks (batch_id, phase, status, created_at, id);
+DROP INDEX tasks_batch_phase_status_idx;
+DROP INDEX tasks_pending_idx;
+
 -- +goose Down
+CREATE INDEX tasks_pending_idx ON tasks (batch_id, phase, created_at, id) WHERE status = 'pending';
+CREATE INDEX tasks_batch_phase_status_idx ON tasks (batch_id, phase, status);
+DROP INDEX tasks_batch_phase_status_created_idx;
 DROP TRIGGER task_counts_truncate ON tasks;
 DROP TRIGGER task_counts_delete ON tasks;
 DROP TRIGGER task_counts_update ON tasks;
