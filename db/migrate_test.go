@@ -49,7 +49,11 @@ func TestMigrateConcurrentlyFromEmpty(t *testing.T) {
 	require.NoError(t, db.Migrate(ctx, pool, logger))
 }
 
-func TestOpenTaskCountUsesIndexOnly(t *testing.T) {
+// The launcher's claim reads pending tasks in creation order straight from
+// an index and stops after the first few hundred; it must never sort every
+// pending task of the phase (what it did when an index on (batch, phase,
+// status) without the order was there to choose).
+func TestClaimReadsPendingTasksInIndexOrder(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
@@ -60,8 +64,9 @@ func TestOpenTaskCountUsesIndexOnly(t *testing.T) {
 	// see which index the query is served by.
 	_, err = conn.Exec(ctx, `SET enable_seqscan = off`)
 	require.NoError(t, err)
-	rows, err := conn.Query(ctx, `EXPLAIN SELECT count(*) FROM tasks
-		WHERE batch_id = 'b' AND phase = 'TIFF_CONVERSION' AND status IN ('pending', 'processing')`)
+	rows, err := conn.Query(ctx, `EXPLAIN SELECT id FROM tasks
+		WHERE batch_id = 'b' AND phase = 'TIFF_CONVERSION' AND status = 'pending'
+		ORDER BY created_at, id LIMIT 256 FOR UPDATE SKIP LOCKED`)
 	require.NoError(t, err)
 	var plan strings.Builder
 	for rows.Next() {
@@ -70,5 +75,6 @@ func TestOpenTaskCountUsesIndexOnly(t *testing.T) {
 		plan.WriteString(line + "\n")
 	}
 	require.NoError(t, rows.Err())
-	require.Contains(t, plan.String(), "Index Only Scan using tasks_batch_phase_status_idx")
+	require.Contains(t, plan.String(), "Index Scan using tasks_batch_phase_status_created_idx")
+	require.NotContains(t, plan.String(), "Sort")
 }

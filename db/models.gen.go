@@ -98,3 +98,10 @@ type Task struct {
 	UpdatedAt  time.Time
 	EndedBy    *string
 }
+
+type TaskCount struct {
+	BatchID string
+	Phase   string
+	Status  string
+	N       int64
+}

@@ -91,6 +91,8 @@ var testSettings = map[string]string{
 func New(t *testing.T, opts Options) *Env {
 	t.Helper()
 	pool := dbtest.New(t)
+	// Runs after every other cleanup (the orchestrator has stopped).
+	t.Cleanup(func() { requireTaskCountsExact(t, pool) })
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket(t)
 	scfg := s3.Config()
@@ -272,4 +274,25 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// requireTaskCountsExact fails the test when the counters the triggers keep
+// (task_counts) differ from counting the tasks, whatever the test did to them.
+func requireTaskCountsExact(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT coalesce(c.batch_id, k.batch_id), coalesce(c.phase, k.phase), coalesce(c.status, k.status),
+			coalesce(c.n, 0), coalesce(k.n, 0)
+		FROM (SELECT batch_id, phase, status, count(*) AS n FROM tasks GROUP BY 1, 2, 3) c
+		FULL JOIN (SELECT * FROM task_counts WHERE n <> 0) k USING (batch_id, phase, status)
+		WHERE c.n IS DISTINCT FROM k.n`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var batch, phase, status string
+		var counted, kept int64
+		require.NoError(t, rows.Scan(&batch, &phase, &status, &counted, &kept))
+		t.Errorf("task_counts of batch %s, phase %s, status %s: %d, but %d tasks", batch, phase, status, kept, counted)
+	}
+	require.NoError(t, rows.Err())
 }
