@@ -44,9 +44,9 @@ SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message
 
 // BatchGetByIDForUpdate locks the batch row against other writers of it.
 // FOR NO KEY UPDATE, not FOR UPDATE: we never change the key, and the weaker
-// lock does not block the FOR KEY SHARE that every insert referencing the
-// batch (events, files, tasks) takes for its foreign key, so callbacks never
-// queue behind a transition on the batch row.
+// lock does not block the FOR KEY SHARE that an insert into task_counts takes
+// for its foreign key, so callbacks never queue behind a transition on the
+// batch row. (Files, tasks and events have no foreign keys: migration 00005.)
 func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, error) {
 	row := q.db.QueryRow(ctx, batchGetByIDForUpdate, id)
 	var i Batch

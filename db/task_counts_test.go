@@ -80,7 +80,10 @@ func TestTaskCountsFollowTasks(t *testing.T) {
 		{Phase: "TIFF_CONVERSION", Status: "pending", Count: 8},
 	}, counts)
 
-	// Deleting a batch takes its tasks and counters with it.
+	// Deleting a batch: its tasks (no cascade since migration 00005), then
+	// the batch, which takes its counters with it.
+	_, err = pool.Exec(ctx, `DELETE FROM tasks WHERE batch_id = 'b1'`)
+	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `DELETE FROM batches WHERE id = 'b1'`)
 	require.NoError(t, err)
 	requireCounts(t, pool, map[string]int64{

@@ -16,9 +16,9 @@ SELECT * FROM batches WHERE id = $1;
 
 -- BatchGetByIDForUpdate locks the batch row against other writers of it.
 -- FOR NO KEY UPDATE, not FOR UPDATE: we never change the key, and the weaker
--- lock does not block the FOR KEY SHARE that every insert referencing the
--- batch (events, files, tasks) takes for its foreign key, so callbacks never
--- queue behind a transition on the batch row.
+-- lock does not block the FOR KEY SHARE that an insert into task_counts takes
+-- for its foreign key, so callbacks never queue behind a transition on the
+-- batch row. (Files, tasks and events have no foreign keys: migration 00005.)
 -- name: BatchGetByIDForUpdate :one
 SELECT * FROM batches WHERE id = $1 FOR NO KEY UPDATE;
 
