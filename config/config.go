@@ -255,7 +255,7 @@ func localURL(addr string) string {
 // LogValue is the configuration as logs may show it: the secrets (tokens,
 // storage keys, the database password) only say whether they are set, so
 // logging a Config, even by mistake, leaks none of them.
-func (c *Config) LogValue() slog.Value {
+func (c Config) LogValue() slog.Value {
 	set := func(v string) string {
 		if v == "" {
 			return ""
@@ -263,8 +263,8 @@ func (c *Config) LogValue() slog.Value {
 		return "[set]"
 	}
 	dbURL := set(c.DatabaseURL)
-	if u, err := url.Parse(c.DatabaseURL); err == nil && u.Scheme != "" && !u.Query().Has("password") {
-		dbURL = u.Redacted() // a keyword/value string, or a password in the query, stays "[set]"
+	if u, err := url.Parse(c.DatabaseURL); err == nil && u.Scheme != "" {
+		dbURL = redactURL(c.DatabaseURL) // a keyword/value string stays "[set]"
 	}
 	attrs := []slog.Attr{
 		slog.String("database_url", dbURL),
@@ -297,16 +297,31 @@ func (c *Config) LogValue() slog.Value {
 
 // String is LogValue's text, so that printing a Config (%v, %s) shows no
 // secret either.
-func (c *Config) String() string { return c.LogValue().String() }
+func (c Config) String() string { return c.LogValue().String() }
 
 // GoString is String, for %#v.
-func (c *Config) GoString() string { return c.String() }
+func (c Config) GoString() string { return c.String() }
 
-// redactURL masks the password of a URL's user info, if it has one.
+// redactURL masks the password of a URL's user info, if it has one, and
+// the values of query parameters that may hold a secret (password,
+// sslpassword, token, key, secret, signature, ...).
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "[invalid URL]"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			lk := strings.ToLower(k)
+			for _, w := range []string{"password", "token", "key", "secret", "signature", "credential"} {
+				if strings.Contains(lk, w) {
+					q[k] = []string{"xxxxx"}
+					break
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }

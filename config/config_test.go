@@ -127,18 +127,23 @@ func TestLoggingHidesSecrets(t *testing.T) {
 		"FLY_API_TOKEN":        "fly-token-5",
 		"LOCAL_S3_SECRET_KEY":  "local-secret-6",
 		"WORKER_URL":           "https://ingest:ingest-password-7@ingest.example",
-		"R2_ENDPOINT":          "https://r2.example",
+		"R2_ENDPOINT":          "https://r2.example?X-Amz-Signature=sig-8&region=auto",
+		"CDN_PUBLIC_URL":       "https://cdn.example/?token=cdn-token-9",
 	}
 	c, err := Load(lookup(env))
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "config", c)
-	out := buf.String() + fmt.Sprint(c) + fmt.Sprintf("%v %+v %#v %s", c, c, c, c)
-	for _, secret := range []string{"password-1", "token-2", "key-3", "key-4", "token-5", "secret-6", "password-7"} {
+	// A Config value, not only a pointer, is printed without its secrets.
+	out := buf.String() + fmt.Sprint(c) + fmt.Sprintf("%v %+v %#v %s", c, c, c, c) + fmt.Sprintf("%v %+v", *c, *c)
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", *c)
+	out += buf.String()
+	for _, secret := range []string{"password-1", "token-2", "key-3", "key-4", "token-5", "secret-6", "password-7", "sig-8", "cdn-token-9"} {
 		require.NotContains(t, out, secret)
 	}
 	require.Contains(t, out, "db.internal:5432")
 	require.Contains(t, out, "[set]")
 	require.Contains(t, out, "https://r2.example")
+	require.Contains(t, out, "region=auto")
 }

@@ -192,7 +192,7 @@ func (q *Queries) TaskCountByBatch(ctx context.Context, batchID string) ([]TaskC
 }
 
 const taskCountPending = `-- name: TaskCountPending :one
-SELECT count(*)::bigint FROM tasks
+SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = $1 AND phase = $2 AND status = 'pending'
 `
 
@@ -201,6 +201,8 @@ type TaskCountPendingParams struct {
 	Phase   string
 }
 
+// TaskCountPending is how many tasks of a phase wait for a launch, from the
+// counters (task_counts).
 func (q *Queries) TaskCountPending(ctx context.Context, arg TaskCountPendingParams) (int64, error) {
 	row := q.db.QueryRow(ctx, taskCountPending, arg.BatchID, arg.Phase)
 	var column_1 int64

@@ -121,6 +121,9 @@ type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
+// StatementTimeout bounds each report's query.
+const StatementTimeout = "5min"
+
 // Run runs the report called name in a read-only transaction.
 func Run(ctx context.Context, db Beginner, name string, p Params) (*Result, error) {
 	r, err := Get(name)
@@ -136,6 +139,11 @@ func Run(ctx context.Context, db Beginner, name string, p Params) (*Result, erro
 	}
 	// Read only: there is never anything to commit.
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	// A long read-only transaction on the primary holds back vacuum of the
+	// tables callbacks update: a report gets a bounded time.
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+StatementTimeout+"'"); err != nil {
+		return nil, fmt.Errorf("report %s: %w", name, err)
+	}
 
 	rows, err := tx.Query(ctx, r.SQL, pgx.NamedArgs{"since": p.Since, "limit": p.Limit})
 	if err != nil {

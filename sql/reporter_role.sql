@@ -3,7 +3,9 @@
 --
 -- Run it once, in the orchestrator's database, as the role that owns the
 -- tables (the one `orchestrator migrate` connects as), which also needs the
--- CREATEROLE attribute, or as a superuser:
+-- CREATEROLE attribute. (As a superuser, the default privileges below would
+-- cover the superuser's future tables, not the owner's: add
+-- `FOR ROLE <owner>` to that line.)
 --
 --   psql "$DATABASE_URL" -f sql/reporter_role.sql
 --   psql "$DATABASE_URL" -c '\password reporter'
@@ -17,5 +19,6 @@ GRANT SELECT ON ALL TABLES IN SCHEMA public TO reporter;
 -- Tables that later migrations create: readable too (this applies to tables
 -- created by the role running this script, hence "as the owner" above).
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO reporter;
--- Every transaction of the role is read only, whatever the client asks.
+-- Its sessions start read only (a session could turn that off: what keeps
+-- the role from writing is that it is granted nothing but SELECT).
 ALTER ROLE reporter SET default_transaction_read_only = on;

@@ -59,7 +59,15 @@ Flags:
 // environment read through lookup.
 func runBatchCommand(ctx context.Context, name string, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	cmd := batchCommands[name]
-	cfg, err := config.Load(lookup)
+	// Only the settings these commands use are read, so that an unrelated
+	// bad setting in the operator's shell does not stop them.
+	cfg, err := config.Load(func(k string) (string, bool) {
+		switch k {
+		case "ORCHESTRATOR_URL", "LISTEN_ADDR", "ADMIN_TOKEN":
+			return lookup(k)
+		}
+		return "", false
+	})
 	if err != nil {
 		return err
 	}

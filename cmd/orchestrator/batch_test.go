@@ -41,7 +41,8 @@ func TestBatchCommands(t *testing.T) {
 	}
 
 	cli := func(token string, args ...string) (stdout, stderr string, err error) {
-		env := map[string]string{"ADMIN_TOKEN": token, "ORCHESTRATOR_URL": env.Server.URL}
+		// A setting these commands do not use is invalid: they still run.
+		env := map[string]string{"ADMIN_TOKEN": token, "ORCHESTRATOR_URL": env.Server.URL, "LOG_LEVEL": "trace"}
 		lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 		var out, errOut bytes.Buffer
 		err = runBatchCommand(ctx, args[0], args[1:], lookup, &out, &errOut)

@@ -35,7 +35,7 @@ Usage:
   orchestrator reset ID              reset a batch: ERROR, open tasks ended (ADMIN_TOKEN)
   orchestrator retry ID              re-run a batch's failed work (ADMIN_TOKEN)
                                      (status, reset, retry: -url, default $ORCHESTRATOR_URL)
-  orchestrator report [NAME] [-since 7d] [-format table|csv|json]
+  orchestrator report [NAME] [-since 7d] [-format table|csv|json] [-limit 20]
                                      print a report of DATABASE_URL; no NAME lists them
   orchestrator help                  show this help
 

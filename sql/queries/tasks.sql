@@ -71,8 +71,10 @@ SELECT EXISTS (
     WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing') AND n > 0
 );
 
+-- TaskCountPending is how many tasks of a phase wait for a launch, from the
+-- counters (task_counts).
 -- name: TaskCountPending :one
-SELECT count(*)::bigint FROM tasks
+SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
 
 -- TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
