@@ -86,7 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// loadConfig reads the environment; the only place that does.
+// loadConfig reads the whole configuration from the environment (the
+// operator commands read only the few settings they use).
 func loadConfig() (*config.Config, error) {
 	return config.Load(os.LookupEnv)
 }
