@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/internal/syncbuf"
 )
 
 const batchID = "01SAMPLEBATCHE2E000000000A"
@@ -75,7 +75,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		env = append(env, k+"=")
 	}
 
-	var serveLog syncBuffer // written by exec's copiers while we read it
+	var serveLog syncbuf.Buffer // written by exec's copiers while we read it
 	serve := exec.Command(orchestrator, "serve")
 	serve.Env = env
 	serve.Stdout, serve.Stderr = &serveLog, &serveLog
@@ -249,22 +249,4 @@ func unescape(t *testing.T, s string) string {
 	out, err := url.PathUnescape(s)
 	require.NoError(t, err)
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

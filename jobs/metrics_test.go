@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"path"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/metricstest"
+	"github.com/arke-institute/orchestrator/internal/syncbuf"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 )
 
@@ -48,7 +47,7 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 		}
 		return succeed(l)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	env := testenv.New(t, testenv.Options{
 		Behave:   behave,
 		Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1500"},
@@ -177,22 +176,4 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 	}
 	require.NoError(t, sc.Err())
 	require.Greater(t, tasks, 10, "callbacks and requests are logged with their task (%d lines)", lines)
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

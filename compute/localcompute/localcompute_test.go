@@ -25,6 +25,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/compute/localcompute"
+	"github.com/arke-institute/orchestrator/internal/syncbuf"
 )
 
 // workerEnv switches the test binary into worker mode (see TestMain).
@@ -316,7 +317,7 @@ func TestEnvironmentContract(t *testing.T) {
 	t.Setenv("TMPDIR", os.TempDir())
 	t.Setenv("LANG", "C.UTF-8")
 
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b, dir := newBackend(t, 2, logger)
 	p := newPeer(t)
@@ -554,22 +555,4 @@ func TestNewValidates(t *testing.T) {
 			require.NotContains(t, err.Error(), "s3cr3t")
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
