@@ -11,8 +11,28 @@ import (
 	"time"
 )
 
+const batchBuildAdvance = `-- name: BatchBuildAdvance :exec
+UPDATE batches
+SET build_cursor = $1::integer,
+    build_from = CASE WHEN $1::integer IS NULL THEN NULL ELSE build_from END,
+    updated_at = clock_timestamp()
+WHERE id = $2
+`
+
+type BatchBuildAdvanceParams struct {
+	Cursor *int32
+	ID     string
+}
+
+// BatchBuildAdvance records that the generation is written up to the input
+// file at ordinal cursor (NULL: all of it, the build is over).
+func (q *Queries) BatchBuildAdvance(ctx context.Context, arg BatchBuildAdvanceParams) error {
+	_, err := q.db.Exec(ctx, batchBuildAdvance, arg.Cursor, arg.ID)
+	return err
+}
+
 const batchGetByID = `-- name: BatchGetByID :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at FROM batches WHERE id = $1
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor FROM batches WHERE id = $1
 `
 
 func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
@@ -34,12 +54,14 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }
 
 const batchGetByIDForUpdate = `-- name: BatchGetByIDForUpdate :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at FROM batches WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor FROM batches WHERE id = $1 FOR NO KEY UPDATE
 `
 
 // BatchGetByIDForUpdate locks the batch row against other writers of it.
@@ -66,6 +88,8 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }
@@ -94,7 +118,7 @@ const batchInsert = `-- name: BatchInsert :one
 INSERT INTO batches (id, uploader, queue_message)
 VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
 `
 
 type BatchInsertParams struct {
@@ -124,6 +148,8 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }
@@ -213,7 +239,7 @@ func (q *Queries) BatchList(ctx context.Context, arg BatchListParams) ([]BatchLi
 }
 
 const batchListStalled = `-- name: BatchListStalled :many
-SELECT b.id, b.phase::text AS phase,
+SELECT b.id, b.phase::text AS phase, b.generation, b.build_from,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status = 'pending') AS has_pending,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status IN ('pending', 'processing')) AS has_open
 FROM batches b
@@ -230,6 +256,8 @@ type BatchListStalledParams struct {
 type BatchListStalledRow struct {
 	ID         string
 	Phase      string
+	Generation int32
+	BuildFrom  *string
 	HasPending bool
 	HasOpen    bool
 }
@@ -237,7 +265,8 @@ type BatchListStalledRow struct {
 // BatchListStalled is the sweep's backstop: running batches not touched for
 // a while, with whether their phase still has pending or open tasks. A
 // phase with no open task should have transitioned; one with pending tasks
-// should have a launcher.
+// should have a launcher; one whose generation is still being written
+// (build_from set) should have its writer.
 func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledParams) ([]BatchListStalledRow, error) {
 	rows, err := q.db.Query(ctx, batchListStalled, arg.Before, arg.Max)
 	if err != nil {
@@ -250,6 +279,8 @@ func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledPara
 		if err := rows.Scan(
 			&i.ID,
 			&i.Phase,
+			&i.Generation,
+			&i.BuildFrom,
 			&i.HasPending,
 			&i.HasOpen,
 		); err != nil {
@@ -313,7 +344,7 @@ const batchResume = `-- name: BatchResume :one
 UPDATE batches
 SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
 WHERE id = $2 AND status = 'ERROR'
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
 `
 
 type BatchResumeParams struct {
@@ -343,6 +374,8 @@ func (q *Queries) BatchResume(ctx context.Context, arg BatchResumeParams) (Batch
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }
@@ -362,7 +395,7 @@ UPDATE batches
 SET status = 'DONE', generation = $1, error = NULL, ingest_status = 'pending',
     completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
 `
 
 type BatchSetDoneParams struct {
@@ -392,6 +425,8 @@ func (q *Queries) BatchSetDone(ctx context.Context, arg BatchSetDoneParams) (Bat
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }
@@ -400,7 +435,7 @@ const batchSetError = `-- name: BatchSetError :one
 UPDATE batches
 SET status = 'ERROR', error = $1, completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
 `
 
 type BatchSetErrorParams struct {
@@ -429,6 +464,8 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }
@@ -438,7 +475,7 @@ UPDATE batches
 SET status = $1, phase = $1, generation = $2,
     phase_retry_count = 0, updated_at = clock_timestamp()
 WHERE id = $3 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
 `
 
 type BatchSetPhaseParams struct {
@@ -468,6 +505,59 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 		&i.IngestAttempts,
 		&i.IngestLastError,
 		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
+	)
+	return i, err
+}
+
+const batchSetPhaseBuilding = `-- name: BatchSetPhaseBuilding :one
+UPDATE batches
+SET status = $1, phase = $1, generation = $2, phase_retry_count = 0,
+    build_from = $3::text, build_cursor = $4::integer, updated_at = clock_timestamp()
+WHERE id = $5 AND status NOT IN ('DONE', 'ERROR')
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+`
+
+type BatchSetPhaseBuildingParams struct {
+	Phase      string
+	Generation int32
+	BuildFrom  string
+	Cursor     int32
+	ID         string
+}
+
+// BatchSetPhaseBuilding moves a running batch into a phase whose file
+// generation is still being written in chunks (migration 00006): the first
+// chunk's files and tasks exist, and build_cursor is the ordinal of the last
+// input file (of generation - 1, transformed by phase from) it covered.
+func (q *Queries) BatchSetPhaseBuilding(ctx context.Context, arg BatchSetPhaseBuildingParams) (Batch, error) {
+	row := q.db.QueryRow(ctx, batchSetPhaseBuilding,
+		arg.Phase,
+		arg.Generation,
+		arg.BuildFrom,
+		arg.Cursor,
+		arg.ID,
+	)
+	var i Batch
+	err := row.Scan(
+		&i.ID,
+		&i.Status,
+		&i.Phase,
+		&i.Generation,
+		&i.PhaseRetryCount,
+		&i.Uploader,
+		&i.QueueMessage,
+		&i.Error,
+		&i.StartedAt,
+		&i.UpdatedAt,
+		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
 	)
 	return i, err
 }

@@ -21,6 +21,7 @@ const (
 	EventPhaseStarted     = "phase.started"
 	EventPhaseRetry       = "phase.retry"
 	EventPhaseCompleted   = "phase.completed"
+	EventGenerationBuilt  = "generation.built"
 	EventTransformFailed  = "transform.failed"
 	EventTaskLaunched     = "task.launched"
 	EventTaskCompleted    = "task.completed"

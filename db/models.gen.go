@@ -25,6 +25,8 @@ type Batch struct {
 	IngestAttempts    int32
 	IngestLastError   *string
 	IngestDeliveredAt *time.Time
+	BuildFrom         *string
+	BuildCursor       *int32
 }
 
 type BatchEvent struct {

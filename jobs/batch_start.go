@@ -154,7 +154,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 			return err
 		}
-		files, err := insertGeneration(ctx, tx, id, 0, "", gen0)
+		files, err := insertGeneration(ctx, tx, id, 0, "", 0, gen0)
 		if err != nil {
 			return err
 		}
@@ -238,18 +238,8 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		return &b, nil
 	}
 	name := string(p.Name())
-	prefix := taskIDPrefix(p.Name())
-	// Like db.TaskInsertMany, but each row is made as COPY asks for it
-	// rather than all of them first.
-	i := -1
-	tasks := pgx.CopyFromFunc(func() ([]any, error) {
-		if i++; i >= len(work) {
-			return nil, nil
-		}
-		return []any{prefix + "_" + strings.ToLower(ulid.Make().String()), batchID, name, work[i].ID}, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, []string{"id", "batch_id", "phase", "file_id"}, tasks); err != nil {
-		return nil, fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
+	if err := insertTasks(ctx, tx, batchID, p.Name(), work); err != nil {
+		return nil, err
 	}
 	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: generation}); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -266,6 +256,24 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		return nil, fmt.Errorf("enqueueing phase_launch for %s %s: %w", batchID, name, err)
 	}
 	return nil, nil
+}
+
+// insertTasks writes a pending task of phase for each file of work. Like
+// db.TaskInsertMany, but each row is made as COPY asks for it rather than
+// all of them first.
+func insertTasks(ctx context.Context, tx pgx.Tx, batchID string, phase phases.Name, work []phases.File) error {
+	name, prefix := string(phase), taskIDPrefix(phase)
+	i := -1
+	tasks := pgx.CopyFromFunc(func() ([]any, error) {
+		if i++; i >= len(work) {
+			return nil, nil
+		}
+		return []any{prefix + "_" + strings.ToLower(ulid.Make().String()), batchID, name, work[i].ID}, nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, []string{"id", "batch_id", "phase", "file_id"}, tasks); err != nil {
+		return fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
+	}
+	return nil
 }
 
 // taskIDPrefix starts the ids of a phase's tasks: "tiff" for
@@ -310,13 +318,13 @@ func manifestFiles(m manifest.Manifest) []phases.File {
 	return out
 }
 
-// insertGeneration writes a whole file generation with COPY and returns it
-// as stored: with the row IDs that tasks and the next generation refer to,
+// insertGeneration writes a file generation, or a stretch of one whose first
+// file is at ordinal first, with COPY and returns it as stored: with the row IDs that tasks and the next generation refer to,
 // and the defaults the rows got. Only the IDs are read back: reading whole
 // rows again cost seconds at 100,000 files. files is modified in place.
-func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, files []phases.File) ([]phases.File, error) {
+func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, first int32, files []phases.File) ([]phases.File, error) {
 	q := db.New(tx)
-	src := &generationSource{batchID: batchID, generation: generation, files: files, i: -1,
+	src := &generationSource{batchID: batchID, generation: generation, first: first, files: files, i: -1,
 		configs: map[phases.ProcessingConfig][]byte{}}
 	if phase != "" {
 		s := string(phase)
@@ -325,7 +333,7 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"files"}, fileColumns, src); err != nil {
 		return nil, fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
 	}
-	ids, err := q.FileListIDsByBatchGeneration(ctx, db.FileListIDsByBatchGenerationParams{BatchID: batchID, Generation: generation})
+	ids, err := q.FileListIDsByBatchGeneration(ctx, db.FileListIDsByBatchGenerationParams{BatchID: batchID, Generation: generation, MinOrdinal: first})
 	if err != nil {
 		return nil, fmt.Errorf("reading the IDs of generation %d of batch %s: %w", generation, batchID, err)
 	}
@@ -350,6 +358,7 @@ var fileColumns = []string{"batch_id", "generation", "ordinal", "parent_id", "ph
 type generationSource struct {
 	batchID    string
 	generation int32
+	first      int32   // the ordinal of files[0]
 	phase      *string // nil for generation 0
 	files      []phases.File
 	i          int
@@ -393,7 +402,7 @@ func (s *generationSource) Values() ([]any, error) {
 	if f.Tags == nil {
 		f.Tags = []string{}
 	}
-	return []any{s.batchID, s.generation, int32(s.i), parent, s.phase, f.DirectoryPath, f.R2Key,
+	return []any{s.batchID, s.generation, s.first + int32(s.i), parent, s.phase, f.DirectoryPath, f.R2Key,
 		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags}, nil
 }
 

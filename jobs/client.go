@@ -10,6 +10,8 @@
 //     limit, rescheduling itself while tasks remain;
 //   - phase_check: the fan-in; when no task of the phase is open, transform
 //     the file list and enter the next phase (or finish);
+//   - phase_build: write the rest of a large next generation, and its
+//     tasks, in chunks while its phase already runs;
 //   - task_sweep (periodic): fail tasks past their deadline, and nudge
 //     batches whose wake-up was lost;
 //   - batch_finalize: deliver the final manifest to ingest (an outbox);
@@ -69,6 +71,32 @@ type ClientConfig struct {
 	// NoSweep leaves out the periodic task_sweep, for tests that must show
 	// that no wake-up is lost without the sweep's backstop.
 	NoSweep bool
+	// Build decides when a transition writes the next generation in
+	// chunks; zero values take the defaults.
+	Build BuildSizes
+}
+
+// BuildSizes decide when a phase transition writes the next file
+// generation in chunks (PhaseBuildArgs) rather than in its own transaction.
+type BuildSizes struct {
+	// FirstRows is how many rows (files with their tasks) of a generation
+	// the transition reads before it may hand the rest to phase_build; a
+	// generation that fits is written whole, in the transition's
+	// transaction. Default 2,000; negative: never chunk.
+	FirstRows int
+	// ChunkFiles is how many files of the next generation each of
+	// phase_build's transactions writes. Default 5,000.
+	ChunkFiles int
+}
+
+func (b BuildSizes) withDefaults() BuildSizes {
+	if b.FirstRows == 0 {
+		b.FirstRows = 2000
+	}
+	if b.ChunkFiles <= 0 {
+		b.ChunkFiles = 5000
+	}
+	return b
 }
 
 // DefaultFetchPollInterval is how often River looks for jobs it was not
@@ -100,7 +128,9 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &BatchStartWorker{deps: deps})
 	river.AddWorker(workers, &PhaseLaunchWorker{deps: deps, limiter: limiter})
-	river.AddWorker(workers, &PhaseCheckWorker{deps: deps})
+	build := cfg.Build.withDefaults()
+	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build})
+	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build})
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})

@@ -1,5 +1,7 @@
 package jobs
 
+import "context"
+
 // SetFanInGuard switches the fan-in's exclusive lock, so a test can show the
 // race it prevents. It returns a func restoring the previous value.
 func SetFanInGuard(on bool) (restore func()) {
@@ -14,4 +16,13 @@ func SetAfterOpenCount(f func(batchID string, open int64)) (restore func()) {
 	prev := afterOpenCount
 	afterOpenCount = f
 	return func() { afterOpenCount = prev }
+}
+
+// SetBeforeBuildWrite installs a hook run before each write of a
+// phase_build (last: the write that ends the build); an error fails the
+// job there. It returns a func removing it.
+func SetBeforeBuildWrite(f func(ctx context.Context, batchID string, last bool) error) (restore func()) {
+	prev := beforeBuildWrite
+	beforeBuildWrite = f
+	return func() { beforeBuildWrite = prev }
 }

@@ -39,7 +39,8 @@ func (PhaseCheckArgs) InsertOpts() river.InsertOpts {
 // PhaseCheckWorker works PhaseCheckArgs.
 type PhaseCheckWorker struct {
 	river.WorkerDefaults[PhaseCheckArgs]
-	deps Deps
+	deps  Deps
+	build BuildSizes
 }
 
 // Timeout is short: the check holds the batch's exclusive lock, and a
@@ -82,6 +83,11 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		if batch.Status != args.Phase {
 			return done() // already transitioned, reset or finished
 		}
+		if batch.BuildFrom != nil {
+			// The phase's tasks are still being written; the build's last
+			// chunk makes sure a check runs after it.
+			return done()
+		}
 		hasOpen, err := q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: args.BatchID, Phase: args.Phase})
 		if err != nil {
 			return err
@@ -122,6 +128,12 @@ var afterOpenCount func(batchID string, open int64)
 // work, or finishes the batch. A transform that fails for one file never
 // loses it: the file passes through unchanged and the problem is recorded.
 // It returns the batch if it ended (DONE, or ERROR for an unknown phase).
+//
+// A large generation is written in chunks (see BuildSizes): once the
+// files read so far show that the phase right after this one has work,
+// this transaction writes them with their tasks, moves the batch into that
+// phase and leaves the rest to a phase_build job, so that the next phase's
+// machines start while the rest is written.
 func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.Batch) (*db.Batch, error) {
 	q := db.New(tx)
 	t0 := time.Now()
@@ -146,126 +158,111 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 		}
 	}
 	dTasks := lap()
-	filesIn, next, problems, err := applyGeneration(ctx, tx, p, batch)
+	// The phase right after this one: the generation can be written in
+	// chunks once it is known to be the next phase, which the first of its
+	// files to need a task shows. (A later phase is next only if no file of
+	// the whole generation needs this one; the generation is then read to
+	// its end first, as a small one is.)
+	candidate, _ := phases.Get(p.Next())
+	limit := 0
+	if candidate != nil && w.build.FirstRows > 0 {
+		limit = w.build.FirstRows
+	}
+	n, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
+	if err != nil {
+		return nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
+	}
+	if limit > 0 {
+		n = min(n, int64(limit))
+	}
+	// Room for every input and one output in eight more (a converted TIFF
+	// adds its JPEG), so that the usual next generation never has to be
+	// copied into a bigger array while the old one is still alive.
+	gen := applyGeneration{from: p, batchID: batch.ID, next: make([]phases.File, 0, n+n/8)}
+	complete, err := gen.read(ctx, tx, batch.Generation, -1, limit, candidate)
 	if err != nil {
 		return nil, err
 	}
+	if !complete && !gen.decided { // read the rest too
+		if complete, err = gen.read(ctx, tx, batch.Generation, gen.cursor, 0, nil); err != nil {
+			return nil, err
+		}
+	}
 	dApply := lap() // reading the generation and its tasks, and transforming it
 
-	events := []db.BatchEventInsertManyParams{newEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", map[string]any{
-		"tasks_completed": completed, "tasks_failed": failed, "files_in": filesIn, "files_out": len(next),
-	})}
-	for _, pr := range problems {
-		events = append(events, newEvent(batch.ID, db.EventTransformFailed, batch.Status, pr.taskID, map[string]any{"error": pr.err.Error()}))
+	data := map[string]any{"tasks_completed": completed, "tasks_failed": failed}
+	if complete {
+		data["files_in"], data["files_out"] = gen.filesIn, len(gen.next)
 	}
+	events := append([]db.BatchEventInsertManyParams{newEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", data)},
+		gen.problemEvents(batch.Status)...)
 	if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 		return nil, fmt.Errorf("recording phase events: %w", err)
 	}
-	gen := batch.Generation + 1
+	next := batch.Generation + 1
 	dEvents := lap()
-	stored, err := insertGeneration(ctx, tx, batch.ID, gen, name, next)
+	stored, err := insertGeneration(ctx, tx, batch.ID, next, name, 0, gen.next)
 	if err != nil {
 		return nil, err
 	}
 	dInsert := lap()
-	finished, err := enterNextPhase(ctx, tx, batch.ID, p.Next(), gen, stored)
+	var finished *db.Batch
+	if complete {
+		finished, err = enterNextPhase(ctx, tx, batch.ID, p.Next(), next, stored)
+	} else {
+		err = startBuild(ctx, tx, batch.ID, name, candidate, next, gen.cursor, stored)
+	}
 	w.deps.Logger.Info("phase completed", "batch_id", batch.ID, "phase", batch.Status,
-		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored),
+		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored), "generation_complete", complete,
 		"tasks_ms", dTasks.Milliseconds(), "apply_ms", dApply.Milliseconds(),
 		"events_ms", dEvents.Milliseconds(), "insert_ms", dInsert.Milliseconds(), "next_ms", lap().Milliseconds())
 	return finished, err
 }
 
-// generationTasksSQL reads a file generation in list order (without the
-// columns nobody reads) and, beside each file, the task of the phase that
-// processed it (NULLs when it had none). Joining in the database lets the
-// transform stream: neither the input generation nor the tasks' results are
-// ever all in memory, only the next generation. (It is not a sqlc query
-// because sqlc's :many collects every row before returning.) Were a file
-// to have two tasks, ordering by task id makes the choice of the first
-// stable.
-const generationTasksSQL = `SELECT f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, t.id, t.status, t.result
-FROM files f
-LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
-WHERE f.batch_id = $1 AND f.generation = $2
-ORDER BY f.ordinal, t.id`
-
-// transformProblem is a file whose transform failed, with the task it
-// failed on ("" if none), for the transform_failed event.
-type transformProblem struct {
-	taskID string
-	err    error
+// applyGeneration collects a generation's transform: the next generation's
+// files read so far, and the problems met.
+type applyGeneration struct {
+	from     phases.Phase // the phase whose transform applies
+	batchID  string
+	next     []phases.File
+	problems []transformProblem
+	filesIn  int
+	cursor   int32 // ordinal of the last input file read
+	decided  bool  // an output needs a task of the candidate phase
 }
 
-// applyGeneration streams the batch's current generation with its tasks
-// through p's transform, file by file in list order (phases.ApplyOne), and
-// returns how many files went in and the next generation.
-func applyGeneration(ctx context.Context, tx pgx.Tx, p phases.Phase, batch db.Batch) (filesIn int, next []phases.File, problems []transformProblem, err error) {
-	n, err := db.New(tx).FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
+// read transforms the files of generation gen after ordinal after (at most
+// limit rows; 0: all), appending to a.next; it returns whether it read to
+// the generation's end. With a candidate phase, it records whether any
+// output needs a task of it (decided).
+func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after int32, limit int, candidate phases.Phase) (bool, error) {
+	rd, err := readGeneration(ctx, tx, a.from, a.batchID, gen, after, limit)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
+		return false, err
 	}
-	// Room for every input and one output in eight more (a converted TIFF
-	// adds its JPEG), so that the usual next generation never has to be
-	// copied into a bigger array while the old one is still alive.
-	next = make([]phases.File, 0, n+n/8)
-	// tasks has no index on file_id, and right after a phase its statistics
-	// are stale: the planner then likes a nested loop that scans the tasks
-	// once per file, quadratic in the batch (11 s at 10,000 files). A hash
-	// join reads each table once; this transaction only needs the setting
-	// for this query.
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_nestloop = off"); err != nil {
-		return 0, nil, nil, err
+	for rd.Next() {
+		a.filesIn++
+		a.cursor = rd.ordinal
+		a.next = append(a.next, rd.outs...)
+		if rd.problem != nil {
+			a.problems = append(a.problems, *rd.problem)
+		}
+		if candidate != nil && !a.decided && len(candidate.Discover(rd.outs)) > 0 {
+			a.decided = true
+		}
 	}
-	defer func() {
-		if _, rerr := tx.Exec(ctx, "RESET enable_nestloop"); rerr != nil && err == nil {
-			err = rerr
-		}
-	}()
-	rows, err := tx.Query(ctx, generationTasksSQL, batch.ID, batch.Generation, batch.Status)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
+	if err := rd.Err(); err != nil {
+		rd.Close(ctx) //nolint:errcheck // the read's error is the one to report
+		return false, fmt.Errorf("reading generation %d of batch %s: %w", gen, a.batchID, err)
 	}
-	defer rows.Close()
-	configs := map[string]phases.ProcessingConfig{}
-	var (
-		r              db.File
-		taskID, status *string
-		result         []byte
-		lastID         int64 = -1
-	)
-	for rows.Next() {
-		r, taskID, status, result = db.File{}, nil, nil, nil
-		if err := rows.Scan(&r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &r.ProcessingConfig, &r.PreprocessorTags, &taskID, &status, &result); err != nil {
-			return 0, nil, nil, fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
-		}
-		if r.ID == lastID {
-			continue // a second task for the same file: the first one decides
-		}
-		lastID = r.ID
-		f, err := fileFromRow(r, configs)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		filesIn++
-		var task *phases.Task
-		if taskID != nil {
-			task = &phases.Task{FileID: f.ID, Status: phases.TaskStatus(*status), Result: result}
-		}
-		outs, perr := phases.ApplyOne(p, f, task)
-		if perr != nil {
-			id := ""
-			if taskID != nil {
-				id = *taskID
-			}
-			problems = append(problems, transformProblem{taskID: id, err: perr})
-		}
-		next = append(next, outs...)
+	return !rd.Capped(), rd.Close(ctx)
+}
+
+// problemEvents are the transform_failed events of the problems met.
+func (a *applyGeneration) problemEvents(phase string) []db.BatchEventInsertManyParams {
+	events := make([]db.BatchEventInsertManyParams, 0, len(a.problems))
+	for _, pr := range a.problems {
+		events = append(events, newEvent(a.batchID, db.EventTransformFailed, phase, pr.taskID, map[string]any{"error": pr.err.Error()}))
 	}
-	if err := rows.Err(); err != nil {
-		return 0, nil, nil, fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
-	}
-	return filesIn, next, problems, nil
+	return events
 }

@@ -202,6 +202,8 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	for _, b := range stalled {
 		ids = append(ids, b.ID)
 		switch {
+		case b.BuildFrom != nil:
+			params = append(params, river.InsertManyParams{Args: PhaseBuildArgs{BatchID: b.ID, Phase: b.Phase, From: *b.BuildFrom, Generation: b.Generation}})
 		case !b.HasOpen:
 			params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})
 		case b.HasPending:

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,7 +23,10 @@ import (
 //     and every earlier phase's output stay as they are. With nothing left
 //     to run, the phase's fan-in check is queued instead, and moves the
 //     batch on. A batch that failed before its first phase (an unreadable
-//     manifest, say, since fixed) starts again from PENDING.
+//     manifest, say, since fixed) starts again from PENDING. A batch
+//     stopped while its next generation was being written goes on writing
+//     it. While the jobs a reset asked to stop are still running, the
+//     answer is ErrConflict: try again in a moment.
 //   - a DONE or PENDING batch: ErrConflict.
 //
 // The change is recorded as an admin.retry event, plus a task.requeued
@@ -32,6 +36,9 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		logAttrs []any
 		resumed  bool // out of ERROR: the batch runs again
 	)
+	if err := s.awaitJobsStopped(ctx, batchID, 10*time.Second); err != nil {
+		return Status{}, err
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Exclusive, as for a reset: no callback (shared holder) is midway,
@@ -49,6 +56,18 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		case "PENDING":
 			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", ErrConflict, batchID)
 		case "ERROR":
+			// A reset asks the batch's running jobs to stop, but they hold
+			// their unique slots until they have: a launcher or writer
+			// queued now would be dropped as their duplicate, and the batch
+			// would stall. They stop within moments (awaitJobsStopped
+			// waited for them).
+			var running int
+			if err := tx.QueryRow(ctx, runningJobsSQL, batchID).Scan(&running); err != nil {
+				return fmt.Errorf("looking for running jobs of %s: %w", batchID, err)
+			}
+			if running > 0 {
+				return fmt.Errorf("%w: batch %s is still stopping (%d jobs finishing); try again in a few seconds", ErrConflict, batchID, running)
+			}
 			resumed = true
 			data["previous_error"] = deref(b.Error)
 			if b.Phase == nil {
@@ -70,6 +89,14 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			}
 			if _, err := q.BatchResume(ctx, db.BatchResumeParams{ID: batchID, Status: phase}); err != nil {
 				return fmt.Errorf("resuming batch %s: %w", batchID, err)
+			}
+			if b.BuildFrom != nil {
+				// Stopped while its generation was being written: the
+				// writing goes on from where it got to.
+				args := jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}
+				if _, err := s.river.InsertTx(ctx, tx, args, nil); err != nil {
+					return fmt.Errorf("enqueueing phase_build for %s: %w", batchID, err)
+				}
 			}
 		default:
 			phase = b.Status
@@ -122,3 +149,31 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 	s.logger.Warn("batch retried by admin", append([]any{"batch_id", batchID}, logAttrs...)...)
 	return s.Status(ctx, batchID)
 }
+
+// awaitJobsStopped waits, up to limit, until no River job of a batch in
+// ERROR is running: after a reset, the jobs it asked to stop. (A running
+// batch always has jobs running; it is not waited for.)
+func (s *Service) awaitJobsStopped(ctx context.Context, batchID string, limit time.Duration) error {
+	b, err := db.New(s.pool).BatchGetByID(ctx, batchID)
+	if err != nil || b.Status != "ERROR" {
+		return nil // the transaction reports a missing batch
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		var running int
+		if err := s.pool.QueryRow(ctx, runningJobsSQL, batchID).Scan(&running); err != nil {
+			return fmt.Errorf("looking for running jobs of %s: %w", batchID, err)
+		}
+		if running == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// runningJobsSQL counts the batch's River jobs that are running.
+const runningJobsSQL = `SELECT count(*) FROM river_job WHERE state = 'running' AND args @> jsonb_build_object('batch_id', $1::text)`

@@ -73,6 +73,9 @@ type Options struct {
 	// Logger replaces the default logger, which sends warnings and errors
 	// to the test log.
 	Logger *slog.Logger
+	// Build sets when transitions write generations in chunks, so that
+	// small batches can take that path.
+	Build jobs.BuildSizes
 }
 
 // testSettings make batches move fast in tests.
@@ -142,7 +145,7 @@ func New(t *testing.T, opts Options) *Env {
 	require.NoError(t, err)
 	client, err := jobs.NewClient(jobs.Deps{
 		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
-	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep})
+	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build})
 	require.NoError(t, err)
 	if !opts.NoWorkers {
 		ctx, cancel := context.WithCancel(context.Background())

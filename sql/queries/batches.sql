@@ -1,9 +1,10 @@
 -- BatchListStalled is the sweep's backstop: running batches not touched for
 -- a while, with whether their phase still has pending or open tasks. A
 -- phase with no open task should have transitioned; one with pending tasks
--- should have a launcher.
+-- should have a launcher; one whose generation is still being written
+-- (build_from set) should have its writer.
 -- name: BatchListStalled :many
-SELECT b.id, b.phase::text AS phase,
+SELECT b.id, b.phase::text AS phase, b.generation, b.build_from,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status = 'pending') AS has_pending,
     EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status IN ('pending', 'processing')) AS has_open
 FROM batches b
@@ -105,6 +106,26 @@ SET status = @phase, phase = @phase, generation = @generation,
     phase_retry_count = 0, updated_at = clock_timestamp()
 WHERE id = @id AND status NOT IN ('DONE', 'ERROR')
 RETURNING *;
+
+-- BatchSetPhaseBuilding moves a running batch into a phase whose file
+-- generation is still being written in chunks (migration 00006): the first
+-- chunk's files and tasks exist, and build_cursor is the ordinal of the last
+-- input file (of generation - 1, transformed by phase from) it covered.
+-- name: BatchSetPhaseBuilding :one
+UPDATE batches
+SET status = @phase, phase = @phase, generation = @generation, phase_retry_count = 0,
+    build_from = @build_from::text, build_cursor = @cursor::integer, updated_at = clock_timestamp()
+WHERE id = @id AND status NOT IN ('DONE', 'ERROR')
+RETURNING *;
+
+-- BatchBuildAdvance records that the generation is written up to the input
+-- file at ordinal cursor (NULL: all of it, the build is over).
+-- name: BatchBuildAdvance :exec
+UPDATE batches
+SET build_cursor = sqlc.narg(cursor)::integer,
+    build_from = CASE WHEN sqlc.narg(cursor)::integer IS NULL THEN NULL ELSE build_from END,
+    updated_at = clock_timestamp()
+WHERE id = @id;
 
 -- BatchTouch marks the batches the backstop looked at, so its next runs
 -- look at the others first (it takes the least recently touched).

@@ -22,9 +22,10 @@ WHERE batch_id = @batch_id AND generation = @generation
 ORDER BY ordinal;
 
 -- FileListIDsByBatchGeneration returns the row IDs of a generation in list
--- order: after writing a generation with COPY, this is all that is missing
--- from the values written (reading 100,000 whole rows back took seconds).
+-- order, from ordinal min_ordinal on: after writing a generation (or a chunk
+-- of one) with COPY, this is all that is missing from the values written
+-- (reading 100,000 whole rows back took seconds).
 -- name: FileListIDsByBatchGeneration :many
 SELECT id FROM files
-WHERE batch_id = @batch_id AND generation = @generation
+WHERE batch_id = @batch_id AND generation = @generation AND ordinal >= @min_ordinal::integer
 ORDER BY ordinal;

@@ -1,0 +1,255 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// PhaseBuildArgs writes the rest of a file generation, and its tasks, that
+// a transition started (PhaseCheckWorker.transition): the batch is already
+// in Phase, working on the files written so far. Unique per batch and
+// generation while unfinished.
+type PhaseBuildArgs struct {
+	BatchID    string `json:"batch_id"`
+	Phase      string `json:"phase"`      // the phase the generation's tasks belong to
+	From       string `json:"from"`       // the phase whose transform makes the generation
+	Generation int32  `json:"generation"` // the generation being written
+}
+
+// Kind is the River job kind.
+func (PhaseBuildArgs) Kind() string { return "phase_build" }
+
+// InsertOpts makes the job unique while unfinished.
+func (PhaseBuildArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+}
+
+// PhaseBuildWorker works PhaseBuildArgs.
+type PhaseBuildWorker struct {
+	river.WorkerDefaults[PhaseBuildArgs]
+	deps  Deps
+	build BuildSizes
+}
+
+// errBuildMoved stops a build whose batch is no longer where the build
+// left it: reset, failed, or written by another run of the job.
+var errBuildMoved = errors.New("the batch moved on")
+
+// startBuild is the end of a transition that wrote only the first stretch
+// of the next generation (stored, covering the input files up to ordinal
+// cursor): it writes the tasks of phase p among them, moves the batch into
+// p with the build recorded, and enqueues p's launcher and the phase_build
+// that writes the rest. Runs in the transition's transaction.
+func startBuild(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
+	q := db.New(tx)
+	name := string(p.Name())
+	work := p.Discover(stored)
+	if err := insertTasks(ctx, tx, batchID, p.Name(), work); err != nil {
+		return err
+	}
+	if _, err := q.BatchSetPhaseBuilding(ctx, db.BatchSetPhaseBuildingParams{
+		ID: batchID, Phase: name, Generation: gen, BuildFrom: string(from), Cursor: cursor,
+	}); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // reset meanwhile
+		}
+		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
+	}
+	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
+		"tasks": len(work), "generation": gen, "generation_complete": false,
+	}}); err != nil {
+		return err
+	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	if _, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{
+		{Args: PhaseLaunchArgs{BatchID: batchID, Phase: name}},
+		{Args: PhaseBuildArgs{BatchID: batchID, Phase: name, From: string(from), Generation: gen}},
+	}); err != nil {
+		return fmt.Errorf("enqueueing the launch and build of %s %s: %w", batchID, name, err)
+	}
+	return nil
+}
+
+// Work reads the previous generation from where the build got to, in one
+// query, and writes its transform in chunks of BuildSizes.ChunkFiles files, each
+// with its tasks and its cursor in one transaction; a run that crashed
+// resumes from the last chunk committed. The last chunk ends the build:
+// under the batch's exclusive lock it clears the cursor and makes sure a
+// fan-in check runs, since tasks that ended while the generation was being
+// written were not allowed to end the phase.
+func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildArgs]) error {
+	args := job.Args
+	q := db.New(w.deps.Pool)
+	batch, err := q.BatchGetByID(ctx, args.BatchID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return river.JobCancel(fmt.Errorf("batch %s does not exist", args.BatchID))
+	}
+	if err != nil {
+		return fmt.Errorf("loading batch %s: %w", args.BatchID, err)
+	}
+	if batch.Status != args.Phase || batch.Generation != args.Generation || batch.BuildCursor == nil {
+		return nil // built, reset or failed
+	}
+	from, ok := phases.Get(phases.Name(args.From))
+	if !ok {
+		return river.JobCancel(fmt.Errorf("unknown phase %q", args.From))
+	}
+	p, ok := phases.Get(phases.Name(args.Phase))
+	if !ok {
+		return river.JobCancel(fmt.Errorf("unknown phase %q", args.Phase))
+	}
+	b := &builder{deps: w.deps, args: args, p: p, cursor: *batch.BuildCursor, readTo: *batch.BuildCursor, started: time.Now()}
+	written, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: args.BatchID, Generation: args.Generation})
+	if err != nil {
+		return err
+	}
+	b.ordinal = int32(written)
+
+	// The input generation and the finished phase's tasks no longer change,
+	// so one long read can feed every chunk's transaction.
+	err = pgx.BeginTxFunc(ctx, w.deps.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(rtx pgx.Tx) error {
+		rd, err := readGeneration(ctx, rtx, from, args.BatchID, args.Generation-1, b.cursor, 0)
+		if err != nil {
+			return err
+		}
+		defer rd.rows.Close()
+		for rd.Next() {
+			b.files = append(b.files, rd.outs...)
+			if rd.problem != nil {
+				b.problems = append(b.problems, *rd.problem)
+			}
+			b.readTo = rd.ordinal
+			if len(b.files) >= w.build.ChunkFiles {
+				if err := b.write(ctx, false); err != nil {
+					return err
+				}
+			}
+		}
+		if err := rd.Err(); err != nil {
+			return fmt.Errorf("reading generation %d of batch %s: %w", args.Generation-1, args.BatchID, err)
+		}
+		return nil
+	})
+	if err == nil {
+		err = b.write(ctx, true)
+	}
+	if errors.Is(err, errBuildMoved) {
+		return nil
+	}
+	return err
+}
+
+// beforeBuildWrite, when set (by tests only), runs before each of a
+// build's writes; an error fails the job there, as a crash would.
+var beforeBuildWrite func(ctx context.Context, batchID string, last bool) error
+
+// builder is one run of PhaseBuildWorker: the files read and not written
+// yet, and where the writing got to.
+type builder struct {
+	deps     Deps
+	args     PhaseBuildArgs
+	p        phases.Phase
+	files    []phases.File // outputs read, not written yet
+	problems []transformProblem
+	cursor   int32 // the build's cursor as committed
+	readTo   int32 // ordinal of the last input file whose outputs are in files
+	ordinal  int32 // ordinal of files[0] in the new generation
+	tasks    int   // tasks written by this run
+	chunks   int
+	started  time.Time
+}
+
+// write commits the files read so far, their tasks and their problems,
+// and moves the cursor on; the last write ends the build.
+func (b *builder) write(ctx context.Context, last bool) error {
+	args := b.args
+	if beforeBuildWrite != nil {
+		if err := beforeBuildWrite(ctx, args.BatchID, last); err != nil {
+			return err
+		}
+	}
+	var finished bool
+	err := pgx.BeginFunc(ctx, b.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if last {
+			// Exclusive, as the fan-in check takes it: a check either ran
+			// before this (and saw the build going on) or runs after it
+			// commits, when the ensured check below exists.
+			if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
+				return err
+			}
+		}
+		batch, err := q.BatchGetByIDForUpdate(ctx, args.BatchID)
+		if err != nil {
+			return err
+		}
+		if batch.Status != args.Phase || batch.Generation != args.Generation || batch.BuildCursor == nil || *batch.BuildCursor != b.cursor {
+			return errBuildMoved
+		}
+		stored, err := insertGeneration(ctx, tx, args.BatchID, args.Generation, phases.Name(args.From), b.ordinal, b.files)
+		if err != nil {
+			return err
+		}
+		work := b.p.Discover(stored)
+		if err := insertTasks(ctx, tx, args.BatchID, b.p.Name(), work); err != nil {
+			return err
+		}
+		b.tasks += len(work)
+		events := (&applyGeneration{batchID: args.BatchID, problems: b.problems}).problemEvents(args.From)
+		if !last {
+			if len(events) > 0 {
+				if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+					return err
+				}
+			}
+			return q.BatchBuildAdvance(ctx, db.BatchBuildAdvanceParams{ID: args.BatchID, Cursor: &b.readTo})
+		}
+		if err := q.BatchBuildAdvance(ctx, db.BatchBuildAdvanceParams{ID: args.BatchID}); err != nil {
+			return err
+		}
+		filesIn, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: args.BatchID, Generation: args.Generation - 1})
+		if err != nil {
+			return err
+		}
+		tasks, err := q.TaskCountByBatch(ctx, args.BatchID)
+		if err != nil {
+			return err
+		}
+		var phaseTasks int64
+		for _, c := range tasks {
+			if c.Phase == args.Phase {
+				phaseTasks += c.Count
+			}
+		}
+		events = append(events, newEvent(args.BatchID, db.EventGenerationBuilt, args.Phase, "", map[string]any{
+			"from": args.From, "generation": args.Generation, "files_in": filesIn,
+			"files_out": int(b.ordinal) + len(b.files), "tasks": phaseTasks,
+		}))
+		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+			return err
+		}
+		finished = true
+		return EnqueuePhaseCheck(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), args.BatchID, args.Phase)
+	})
+	if err != nil {
+		return err
+	}
+	b.chunks++
+	b.ordinal += int32(len(b.files))
+	b.cursor = b.readTo
+	b.files, b.problems = b.files[:0], nil
+	if finished {
+		b.deps.Logger.Info("generation built", "batch_id", args.BatchID, "phase", args.Phase, "from", args.From,
+			"generation", args.Generation, "files", b.ordinal, "chunks", b.chunks, "tasks_written", b.tasks,
+			"duration_ms", time.Since(b.started).Milliseconds())
+	}
+	return nil
+}
