@@ -103,7 +103,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 	for i := range 8 {
 		files = append(files, testenv.File{LogicalPath: fmt.Sprintf("/z/end%d.pdf", i), Size: 1, ContentType: "application/pdf"})
 	}
-	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstRows: -1}}), "WHOLE", files)
+	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "WHOLE", files)
 
 	const id = "CHUNKED"
 	var (
@@ -134,7 +134,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 			}
 		}
 	}))
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstRows: 5, ChunkFiles: 7}})
+	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7}})
 	env.Store(e)
 	chunked := runBuildBatch(t, e, id, files)
 
@@ -143,10 +143,21 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 	require.Positive(t, waited.Load(), "the last write never waited for a task")
 
 	ctx := context.Background()
-	var attempts, builds int
-	require.NoError(t, e.Pool.QueryRow(ctx, `SELECT count(*), coalesce(max(attempt), 0) FROM river_job
-		WHERE kind = 'phase_build' AND args->>'batch_id' = $1 AND state = 'completed'`, id).Scan(&builds, &attempts))
+	// One build job, which failed once; River records its completion a
+	// moment after it returns.
+	var builds, attempts int
+	var state string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		require.NoError(t, e.Pool.QueryRow(ctx, `SELECT count(*), coalesce(max(attempt), 0), coalesce(max(state::text), '') FROM river_job
+			WHERE kind = 'phase_build' AND args->>'batch_id' = $1`, id).Scan(&builds, &attempts, &state))
+		if state != "running" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	require.Equal(t, 1, builds)
+	require.Equal(t, "completed", state)
 	require.Equal(t, 2, attempts, "the failed write is retried")
 	var built map[string]any
 	require.NoError(t, e.Pool.QueryRow(ctx, `SELECT data FROM batch_events WHERE batch_id = $1 AND type = 'generation.built'`, id).Scan(&built))
@@ -162,7 +173,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 // the same outcome as a batch that was never interrupted.
 func TestResetDuringBuildThenRetry(t *testing.T) {
 	files := buildFiles(40)
-	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstRows: -1}}), "UNTOUCHED", files)
+	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "UNTOUCHED", files)
 
 	const id = "RESET-BUILD"
 	var (
@@ -188,7 +199,7 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 		}
 		return nil
 	}))
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstRows: 5, ChunkFiles: 7}})
+	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7}})
 	env.Store(e)
 	e.Submit(t, id, files)
 	st := e.AwaitStatus(t, id, isDone)

@@ -79,19 +79,19 @@ type ClientConfig struct {
 // BuildSizes decide when a phase transition writes the next file
 // generation in chunks (PhaseBuildArgs) rather than in its own transaction.
 type BuildSizes struct {
-	// FirstRows is how many rows (files with their tasks) of a generation
-	// the transition reads before it may hand the rest to phase_build; a
-	// generation that fits is written whole, in the transition's
-	// transaction. Default 2,000; negative: never chunk.
-	FirstRows int
+	// FirstFiles is how many files of a generation the transition reads
+	// before it may hand the rest to phase_build; a generation that is no
+	// larger is written whole, in the transition's transaction. Default
+	// 2,000; negative: never chunk.
+	FirstFiles int
 	// ChunkFiles is how many files of the next generation each of
 	// phase_build's transactions writes. Default 5,000.
 	ChunkFiles int
 }
 
 func (b BuildSizes) withDefaults() BuildSizes {
-	if b.FirstRows == 0 {
-		b.FirstRows = 2000
+	if b.FirstFiles == 0 {
+		b.FirstFiles = 2000
 	}
 	if b.ChunkFiles <= 0 {
 		b.ChunkFiles = 5000

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,29 +165,27 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// the whole generation needs this one; the generation is then read to
 	// its end first, as a small one is.)
 	candidate, _ := phases.Get(p.Next())
-	limit := 0
-	if candidate != nil && w.build.FirstRows > 0 {
-		limit = w.build.FirstRows
-	}
 	n, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
 	if err != nil {
 		return nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
 	}
-	if limit > 0 {
-		n = min(n, int64(limit))
+	upTo := int32(math.MaxInt32) // the last ordinal to read first
+	if candidate != nil && w.build.FirstFiles > 0 && n > int64(w.build.FirstFiles) {
+		upTo, n = int32(w.build.FirstFiles-1), int64(w.build.FirstFiles)
 	}
 	// Room for every input and one output in eight more (a converted TIFF
 	// adds its JPEG), so that the usual next generation never has to be
 	// copied into a bigger array while the old one is still alive.
 	gen := applyGeneration{from: p, batchID: batch.ID, next: make([]phases.File, 0, n+n/8)}
-	complete, err := gen.read(ctx, tx, batch.Generation, -1, limit, candidate)
-	if err != nil {
+	if err := gen.read(ctx, tx, batch.Generation, -1, upTo, candidate); err != nil {
 		return nil, err
 	}
+	complete := upTo == math.MaxInt32
 	if !complete && !gen.decided { // read the rest too
-		if complete, err = gen.read(ctx, tx, batch.Generation, gen.cursor, 0, nil); err != nil {
+		if err := gen.read(ctx, tx, batch.Generation, upTo, math.MaxInt32, nil); err != nil {
 			return nil, err
 		}
+		complete = true
 	}
 	dApply := lap() // reading the generation and its tasks, and transforming it
 
@@ -231,14 +230,13 @@ type applyGeneration struct {
 	decided  bool  // an output needs a task of the candidate phase
 }
 
-// read transforms the files of generation gen after ordinal after (at most
-// limit rows; 0: all), appending to a.next; it returns whether it read to
-// the generation's end. With a candidate phase, it records whether any
-// output needs a task of it (decided).
-func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after int32, limit int, candidate phases.Phase) (bool, error) {
-	rd, err := readGeneration(ctx, tx, a.from, a.batchID, gen, after, limit)
+// read transforms the files of generation gen with ordinals in (after,
+// upTo], appending to a.next. With a candidate phase, it records whether
+// any output needs a task of it (decided).
+func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo int32, candidate phases.Phase) error {
+	rd, err := readGeneration(ctx, tx, a.from, a.batchID, gen, after, upTo)
 	if err != nil {
-		return false, err
+		return err
 	}
 	for rd.Next() {
 		a.filesIn++
@@ -253,9 +251,9 @@ func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after int32,
 	}
 	if err := rd.Err(); err != nil {
 		rd.Close(ctx) //nolint:errcheck // the read's error is the one to report
-		return false, fmt.Errorf("reading generation %d of batch %s: %w", gen, a.batchID, err)
+		return fmt.Errorf("reading generation %d of batch %s: %w", gen, a.batchID, err)
 	}
-	return !rd.Capped(), rd.Close(ctx)
+	return rd.Close(ctx)
 }
 
 // problemEvents are the transform_failed events of the problems met.
