@@ -88,9 +88,9 @@ func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingPara
 
 const taskCompleteMany = `-- name: TaskCompleteMany :many
 WITH input AS (
-    SELECT id, status, result, error, token_hash FROM (
-        SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS result,
-            unnest($4::text[]) AS error, unnest($5::bytea[]) AS token_hash
+    SELECT id, batch_id, status, result, error, token_hash FROM (
+        SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS batch_id, unnest($3::text[]) AS status,
+            unnest($4::text[]) AS result, unnest($5::text[]) AS error, unnest($6::bytea[]) AS token_hash
     ) c
     ORDER BY id COLLATE "C"
 ), ended AS (
@@ -98,7 +98,7 @@ WITH input AS (
     SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
         finished_at = clock_timestamp(), updated_at = clock_timestamp()
     FROM input
-    WHERE t.id = input.id AND t.status = 'processing' AND t.token_hash = input.token_hash
+    WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.status = 'processing' AND t.token_hash = input.token_hash
     RETURNING t.id, t.batch_id, t.phase, t.status, t.error
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
@@ -111,6 +111,7 @@ SELECT id, batch_id, phase FROM ended
 
 type TaskCompleteManyParams struct {
 	IDs         []string
+	BatchIDs    []string
 	Statuses    []string
 	Results     []string
 	Errors      []string
@@ -125,14 +126,15 @@ type TaskCompleteManyRow struct {
 
 // TaskCompleteMany applies a group of workers' callbacks (one group commit)
 // and records a task.completed or task.failed event for each task it ended,
-// in one statement. It matches only processing tasks whose current token is
-// the one presented, so a callback from an earlier launch of a relaunched
-// task cannot apply. The input is sorted by task id, in byte order (as Go
+// in one statement. It matches only processing tasks of the batch named
+// whose current token is the one presented, so a callback from an earlier
+// launch of a relaunched task cannot apply. The input is sorted by task id, in byte order (as Go
 // sorts strings), so that concurrent groups and the launcher's bookkeeping
 // (TaskSetMachines) lock rows in one order. Each id must appear once.
 func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyParams) ([]TaskCompleteManyRow, error) {
 	rows, err := q.db.Query(ctx, taskCompleteMany,
 		arg.IDs,
+		arg.BatchIDs,
 		arg.Statuses,
 		arg.Results,
 		arg.Errors,

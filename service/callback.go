@@ -101,163 +101,179 @@ type outcome struct {
 	phase   string
 }
 
-// applyCallbacks applies a group of callbacks in the caller's transaction
-// and returns each one's outcome.
+// applyCallbacks applies a group of callbacks in a transaction it begins
+// on conn, and returns each one's outcome; the caller commits (or rolls
+// back) the transaction it returns.
 //
 // Under the shared lock of every batch concerned (the fan-in guard: see
 // jobs.PhaseCheckWorker for why it makes the last callback's wake-up
-// impossible to lose), it reads the tasks, checks tokens and bodies, ends
-// the valid ones with their events in one statement, explains the rest
-// (repeats, late callbacks), and makes sure each phase touched has a
-// pending fan-in check.
-func (s *Service) applyCallbacks(ctx context.Context, tx pgx.Tx, group []*callbackRequest) ([]outcome, error) {
-	q := db.New(tx)
-	batchIDs := make([]string, len(group))
-	taskIDs := make([]string, len(group))
-	for i, r := range group {
-		batchIDs[i], taskIDs[i] = r.batchID, r.taskID
-	}
-	tasks, checkPending, err := readForCallbacks(ctx, tx, batchIDs, taskIDs)
-	if err != nil {
-		return nil, err
-	}
-
+// impossible to lose), it ends the tasks of the callbacks that look valid
+// with their events in one statement, which also checks their tokens and
+// batches; makes sure each phase touched has a pending fan-in check; and
+// explains the rest (unknown tasks, wrong tokens, bad bodies, repeats, late
+// callbacks).
+//
+// The usual group takes two round trips, this one and the caller's COMMIT:
+// BEGIN, the locks, the update and the look for pending checks go
+// together. So a body is checked before its task is read: its phase comes
+// from its task id (jobs.PhaseOfTask). A callback that fails a check is
+// not sent; its task is read afterwards, so that the answer follows the
+// usual order (404, then 401, then 400), and an unauthenticated caller
+// learns nothing about its body.
+func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*callbackRequest) (*pipelinedTx, []outcome, error) {
 	outcomes := make([]outcome, len(group))
 	var params db.TaskCompleteManyParams
-	var valid []int               // callbacks that passed every check
 	first := make(map[string]int) // task id -> the request that tries to end it
 	for i, r := range group {
-		t, ok := tasks[r.taskID]
-		if !ok || t.BatchID != r.batchID {
-			outcomes[i].err = fmt.Errorf("task %s of batch %s: %w", r.taskID, r.batchID, db.ErrNotFound)
-			continue
-		}
-		if r.tokenHash == nil {
-			outcomes[i].err = fmt.Errorf("%w: missing bearer token", ErrUnauthorized)
-			continue
-		}
-		if t.TokenHash == nil || subtle.ConstantTimeCompare(r.tokenHash, t.TokenHash) != 1 {
-			// A task ended by a timeout or reset keeps the hash of its last
-			// launch, so its late worker still authenticates and gets its 409.
-			outcomes[i].err = fmt.Errorf("%w: wrong callback token for task %s", ErrUnauthorized, r.taskID)
-			continue
-		}
-		if r.parseErr != nil {
-			outcomes[i].err = r.parseErr
-			continue
-		}
-		if r.status == phases.TaskCompleted {
-			if err := phases.ValidateResult(phases.Name(t.Phase), r.result); err != nil {
-				outcomes[i].err = &InputError{Msg: "invalid callback: " + err.Error()}
-				continue
-			}
-		}
-		outcomes[i].out = CallbackResult{TaskID: r.taskID, Status: string(r.status)}
-		valid = append(valid, i)
-		if _, seen := first[r.taskID]; seen {
-			continue // a repeat within the group: explained below
+		if _, seen := first[r.taskID]; seen || !plausible(r) {
+			continue // explained below
 		}
 		first[r.taskID] = i
 		params.IDs = append(params.IDs, r.taskID)
+		params.BatchIDs = append(params.BatchIDs, r.batchID)
 		params.Statuses = append(params.Statuses, string(r.status))
 		params.Results = append(params.Results, string(r.result))
 		params.Errors = append(params.Errors, r.errMsg)
 		params.TokenHashes = append(params.TokenHashes, r.tokenHash)
 	}
-	if len(params.IDs) == 0 {
-		return outcomes, nil
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(lockBatchesSharedSQL, batchIDsOf(group))
+	db.QueueTaskCompleteMany(b, params)
+	// A statement of its own after the locks, as PendingPhaseChecksSQL
+	// requires; after the update, it looks at the phases of the tasks
+	// ended.
+	b.Queue(jobs.PendingPhaseChecksSQL, params.IDs)
+	tx := &pipelinedTx{conn: conn}
+	br := conn.SendBatch(ctx, b)
+	ended, pending, err := readApplied(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return tx, nil, err
 	}
 
-	ended, err := q.TaskCompleteMany(ctx, params)
-	if err != nil {
-		return nil, fmt.Errorf("ending tasks: %w", err)
-	}
-	applied := make(map[string]bool, len(ended))
 	var checks []phaseKey
+	applied := make(map[string]string, len(ended)) // task id -> phase
 	for _, e := range ended {
-		applied[e.ID] = true
-		if k := (phaseKey{e.BatchID, e.Phase}); !checkPending[k] && !slices.Contains(checks, k) {
+		applied[e.ID] = e.Phase
+		if k := (phaseKey{e.BatchID, e.Phase}); !pending[k] && !slices.Contains(checks, k) {
 			checks = append(checks, k)
 		}
 	}
 	for _, k := range checks {
 		if err := jobs.InsertPhaseCheck(ctx, tx, s.river, k.batchID, k.phase); err != nil {
-			return nil, err
+			return tx, nil, err
 		}
 	}
 
-	// The rest were valid but did not apply: the task had ended already
-	// (rare: a repeat, a timeout or a reset got there first).
 	var explain []int
-	for _, i := range valid {
-		if !applied[group[i].taskID] || first[group[i].taskID] != i {
-			explain = append(explain, i)
+	for i, r := range group {
+		if phase, ok := applied[r.taskID]; ok && first[r.taskID] == i {
+			outcomes[i] = outcome{out: CallbackResult{TaskID: r.taskID, Status: string(r.status)}, applied: true, phase: phase}
 			continue
 		}
-		outcomes[i].applied, outcomes[i].phase = true, tasks[group[i].taskID].Phase
+		explain = append(explain, i)
 	}
 	if len(explain) == 0 {
-		return outcomes, nil
+		return tx, outcomes, nil
 	}
 	ids := make([]string, len(explain))
 	for j, i := range explain {
 		ids[j] = group[i].taskID
 	}
+	q := db.New(tx)
 	now, err := q.TaskListForCallbacks(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("re-reading tasks: %w", err)
+		return tx, nil, fmt.Errorf("reading tasks: %w", err)
 	}
 	current := make(map[string]db.TaskListForCallbacksRow, len(now))
 	for _, t := range now {
 		current[t.ID] = t
 	}
 	for _, i := range explain {
-		outcomes[i], err = notApplied(ctx, q, group[i], current[group[i].taskID])
-		if err != nil {
-			return nil, err
+		if outcomes[i], err = explainCallback(ctx, q, group[i], current); err != nil {
+			return tx, nil, err
 		}
 	}
-	return outcomes, nil
+	return tx, outcomes, nil
+}
+
+// plausible tells whether a callback passes every check that needs no
+// database: a token, a well-formed body, and for a success, a result that
+// fits the phase its task id names.
+func plausible(r *callbackRequest) bool {
+	if r.tokenHash == nil || r.parseErr != nil {
+		return false
+	}
+	phase := jobs.PhaseOfTask(r.taskID)
+	if phase == "" {
+		return false
+	}
+	return r.status != phases.TaskCompleted || phases.ValidateResult(phases.Name(phase), r.result) == nil
+}
+
+// explainCallback gives the outcome of a callback that did not end its
+// task, from the task as it is now (current, by id), checking in the
+// order a caller is answered: the task (404), the token (401), the body
+// (400), then how the task ended (a repeat, or a late callback).
+func explainCallback(ctx context.Context, q *db.Queries, r *callbackRequest, current map[string]db.TaskListForCallbacksRow) (outcome, error) {
+	t, ok := current[r.taskID]
+	if !ok || t.BatchID != r.batchID {
+		return outcome{err: fmt.Errorf("task %s of batch %s: %w", r.taskID, r.batchID, db.ErrNotFound)}, nil
+	}
+	if r.tokenHash == nil {
+		return outcome{err: fmt.Errorf("%w: missing bearer token", ErrUnauthorized)}, nil
+	}
+	if t.TokenHash == nil || subtle.ConstantTimeCompare(r.tokenHash, t.TokenHash) != 1 {
+		// A task ended by a timeout or reset keeps the hash of its last
+		// launch, so its late worker still authenticates and gets its 409.
+		return outcome{err: fmt.Errorf("%w: wrong callback token for task %s", ErrUnauthorized, r.taskID)}, nil
+	}
+	if r.parseErr != nil {
+		return outcome{err: r.parseErr}, nil
+	}
+	if r.status == phases.TaskCompleted {
+		if err := phases.ValidateResult(phases.Name(t.Phase), r.result); err != nil {
+			return outcome{err: &InputError{Msg: "invalid callback: " + err.Error()}}, nil
+		}
+	}
+	return notApplied(ctx, q, r, t)
+}
+
+// batchIDsOf lists the batches of a group's callbacks.
+func batchIDsOf(group []*callbackRequest) []string {
+	ids := make([]string, len(group))
+	for i, r := range group {
+		ids[i] = r.batchID
+	}
+	return ids
 }
 
 // phaseKey names a batch's phase.
 type phaseKey struct{ batchID, phase string }
 
-// Reads the callback path pipelines in one round trip. (sqlc's generated
-// functions each take a round trip of their own.)
-const (
-	// lockBatchesSharedSQL is BatchLockShared for several batches, in sorted
-	// order so that no two callers can wait on each other.
-	lockBatchesSharedSQL = `SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
+// lockBatchesSharedSQL is BatchLockShared for several batches, in sorted
+// order so that no two callers can wait on each other.
+const lockBatchesSharedSQL = `SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
 FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b`
-	tasksForCallbacksSQL = `SELECT id, batch_id, phase, status, token_hash, ended_by FROM tasks WHERE id = ANY($1::text[])`
-)
 
-// readForCallbacks takes the shared lock of every batch concerned, then
-// reads the tasks and whether each of their phases has an unfinished
-// fan-in check, in one round trip. Each is a statement of its own, run in
-// order, so the last one's snapshot is taken under the locks, as
-// jobs.PendingPhaseChecksSQL requires.
-func readForCallbacks(ctx context.Context, tx pgx.Tx, batchIDs, taskIDs []string) (map[string]db.TaskListForCallbacksRow, map[phaseKey]bool, error) {
-	b := &pgx.Batch{}
-	b.Queue(lockBatchesSharedSQL, batchIDs)
-	b.Queue(tasksForCallbacksSQL, taskIDs)
-	b.Queue(jobs.PendingPhaseChecksSQL, taskIDs)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
+// readApplied reads the results of applyCallbacks' pipeline: the tasks it
+// ended, and whether each phase concerned has an unfinished fan-in check.
+func readApplied(br pgx.BatchResults) ([]db.TaskCompleteManyRow, map[phaseKey]bool, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("beginning: %w", err)
+	}
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, fmt.Errorf("locking batches: %w", err)
 	}
-	rows, _ := br.Query()
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[db.TaskListForCallbacksRow])
+	ended, err := db.ScanTaskCompleteMany(br)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading tasks: %w", err)
+		return nil, nil, fmt.Errorf("ending tasks: %w", err)
 	}
-	tasks := make(map[string]db.TaskListForCallbacksRow, len(list))
-	for _, t := range list {
-		tasks[t.ID] = t
-	}
-	rows, _ = br.Query()
+	rows, _ := br.Query()
 	pending := make(map[phaseKey]bool)
 	var k phaseKey
 	var p bool
@@ -267,7 +283,7 @@ func readForCallbacks(ctx context.Context, tx pgx.Tx, batchIDs, taskIDs []string
 	}); err != nil {
 		return nil, nil, fmt.Errorf("looking for pending phase checks: %w", err)
 	}
-	return tasks, pending, br.Close()
+	return ended, pending, nil
 }
 
 // notApplied explains a callback whose task was no longer processing: a

@@ -137,17 +137,92 @@ func retryAlone(err error) bool {
 // becomes the group's error: it runs on a goroutine of its own, where a
 // panic would otherwise take the whole server down rather than one request.
 func (g *callbackGroups) apply(group []*callbackRequest) (outcomes []outcome, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	conn, err := g.svc.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Released last: the pool closes a connection left inside a
+	// transaction rather than hand it out again.
+	defer conn.Release()
+	var tx *pipelinedTx
 	defer func() {
 		if p := recover(); p != nil {
 			outcomes, err = nil, fmt.Errorf("applying callbacks: panic: %v", p)
 		}
+		if err != nil && tx != nil {
+			tx.Rollback(ctx) //nolint:errcheck // the group's error is the one to report
+		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-	defer cancel()
-	err = pgx.BeginFunc(ctx, g.svc.pool, func(tx pgx.Tx) error {
-		var err error
-		outcomes, err = g.svc.applyCallbacks(ctx, tx, group)
-		return err
-	})
-	return outcomes, err
+	tx, outcomes, err = g.svc.applyCallbacks(ctx, conn.Conn(), group)
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, tx.Commit(ctx)
 }
+
+// pipelinedTx is a transaction whose BEGIN was sent in a pipeline with its
+// first statements (applyCallbacks), saving the round trip pgx's Begin
+// takes. It is a pgx.Tx so that River can insert jobs in it; it cannot
+// nest transactions.
+type pipelinedTx struct{ conn *pgx.Conn }
+
+var _ pgx.Tx = (*pipelinedTx)(nil)
+
+var errNoNesting = errors.New("a pipelined transaction cannot begin a nested one")
+
+// Begin implements pgx.Tx: not supported.
+func (t *pipelinedTx) Begin(context.Context) (pgx.Tx, error) { return nil, errNoNesting }
+
+// Commit commits, and reports a transaction that could only roll back (it
+// failed earlier) as pgx does.
+func (t *pipelinedTx) Commit(ctx context.Context) error {
+	tag, err := t.conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return err
+}
+
+// Rollback rolls back.
+func (t *pipelinedTx) Rollback(ctx context.Context) error {
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+// CopyFrom implements pgx.Tx.
+func (t *pipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	return t.conn.CopyFrom(ctx, table, columns, src)
+}
+
+// SendBatch implements pgx.Tx.
+func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.conn.SendBatch(ctx, b)
+}
+
+// LargeObjects implements pgx.Tx: not supported (the zero value).
+func (t *pipelinedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+// Prepare implements pgx.Tx.
+func (t *pipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+// Exec implements pgx.Tx.
+func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+// Query implements pgx.Tx.
+func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.conn.Query(ctx, sql, args...)
+}
+
+// QueryRow implements pgx.Tx.
+func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+// Conn implements pgx.Tx.
+func (t *pipelinedTx) Conn() *pgx.Conn { return t.conn }

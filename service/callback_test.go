@@ -23,7 +23,7 @@ import (
 const testPhase = "TIFF_CONVERSION"
 
 // newCallbackService returns a Service on a fresh database with one batch in
-// TIFF_CONVERSION and n processing tasks t000, t001, ... whose callback
+// TIFF_CONVERSION and n processing tasks tiff_t000, tiff_t001, ... whose callback
 // tokens are token(id).
 func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool.Pool) {
 	t.Helper()
@@ -48,8 +48,8 @@ func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool
 	_, err = q.FileInsertMany(ctx, files)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO tasks (id, batch_id, phase, file_id, status, attempt, machine_id, token_hash, launched_at, deadline)
-		SELECT 't' || lpad(ordinal::text, 3, '0'), batch_id, $2, id, 'processing', 1, 'm' || ordinal,
-			sha256(convert_to('tok-t' || lpad(ordinal::text, 3, '0'), 'UTF8')), now(), now() + interval '1 hour'
+		SELECT 'tiff_t' || lpad(ordinal::text, 3, '0'), batch_id, $2, id, 'processing', 1, 'm' || ordinal,
+			sha256(convert_to('tok-tiff_t' || lpad(ordinal::text, 3, '0'), 'UTF8')), now(), now() + interval '1 hour'
 		FROM files WHERE batch_id = $1`, batchID, testPhase)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -81,24 +81,24 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	ctx := context.Background()
 	const batch = "GROUP"
 	svc, pool := newCallbackService(t, batch, 8)
-	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 't005'`)
+	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 'tiff_t005'`)
 	require.NoError(t, err)
 
 	// Valid JSON that jsonb rejects (a lone surrogate): it fails the group's
 	// transaction, which is then applied callback by callback.
 	poison := []byte(`{"status":"success","output_r2_key":"staging/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
 	group := []*callbackRequest{
-		request(batch, "t000", token("t000"), success("t000")),
-		request(batch, "t001", token("t001"), poison),
-		request(batch, "t000", token("t000"), success("t000")), // a repeat in the same group
-		request(batch, "t002", "wrong", success("t002")),
-		request(batch, "t002", "", success("t002")),
-		request(batch, "t999", token("t999"), success("t999")),
-		request("OTHER", "t003", token("t003"), success("t003")), // the task is not this batch's
-		request(batch, "t004", token("t004"), []byte(`{"status":"error","error":"corrupt TIFF"}`)),
-		request(batch, "t005", token("t005"), success("t005")), // timed out already
-		request(batch, "t006", token("t006"), []byte(`{"status":"success","output_file_size":5}`)),
-		request(batch, "t007", token("t007"), []byte(`{"status":"maybe"}`)),
+		request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000")),
+		request(batch, "tiff_t001", token("tiff_t001"), poison),
+		request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000")), // a repeat in the same group
+		request(batch, "tiff_t002", "wrong", success("tiff_t002")),
+		request(batch, "tiff_t002", "", success("tiff_t002")),
+		request(batch, "tiff_t999", token("tiff_t999"), success("tiff_t999")),
+		request("OTHER", "tiff_t003", token("tiff_t003"), success("tiff_t003")), // the task is not this batch's
+		request(batch, "tiff_t004", token("tiff_t004"), []byte(`{"status":"error","error":"corrupt TIFF"}`)),
+		request(batch, "tiff_t005", token("tiff_t005"), success("tiff_t005")), // timed out already
+		request(batch, "tiff_t006", token("tiff_t006"), []byte(`{"status":"success","output_file_size":5}`)),
+		request(batch, "tiff_t007", token("tiff_t007"), []byte(`{"status":"maybe"}`)),
 	}
 	svc.callbacks.commit(group)
 
@@ -112,12 +112,12 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 		got[i] = answer{r.out, r.err}
 	}
 	require.NoError(t, got[0].err)
-	require.Equal(t, CallbackResult{TaskID: "t000", Status: "completed"}, got[0].res)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t000", Status: "completed"}, got[0].res)
 	var inErr *InputError
 	require.ErrorAs(t, got[1].err, &inErr)
 	require.Contains(t, got[1].err.Error(), "cannot be stored")
 	require.NoError(t, got[2].err)
-	require.Equal(t, CallbackResult{TaskID: "t000", Status: "completed", Duplicate: true}, got[2].res)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t000", Status: "completed", Duplicate: true}, got[2].res)
 	require.ErrorIs(t, got[3].err, ErrUnauthorized)
 	require.ErrorContains(t, got[3].err, "wrong callback token")
 	require.ErrorIs(t, got[4].err, ErrUnauthorized)
@@ -125,7 +125,7 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	require.ErrorIs(t, got[5].err, ErrNotFound)
 	require.ErrorIs(t, got[6].err, ErrNotFound)
 	require.NoError(t, got[7].err)
-	require.Equal(t, CallbackResult{TaskID: "t004", Status: "failed"}, got[7].res)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t004", Status: "failed"}, got[7].res)
 	require.ErrorIs(t, got[8].err, ErrConflict)
 	require.ErrorContains(t, got[8].err, "already timed out")
 	require.ErrorAs(t, got[9].err, &inErr)
@@ -142,14 +142,14 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []string{
-		`t000 completed "" callback`,
-		`t001 processing "" `,
-		`t002 processing "" `,
-		`t003 processing "" `,
-		`t004 failed "corrupt TIFF" callback`,
-		`t005 failed "Task timed out after 1.0s" timeout`,
-		`t006 processing "" `,
-		`t007 processing "" `,
+		`tiff_t000 completed "" callback`,
+		`tiff_t001 processing "" `,
+		`tiff_t002 processing "" `,
+		`tiff_t003 processing "" `,
+		`tiff_t004 failed "corrupt TIFF" callback`,
+		`tiff_t005 failed "Task timed out after 1.0s" timeout`,
+		`tiff_t006 processing "" `,
+		`tiff_t007 processing "" `,
 	}, states)
 
 	rows, err = pool.Query(ctx, `SELECT type || ' ' || task_id || ' ' || data::text FROM batch_events WHERE batch_id = $1 ORDER BY task_id, type`, batch)
@@ -157,9 +157,9 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	events, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{
-		`task.completed t000 {}`,
-		`task.failed t004 {"error": "corrupt TIFF"}`,
-		`callback.rejected t005 {"reason": "task t005 already timed out", "reported": "completed"}`,
+		`task.completed tiff_t000 {}`,
+		`task.failed tiff_t004 {"error": "corrupt TIFF"}`,
+		`callback.rejected tiff_t005 {"reason": "task tiff_t005 already timed out", "reported": "completed"}`,
 	}, events)
 
 	var checks int
@@ -182,7 +182,7 @@ func TestCallbacksConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id := fmt.Sprintf("t%03d", i%n)
+			id := fmt.Sprintf("tiff_t%03d", i%n)
 			results[i], errs[i] = svc.Callback(ctx, batch, id, token(id), success(id))
 		}()
 	}

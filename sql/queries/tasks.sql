@@ -24,16 +24,16 @@ RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.c
 
 -- TaskCompleteMany applies a group of workers' callbacks (one group commit)
 -- and records a task.completed or task.failed event for each task it ended,
--- in one statement. It matches only processing tasks whose current token is
--- the one presented, so a callback from an earlier launch of a relaunched
--- task cannot apply. The input is sorted by task id, in byte order (as Go
+-- in one statement. It matches only processing tasks of the batch named
+-- whose current token is the one presented, so a callback from an earlier
+-- launch of a relaunched task cannot apply. The input is sorted by task id, in byte order (as Go
 -- sorts strings), so that concurrent groups and the launcher's bookkeeping
 -- (TaskSetMachines) lock rows in one order. Each id must appear once.
 -- name: TaskCompleteMany :many
 WITH input AS (
     SELECT * FROM (
-        SELECT unnest(@ids::text[]) AS id, unnest(@statuses::text[]) AS status, unnest(@results::text[]) AS result,
-            unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash
+        SELECT unnest(@ids::text[]) AS id, unnest(@batch_ids::text[]) AS batch_id, unnest(@statuses::text[]) AS status,
+            unnest(@results::text[]) AS result, unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash
     ) c
     ORDER BY id COLLATE "C"
 ), ended AS (
@@ -41,7 +41,7 @@ WITH input AS (
     SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
         finished_at = clock_timestamp(), updated_at = clock_timestamp()
     FROM input
-    WHERE t.id = input.id AND t.status = 'processing' AND t.token_hash = input.token_hash
+    WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.status = 'processing' AND t.token_hash = input.token_hash
     RETURNING t.id, t.batch_id, t.phase, t.status, t.error
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
