@@ -169,8 +169,10 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 }
 
 // TestResetDuringBuildThenRetry resets a batch while its generation is
-// being written: the build stops where it was, and a retry resumes it to
-// the same outcome as a batch that was never interrupted.
+// being written, once every task written so far has completed: the build
+// stops where it was, and a retry (with no failed task to requeue) resumes
+// it, and launches what it writes, to the same outcome as a batch that was
+// never interrupted.
 func TestResetDuringBuildThenRetry(t *testing.T) {
 	files := buildFiles(40)
 	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "UNTOUCHED", files)
@@ -183,6 +185,20 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 	t.Cleanup(jobs.SetBeforeBuildWrite(func(ctx context.Context, batchID string, _ bool) error {
 		if batchID != id || resets.Add(1) != 2 {
 			return nil
+		}
+		for {
+			n, err := openWork(ctx, env.Load(), id, "IMAGE_PROCESSING")
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, env.Load().Server.URL+"/admin/reset/"+id, nil)
 		if err != nil {

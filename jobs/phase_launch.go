@@ -103,10 +103,10 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 	}
 	switch {
 	case pending == 0 && batch.BuildFrom != nil:
-		// More tasks are being written (phase_build). The batch was read
-		// before the count: had the build ended then, the count would
-		// have seen all of its tasks.
-		return river.JobSnooze(50 * time.Millisecond)
+		// More tasks are being written (phase_build), a chunk every few
+		// hundred milliseconds. The batch was read before the count: had
+		// the build ended then, the count would have seen all its tasks.
+		return river.JobSnooze(200 * time.Millisecond)
 	case pending == 0:
 		return nil
 	case total.rateLimited > 0:

@@ -123,12 +123,17 @@ type outcome struct {
 func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*callbackRequest) (*pipelinedTx, []outcome, error) {
 	outcomes := make([]outcome, len(group))
 	var params db.TaskCompleteManyParams
-	first := make(map[string]int) // task id -> the request that tries to end it
+	// The request that tries to end a task with a batch and token. One
+	// task's callbacks with different batches or tokens are all tried (at
+	// most one can match): were only the first tried, a stray caller's
+	// wrong token would shadow the worker's callback behind it.
+	first := make(map[attempt]int)
 	for i, r := range group {
-		if _, seen := first[r.taskID]; seen || !plausible(r) {
+		k := attemptOf(r)
+		if _, seen := first[k]; seen || !plausible(r) {
 			continue // explained below
 		}
-		first[r.taskID] = i
+		first[k] = i
 		params.IDs = append(params.IDs, r.taskID)
 		params.BatchIDs = append(params.BatchIDs, r.batchID)
 		params.Statuses = append(params.Statuses, string(r.status))
@@ -156,9 +161,9 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 	}
 
 	var checks []phaseKey
-	applied := make(map[string]string, len(ended)) // task id -> phase
+	applied := make(map[attempt]string, len(ended)) // -> the task's phase
 	for _, e := range ended {
-		applied[e.ID] = e.Phase
+		applied[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e.Phase
 		if k := (phaseKey{e.BatchID, e.Phase}); !pending[k] && !slices.Contains(checks, k) {
 			checks = append(checks, k)
 		}
@@ -171,7 +176,7 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 
 	var explain []int
 	for i, r := range group {
-		if phase, ok := applied[r.taskID]; ok && first[r.taskID] == i {
+		if phase, ok := applied[attemptOf(r)]; ok && first[attemptOf(r)] == i {
 			outcomes[i] = outcome{out: CallbackResult{TaskID: r.taskID, Status: string(r.status)}, applied: true, phase: phase}
 			continue
 		}
@@ -200,6 +205,12 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 	}
 	return tx, outcomes, nil
 }
+
+// attempt is what decides whether a callback can end its task: the task,
+// the batch its URL names, and the token presented.
+type attempt struct{ taskID, batchID, tokenHash string }
+
+func attemptOf(r *callbackRequest) attempt { return attempt{r.taskID, r.batchID, string(r.tokenHash)} }
 
 // plausible tells whether a callback passes every check that needs no
 // database: a token, a well-formed body, and for a success, a result that

@@ -80,7 +80,7 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const batch = "GROUP"
-	svc, pool := newCallbackService(t, batch, 8)
+	svc, pool := newCallbackService(t, batch, 10)
 	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 'tiff_t005'`)
 	require.NoError(t, err)
 
@@ -101,6 +101,19 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 		request(batch, "tiff_t007", token("tiff_t007"), []byte(`{"status":"maybe"}`)),
 	}
 	svc.callbacks.commit(group)
+	// A group that commits as one (the one above was applied callback by
+	// callback once the poison failed it): a stray caller's wrong token or
+	// batch does not shadow the worker's callback behind it, and a repeat
+	// of an applied callback is a duplicate.
+	group2 := []*callbackRequest{
+		request(batch, "tiff_t008", token("tiff_t000"), success("tiff_t008")),
+		request(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
+		request("OTHER", "tiff_t009", token("tiff_t009"), success("tiff_t009")),
+		request(batch, "tiff_t009", token("tiff_t009"), success("tiff_t009")),
+		request(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
+	}
+	svc.callbacks.commit(group2)
+	group = append(group, group2...)
 
 	type answer struct {
 		res CallbackResult
@@ -132,6 +145,14 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	require.ErrorContains(t, got[9].err, "output_r2_key")
 	require.ErrorAs(t, got[10].err, &inErr)
 	require.ErrorContains(t, got[10].err, `got "maybe"`)
+	require.ErrorIs(t, got[11].err, ErrUnauthorized)
+	require.NoError(t, got[12].err)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t008", Status: "completed"}, got[12].res)
+	require.ErrorIs(t, got[13].err, ErrNotFound)
+	require.NoError(t, got[14].err)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t009", Status: "completed"}, got[14].res)
+	require.NoError(t, got[15].err)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t008", Status: "completed", Duplicate: true}, got[15].res)
 
 	rows, err := pool.Query(ctx, `SELECT id, status, coalesce(error, ''), coalesce(ended_by, '') FROM tasks ORDER BY id`)
 	require.NoError(t, err)
@@ -150,6 +171,8 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 		`tiff_t005 failed "Task timed out after 1.0s" timeout`,
 		`tiff_t006 processing "" `,
 		`tiff_t007 processing "" `,
+		`tiff_t008 completed "" callback`,
+		`tiff_t009 completed "" callback`,
 	}, states)
 
 	rows, err = pool.Query(ctx, `SELECT type || ' ' || task_id || ' ' || data::text FROM batch_events WHERE batch_id = $1 ORDER BY task_id, type`, batch)
@@ -160,6 +183,8 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 		`task.completed tiff_t000 {}`,
 		`task.failed tiff_t004 {"error": "corrupt TIFF"}`,
 		`callback.rejected tiff_t005 {"reason": "task tiff_t005 already timed out", "reported": "completed"}`,
+		`task.completed tiff_t008 {}`,
+		`task.completed tiff_t009 {}`,
 	}, events)
 
 	var checks int

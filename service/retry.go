@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -92,9 +93,13 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			}
 			if b.BuildFrom != nil {
 				// Stopped while its generation was being written: the
-				// writing goes on from where it got to.
-				args := jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}
-				if _, err := s.river.InsertTx(ctx, tx, args, nil); err != nil {
+				// writing goes on from where it got to, and a launcher
+				// waits for the tasks it writes (even when no task had
+				// failed).
+				if _, err := s.river.InsertManyTx(ctx, tx, []river.InsertManyParams{
+					{Args: jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}},
+					{Args: jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}},
+				}); err != nil {
 					return fmt.Errorf("enqueueing phase_build for %s: %w", batchID, err)
 				}
 			}

@@ -26,9 +26,12 @@ RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.c
 -- and records a task.completed or task.failed event for each task it ended,
 -- in one statement. It matches only processing tasks of the batch named
 -- whose current token is the one presented, so a callback from an earlier
--- launch of a relaunched task cannot apply. The input is sorted by task id, in byte order (as Go
--- sorts strings), so that concurrent groups and the launcher's bookkeeping
--- (TaskSetMachines) lock rows in one order. Each id must appear once.
+-- launch of a relaunched task cannot apply. An id may come more than once
+-- with different batches or tokens (a stray caller's and the worker's): at
+-- most one of them matches, and RETURNING says which. The input is sorted
+-- by task id, in byte order (as Go sorts strings), so that concurrent
+-- groups and the launcher's bookkeeping (TaskSetMachines) lock rows in one
+-- order.
 -- name: TaskCompleteMany :many
 WITH input AS (
     SELECT * FROM (
@@ -42,14 +45,14 @@ WITH input AS (
         finished_at = clock_timestamp(), updated_at = clock_timestamp()
     FROM input
     WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.status = 'processing' AND t.token_hash = input.token_hash
-    RETURNING t.id, t.batch_id, t.phase, t.status, t.error
+    RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
     SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' ELSE 'task.failed' END, phase, id,
         CASE status WHEN 'completed' THEN '{}'::jsonb ELSE jsonb_build_object('error', error) END
     FROM ended
 )
-SELECT id, batch_id, phase FROM ended;
+SELECT id, batch_id, phase, token_hash FROM ended;
 
 -- TaskCountByBatch counts a batch's tasks per phase and status. It reads
 -- the counters triggers keep (task_counts, migration 00004): a few rows,
