@@ -242,3 +242,25 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 	// and so does everything written.
 	require.Equal(t, whole, resumed)
 }
+
+// TestFailingBuildFailsItsBatch: a build that fails its last attempt fails
+// its batch, with the reason, and ends the tasks already written, rather
+// than leave the phase waiting for ever.
+func TestFailingBuildFailsItsBatch(t *testing.T) {
+	const id = "BUILD-FAILS"
+	t.Cleanup(jobs.SetBeforeBuildWrite(func(_ context.Context, batchID string, _ bool) error {
+		if batchID == id {
+			return errors.New("disk on fire")
+		}
+		return nil
+	}))
+	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7, MaxAttempts: 2}})
+	e.Submit(t, id, buildFiles(40))
+	st := e.AwaitStatus(t, id, isDone)
+	require.Equal(t, "ERROR", st.Status)
+	require.NotNil(t, st.Error)
+	require.Contains(t, *st.Error, "Failed after 2 attempts: writing generation 1 of IMAGE_PROCESSING: disk on fire")
+	for _, p := range st.Phases {
+		require.Zero(t, p.TasksPending+p.TasksProcessing, "phase %s has open tasks", p.Phase)
+	}
+}

@@ -87,6 +87,9 @@ type BuildSizes struct {
 	// ChunkFiles is how many files of the next generation each of
 	// phase_build's transactions writes. Default 5,000.
 	ChunkFiles int
+	// MaxAttempts is how many times a build is tried before its batch
+	// fails; 0 takes PhaseBuildArgs' default (10).
+	MaxAttempts int
 }
 
 func (b BuildSizes) withDefaults() BuildSizes {

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -28,10 +29,14 @@ type PhaseBuildArgs struct {
 // Kind is the River job kind.
 func (PhaseBuildArgs) Kind() string { return "phase_build" }
 
-// InsertOpts makes the job unique while unfinished.
+// InsertOpts makes the job unique while unfinished. A build that fails
+// buildMaxAttempts times (some four hours of River's backoff) fails its
+// batch, rather than leave it waiting for ever.
 func (PhaseBuildArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+	return river.InsertOpts{MaxAttempts: buildMaxAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
 }
+
+const buildMaxAttempts = 10
 
 // PhaseBuildWorker works PhaseBuildArgs.
 type PhaseBuildWorker struct {
@@ -49,7 +54,7 @@ var errBuildMoved = errors.New("the batch moved on")
 // cursor): it writes the tasks of phase p among them, moves the batch into
 // p with the build recorded, and enqueues p's launcher and the phase_build
 // that writes the rest. Runs in the transition's transaction.
-func startBuild(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
+func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
 	q := db.New(tx)
 	name := string(p.Name())
 	work := p.Discover(stored)
@@ -70,9 +75,14 @@ func startBuild(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name
 		return err
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
+	build := PhaseBuildArgs{BatchID: batchID, Phase: name, From: string(from), Generation: gen}
+	opts := build.InsertOpts()
+	if sizes.MaxAttempts > 0 {
+		opts.MaxAttempts = sizes.MaxAttempts
+	}
 	if _, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{
 		{Args: PhaseLaunchArgs{BatchID: batchID, Phase: name}},
-		{Args: PhaseBuildArgs{BatchID: batchID, Phase: name, From: string(from), Generation: gen}},
+		{Args: build, InsertOpts: &opts},
 	}); err != nil {
 		return fmt.Errorf("enqueueing the launch and build of %s %s: %w", batchID, name, err)
 	}
@@ -142,10 +152,43 @@ func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildAr
 	if err == nil {
 		err = b.write(ctx, true)
 	}
-	if errors.Is(err, errBuildMoved) {
+	switch {
+	case errors.Is(err, errBuildMoved):
 		return nil
+	case err != nil && job.Attempt >= job.MaxAttempts:
+		return w.giveUp(ctx, job, err)
 	}
 	return err
+}
+
+// giveUp fails the batch of a build that failed its last attempt, and ends
+// its open tasks: without its generation the phase can never end.
+func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuildArgs], cause error) error {
+	args := job.Args
+	msg := fmt.Sprintf("Failed after %d attempts: writing generation %d of %s: %v", job.Attempt, args.Generation, args.Phase, cause)
+	var (
+		failed *db.Batch
+		ended  int
+	)
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
+			return err
+		}
+		var err error
+		if failed, err = failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil || failed == nil {
+			return err
+		}
+		appOf := func(phase string) string { return w.deps.Config.Phases[phases.Name(phase)].FlyAppName }
+		ended, _, err = StopBatchWork(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), appOf, args.BatchID, "Batch failed: "+msg)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.deps.Metrics.TasksFinished(args.Phase, metrics.TaskCancelled, ended)
+	w.deps.batchFinished(failed)
+	return river.JobCancel(cause)
 }
 
 // beforeBuildWrite, when set (by tests only), runs before each of a

@@ -209,7 +209,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	if complete {
 		finished, err = enterNextPhase(ctx, tx, batch.ID, p.Next(), next, stored)
 	} else {
-		err = startBuild(ctx, tx, batch.ID, name, candidate, next, gen.cursor, stored)
+		err = startBuild(ctx, tx, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}
 	w.deps.Logger.Info("phase completed", "batch_id", batch.ID, "phase", batch.Status,
 		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored), "generation_complete", complete,
