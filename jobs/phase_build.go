@@ -247,7 +247,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			return err
 		}
 		b.tasks += len(work)
-		events := (&applyGeneration{batchID: args.BatchID, problems: b.problems}).problemEvents(args.From)
+		events := problemEvents(args.BatchID, args.From, b.problems)
 		if !last {
 			if len(events) > 0 {
 				if _, err := q.BatchEventInsertMany(ctx, events); err != nil {

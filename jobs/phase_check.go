@@ -194,7 +194,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 		data["files_in"], data["files_out"] = gen.filesIn, len(gen.next)
 	}
 	events := append([]db.BatchEventInsertManyParams{newEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", data)},
-		gen.problemEvents(batch.Status)...)
+		problemEvents(batch.ID, batch.Status, gen.problems)...)
 	if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 		return nil, fmt.Errorf("recording phase events: %w", err)
 	}
@@ -256,11 +256,12 @@ func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo 
 	return rd.Close(ctx)
 }
 
-// problemEvents are the transform_failed events of the problems met.
-func (a *applyGeneration) problemEvents(phase string) []db.BatchEventInsertManyParams {
-	events := make([]db.BatchEventInsertManyParams, 0, len(a.problems))
-	for _, pr := range a.problems {
-		events = append(events, newEvent(a.batchID, db.EventTransformFailed, phase, pr.taskID, map[string]any{"error": pr.err.Error()}))
+// problemEvents are the transform_failed events of a batch's problems in
+// phase.
+func problemEvents(batchID, phase string, problems []transformProblem) []db.BatchEventInsertManyParams {
+	events := make([]db.BatchEventInsertManyParams, 0, len(problems))
+	for _, pr := range problems {
+		events = append(events, newEvent(batchID, db.EventTransformFailed, phase, pr.taskID, map[string]any{"error": pr.err.Error()}))
 	}
 	return events
 }
