@@ -78,15 +78,19 @@ func (g *generationReader) Next() bool {
 		r              db.File
 		ordinal        int32
 		taskID, status *string
-		result         []byte
+		// processing_config is read as plain bytes: into the model's
+		// json.RawMessage, pgx runs encoding/json over every one of them
+		// (a tenth of a 100,000-file transform's CPU).
+		cfg, result []byte
 	)
 	for g.err == nil && g.rows.Next() {
-		r, taskID, status, result = db.File{}, nil, nil, nil
+		r, taskID, status, cfg, result = db.File{}, nil, nil, nil, nil
 		if err := g.rows.Scan(&ordinal, &r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &r.ProcessingConfig, &r.PreprocessorTags, &taskID, &status, &result); err != nil {
+			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &taskID, &status, &result); err != nil {
 			g.err = err
 			return false
 		}
+		r.ProcessingConfig = cfg
 		if r.ID == g.lastID {
 			continue // a second task for the same file: the first one decides
 		}
