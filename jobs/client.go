@@ -147,8 +147,11 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		))
 	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
-		Logger:            deps.Logger,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Logger: deps.Logger,
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault: {MaxWorkers: cfg.MaxWorkers},
+			BuildQueue:         {MaxWorkers: buildWorkers},
+		},
 		Workers:           workers,
 		ErrorHandler:      jobErrorLogger{deps.Logger},
 		PeriodicJobs:      periodic,

@@ -31,12 +31,22 @@ func (PhaseBuildArgs) Kind() string { return "phase_build" }
 
 // InsertOpts makes the job unique while unfinished. A build that fails
 // buildMaxAttempts times (some four hours of River's backoff) fails its
-// batch, rather than leave it waiting for ever.
+// batch, rather than leave it waiting for ever. Builds have a queue of
+// their own (BuildQueue).
 func (PhaseBuildArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: buildMaxAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+	return river.InsertOpts{Queue: BuildQueue, MaxAttempts: buildMaxAttempts,
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
 }
 
 const buildMaxAttempts = 10
+
+// BuildQueue is the River queue of phase_build jobs. Each build holds two
+// database connections (its long read and a chunk's transaction), so a
+// process runs at most buildWorkers at once: more large transitions at
+// once would otherwise take every connection of the pool.
+const BuildQueue = "phase_build"
+
+const buildWorkers = 4
 
 // PhaseBuildWorker works PhaseBuildArgs.
 type PhaseBuildWorker struct {
