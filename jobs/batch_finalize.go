@@ -63,11 +63,7 @@ type ProcessedManifest struct {
 // Work builds the final manifest and delivers it once.
 func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFinalizeArgs]) error {
 	id := job.Args.BatchID
-	q := db.New(w.deps.Pool)
-	batch, err := q.BatchGetByID(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return river.JobCancel(fmt.Errorf("batch %s does not exist", id))
-	}
+	batch, err := w.deps.jobBatch(ctx, id)
 	if err != nil {
 		return err
 	}

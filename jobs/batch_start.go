@@ -90,12 +90,9 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 	log := w.deps.Logger.With("batch_id", id, "job_id", job.ID)
 	q := db.New(w.deps.Pool)
 
-	batch, err := q.BatchGetByID(ctx, id)
+	batch, err := w.deps.jobBatch(ctx, id)
 	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return river.JobCancel(fmt.Errorf("batch %s does not exist", id))
-		}
-		return fmt.Errorf("loading batch %s: %w", id, err)
+		return err
 	}
 	if batch.Status != StatusPending {
 		log.Info("batch already started", "status", batch.Status)

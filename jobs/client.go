@@ -227,6 +227,19 @@ func (d Deps) batchFinished(b *db.Batch) {
 	d.Logger.Info("batch finished", attrs...)
 }
 
+// jobBatch loads the batch a job is about. A batch that does not exist
+// cancels the job (river.JobCancel): retrying would not make it appear.
+func (d Deps) jobBatch(ctx context.Context, id string) (db.Batch, error) {
+	batch, err := db.New(d.Pool).BatchGetByID(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return db.Batch{}, river.JobCancel(fmt.Errorf("batch %s does not exist", id))
+	}
+	if err != nil {
+		return db.Batch{}, fmt.Errorf("loading batch %s: %w", id, err)
+	}
+	return batch, nil
+}
+
 // newEvent is a batch_events row for BatchEventInsertMany.
 func newEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertManyParams {
 	return db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: taskID, Data: data}.Row()

@@ -109,12 +109,9 @@ func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string
 func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildArgs]) error {
 	args := job.Args
 	q := db.New(w.deps.Pool)
-	batch, err := q.BatchGetByID(ctx, args.BatchID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return river.JobCancel(fmt.Errorf("batch %s does not exist", args.BatchID))
-	}
+	batch, err := w.deps.jobBatch(ctx, args.BatchID)
 	if err != nil {
-		return fmt.Errorf("loading batch %s: %w", args.BatchID, err)
+		return err
 	}
 	if batch.Status != args.Phase || batch.Generation != args.Generation || batch.BuildCursor == nil {
 		return nil // built, reset or failed

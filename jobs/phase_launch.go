@@ -73,12 +73,9 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 	}
 	log := w.deps.Logger.With("batch_id", args.BatchID, "phase", args.Phase)
 	q := db.New(w.deps.Pool)
-	batch, err := q.BatchGetByID(ctx, args.BatchID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return river.JobCancel(fmt.Errorf("batch %s does not exist", args.BatchID))
-	}
+	batch, err := w.deps.jobBatch(ctx, args.BatchID)
 	if err != nil {
-		return fmt.Errorf("loading batch %s: %w", args.BatchID, err)
+		return err
 	}
 	if batch.Status != args.Phase {
 		return nil // moved on, reset or finished: nothing to launch

@@ -176,7 +176,8 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 
 	var explain []int
 	for i, r := range group {
-		if phase, ok := applied[attemptOf(r)]; ok && first[attemptOf(r)] == i {
+		k := attemptOf(r)
+		if phase, ok := applied[k]; ok && first[k] == i {
 			outcomes[i] = outcome{out: CallbackResult{TaskID: r.taskID, Status: string(r.status)}, applied: true, phase: phase}
 			continue
 		}
