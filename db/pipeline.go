@@ -1,19 +1,13 @@
 package db
 
-import "github.com/jackc/pgx/v5"
+// TaskCompleteManySQL is TaskCompleteMany's statement, for the callback
+// path, which sends it in a pipeline of its own (with the previous group's
+// COMMIT and this group's other statements) rather than through Queries;
+// TaskCompleteManyArgs gives its arguments in order. Its rows are
+// TaskCompleteManyRow's fields, in order.
+const TaskCompleteManySQL = taskCompleteMany
 
-// QueueTaskCompleteMany queues TaskCompleteMany on b, so that the callback
-// path can send it with other statements in one round trip; ScanTaskCompleteMany
-// reads its rows from the batch's results.
-func QueueTaskCompleteMany(b *pgx.Batch, arg TaskCompleteManyParams) {
-	b.Queue(taskCompleteMany, arg.IDs, arg.BatchIDs, arg.Statuses, arg.Results, arg.Errors, arg.TokenHashes)
-}
-
-// ScanTaskCompleteMany reads the rows of a queued TaskCompleteMany.
-func ScanTaskCompleteMany(br pgx.BatchResults) ([]TaskCompleteManyRow, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[TaskCompleteManyRow])
+// TaskCompleteManyArgs lists arg as TaskCompleteManySQL's parameters.
+func TaskCompleteManyArgs(arg TaskCompleteManyParams) []any {
+	return []any{arg.IDs, arg.BatchIDs, arg.Statuses, arg.Results, arg.Errors, arg.TokenHashes}
 }

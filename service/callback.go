@@ -103,7 +103,10 @@ type outcome struct {
 
 // applyCallbacks applies a group of callbacks in a transaction it begins
 // on conn, and returns each one's outcome; the caller commits (or rolls
-// back) the transaction it returns.
+// back) the transaction it returns. When commitPrev is not nil, conn holds
+// the previous group's open transaction: applyCallbacks commits it first,
+// in the same round trip, and calls commitPrev with the outcome (see
+// sendGroup).
 //
 // Under the shared lock of every batch concerned (the fan-in guard: see
 // jobs.PhaseCheckWorker for why it makes the last callback's wake-up
@@ -113,14 +116,13 @@ type outcome struct {
 // explains the rest (unknown tasks, wrong tokens, bad bodies, repeats, late
 // callbacks).
 //
-// The usual group takes two round trips, this one and the caller's COMMIT:
-// BEGIN, the locks, the update and the look for pending checks go
-// together. So a body is checked before its task is read: its phase comes
+// The usual group takes one round trip (sendGroup): its COMMIT goes with
+// the next group's statements. So a body is checked before its task is read: its phase comes
 // from its task id (jobs.PhaseOfTask). A callback that fails a check is
 // not sent; its task is read afterwards, so that the answer follows the
 // usual order (404, then 401, then 400), and an unauthenticated caller
 // learns nothing about its body.
-func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*callbackRequest) (*pipelinedTx, []outcome, error) {
+func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*callbackRequest, commitPrev func(error)) (*pipelinedTx, []outcome, error) {
 	outcomes := make([]outcome, len(group))
 	var params db.TaskCompleteManyParams
 	// The request that tries to end a task with a batch and token. One
@@ -142,29 +144,17 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 		params.TokenHashes = append(params.TokenHashes, r.tokenHash)
 	}
 
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(lockBatchesSharedSQL, batchIDsOf(group))
-	db.QueueTaskCompleteMany(b, params)
-	// A statement of its own after the locks, as PendingPhaseChecksSQL
-	// requires; after the update, it looks at the phases of the tasks
-	// ended.
-	b.Queue(jobs.PendingPhaseChecksSQL, params.IDs)
 	tx := &pipelinedTx{conn: conn}
-	br := conn.SendBatch(ctx, b)
-	ended, pending, err := readApplied(br)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	applied, err := sendGroup(ctx, conn, params, batchIDsOf(group), commitPrev)
 	if err != nil {
 		return tx, nil, err
 	}
 
 	var checks []phaseKey
-	applied := make(map[attempt]string, len(ended)) // -> the task's phase
-	for _, e := range ended {
-		applied[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e.Phase
-		if k := (phaseKey{e.BatchID, e.Phase}); !pending[k] && !slices.Contains(checks, k) {
+	ended := make(map[attempt]string, len(applied.ended)) // -> the task's phase
+	for _, e := range applied.ended {
+		ended[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e.Phase
+		if k := (phaseKey{e.BatchID, e.Phase}); !applied.pending[k] && !slices.Contains(checks, k) {
 			checks = append(checks, k)
 		}
 	}
@@ -177,7 +167,7 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 	var explain []int
 	for i, r := range group {
 		k := attemptOf(r)
-		if phase, ok := applied[k]; ok && first[k] == i {
+		if phase, ok := ended[k]; ok && first[k] == i {
 			outcomes[i] = outcome{out: CallbackResult{TaskID: r.taskID, Status: string(r.status)}, applied: true, phase: phase}
 			continue
 		}
@@ -271,32 +261,6 @@ type phaseKey struct{ batchID, phase string }
 // order so that no two callers can wait on each other.
 const lockBatchesSharedSQL = `SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || id, 0))
 FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b`
-
-// readApplied reads the results of applyCallbacks' pipeline: the tasks it
-// ended, and whether each phase concerned has an unfinished fan-in check.
-func readApplied(br pgx.BatchResults) ([]db.TaskCompleteManyRow, map[phaseKey]bool, error) {
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("beginning: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("locking batches: %w", err)
-	}
-	ended, err := db.ScanTaskCompleteMany(br)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ending tasks: %w", err)
-	}
-	rows, _ := br.Query()
-	pending := make(map[phaseKey]bool)
-	var k phaseKey
-	var p bool
-	if _, err := pgx.ForEachRow(rows, []any{&k.batchID, &k.phase, &p}, func() error {
-		pending[k] = p
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("looking for pending phase checks: %w", err)
-	}
-	return ended, pending, nil
-}
 
 // notApplied explains a callback whose task was no longer processing: a
 // repeat of the callback that ended it (200, no change), or a late one for

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -27,6 +28,9 @@ import (
 // A group that fails as a whole because of its data or a deadlock (a body
 // the database refuses, a deadlock with the launcher) is applied again one
 // callback at a time, so one bad callback never fails the others.
+//
+// Under steady load a group's COMMIT rides with the next group's
+// statements (commitLoop, sendGroup), so each group costs one round trip.
 const (
 	// maxGroup bounds a group, and so a transaction's size and the wait of
 	// the first callback in it.
@@ -68,38 +72,143 @@ func (g *callbackGroups) submit(ctx context.Context, r *callbackRequest) (Callba
 
 // commitLoop commits groups until none is waiting, then exits: committers
 // live only while there is work, so there is nothing to start or stop.
+//
+// A group's transaction stays open after its statements have run while
+// the next group is taken: if one is waiting, the COMMIT goes with its
+// statements, in one round trip on the same connection (sendGroup);
+// otherwise it is sent at once. So a lone callback still waits for nothing.
 func (g *callbackGroups) commitLoop() {
+	var open *openGroup
 	for {
-		g.mu.Lock()
-		if len(g.pending) == 0 {
-			g.active--
-			g.mu.Unlock()
+		group := g.take(open != nil)
+		switch {
+		case group != nil:
+			open = g.run(open, group)
+		case open != nil:
+			g.commitOpen(open)
+			open = nil
+		default:
 			return
 		}
-		n := min(len(g.pending), maxGroup)
-		group := make([]*callbackRequest, n)
-		copy(group, g.pending)
-		// Shift rather than reslice, so the queue's array does not grow
-		// without bound under steady load.
-		rest := copy(g.pending, g.pending[n:])
-		clear(g.pending[rest:])
-		g.pending = g.pending[:rest]
-		g.mu.Unlock()
-
-		g.commit(group)
 	}
 }
 
-// commit applies a group in one transaction and answers its requests; if
-// the group fails as a whole, it retries each request alone.
-func (g *callbackGroups) commit(group []*callbackRequest) {
-	outcomes, err := g.apply(group)
-	if err != nil && len(group) > 1 && retryAlone(err) {
-		for _, r := range group {
-			g.commit([]*callbackRequest{r})
+// take takes the next group off the queue. When none is waiting it
+// returns nil, and unless the caller still holds an open group, counts
+// the caller's committer out.
+func (g *callbackGroups) take(holding bool) []*callbackRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pending) == 0 {
+		if !holding {
+			g.active--
 		}
-		return
+		return nil
 	}
+	n := min(len(g.pending), maxGroup)
+	group := make([]*callbackRequest, n)
+	copy(group, g.pending)
+	// Shift rather than reslice, so the queue's array does not grow
+	// without bound under steady load.
+	rest := copy(g.pending, g.pending[n:])
+	clear(g.pending[rest:])
+	g.pending = g.pending[:rest]
+	return group
+}
+
+// openGroup is a group whose statements have run, and whose transaction is
+// open on conn.
+type openGroup struct {
+	group    []*callbackRequest
+	outcomes []outcome
+	conn     *pgxpool.Conn
+	tx       *pipelinedTx
+	ctx      context.Context // bounds the group's work (groupTimeout)
+	cancel   context.CancelFunc
+}
+
+// release returns the group's connection to the pool. It is released
+// last: the pool closes a connection left inside a transaction rather
+// than hand it out again.
+func (o *openGroup) release() {
+	o.conn.Release()
+	o.cancel()
+}
+
+// commitOpen commits an open group alone, and answers it.
+func (g *callbackGroups) commitOpen(o *openGroup) {
+	g.answer(o.group, o.outcomes, o.tx.Commit(o.ctx))
+	o.release()
+}
+
+// run applies group in a transaction of its own and returns it open, or
+// returns nil once the group has been answered because it failed. When
+// prev is not nil, its COMMIT is sent first, in the same round trip, on
+// its connection, which the group then keeps; prev is answered as soon as
+// its COMMIT is done.
+//
+// If the group fails as a whole, it is applied again one callback at a
+// time, when that may help (retryAlone).
+func (g *callbackGroups) run(prev *openGroup, group []*callbackRequest) *openGroup {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	o := &openGroup{group: group, ctx: ctx, cancel: cancel}
+	var commitPrev func(error)
+	if prev != nil {
+		o.conn = prev.conn
+		commitPrev = func(err error) {
+			g.answer(prev.group, prev.outcomes, err)
+			prev.cancel()
+			prev = nil
+		}
+	} else {
+		conn, err := g.svc.pool.Acquire(ctx)
+		if err != nil {
+			cancel()
+			g.answer(group, nil, err)
+			return nil
+		}
+		o.conn = conn
+	}
+	err := g.apply(o, commitPrev)
+	if prev != nil {
+		// The COMMIT was never sent: the group failed before it. prev's
+		// transaction rolls back with the group's.
+		commitPrev(fmt.Errorf("callbacks not committed: %w", err))
+	}
+	if err == nil {
+		return o
+	}
+	o.tx.Rollback(ctx) //nolint:errcheck // the group's error is the one to report
+	o.release()
+	if len(group) > 1 && retryAlone(err) {
+		for _, r := range group {
+			if one := g.run(nil, []*callbackRequest{r}); one != nil {
+				g.commitOpen(one)
+			}
+		}
+		return nil
+	}
+	g.answer(group, nil, err)
+	return nil
+}
+
+// apply runs applyCallbacks for o. A panic in it becomes the group's
+// error: it runs on a goroutine of its own, where a panic would otherwise
+// take the whole server down rather than one request.
+func (g *callbackGroups) apply(o *openGroup, commitPrev func(error)) (err error) {
+	o.tx = &pipelinedTx{conn: o.conn.Conn()}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("applying callbacks: panic: %v", p)
+		}
+	}()
+	o.tx, o.outcomes, err = g.svc.applyCallbacks(o.ctx, o.conn.Conn(), o.group, commitPrev)
+	return err
+}
+
+// answer answers a group's requests, with their outcomes, or with err when
+// the group failed (or its COMMIT did).
+func (g *callbackGroups) answer(group []*callbackRequest, outcomes []outcome, err error) {
 	for i, r := range group {
 		if err != nil {
 			r.err = storageInputError(err)
@@ -131,35 +240,6 @@ func taskOutcome(status string) string {
 func retryAlone(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "40"))
-}
-
-// apply runs applyCallbacks in a transaction of its own. A panic in it
-// becomes the group's error: it runs on a goroutine of its own, where a
-// panic would otherwise take the whole server down rather than one request.
-func (g *callbackGroups) apply(group []*callbackRequest) (outcomes []outcome, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-	defer cancel()
-	conn, err := g.svc.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// Released last: the pool closes a connection left inside a
-	// transaction rather than hand it out again.
-	defer conn.Release()
-	var tx *pipelinedTx
-	defer func() {
-		if p := recover(); p != nil {
-			outcomes, err = nil, fmt.Errorf("applying callbacks: panic: %v", p)
-		}
-		if err != nil && tx != nil {
-			tx.Rollback(ctx) //nolint:errcheck // the group's error is the one to report
-		}
-	}()
-	tx, outcomes, err = g.svc.applyCallbacks(ctx, conn.Conn(), group)
-	if err != nil {
-		return nil, err
-	}
-	return outcomes, tx.Commit(ctx)
 }
 
 // pipelinedTx is a transaction whose BEGIN was sent in a pipeline with its

@@ -100,7 +100,8 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 		request(batch, "tiff_t006", token("tiff_t006"), []byte(`{"status":"success","output_file_size":5}`)),
 		request(batch, "tiff_t007", token("tiff_t007"), []byte(`{"status":"maybe"}`)),
 	}
-	svc.callbacks.commit(group)
+	// The groups are committed in turn as under load: each group's COMMIT
+	// goes with the next one's statements.
 	// A group that commits as one (the one above was applied callback by
 	// callback once the poison failed it): a stray caller's wrong token or
 	// batch does not shadow the worker's callback behind it, and a repeat
@@ -112,8 +113,12 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 		request(batch, "tiff_t009", token("tiff_t009"), success("tiff_t009")),
 		request(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
 	}
-	svc.callbacks.commit(group2)
+	// The worker of the task whose body was refused tries again; its group
+	// carries group2's COMMIT.
+	group3 := []*callbackRequest{request(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+	commitInTurn(svc.callbacks, group, group2, group3)
 	group = append(group, group2...)
+	group = append(group, group3...)
 
 	type answer struct {
 		res CallbackResult
@@ -153,6 +158,8 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	require.Equal(t, CallbackResult{TaskID: "tiff_t009", Status: "completed"}, got[14].res)
 	require.NoError(t, got[15].err)
 	require.Equal(t, CallbackResult{TaskID: "tiff_t008", Status: "completed", Duplicate: true}, got[15].res)
+	require.NoError(t, got[16].err)
+	require.Equal(t, CallbackResult{TaskID: "tiff_t001", Status: "completed"}, got[16].res)
 
 	rows, err := pool.Query(ctx, `SELECT id, status, coalesce(error, ''), coalesce(ended_by, '') FROM tasks ORDER BY id`)
 	require.NoError(t, err)
@@ -164,7 +171,7 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		`tiff_t000 completed "" callback`,
-		`tiff_t001 processing "" `,
+		`tiff_t001 completed "" callback`,
 		`tiff_t002 processing "" `,
 		`tiff_t003 processing "" `,
 		`tiff_t004 failed "corrupt TIFF" callback`,
@@ -181,6 +188,7 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		`task.completed tiff_t000 {}`,
+		`task.completed tiff_t001 {}`,
 		`task.failed tiff_t004 {"error": "corrupt TIFF"}`,
 		`callback.rejected tiff_t005 {"reason": "task tiff_t005 already timed out", "reported": "completed"}`,
 		`task.completed tiff_t008 {}`,
@@ -190,6 +198,99 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	var checks int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, batch).Scan(&checks))
 	require.Equal(t, 1, checks, "one fan-in check for the phase")
+}
+
+// commitInTurn commits groups one after another as commitLoop does under
+// load: each group's COMMIT goes with the next group's statements.
+func commitInTurn(g *callbackGroups, groups ...[]*callbackRequest) {
+	var open *openGroup
+	for _, group := range groups {
+		open = g.run(open, group)
+	}
+	if open != nil {
+		g.commitOpen(open)
+	}
+}
+
+// TestCallbackCommitRidesWithNextGroup follows a group whose COMMIT is
+// sent with the next group's statements: it is answered only once its
+// change can be seen by others, and the next group's change is not seen
+// before its own commit.
+func TestCallbackCommitRidesWithNextGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "RIDE"
+	svc, pool := newCallbackService(t, batch, 3)
+	status := func(id string) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM tasks WHERE id = $1`, id).Scan(&s))
+		return s
+	}
+	answered := func(group []*callbackRequest) bool {
+		select {
+		case <-group[0].done:
+			return true
+		default:
+			return false
+		}
+	}
+	first := []*callbackRequest{request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
+	second := []*callbackRequest{request(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+
+	open := svc.callbacks.run(nil, first)
+	require.NotNil(t, open)
+	defer func() {
+		if t.Failed() { // let the database go
+			open.tx.Rollback(ctx) //nolint:errcheck // the test has failed already
+			open.release()
+		}
+	}()
+	require.False(t, answered(first), "answered before its commit")
+	require.Equal(t, "processing", status("tiff_t000"))
+
+	open = svc.callbacks.run(open, second)
+	require.NotNil(t, open)
+	require.True(t, answered(first), "not answered once its COMMIT was done")
+	require.NoError(t, first[0].err)
+	require.Equal(t, "completed", status("tiff_t000"))
+	require.False(t, answered(second))
+	require.Equal(t, "processing", status("tiff_t001"))
+
+	svc.callbacks.commitOpen(open)
+	require.True(t, answered(second))
+	require.NoError(t, second[0].err)
+	require.Equal(t, "completed", status("tiff_t001"))
+	require.Equal(t, "processing", status("tiff_t002"))
+}
+
+// TestCallbackFailedCommitSparesNextGroup fails a group's COMMIT (a
+// deferred trigger refuses it) while it rides with the next group's
+// statements: the group is answered with the error and its change is
+// gone, while the next group is applied and commits.
+func TestCallbackFailedCommitSparesNextGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "REFUSE"
+	svc, pool := newCallbackService(t, batch, 2)
+	_, err := pool.Exec(ctx, `
+		CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+		CREATE CONSTRAINT TRIGGER refuse AFTER UPDATE ON tasks DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW WHEN (NEW.id = 'tiff_t000') EXECUTE FUNCTION refuse()`)
+	require.NoError(t, err)
+	first := []*callbackRequest{request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
+	second := []*callbackRequest{request(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+	commitInTurn(svc.callbacks, first, second)
+
+	<-first[0].done
+	require.ErrorContains(t, first[0].err, "refused at commit")
+	<-second[0].done
+	require.NoError(t, second[0].err)
+	rows, err := pool.Query(ctx, `SELECT id || ' ' || status FROM tasks ORDER BY id`)
+	require.NoError(t, err)
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, states)
 }
 
 // TestCallbacksConcurrent posts many callbacks at once, each task's twice:
