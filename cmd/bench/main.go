@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"regexp"
 	"runtime"
 	"slices"
@@ -69,7 +70,7 @@ func main() {
 	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
 	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
 	orchBin := flag.String("orchestrator", "", "e2e: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns (an A/B comparison)")
-	profileDir := flag.String("profile", "", "e2e: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory")
+	profileDir := flag.String("profile", "", "e2e: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during the load")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
 	flag.Parse()
@@ -324,6 +325,17 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 	latencies := make([]time.Duration, len(ids))
 	var failures sync.Map
 	var wg sync.WaitGroup
+	if dir := r.e2eOpts.profileDir; dir != "" {
+		f, err := os.Create(filepath.Join(dir, "ingest-cpu.pprof"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	for range r.conns {
 		wg.Add(1)
@@ -355,6 +367,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 	close(work)
 	wg.Wait()
 	lastAnswer := time.Now()
+	pprof.StopCPUProfile() // the load only (a no-op without -profile)
 	elapsed := lastAnswer.Sub(start)
 	var failed []string
 	failures.Range(func(k, v any) bool { failed = append(failed, fmt.Sprintf("%v: %v", k, v)); return len(failed) < 5 })
