@@ -63,16 +63,22 @@ type callbackBody struct {
 // other way (timed out, reset; the rejection is recorded), and a harmless
 // 200 for a repeat.
 func (s *Service) Callback(ctx context.Context, batchID, taskID, token string, body []byte) (CallbackResult, error) {
+	return s.callbacks.submit(ctx, newCallbackRequest(batchID, taskID, token, body))
+}
+
+// newCallbackRequest hashes the token and checks the body, on the caller's
+// goroutine: the less the group's committer does, the sooner it sends the
+// next group. The body's errors are reported only after the task and token
+// have been checked, so an unauthenticated caller learns nothing from them.
+func newCallbackRequest(batchID, taskID, token string, body []byte) *callbackRequest {
 	r := &callbackRequest{batchID: batchID, taskID: taskID, done: make(chan struct{})}
 	if token != "" {
 		sum := sha256.Sum256([]byte(token))
 		r.tokenHash = sum[:]
 	}
-	// The body is parsed here, outside the group's transaction; its errors
-	// are reported only after the task and token have been checked, so an
-	// unauthenticated caller learns nothing from them.
 	r.status, r.result, r.errMsg, r.parseErr = parseCallback(taskID, batchID, body)
-	return s.callbacks.submit(ctx, r)
+	r.plausible = plausible(r)
+	return r
 }
 
 // callbackRequest is one callback waiting for its group's commit.
@@ -83,6 +89,7 @@ type callbackRequest struct {
 	result          []byte
 	errMsg          string // the worker's error message, for an error callback
 	parseErr        error
+	plausible       bool // see plausible
 
 	// Set by the group before done is closed.
 	out  CallbackResult
@@ -132,7 +139,7 @@ func (s *Service) applyCallbacks(ctx context.Context, conn *pgx.Conn, group []*c
 	first := make(map[attempt]int)
 	for i, r := range group {
 		k := attemptOf(r)
-		if _, seen := first[k]; seen || !plausible(r) {
+		if _, seen := first[k]; seen || !r.plausible {
 			continue // explained below
 		}
 		first[k] = i

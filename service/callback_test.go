@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,16 +62,6 @@ func success(taskID string) []byte {
 		taskID, taskID, taskID)
 }
 
-func request(batchID, taskID, tok string, body []byte) *callbackRequest {
-	r := &callbackRequest{batchID: batchID, taskID: taskID, done: make(chan struct{})}
-	if tok != "" {
-		sum := sha256.Sum256([]byte(tok))
-		r.tokenHash = sum[:]
-	}
-	r.status, r.result, r.errMsg, r.parseErr = parseCallback(taskID, batchID, body)
-	return r
-}
-
 // TestCallbackGroupOutcomes commits one group that mixes every kind of
 // callback, including one whose body the database refuses, and checks that
 // each gets its own answer and that the refused one fails alone.
@@ -88,17 +77,17 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	// transaction, which is then applied callback by callback.
 	poison := []byte(`{"status":"success","output_r2_key":"staging/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
 	group := []*callbackRequest{
-		request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000")),
-		request(batch, "tiff_t001", token("tiff_t001"), poison),
-		request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000")), // a repeat in the same group
-		request(batch, "tiff_t002", "wrong", success("tiff_t002")),
-		request(batch, "tiff_t002", "", success("tiff_t002")),
-		request(batch, "tiff_t999", token("tiff_t999"), success("tiff_t999")),
-		request("OTHER", "tiff_t003", token("tiff_t003"), success("tiff_t003")), // the task is not this batch's
-		request(batch, "tiff_t004", token("tiff_t004"), []byte(`{"status":"error","error":"corrupt TIFF"}`)),
-		request(batch, "tiff_t005", token("tiff_t005"), success("tiff_t005")), // timed out already
-		request(batch, "tiff_t006", token("tiff_t006"), []byte(`{"status":"success","output_file_size":5}`)),
-		request(batch, "tiff_t007", token("tiff_t007"), []byte(`{"status":"maybe"}`)),
+		newCallbackRequest(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000")),
+		newCallbackRequest(batch, "tiff_t001", token("tiff_t001"), poison),
+		newCallbackRequest(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000")), // a repeat in the same group
+		newCallbackRequest(batch, "tiff_t002", "wrong", success("tiff_t002")),
+		newCallbackRequest(batch, "tiff_t002", "", success("tiff_t002")),
+		newCallbackRequest(batch, "tiff_t999", token("tiff_t999"), success("tiff_t999")),
+		newCallbackRequest("OTHER", "tiff_t003", token("tiff_t003"), success("tiff_t003")), // the task is not this batch's
+		newCallbackRequest(batch, "tiff_t004", token("tiff_t004"), []byte(`{"status":"error","error":"corrupt TIFF"}`)),
+		newCallbackRequest(batch, "tiff_t005", token("tiff_t005"), success("tiff_t005")), // timed out already
+		newCallbackRequest(batch, "tiff_t006", token("tiff_t006"), []byte(`{"status":"success","output_file_size":5}`)),
+		newCallbackRequest(batch, "tiff_t007", token("tiff_t007"), []byte(`{"status":"maybe"}`)),
 	}
 	// The groups are committed in turn as under load: each group's COMMIT
 	// goes with the next one's statements.
@@ -107,15 +96,15 @@ func TestCallbackGroupOutcomes(t *testing.T) {
 	// batch does not shadow the worker's callback behind it, and a repeat
 	// of an applied callback is a duplicate.
 	group2 := []*callbackRequest{
-		request(batch, "tiff_t008", token("tiff_t000"), success("tiff_t008")),
-		request(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
-		request("OTHER", "tiff_t009", token("tiff_t009"), success("tiff_t009")),
-		request(batch, "tiff_t009", token("tiff_t009"), success("tiff_t009")),
-		request(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
+		newCallbackRequest(batch, "tiff_t008", token("tiff_t000"), success("tiff_t008")),
+		newCallbackRequest(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
+		newCallbackRequest("OTHER", "tiff_t009", token("tiff_t009"), success("tiff_t009")),
+		newCallbackRequest(batch, "tiff_t009", token("tiff_t009"), success("tiff_t009")),
+		newCallbackRequest(batch, "tiff_t008", token("tiff_t008"), success("tiff_t008")),
 	}
 	// The worker of the task whose body was refused tries again; its group
 	// carries group2's COMMIT.
-	group3 := []*callbackRequest{request(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+	group3 := []*callbackRequest{newCallbackRequest(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
 	commitInTurn(svc.callbacks, group, group2, group3)
 	group = append(group, group2...)
 	group = append(group, group3...)
@@ -234,8 +223,8 @@ func TestCallbackCommitRidesWithNextGroup(t *testing.T) {
 			return false
 		}
 	}
-	first := []*callbackRequest{request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
-	second := []*callbackRequest{request(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+	first := []*callbackRequest{newCallbackRequest(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
+	second := []*callbackRequest{newCallbackRequest(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
 
 	open := svc.callbacks.run(nil, first)
 	require.NotNil(t, open)
@@ -278,8 +267,8 @@ func TestCallbackFailedCommitSparesNextGroup(t *testing.T) {
 		CREATE CONSTRAINT TRIGGER refuse AFTER UPDATE ON tasks DEFERRABLE INITIALLY DEFERRED
 			FOR EACH ROW WHEN (NEW.id = 'tiff_t000') EXECUTE FUNCTION refuse()`)
 	require.NoError(t, err)
-	first := []*callbackRequest{request(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
-	second := []*callbackRequest{request(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+	first := []*callbackRequest{newCallbackRequest(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
+	second := []*callbackRequest{newCallbackRequest(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
 	commitInTurn(svc.callbacks, first, second)
 
 	<-first[0].done
