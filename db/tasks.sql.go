@@ -338,28 +338,6 @@ func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBat
 	return items, nil
 }
 
-const taskFailUnlaunched = `-- name: TaskFailUnlaunched :one
-UPDATE tasks
-SET status = 'failed', ended_by = 'timeout', error = $1,
-    finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE id = $2 AND status = 'processing' AND machine_id IS NULL
-RETURNING id
-`
-
-type TaskFailUnlaunchedParams struct {
-	Error *string
-	ID    string
-}
-
-// TaskFailUnlaunched fails a task whose machine never existed, after its
-// last launch attempt.
-func (q *Queries) TaskFailUnlaunched(ctx context.Context, arg TaskFailUnlaunchedParams) (string, error) {
-	row := q.db.QueryRow(ctx, taskFailUnlaunched, arg.Error, arg.ID)
-	var id string
-	err := row.Scan(&id)
-	return id, err
-}
-
 const taskHasOpen = `-- name: TaskHasOpen :one
 SELECT EXISTS (
     SELECT 1 FROM task_counts
@@ -580,6 +558,77 @@ func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams
 	for rows.Next() {
 		var i TaskSetMachinesRow
 		if err := rows.Scan(&i.ID, &i.EndedBy); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskSettleUnlaunched = `-- name: TaskSettleUnlaunched :many
+UPDATE tasks t
+SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id END,
+    status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
+    token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
+    deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
+    launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
+    ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
+    error = CASE WHEN u.action = 'fail' THEN $1::text ELSE t.error END,
+    finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
+    updated_at = clock_timestamp()
+FROM (
+    SELECT id, attempt, action, machine_id FROM (
+        SELECT unnest($2::text[]) AS id, unnest($3::int[]) AS attempt,
+            unnest($4::text[]) AS action, unnest($5::text[]) AS machine_id
+    ) c
+    ORDER BY id COLLATE "C"
+) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
+RETURNING t.id, u.action::text AS action
+`
+
+type TaskSettleUnlaunchedParams struct {
+	Error      string
+	IDs        []string
+	Attempts   []int32
+	Actions    []string
+	MachineIDs []string
+}
+
+type TaskSettleUnlaunchedRow struct {
+	ID     string
+	Action string
+}
+
+// TaskSettleUnlaunched settles, in one statement, expired tasks whose
+// machine was never recorded, each as the sweep decided (@actions):
+// 'found' records the machine its lookup found (for the same launch
+// attempt); 'release' returns the task to pending to be launched again,
+// forgetting its token; 'fail' fails it for want of a machine, with
+// @error. Like TaskCompleteMany and TaskSetMachines it takes the rows in
+// byte order of their ids, so that it cannot deadlock with them: one
+// statement per action would lock the rows of one action before those of
+// the next. A task that ended or got its machine meanwhile is left alone.
+// It returns the tasks it changed, with their action.
+func (q *Queries) TaskSettleUnlaunched(ctx context.Context, arg TaskSettleUnlaunchedParams) ([]TaskSettleUnlaunchedRow, error) {
+	rows, err := q.db.Query(ctx, taskSettleUnlaunched,
+		arg.Error,
+		arg.IDs,
+		arg.Attempts,
+		arg.Actions,
+		arg.MachineIDs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskSettleUnlaunchedRow
+	for rows.Next() {
+		var i TaskSettleUnlaunchedRow
+		if err := rows.Scan(&i.ID, &i.Action); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -225,6 +228,81 @@ func TestUnrecordedLaunchIsRelaunched(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, launches)
+}
+
+// TestSweepSettlesUnrecordedLaunches: three tasks of a batch expire with
+// no recorded machine. One's machine still runs: the sweep records it and
+// the task times out. One's machine is gone: it is launched again and
+// completes. The third is out of launch attempts: it fails with its own
+// message. The sweep settles the three in one statement.
+func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
+	t.Parallel()
+	var first atomic.Bool
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		switch {
+		case l.App == tiffApp && l.Attempt == 1 && first.CompareAndSwap(false, true):
+			return fakefly.Behavior{Hang: true}
+		case l.App == tiffApp && l.Attempt == 1:
+			return fakefly.Behavior{Crash: true, Delay: 300 * time.Millisecond}
+		}
+		return succeed(l)
+	}})
+	const id = "SETTLE"
+	ctx := context.Background()
+	env.Submit(t, id, tiffs(3))
+	awaitBatchLaunches(t, env, id, 3)
+	env.Fly.Await(t, 30*time.Second, "launches recorded", func() bool {
+		var n int
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE batch_id = $1 AND machine_id IS NOT NULL`, id).Scan(&n))
+		return n == 3
+	})
+	env.Fly.Await(t, 30*time.Second, "crashed machines gone", func() bool { return len(env.Fly.Machines(tiffApp)) == 1 })
+	running := env.Fly.Machines(tiffApp)[0].TaskID
+	var gone []string
+	require.NoError(t, pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id FROM tasks WHERE batch_id = $1 AND id <> $2 ORDER BY id`, id, running)
+		if err != nil {
+			return err
+		}
+		if gone, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		// The launcher's crash: no machine recorded, deadlines passed; the
+		// last task has used up its launches.
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET machine_id = NULL, deadline = now() - interval '1 second' WHERE batch_id = $1`, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE tasks SET attempt = $2 WHERE id = $1`, gone[1], jobs.MaxLaunchAttempts)
+		return err
+	}))
+
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	type task struct {
+		status, err string
+		machine     bool
+	}
+	tasks := map[string]task{}
+	rows, err := env.Pool.Query(ctx, `SELECT id, status, coalesce(error, ''), machine_id IS NOT NULL FROM tasks WHERE batch_id = $1`, id)
+	require.NoError(t, err)
+	var tid string
+	var tk task
+	_, err = pgx.ForEachRow(rows, []any{&tid, &tk.status, &tk.err, &tk.machine}, func() error { tasks[tid] = tk; return nil })
+	require.NoError(t, err)
+	require.Equal(t, "failed", tasks[running].status)
+	require.Contains(t, tasks[running].err, "timed out")
+	require.True(t, tasks[running].machine, "the running machine was recorded")
+	require.Equal(t, task{status: "completed", machine: true}, tasks[gone[0]])
+	require.Equal(t, task{status: "failed", err: "no machine could be launched after 3 attempts"}, tasks[gone[1]])
+	launches := map[string]int{}
+	for _, l := range env.Fly.Launches() {
+		if l.App == tiffApp {
+			launches[l.TaskID]++
+		}
+	}
+	require.Equal(t, map[string]int{running: 1, gone[0]: 2, gone[1]: 1}, launches)
+	require.Equal(t, 1, countEvents(t, env, id, "task.timed_out"))
+	require.Equal(t, 1, countEvents(t, env, id, "task.failed"))
 }
 
 // TestAmbiguousLaunchIsReconciled: the first launch creates the machine but

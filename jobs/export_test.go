@@ -26,3 +26,6 @@ func SetBeforeBuildWrite(f func(ctx context.Context, batchID string, last bool) 
 	beforeBuildWrite = f
 	return func() { beforeBuildWrite = prev }
 }
+
+// MaxLaunchAttempts is maxLaunchAttempts, for tests.
+const MaxLaunchAttempts = maxLaunchAttempts

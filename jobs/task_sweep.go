@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -57,6 +56,14 @@ func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs
 // maxLaunchAttempts bounds relaunches of a task whose machine never existed.
 const maxLaunchAttempts = 3
 
+// What the sweep does with an expired task whose machine was never
+// recorded (TaskSettleUnlaunched's actions).
+const (
+	settleFound   = "found"   // record the machine its lookup found
+	settleRelease = "release" // launch it again
+	settleFail    = "fail"    // out of attempts: fail it
+)
+
 // settleUnlaunched deals with expired tasks that have no recorded machine
 // (the launcher died or could not tell whether its launch made one, between
 // claiming and recording). It looks each machine up by the task's id: one
@@ -70,22 +77,29 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		return err
 	}
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
-	var found db.TaskSetMachinesParams
-	var release, giveUp []string
+	msg := fmt.Sprintf("no machine could be launched after %d attempts", maxLaunchAttempts)
+	settle := db.TaskSettleUnlaunchedParams{Error: msg}
+	decide := func(id string, attempt int32, action, machineID string) {
+		settle.IDs = append(settle.IDs, id)
+		settle.Attempts = append(settle.Attempts, attempt)
+		settle.Actions = append(settle.Actions, action)
+		settle.MachineIDs = append(settle.MachineIDs, machineID)
+	}
 	for _, r := range rows {
 		ms, err := w.deps.Compute.FindByTask(ctx, app, r.ID)
 		switch {
 		case err != nil:
 			w.deps.Logger.Warn("looking up an unrecorded machine", "batch_id", batchID, "task_id", r.ID, "phase", phase, "error", err)
 		case len(ms) > 0:
-			found.IDs = append(found.IDs, r.ID)
-			found.Attempts = append(found.Attempts, r.Attempt)
-			found.MachineIDs = append(found.MachineIDs, ms[0].ID)
+			decide(r.ID, r.Attempt, settleFound, ms[0].ID)
 		case r.Attempt < maxLaunchAttempts:
-			release = append(release, r.ID)
+			decide(r.ID, r.Attempt, settleRelease, "")
 		default:
-			giveUp = append(giveUp, r.ID)
+			decide(r.ID, r.Attempt, settleFail, "")
 		}
+	}
+	if len(settle.IDs) == 0 {
+		return nil
 	}
 	gaveUp := 0 // tasks failed for want of a machine
 	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
@@ -93,35 +107,29 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		if err := q.BatchLockShared(ctx, batchID); err != nil {
 			return err
 		}
-		client := river.ClientFromContext[pgx.Tx](ctx)
-		if len(found.IDs) > 0 {
-			if _, err := q.TaskSetMachines(ctx, found); err != nil {
-				return err
+		settled, err := q.TaskSettleUnlaunched(ctx, settle)
+		if err != nil {
+			return err
+		}
+		var events []db.BatchEventInsertManyParams
+		released := false
+		for _, t := range settled {
+			switch t.Action {
+			case settleRelease:
+				released = true
+			case settleFail:
+				gaveUp++
+				events = append(events, newEvent(batchID, db.EventTaskFailed, phase, t.ID, map[string]any{"error": msg}))
 			}
 		}
-		if len(release) > 0 {
-			if _, err := q.TaskRelease(ctx, release); err != nil {
-				return err
-			}
+		client := river.ClientFromContext[pgx.Tx](ctx)
+		if released {
 			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
 				return err
 			}
 		}
-		if len(giveUp) == 0 {
+		if gaveUp == 0 {
 			return nil
-		}
-		msg := fmt.Sprintf("no machine could be launched after %d attempts", maxLaunchAttempts)
-		events := make([]db.BatchEventInsertManyParams, 0, len(giveUp))
-		for _, id := range giveUp {
-			_, err := q.TaskFailUnlaunched(ctx, db.TaskFailUnlaunchedParams{ID: id, Error: &msg})
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue // ended meanwhile
-			}
-			if err != nil {
-				return err
-			}
-			gaveUp++
-			events = append(events, newEvent(batchID, db.EventTaskFailed, phase, id, map[string]any{"error": msg}))
 		}
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 			return err

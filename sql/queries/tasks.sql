@@ -99,14 +99,36 @@ WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing' AND dead
     AND machine_id IS NOT NULL
 RETURNING id, machine_id, error;
 
--- TaskFailUnlaunched fails a task whose machine never existed, after its
--- last launch attempt.
--- name: TaskFailUnlaunched :one
-UPDATE tasks
-SET status = 'failed', ended_by = 'timeout', error = @error,
-    finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE id = @id AND status = 'processing' AND machine_id IS NULL
-RETURNING id;
+-- TaskSettleUnlaunched settles, in one statement, expired tasks whose
+-- machine was never recorded, each as the sweep decided (@actions):
+-- 'found' records the machine its lookup found (for the same launch
+-- attempt); 'release' returns the task to pending to be launched again,
+-- forgetting its token; 'fail' fails it for want of a machine, with
+-- @error. Like TaskCompleteMany and TaskSetMachines it takes the rows in
+-- byte order of their ids, so that it cannot deadlock with them: one
+-- statement per action would lock the rows of one action before those of
+-- the next. A task that ended or got its machine meanwhile is left alone.
+-- It returns the tasks it changed, with their action.
+-- name: TaskSettleUnlaunched :many
+UPDATE tasks t
+SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id END,
+    status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
+    token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
+    deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
+    launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
+    ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
+    error = CASE WHEN u.action = 'fail' THEN @error::text ELSE t.error END,
+    finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
+    updated_at = clock_timestamp()
+FROM (
+    SELECT * FROM (
+        SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt,
+            unnest(@actions::text[]) AS action, unnest(@machine_ids::text[]) AS machine_id
+    ) c
+    ORDER BY id COLLATE "C"
+) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
+RETURNING t.id, u.action::text AS action;
 
 -- TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
 -- no recorded machine: the launcher died, or could not tell whether its
