@@ -240,8 +240,8 @@ func (q *Queries) BatchList(ctx context.Context, arg BatchListParams) ([]BatchLi
 
 const batchListStalled = `-- name: BatchListStalled :many
 SELECT b.id, b.phase::text AS phase, b.generation, b.build_from,
-    EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status = 'pending') AS has_pending,
-    EXISTS (SELECT 1 FROM tasks t WHERE t.batch_id = b.id AND t.phase = b.phase AND t.status IN ('pending', 'processing')) AS has_open
+    EXISTS (SELECT 1 FROM task_counts c WHERE c.batch_id = b.id AND c.phase = b.phase AND c.status = 'pending' AND c.n > 0) AS has_pending,
+    EXISTS (SELECT 1 FROM task_counts c WHERE c.batch_id = b.id AND c.phase = b.phase AND c.status IN ('pending', 'processing') AND c.n > 0) AS has_open
 FROM batches b
 WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < $1
 ORDER BY b.updated_at, b.id
@@ -266,7 +266,9 @@ type BatchListStalledRow struct {
 // a while, with whether their phase still has pending or open tasks. A
 // phase with no open task should have transitioned; one with pending tasks
 // should have a launcher; one whose generation is still being written
-// (build_from set) should have its writer.
+// (build_from set) should have its writer. It reads the counters
+// (task_counts), as the fan-in does, not the tasks: asking the tasks walked
+// the index entries of every task of the phase ended since the last vacuum.
 func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledParams) ([]BatchListStalledRow, error) {
 	rows, err := q.db.Query(ctx, batchListStalled, arg.Before, arg.Max)
 	if err != nil {

@@ -199,3 +199,32 @@ func awaitBatchLaunches(t *testing.T, env *testenv.Env, batchID string, n int) [
 	})
 	return out
 }
+
+// TestBackstopRecoversLostWakeUp: a task's callback is applied but its
+// wake-up is lost (no phase_check is queued), and nothing touches the batch
+// for a while. The sweep's backstop finds the phase with no open task and
+// queues its check, and the batch goes on to DONE.
+func TestBackstopRecoversLostWakeUp(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if l.App == tiffApp {
+			return fakefly.Behavior{Hang: true} // its callback is made below
+		}
+		return succeed(l)
+	}})
+	const id = "LOST-WAKE-UP"
+	ctx := t.Context()
+	env.Submit(t, id, tiffs(1))
+	l := awaitBatchLaunches(t, env, id, 1)[0]
+	body, err := json.Marshal(workerResult(l))
+	require.NoError(t, err)
+	_, err = env.Pool.Exec(ctx, `UPDATE tasks SET status = 'completed', ended_by = 'callback', result = $2, finished_at = now()
+		WHERE id = $1`, l.TaskID, body)
+	require.NoError(t, err)
+	_, err = env.Pool.Exec(ctx, `UPDATE batches SET updated_at = now() - interval '1 hour' WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(1), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+}
