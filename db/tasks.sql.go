@@ -569,8 +569,17 @@ func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams
 }
 
 const taskSettleUnlaunched = `-- name: TaskSettleUnlaunched :many
+WITH u AS (
+    SELECT unnest($2::text[]) AS id, unnest($3::int[]) AS attempt,
+        unnest($4::text[]) AS action, unnest($5::text[]) AS machine_id
+), locked AS MATERIALIZED (
+    SELECT t.id FROM tasks t
+    WHERE t.id = ANY($2::text[])
+    ORDER BY t.id COLLATE "C"
+    FOR UPDATE
+)
 UPDATE tasks t
-SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id END,
+SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
     status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
@@ -579,13 +588,7 @@ SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id END,
     error = CASE WHEN u.action = 'fail' THEN $1::text ELSE t.error END,
     finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
     updated_at = clock_timestamp()
-FROM (
-    SELECT id, attempt, action, machine_id FROM (
-        SELECT unnest($2::text[]) AS id, unnest($3::int[]) AS attempt,
-            unnest($4::text[]) AS action, unnest($5::text[]) AS machine_id
-    ) c
-    ORDER BY id COLLATE "C"
-) u
+FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
 RETURNING t.id, u.action::text AS action
 `
@@ -605,14 +608,15 @@ type TaskSettleUnlaunchedRow struct {
 
 // TaskSettleUnlaunched settles, in one statement, expired tasks whose
 // machine was never recorded, each as the sweep decided (@actions):
-// 'found' records the machine its lookup found (for the same launch
-// attempt); 'release' returns the task to pending to be launched again,
-// forgetting its token; 'fail' fails it for want of a machine, with
-// @error. Like TaskCompleteMany and TaskSetMachines it takes the rows in
-// byte order of their ids, so that it cannot deadlock with them: one
-// statement per action would lock the rows of one action before those of
-// the next. A task that ended or got its machine meanwhile is left alone.
-// It returns the tasks it changed, with their action.
+// 'found' records the machine its lookup found; 'release' returns the task
+// to pending to be launched again, forgetting its token; 'fail' fails it
+// for want of a machine, with @error. Each change is for the launch attempt
+// the sweep looked at; a task that ended, got its machine or was launched
+// again meanwhile is left alone. It locks the rows first, explicitly in
+// byte order of their ids (the order TaskCompleteMany and TaskSetMachines
+// give their input): with one statement per action, the rows of one
+// action were locked before those of the next, in no common order. It
+// returns the tasks it changed, with their action.
 func (q *Queries) TaskSettleUnlaunched(ctx context.Context, arg TaskSettleUnlaunchedParams) ([]TaskSettleUnlaunchedRow, error) {
 	rows, err := q.db.Query(ctx, taskSettleUnlaunched,
 		arg.Error,

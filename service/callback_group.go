@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,12 +154,16 @@ func (g *callbackGroups) run(prev *openGroup, group []*callbackRequest) *openGro
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	o := &openGroup{group: group, ctx: ctx, cancel: cancel}
 	var commitPrev func(error)
-	if prev != nil {
+	inherited := prev != nil
+	if inherited {
 		o.conn = prev.conn
 		commitPrev = func(err error) {
-			g.answer(prev.group, prev.outcomes, err)
-			prev.cancel()
+			// Cleared first, so that whatever happens while answering,
+			// prev is answered once.
+			p := prev
 			prev = nil
+			defer p.cancel()
+			g.answer(p.group, p.outcomes, err)
 		}
 	} else {
 		conn, err := g.svc.pool.Acquire(ctx)
@@ -171,15 +176,27 @@ func (g *callbackGroups) run(prev *openGroup, group []*callbackRequest) *openGro
 	}
 	err := g.apply(o, commitPrev)
 	if prev != nil {
-		// The COMMIT was never sent: the group failed before it. prev's
-		// transaction rolls back with the group's.
-		commitPrev(fmt.Errorf("callbacks not committed: %w", err))
+		// Only a panic gets here: whether prev's COMMIT was sent is not
+		// known, and its transaction rolls back with the group's. (%v: the
+		// group's error is not prev's to unwrap.)
+		commitPrev(fmt.Errorf("callbacks not committed: %v", err))
 	}
 	if err == nil {
 		return o
 	}
 	o.tx.Rollback(ctx) //nolint:errcheck // the group's error is the one to report
+	if badStatement(err) {
+		// The connection's prepared statements are gone or stale (a
+		// DISCARD, a schema change): a new connection prepares them anew.
+		o.conn.Conn().Close(ctx) //nolint:errcheck // the pool drops it either way
+	}
+	closed := o.conn.Conn().IsClosed()
 	o.release()
+	if inherited && closed {
+		// The connection the previous group left died under this one
+		// (whose statements did not run): it gets a connection of its own.
+		return g.run(nil, group)
+	}
 	if len(group) > 1 && retryAlone(err) {
 		for _, r := range group {
 			if one := g.run(nil, []*callbackRequest{r}); one != nil {
@@ -207,20 +224,26 @@ func (g *callbackGroups) apply(o *openGroup, commitPrev func(error)) (err error)
 }
 
 // answer answers a group's requests, with their outcomes, or with err when
-// the group failed (or its COMMIT did).
+// the group failed (or its COMMIT did). Every request is answered before
+// anything else is done.
 func (g *callbackGroups) answer(group []*callbackRequest, outcomes []outcome, err error) {
 	for i, r := range group {
 		if err != nil {
 			r.err = storageInputError(err)
 		} else {
 			r.out, r.err = outcomes[i].out, outcomes[i].err
-			if o := outcomes[i]; o.applied {
-				// Committed: counted once, by the callback that ended the task.
-				g.svc.metrics.TasksFinished(o.phase, taskOutcome(o.out.Status), 1)
-				g.svc.logger.Debug("callback applied", "batch_id", r.batchID, "task_id", r.taskID, "phase", o.phase, "status", o.out.Status)
-			}
 		}
 		close(r.done)
+	}
+	if err != nil {
+		return
+	}
+	for i, o := range outcomes {
+		if o.applied {
+			// Committed: counted once, by the callback that ended the task.
+			g.svc.metrics.TasksFinished(o.phase, taskOutcome(o.out.Status), 1)
+			g.svc.logger.Debug("callback applied", "batch_id", group[i].batchID, "task_id", group[i].taskID, "phase", o.phase, "status", o.out.Status)
+		}
 	}
 }
 
@@ -230,6 +253,13 @@ func taskOutcome(status string) string {
 		return metrics.TaskCompleted
 	}
 	return metrics.TaskFailed
+}
+
+// badStatement tells whether err says that a prepared statement of the
+// connection no longer exists or no longer fits its tables.
+func badStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.InvalidSQLStatementName || pgErr.Code == pgerrcode.FeatureNotSupported)
 }
 
 // retryAlone tells whether a group's failure may be one member's doing, or

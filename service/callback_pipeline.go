@@ -43,16 +43,23 @@ type groupApplied struct {
 // sendGroup runs a group's first round trip on conn, which it leaves in
 // the group's open transaction, and reads its results. When commitPrev is
 // not nil, the transaction open on conn (the previous group's) is
-// committed first, and commitPrev is called with the outcome of that
-// COMMIT as soon as it is known. If sendGroup fails before the COMMIT was
-// sent, it does not call commitPrev: the caller answers the previous group.
+// committed first, and commitPrev is called once with the outcome of that
+// COMMIT, as soon as it is known: on every path but a panic. When the
+// group fails before anything was sent, the previous group is committed
+// alone.
 func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyParams, batchIDs []string, commitPrev func(error)) (applied groupApplied, err error) {
+	unsent := func(err error) (groupApplied, error) {
+		if commitPrev != nil {
+			commitPrev((&pipelinedTx{conn: conn}).Commit(ctx))
+		}
+		return groupApplied{}, err
+	}
 	var stmts [len(groupStatements)]*pgconn.StatementDescription
 	for i, sql := range groupStatements {
 		// pgx keeps a connection's prepared statements by their SQL, so
 		// only a connection's first group prepares them.
 		if stmts[i], err = conn.Prepare(ctx, sql, sql); err != nil {
-			return applied, fmt.Errorf("preparing the callback statements: %w", err)
+			return unsent(fmt.Errorf("preparing the callback statements: %w", err))
 		}
 	}
 	m := conn.TypeMap()
@@ -60,7 +67,7 @@ func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyPa
 	bound := make([]boundStatement, len(stmts))
 	for i, sd := range stmts {
 		if bound[i], err = bind(m, sd, args[i]); err != nil {
-			return applied, err
+			return unsent(err)
 		}
 	}
 
@@ -80,6 +87,10 @@ func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyPa
 	}
 	p.SendPipelineSync()
 	if err := p.Flush(); err != nil {
+		// Perhaps partly sent: whether the COMMIT ran is not known.
+		if commitPrev != nil {
+			commitPrev(err)
+		}
 		return applied, err
 	}
 

@@ -252,6 +252,64 @@ func TestCallbackCommitRidesWithNextGroup(t *testing.T) {
 	require.Equal(t, "processing", status("tiff_t002"))
 }
 
+// TestCallbackAnsweredAfterCommit: sendGroup reports the previous group's
+// COMMIT only once others can see its change.
+func TestCallbackAnsweredAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "AFTER"
+	svc, pool := newCallbackService(t, batch, 2)
+	open := svc.callbacks.run(nil, []*callbackRequest{newCallbackRequest(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))})
+	require.NotNil(t, open)
+	defer open.release()
+	next := newCallbackRequest(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))
+	params := db.TaskCompleteManyParams{IDs: []string{next.taskID}, BatchIDs: []string{batch}, Statuses: []string{string(next.status)},
+		Results: []string{string(next.result)}, Errors: []string{""}, TokenHashes: [][]byte{next.tokenHash}}
+	var seen string
+	calls := 0
+	applied, err := sendGroup(ctx, open.conn.Conn(), params, []string{batch}, func(err error) {
+		calls++
+		require.NoError(t, err)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM tasks WHERE id = 'tiff_t000'`).Scan(&seen))
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, calls)
+	require.Equal(t, "completed", seen, "the previous group was reported before its commit")
+	require.Len(t, applied.ended, 1)
+	require.NoError(t, (&pipelinedTx{conn: open.conn.Conn()}).Commit(ctx))
+}
+
+// TestCallbackGroupSurvivesDeadConnection: the connection an open group
+// leaves dies before the next group's round trip. The open group is
+// answered with the error (its change is gone); the next group runs again
+// on a connection of its own.
+func TestCallbackGroupSurvivesDeadConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "DEAD"
+	svc, pool := newCallbackService(t, batch, 2)
+	first := []*callbackRequest{newCallbackRequest(batch, "tiff_t000", token("tiff_t000"), success("tiff_t000"))}
+	second := []*callbackRequest{newCallbackRequest(batch, "tiff_t001", token("tiff_t001"), success("tiff_t001"))}
+	open := svc.callbacks.run(nil, first)
+	require.NotNil(t, open)
+	var killed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, open.conn.Conn().PgConn().PID()).Scan(&killed))
+	require.True(t, killed)
+
+	open = svc.callbacks.run(open, second)
+	<-first[0].done
+	require.Error(t, first[0].err)
+	require.NotNil(t, open, "the next group failed with its predecessor's connection")
+	svc.callbacks.commitOpen(open)
+	<-second[0].done
+	require.NoError(t, second[0].err)
+	rows, err := pool.Query(ctx, `SELECT id || ' ' || status FROM tasks ORDER BY id`)
+	require.NoError(t, err)
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, states)
+}
+
 // TestCallbackFailedCommitSparesNextGroup fails a group's COMMIT (a
 // deferred trigger refuses it) while it rides with the next group's
 // statements: the group is answered with the error and its change is
