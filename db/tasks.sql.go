@@ -520,14 +520,17 @@ func (q *Queries) TaskRequeueFailed(ctx context.Context, arg TaskRequeueFailedPa
 }
 
 const taskSetMachines = `-- name: TaskSetMachines :many
+WITH u AS (
+    SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS machine_id
+), locked AS MATERIALIZED (
+    SELECT t.id FROM tasks t
+    WHERE t.id = ANY($1::text[])
+    ORDER BY t.id COLLATE "C"
+    FOR NO KEY UPDATE
+)
 UPDATE tasks t
 SET machine_id = u.machine_id, updated_at = clock_timestamp()
-FROM (
-    SELECT id, attempt, machine_id FROM (
-        SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt, unnest($3::text[]) AS machine_id
-    ) c
-    ORDER BY id COLLATE "C"
-) u
+FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
 RETURNING t.id, t.ended_by
 `
@@ -547,7 +550,10 @@ type TaskSetMachinesRow struct {
 // launch attempt (a callback may already have ended the task: a fast worker
 // can beat this bookkeeping). It returns how each task ended so far, so the
 // caller can destroy machines whose task was reset or timed out meanwhile.
-// Like TaskCompleteMany, it takes the rows in byte order of their ids.
+// It locks the rows first, explicitly in byte order of their ids: ordering
+// the input alone (as TaskCompleteMany does) keeps that order only while
+// the join is a nested loop, and for a large claim on a generic plan the
+// planner may hash the input and scan the table instead.
 func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams) ([]TaskSetMachinesRow, error) {
 	rows, err := q.db.Query(ctx, taskSetMachines, arg.IDs, arg.Attempts, arg.MachineIDs)
 	if err != nil {
@@ -576,7 +582,7 @@ WITH u AS (
     SELECT t.id FROM tasks t
     WHERE t.id = ANY($2::text[])
     ORDER BY t.id COLLATE "C"
-    FOR UPDATE
+    FOR NO KEY UPDATE
 )
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,

@@ -118,7 +118,7 @@ WITH u AS (
     SELECT t.id FROM tasks t
     WHERE t.id = ANY(@ids::text[])
     ORDER BY t.id COLLATE "C"
-    FOR UPDATE
+    FOR NO KEY UPDATE
 )
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
@@ -184,15 +184,21 @@ RETURNING id;
 -- launch attempt (a callback may already have ended the task: a fast worker
 -- can beat this bookkeeping). It returns how each task ended so far, so the
 -- caller can destroy machines whose task was reset or timed out meanwhile.
--- Like TaskCompleteMany, it takes the rows in byte order of their ids.
+-- It locks the rows first, explicitly in byte order of their ids: ordering
+-- the input alone (as TaskCompleteMany does) keeps that order only while
+-- the join is a nested loop, and for a large claim on a generic plan the
+-- planner may hash the input and scan the table instead.
 -- name: TaskSetMachines :many
+WITH u AS (
+    SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
+), locked AS MATERIALIZED (
+    SELECT t.id FROM tasks t
+    WHERE t.id = ANY(@ids::text[])
+    ORDER BY t.id COLLATE "C"
+    FOR NO KEY UPDATE
+)
 UPDATE tasks t
 SET machine_id = u.machine_id, updated_at = clock_timestamp()
-FROM (
-    SELECT * FROM (
-        SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
-    ) c
-    ORDER BY id COLLATE "C"
-) u
+FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
 RETURNING t.id, t.ended_by;
