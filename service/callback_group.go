@@ -193,8 +193,9 @@ func (g *callbackGroups) run(prev *openGroup, group []*callbackRequest) *openGro
 	closed := o.conn.Conn().IsClosed()
 	o.release()
 	if inherited && closed {
-		// The connection the previous group left died under this one
-		// (whose statements did not run): it gets a connection of its own.
+		// The connection the previous group left died under this one, or
+		// was dropped for its statements. This group's transaction never
+		// committed, so it runs again, on a connection of its own.
 		return g.run(nil, group)
 	}
 	if len(group) > 1 && retryAlone(err) {
