@@ -303,11 +303,7 @@ func TestCallbackGroupSurvivesDeadConnection(t *testing.T) {
 	svc.callbacks.commitOpen(open)
 	<-second[0].done
 	require.NoError(t, second[0].err)
-	rows, err := pool.Query(ctx, `SELECT id || ' ' || status FROM tasks ORDER BY id`)
-	require.NoError(t, err)
-	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, states)
+	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, taskStatuses(t, pool))
 }
 
 // TestCallbackFailedCommitSparesNextGroup fails a group's COMMIT (a
@@ -333,11 +329,17 @@ func TestCallbackFailedCommitSparesNextGroup(t *testing.T) {
 	require.ErrorContains(t, first[0].err, "refused at commit")
 	<-second[0].done
 	require.NoError(t, second[0].err)
-	rows, err := pool.Query(ctx, `SELECT id || ' ' || status FROM tasks ORDER BY id`)
+	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, taskStatuses(t, pool))
+}
+
+// taskStatuses lists every task as "id status", by id.
+func taskStatuses(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id || ' ' || status FROM tasks ORDER BY id`)
 	require.NoError(t, err)
 	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, states)
+	return states
 }
 
 // TestCallbacksConcurrent posts many callbacks at once, each task's twice:
