@@ -10,6 +10,15 @@ func SetFanInGuard(on bool) (restore func()) {
 	return func() { fanInGuard = prev }
 }
 
+// SetWaitOutAbove sets how many open tasks make a phase check snooze
+// instead of looking under the lock. It returns a func restoring the
+// previous value.
+func SetWaitOutAbove(n int64) (restore func()) {
+	prev := waitOutAbove
+	waitOutAbove = n
+	return func() { waitOutAbove = prev }
+}
+
 // SetAfterOpenCount installs a hook run inside every phase check right
 // after it counted the open tasks. It returns a func removing it.
 func SetAfterOpenCount(f func(batchID string, open int64)) (restore func()) {

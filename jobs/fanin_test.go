@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -227,4 +228,76 @@ func TestBackstopRecoversLostWakeUp(t *testing.T) {
 	st := env.AwaitStatus(t, id, isDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, int64(1), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+}
+
+// TestCheckWaitsOutOpenPhase: a check that finds more tasks open than the
+// wait-out threshold snoozes, without taking the batch's lock, and stays
+// unfinished, so task ends meanwhile enqueue no check of their own; once
+// few enough are open it looks under the lock as before, and the phase
+// still transitions.
+func TestCheckWaitsOutOpenPhase(t *testing.T) {
+	// Not parallel: the threshold is package state every check reads.
+	t.Cleanup(jobs.SetWaitOutAbove(1))
+	env := testenv.New(t, testenv.Options{
+		NoSweep: true,
+		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
+	})
+	const id = "WAIT-OUT"
+	ctx := t.Context()
+	env.Submit(t, id, tiffs(3))
+	launches := awaitBatchLaunches(t, env, id, 3)
+	post := func(l fakefly.Launch) {
+		body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
+		code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
+		require.Equal(t, http.StatusOK, code, string(resp))
+	}
+	type checks struct {
+		jobs, unfinished int
+		snoozes          int64
+	}
+	read := func() (c checks) {
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'discarded', 'cancelled')),
+			coalesce(max((metadata->>'snoozes')::bigint), 0)
+			FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, id).Scan(&c.jobs, &c.unfinished, &c.snoozes))
+		return c
+	}
+	await := func(what string, cond func(checks) bool) checks {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c := read()
+			if cond(c) {
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("phase checks of %s: waited for %s; last %+v", id, what, c)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	post(launches[0]) // two left open: its check waits them out
+	c := await("a snooze", func(c checks) bool { return c.snoozes >= 1 })
+	require.Equal(t, checks{jobs: 1, unfinished: 1, snoozes: c.snoozes}, c)
+
+	// Waiting out takes no lock: with the batch's exclusive lock held
+	// elsewhere, the check keeps waking and snoozing.
+	tx, err := env.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, db.New(tx).BatchLockExclusive(ctx, id))
+	await("two more snoozes under a held lock", func(n checks) bool { return n.snoozes >= c.snoozes+2 })
+	require.NoError(t, tx.Rollback(ctx))
+
+	// One left open: the waiting check is still unfinished, so this end
+	// enqueues nothing; the check then looks under the lock, finds one
+	// task open and completes.
+	post(launches[1])
+	c = await("the check to finish", func(c checks) bool { return c.unfinished == 0 })
+	require.Equal(t, 1, c.jobs, "a task end enqueued a check while one was waiting")
+	require.Equal(t, "TIFF_CONVERSION", env.Status(t, id).Status)
+
+	post(launches[2]) // the last: its own check moves the batch on
+	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
+	require.Equal(t, "DONE", st.Status, "every TIFF failed, so no image phase: done")
+	require.Equal(t, 2, read().jobs)
 }

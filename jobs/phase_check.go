@@ -60,8 +60,15 @@ func (w *PhaseCheckWorker) Timeout(*river.Job[PhaseCheckArgs]) time.Duration { r
 // the last callback could count it as open while that callback's enqueue is
 // swallowed by the still-running check's unique slot, and the phase would
 // hang.
+//
+// A phase far from its end is waited out first, without the lock (waitOut).
 func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckArgs]) error {
 	args := job.Args
+	if d, err := w.waitOut(ctx, args); err != nil {
+		return err
+	} else if d > 0 {
+		return river.JobSnooze(d)
+	}
 	var finished *db.Batch // the batch, if the transition ended it
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
@@ -112,6 +119,49 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		w.deps.batchFinished(finished)
 	}
 	return err
+}
+
+// Waiting out an open phase.
+//
+// While a phase has many tasks open, its end is far off: with n open it
+// cannot come sooner than n / maxEndRate. A check that finds more than
+// waitOutAbove tasks open, read without any lock, does not complete: it
+// snoozes that long (within [minWaitOut, maxWaitOut]) and looks again,
+// unfinished all the while. Task ends that find it unfinished enqueue
+// nothing (PendingPhaseChecksSQL), so during the bulk of a phase callbacks
+// neither insert checks nor wait for a check's exclusive lock, which each
+// check took, and held through a WAL flush, several times a second under
+// load. Near the end (at most waitOutAbove open) checks run as before.
+//
+// No wake-up is lost: a check becomes finished only by completing under the
+// exclusive lock with an exact count (Work); waiting out only keeps it
+// unfinished for longer. A phase's end is found at most minWaitOut plus a
+// fetch poll late, and only when its last waitOutAbove tasks end faster
+// than maxEndRate.
+const (
+	maxEndRate = 20000 // tasks a second: more than this machine applies
+	minWaitOut = 50 * time.Millisecond
+	maxWaitOut = 2 * time.Second // below River's scheduler interval: no scheduler hop
+)
+
+// waitOutAbove is a variable only so that tests can use small phases.
+var waitOutAbove int64 = 1000
+
+// waitOut returns how long the check should snooze before it looks again,
+// or 0 when it should look under the lock now: the phase has at most
+// waitOutAbove tasks open, or the batch is no longer simply in it.
+func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (time.Duration, error) {
+	open, err := db.New(w.deps.Pool).PhaseOpenCount(ctx, db.PhaseOpenCountParams{BatchID: args.BatchID, Phase: args.Phase})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("counting open tasks of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
+	}
+	if open <= waitOutAbove {
+		return 0, nil
+	}
+	return min(max(time.Duration(open)*time.Second/maxEndRate, minWaitOut), maxWaitOut), nil
 }
 
 // fanInGuard is the exclusive lock above. It is a variable only so that the

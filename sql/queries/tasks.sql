@@ -74,6 +74,16 @@ SELECT EXISTS (
     WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing') AND n > 0
 );
 
+-- PhaseOpenCount is how many tasks of a phase are pending or processing,
+-- from the counters (task_counts), while the batch is in that phase with
+-- all its tasks written; no row otherwise. The fan-in reads it without any
+-- lock, to wait out a phase that is far from its end (PhaseCheckWorker).
+-- name: PhaseOpenCount :one
+SELECT coalesce((SELECT sum(c.n) FROM task_counts c
+    WHERE c.batch_id = b.id AND c.phase = b.status AND c.status IN ('pending', 'processing')), 0)::bigint AS open
+FROM batches b
+WHERE b.id = @batch_id AND b.status = @phase::text AND b.build_from IS NULL;
+
 -- TaskCountPending is how many tasks of a phase wait for a launch, from the
 -- counters (task_counts).
 -- name: TaskCountPending :one
