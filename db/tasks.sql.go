@@ -13,7 +13,7 @@ const phaseOpenCount = `-- name: PhaseOpenCount :one
 SELECT coalesce((SELECT sum(c.n) FROM task_counts c
     WHERE c.batch_id = b.id AND c.phase = b.status AND c.status IN ('pending', 'processing')), 0)::bigint AS open
 FROM batches b
-WHERE b.id = $1 AND b.status = $2::text AND b.build_from IS NULL
+WHERE b.id = $1 AND b.status = $2::text
 `
 
 type PhaseOpenCountParams struct {
@@ -22,9 +22,9 @@ type PhaseOpenCountParams struct {
 }
 
 // PhaseOpenCount is how many tasks of a phase are pending or processing,
-// from the counters (task_counts), while the batch is in that phase with
-// all its tasks written; no row otherwise. The fan-in reads it without any
-// lock, to wait out a phase that is far from its end (PhaseCheckWorker).
+// from the counters (task_counts), while the batch is in that phase; no row
+// otherwise. The fan-in reads it without any lock, to wait out a phase that
+// is far from its end (PhaseCheckWorker).
 func (q *Queries) PhaseOpenCount(ctx context.Context, arg PhaseOpenCountParams) (int64, error) {
 	row := q.db.QueryRow(ctx, phaseOpenCount, arg.BatchID, arg.Phase)
 	var open int64

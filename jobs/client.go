@@ -1,7 +1,9 @@
 // Package jobs holds the River jobs that move batches along. Each job loads
 // rows, calls pure phase logic, then writes rows, enqueues follow-up jobs and
 // completes itself in one transaction, so a crash at any point either leaves
-// the job to run again or leaves its whole effect in place.
+// the job to run again or leaves its whole effect in place. (A job that
+// snoozes, such as a launcher with tasks still pending or a fan-in check
+// waiting out an open phase, has written nothing it would lose.)
 //
 // The jobs:
 //   - batch_start: read and validate the manifest, write generation 0,

@@ -40,10 +40,12 @@ FROM (SELECT DISTINCT batch_id, phase FROM tasks WHERE id = ANY($1::text[])) p`
 
 // EnqueuePhaseCheck makes sure a phase_check will run for the phase after
 // the caller's transaction commits. The caller must hold the batch's SHARED
-// lock (BatchLockShared). Under it, any unfinished check has not counted yet:
-// counting needs the EXCLUSIVE lock, and a check completes itself in the
-// transaction that holds it. So an unfinished check will see the caller's
-// change, and inserting another is only needed when there is none.
+// lock (BatchLockShared). Under it, any unfinished check has not yet made
+// the count it can finish on: a check finishes only by completing itself in
+// a transaction that holds the EXCLUSIVE lock and counted there (a check
+// that waits out an open phase counts without the lock, but then snoozes,
+// unfinished). So an unfinished check will see the caller's change, and
+// inserting another is only needed when there is none.
 //
 // Skipping the insert matters: River's unique insert updates (and so
 // row-locks) the existing job's row until commit, which made every callback

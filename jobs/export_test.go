@@ -19,6 +19,15 @@ func SetWaitOutAbove(n int64) (restore func()) {
 	return func() { waitOutAbove = prev }
 }
 
+// SetAfterWaitOutCount installs a hook run in every phase check right after
+// it read, without a lock, how many tasks of its phase are open. It returns
+// a func removing it.
+func SetAfterWaitOutCount(f func(batchID string, open int64)) (restore func()) {
+	prev := afterWaitOutCount
+	afterWaitOutCount = f
+	return func() { afterWaitOutCount = prev }
+}
+
 // SetAfterOpenCount installs a hook run inside every phase check right
 // after it counted the open tasks. It returns a func removing it.
 func SetAfterOpenCount(f func(batchID string, open int64)) (restore func()) {

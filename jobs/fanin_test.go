@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/db"
@@ -300,4 +302,76 @@ func TestCheckWaitsOutOpenPhase(t *testing.T) {
 	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
 	require.Equal(t, "DONE", st.Status, "every TIFF failed, so no image phase: done")
 	require.Equal(t, 2, read().jobs)
+}
+
+// TestTaskEndsWhileCheckWaitsOut makes the waiting check's race happen
+// every time: the check has counted the phase's tasks open, without a
+// lock, when they all end. Those ends find the check running (unfinished)
+// and enqueue none, so the phase moves on only because the check, having
+// counted them open, snoozes instead of completing, and looks again.
+func TestTaskEndsWhileCheckWaitsOut(t *testing.T) {
+	// Not parallel: the threshold and the hook are package state every
+	// check reads.
+	t.Cleanup(jobs.SetWaitOutAbove(1))
+	const id = "WAIT-OUT-RACE"
+	counted := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(jobs.SetAfterWaitOutCount(func(batchID string, open int64) {
+		if batchID != id || open != 2 {
+			return
+		}
+		once.Do(func() {
+			close(counted)
+			select { // until both remaining tasks have ended
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		})
+	}))
+	env := testenv.New(t, testenv.Options{
+		NoSweep: true,
+		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
+	})
+	env.Submit(t, id, tiffs(3))
+	launches := awaitBatchLaunches(t, env, id, 3)
+	post := func(l fakefly.Launch) {
+		body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
+		code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
+		require.Equal(t, http.StatusOK, code, string(resp))
+	}
+
+	post(launches[0]) // two open: its check counts them, and is held there
+	select {
+	case <-counted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no check counted two open tasks")
+	}
+	post(launches[1]) // the check holds no lock: these end at once
+	post(launches[2])
+	close(release)
+
+	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
+	require.Equal(t, "DONE", st.Status, "every TIFF failed, so no image phase: done")
+	var jobs int
+	var snoozes int64
+	require.NoError(t, env.Pool.QueryRow(t.Context(), `SELECT count(*), coalesce(max((metadata->>'snoozes')::bigint), 0)
+		FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, id).Scan(&jobs, &snoozes))
+	require.Equal(t, 1, jobs, "the ends during the check enqueued a check of their own")
+	require.GreaterOrEqual(t, snoozes, int64(1))
+}
+
+// TestCheckRetriesSoon: a check that waits out a long phase may gather many
+// errors; it still runs again within seconds, not after River's default
+// backoff of (errors+1)^4 s, during which the phase's end would go unseen.
+func TestCheckRetriesSoon(t *testing.T) {
+	t.Parallel()
+	var w jobs.PhaseCheckWorker
+	for _, errs := range []int{0, 1, 5, 24} {
+		job := &river.Job[jobs.PhaseCheckArgs]{JobRow: &rivertype.JobRow{Errors: make([]rivertype.AttemptError, errs)}}
+		before := time.Now()
+		next := w.NextRetry(job)
+		require.True(t, next.After(before), "errors %d: retry at once", errs)
+		require.LessOrEqual(t, next.Sub(before), 10*time.Second+time.Second/10, "errors %d", errs)
+	}
 }

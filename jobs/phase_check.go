@@ -19,9 +19,10 @@ import (
 // instantiated with.
 type riverDriver = riverpgxv5.Driver
 
-// PhaseCheckArgs is the fan-in of a phase: every task that ends enqueues one
-// (unique per batch and phase while unfinished), and the one that finds no
-// open task left moves the batch on.
+// PhaseCheckArgs is the fan-in of a phase: every task that ends makes sure
+// one is unfinished (it is unique per batch and phase while unfinished), and
+// the one that finds no open task left moves the batch on. While many tasks
+// are open, one check waits them out (waitOut).
 type PhaseCheckArgs struct {
 	BatchID string `json:"batch_id"`
 	Phase   string `json:"phase"`
@@ -47,6 +48,18 @@ type PhaseCheckWorker struct {
 // Timeout is short: the check holds the batch's exclusive lock, and a
 // stuck check must not block the batch's callbacks for long.
 func (w *PhaseCheckWorker) Timeout(*river.Job[PhaseCheckArgs]) time.Duration { return 2 * time.Minute }
+
+// NextRetry retries a failed check within seconds. One check may wait out a
+// whole phase, gathering the errors of every transient failure in it (a
+// database failover), and River's default backoff, (errors+1)^4 s, would
+// soon leave the phase's end unseen for many minutes: task ends enqueue
+// nothing while the check is retryable.
+func (w *PhaseCheckWorker) NextRetry(job *river.Job[PhaseCheckArgs]) time.Time {
+	return time.Now().Add(min(time.Duration(len(job.Errors)+1)*time.Second, maxCheckRetryDelay))
+}
+
+// maxCheckRetryDelay bounds the wait before a failed check runs again.
+const maxCheckRetryDelay = 10 * time.Second
 
 // Work decides whether the phase is over and, if so, transitions it.
 //
@@ -135,9 +148,15 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 //
 // No wake-up is lost: a check becomes finished only by completing under the
 // exclusive lock with an exact count (Work); waiting out only keeps it
-// unfinished for longer. A phase's end is found at most minWaitOut plus a
-// fetch poll late, and only when its last waitOutAbove tasks end faster
-// than maxEndRate.
+// unfinished for longer. A phase's end is found late by at most the last
+// snooze (maxWaitOut) plus a fetch poll, and only when its last tasks end
+// faster than maxEndRate, as when the sweep fails thousands at once; at the
+// rates callbacks come in, by at most minWaitOut plus a fetch poll.
+//
+// While a large generation is still being written (a chunked build), a
+// check waits out the tasks written so far the same way; the build's last
+// chunk then finds it unfinished and enqueues none, and the check's next
+// look sees the whole phase.
 const (
 	maxEndRate = 20000 // tasks a second: more than this machine applies
 	minWaitOut = 50 * time.Millisecond
@@ -158,6 +177,9 @@ func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (ti
 	if err != nil {
 		return 0, fmt.Errorf("counting open tasks of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
 	}
+	if afterWaitOutCount != nil {
+		afterWaitOutCount(args.BatchID, open)
+	}
 	if open <= waitOutAbove {
 		return 0, nil
 	}
@@ -167,6 +189,10 @@ func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (ti
 // fanInGuard is the exclusive lock above. It is a variable only so that the
 // fan-in test can show the race it prevents; production never changes it.
 var fanInGuard = true
+
+// afterWaitOutCount, when set (by tests only), runs right after a check has
+// read, without any lock, how many tasks of its phase are open.
+var afterWaitOutCount func(batchID string, open int64)
 
 // afterOpenCount, when set (by tests only), runs inside the check's
 // transaction right after it has looked for open tasks (open is 1 when

@@ -407,19 +407,21 @@ func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts
 	r.imageLaunchSpan = image.lastLaunch.Sub(image.firstLaunch)
 	r.imageTasks = image.tasks
 	// How the fan-in and the callbacks' group commit behaved: each fan-in
-	// check is a job, and the callbacks of one group share their
+	// check is a job, which runs once and once more per snooze (waiting out
+	// an open phase), and the callbacks of one group share their
 	// transaction's timestamp.
-	var checks, groups int
+	var checks, checkRuns, groups int
 	var groupAvg float64
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM river_job WHERE kind = 'phase_check'),
+		(SELECT coalesce(sum(1 + coalesce((metadata->>'snoozes')::int, 0)), 0) FROM river_job WHERE kind = 'phase_check'),
 		count(*), coalesce(avg(n), 0) FROM (SELECT count(*) AS n FROM batch_events
-		WHERE batch_id = $1 AND type = 'task.completed' GROUP BY created_at) g`, batchID).Scan(&checks, &groups, &groupAvg); err != nil {
+		WHERE batch_id = $1 AND type = 'task.completed' GROUP BY created_at) g`, batchID).Scan(&checks, &checkRuns, &groups, &groupAvg); err != nil {
 		return err
 	}
 	at := func(t time.Time) string { return t.Sub(start).Round(time.Millisecond).String() }
 	r.timeline = fmt.Sprintf("TIFF launches %s..%s, last callback %s; IMAGE launches %s..%s, last callback %s; DONE %s",
 		at(tiff.firstLaunch), at(tiff.lastLaunch), at(tiff.lastEnd), at(image.firstLaunch), at(image.lastLaunch), at(image.lastEnd), at(completedAt)) +
-		fmt.Sprintf("; %d fan-in checks; callbacks committed in %d groups of %.1f on average", checks, groups, groupAvg)
+		fmt.Sprintf("; %d fan-in checks (%d runs); callbacks committed in %d groups of %.1f on average", checks, checkRuns, groups, groupAvg)
 	return nil
 }
 

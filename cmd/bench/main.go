@@ -364,7 +364,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 					continue
 				}
 				if status != http.StatusOK {
-					failures.Store(i, http.StatusText(status))
+					failures.Store(i, fmt.Sprintf("%d %s", status, http.StatusText(status)))
 				}
 			}
 		}()
@@ -470,11 +470,15 @@ type callbackConn struct {
 // longer usable.
 func (c *callbackConn) post(addr string, req []byte) (int, error) {
 	if c.c == nil {
-		conn, err := net.Dial("tcp", addr)
+		conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 		if err != nil {
 			return 0, err
 		}
 		c.c, c.br = conn, bufio.NewReader(conn)
+	}
+	// As the net/http client's timeout did: a stalled server fails the run.
+	if err := c.c.SetDeadline(time.Now().Add(60 * time.Second)); err != nil {
+		return 0, err
 	}
 	if _, err := c.c.Write(req); err != nil {
 		return 0, err
@@ -485,6 +489,9 @@ func (c *callbackConn) post(addr string, req []byte) (int, error) {
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if resp.Close {
+		c.close() // the server closes it: the next request dials again
+	}
 	return resp.StatusCode, err
 }
 

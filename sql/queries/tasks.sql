@@ -75,14 +75,14 @@ SELECT EXISTS (
 );
 
 -- PhaseOpenCount is how many tasks of a phase are pending or processing,
--- from the counters (task_counts), while the batch is in that phase with
--- all its tasks written; no row otherwise. The fan-in reads it without any
--- lock, to wait out a phase that is far from its end (PhaseCheckWorker).
+-- from the counters (task_counts), while the batch is in that phase; no row
+-- otherwise. The fan-in reads it without any lock, to wait out a phase that
+-- is far from its end (PhaseCheckWorker).
 -- name: PhaseOpenCount :one
 SELECT coalesce((SELECT sum(c.n) FROM task_counts c
     WHERE c.batch_id = b.id AND c.phase = b.status AND c.status IN ('pending', 'processing')), 0)::bigint AS open
 FROM batches b
-WHERE b.id = @batch_id AND b.status = @phase::text AND b.build_from IS NULL;
+WHERE b.id = @batch_id AND b.status = @phase::text;
 
 -- TaskCountPending is how many tasks of a phase wait for a launch, from the
 -- counters (task_counts).
