@@ -183,6 +183,14 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 	require.Equal(t, "DONE", env.Status(t, id).Status, "both TIFFs failed, so no image phase: done")
 }
 
+// failTask posts a failure callback for l's task, which must be applied.
+func failTask(t *testing.T, env *testenv.Env, batchID string, l fakefly.Launch) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
+	code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+batchID+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
+	require.Equal(t, http.StatusOK, code, string(resp))
+}
+
 // awaitBatchLaunches waits until the batch's n machines are launched and
 // recorded, and returns their launches.
 func awaitBatchLaunches(t *testing.T, env *testenv.Env, batchID string, n int) []fakefly.Launch {
@@ -248,11 +256,7 @@ func TestCheckWaitsOutOpenPhase(t *testing.T) {
 	ctx := t.Context()
 	env.Submit(t, id, tiffs(3))
 	launches := awaitBatchLaunches(t, env, id, 3)
-	post := func(l fakefly.Launch) {
-		body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
-		code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
-		require.Equal(t, http.StatusOK, code, string(resp))
-	}
+	post := func(l fakefly.Launch) { failTask(t, env, id, l) }
 	type checks struct {
 		jobs, unfinished int
 		snoozes          int64
@@ -335,11 +339,7 @@ func TestTaskEndsWhileCheckWaitsOut(t *testing.T) {
 	})
 	env.Submit(t, id, tiffs(3))
 	launches := awaitBatchLaunches(t, env, id, 3)
-	post := func(l fakefly.Launch) {
-		body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
-		code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
-		require.Equal(t, http.StatusOK, code, string(resp))
-	}
+	post := func(l fakefly.Launch) { failTask(t, env, id, l) }
 
 	post(launches[0]) // two open: its check counts them, and is held there
 	select {
