@@ -566,7 +566,7 @@ Parts run: %s.
   generator runs in the same process as the orchestrator and shares its 2
   cores with it and Postgres, as pgbench's client does with Postgres; it is a
   plain keep-alive HTTP/1.1 client per connection whose requests are built
-  before the clock starts (Go's net/http client took about 0.4 of a core at
+  before the clock starts (Go's net/http client took about a third of a core at
   this rate). Timed: from the first request to the last answer.
 `, r.tasks, r.conns)
 	}
