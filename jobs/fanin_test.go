@@ -126,23 +126,10 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 		t.Cleanup(jobs.SetFanInGuard(false))
 	}
 	const id = "FANIN-LAST"
-	counted := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(jobs.SetAfterOpenCount(func(batchID string, open int64) {
-		if batchID != id || open != 1 {
-			return
-		}
-		once.Do(func() {
-			close(counted)
-			// Hold the check open (after its count, before it completes)
-			// until the last callback has had its chance to run.
-			select {
-			case <-release:
-			case <-time.After(5 * time.Second):
-			}
-		})
-	}))
+	// Hold the check open (after its count, before it completes) until the
+	// last callback has had its chance to run.
+	hold, counted, release := holdCheck(id, 1, 5*time.Second)
+	t.Cleanup(jobs.SetAfterOpenCount(hold))
 	env := testenv.New(t, testenv.Options{
 		NoSweep: true,
 		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
@@ -181,6 +168,27 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Equal(t, "DONE", env.Status(t, id).Status, "both TIFFs failed, so no image phase: done")
+}
+
+// holdCheck returns a check hook that, the first time a check of batchID
+// counts open tasks open, closes counted and holds that check until release
+// is closed (or wait passes).
+func holdCheck(batchID string, open int64, wait time.Duration) (hook func(string, int64), counted, release chan struct{}) {
+	counted, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook = func(b string, n int64) {
+		if b != batchID || n != open {
+			return
+		}
+		once.Do(func() {
+			close(counted)
+			select {
+			case <-release:
+			case <-time.After(wait):
+			}
+		})
+	}
+	return hook, counted, release
 }
 
 // failTask posts a failure callback for l's task, which must be applied.
@@ -318,21 +326,9 @@ func TestTaskEndsWhileCheckWaitsOut(t *testing.T) {
 	// check reads.
 	t.Cleanup(jobs.SetWaitOutAbove(1))
 	const id = "WAIT-OUT-RACE"
-	counted := make(chan struct{})
-	release := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(jobs.SetAfterWaitOutCount(func(batchID string, open int64) {
-		if batchID != id || open != 2 {
-			return
-		}
-		once.Do(func() {
-			close(counted)
-			select { // until both remaining tasks have ended
-			case <-release:
-			case <-time.After(30 * time.Second):
-			}
-		})
-	}))
+	// Hold the check after its count until both remaining tasks have ended.
+	hold, counted, release := holdCheck(id, 2, 30*time.Second)
+	t.Cleanup(jobs.SetAfterWaitOutCount(hold))
 	env := testenv.New(t, testenv.Options{
 		NoSweep: true,
 		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
