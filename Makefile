@@ -37,12 +37,14 @@ submit: ## Submit examples/sample-batch to the orchestrator `make run` started
 	$(GO) run ./cmd/orchestrator submit examples/sample-batch
 
 .PHONY: generate
-generate: ## Regenerate db/ from sql/ with sqlc
+generate: ## Regenerate db/ from sql/ (sqlc), and what derives from phases/ (cmd/worker's programs, the OpenAPI status enum, README's phase settings)
 	$(SQLC) generate
+	$(GO) run ./internal/gen
 
 .PHONY: check-generate
 check-generate: ## Fail when the committed generated code is stale
 	$(SQLC) diff
+	$(GO) run ./internal/gen -check
 
 .PHONY: lint
 lint: ## gofmt and go vet

@@ -17,9 +17,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
 
-	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -160,7 +160,7 @@ func requestAttrs(c echo.Context) []any {
 		attrs = append(attrs, "batch_id", id)
 	}
 	if id := c.Param("taskId"); id != "" {
-		attrs = append(attrs, "task_id", id, "phase", jobs.PhaseOfTask(id))
+		attrs = append(attrs, "task_id", id, "phase", string(phases.OfTask(id)))
 	}
 	return attrs
 }

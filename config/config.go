@@ -20,7 +20,8 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 )
 
-// Phase is the per-phase part of the configuration.
+// Phase is the per-phase part of the configuration: the phase's registered
+// defaults (phases.Spec) with the environment's overrides.
 type Phase struct {
 	// FlyAppName and WorkerImage select the Fly app and image of the phase's
 	// machines (FLY_<SHORT>_APP_NAME, FLY_<SHORT>_WORKER_IMAGE).
@@ -39,6 +40,9 @@ type Phase struct {
 	MemoryMB int
 	CPUs     int
 	CPUKind  string
+	// Env holds the phase's own settings (phases.Spec.Settings) by name,
+	// passed to its machines as they are.
+	Env map[string]string
 }
 
 // Config is everything the orchestrator reads from its environment.
@@ -137,37 +141,6 @@ const DefaultCallbackCommitters = 1
 // otherwise: enough concurrent transactions for Postgres to group commits.
 const DefaultDatabaseMaxConns = 40
 
-// phaseShortNames maps a phase to the short name its Fly settings use
-// (FLY_TIFF_APP_NAME rather than FLY_TIFF_CONVERSION_APP_NAME, as in spec 000).
-var phaseShortNames = map[phases.Name]string{
-	phases.TIFFConversion:  "TIFF",
-	phases.ImageProcessing: "IMAGE",
-}
-
-// phaseDefaults are spec 000's defaults.
-var phaseDefaults = map[phases.Name]Phase{
-	phases.TIFFConversion: {
-		FlyAppName:  "arke-tiff-worker",
-		WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0",
-		BatchSize:   1000,
-		AlarmDelay:  5 * time.Second,
-		TaskTimeout: 60 * time.Second,
-		MemoryMB:    1024,
-		CPUs:        2,
-		CPUKind:     "shared",
-	},
-	phases.ImageProcessing: {
-		FlyAppName:  "arke-image-processor",
-		WorkerImage: "registry.fly.io/arke-image-processor:latest",
-		BatchSize:   1000,
-		AlarmDelay:  5 * time.Second,
-		TaskTimeout: 120 * time.Second,
-		MemoryMB:    2048,
-		CPUs:        2,
-		CPUKind:     "shared",
-	},
-}
-
 // Load reads the configuration through lookup (os.LookupEnv in production, a
 // map in tests). It reports every malformed value at once; missing required
 // settings are checked separately by CheckServe, because `migrate` needs less
@@ -216,19 +189,28 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		Phases:               make(map[phases.Name]Phase),
 	}
 	for _, p := range phases.All() {
-		name := p.Name()
-		def := phaseDefaults[name]
-		short := phaseShortNames[name]
-		c.Phases[name] = Phase{
-			FlyAppName:  r.str("FLY_"+short+"_APP_NAME", def.FlyAppName),
-			WorkerImage: r.str("FLY_"+short+"_WORKER_IMAGE", def.WorkerImage),
-			BatchSize:   r.positiveInt("BATCH_SIZE_"+string(name), def.BatchSize),
-			AlarmDelay:  r.millis("ALARM_DELAY_"+string(name), def.AlarmDelay),
-			TaskTimeout: r.millis("TASK_TIMEOUT_"+string(name), def.TaskTimeout),
-			MemoryMB:    def.MemoryMB,
-			CPUs:        def.CPUs,
-			CPUKind:     def.CPUKind,
+		spec := p.Spec()
+		name, def := string(spec.Name), spec.Defaults
+		pc := Phase{
+			FlyAppName:  r.str("FLY_"+spec.Short+"_APP_NAME", def.FlyAppName),
+			WorkerImage: r.str("FLY_"+spec.Short+"_WORKER_IMAGE", def.WorkerImage),
+			BatchSize:   r.positiveInt("BATCH_SIZE_"+name, def.BatchSize),
+			AlarmDelay:  r.millis("ALARM_DELAY_"+name, def.AlarmDelay),
+			TaskTimeout: r.millis("TASK_TIMEOUT_"+name, def.TaskTimeout),
+			MemoryMB:    def.Guest.MemoryMB,
+			CPUs:        def.Guest.CPUs,
+			CPUKind:     def.Guest.CPUKind,
+			Env:         make(map[string]string, len(spec.Settings)),
 		}
+		for _, st := range spec.Settings {
+			pc.Env[st.Name] = strconv.Itoa(r.intIn(st.Name, st.Default, st.Min, st.Max))
+		}
+		for _, env := range spec.SharedEnv {
+			if _, ok := c.Shared(env); !ok {
+				r.problems = append(r.problems, fmt.Sprintf("phase %s passes %s to its machines, which is no setting", name, env))
+			}
+		}
+		c.Phases[spec.Name] = pc
 	}
 	if c.OrchestratorURL == "" {
 		c.OrchestratorURL = localURL(c.ListenAddr)
@@ -324,6 +306,22 @@ func redactURL(s string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// Shared is the value of an orchestrator-wide setting that phases may pass
+// to their machines (phases.Spec.SharedEnv), by its environment name; false
+// for a name that is not one of them. It is read at launch, so values that
+// serve fills in after Load (the local CDN URL) are seen.
+func (c *Config) Shared(name string) (string, bool) {
+	switch name {
+	case "ARCHIVE_BUCKET":
+		return c.ArchiveBucket, true
+	case "CDN_BUCKET":
+		return c.CDNBucket, true
+	case "CDN_PUBLIC_URL":
+		return c.CDNPublicURL, true
+	}
+	return "", false
 }
 
 // LocalStorage reports whether no R2 setting is given at all, in which case
@@ -422,6 +420,20 @@ func (r *reader) positiveFloat(name string, def float64) float64 {
 		return def
 	}
 	return f
+}
+
+// intIn reads a whole number in [lo, hi].
+func (r *reader) intIn(name string, def, lo, hi int) int {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		r.problems = append(r.problems, fmt.Sprintf("%s must be a whole number from %d to %d, got %q", name, lo, hi, v))
+		return def
+	}
+	return n
 }
 
 func (r *reader) positiveInt(name string, def int) int {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, int64(100<<30), c.MaxBatchSize)
 	tiff := c.Phases[phases.TIFFConversion]
 	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute,
-		MemoryMB: 1024, CPUs: 2, CPUKind: "shared"}, tiff)
+		MemoryMB: 1024, CPUs: 2, CPUKind: "shared", Env: map[string]string{}}, tiff)
 	img := c.Phases[phases.ImageProcessing]
 	require.Equal(t, "arke-image-processor", img.FlyAppName)
 	require.Equal(t, 2*time.Minute, img.TaskTimeout)
@@ -146,4 +147,45 @@ func TestLoggingHidesSecrets(t *testing.T) {
 	require.Contains(t, out, "[set]")
 	require.Contains(t, out, "https://r2.example")
 	require.Contains(t, out, "region=auto")
+}
+
+// TestPhasesFromRegistry: every registered phase gets its settings under
+// the names its spec gives, with the spec's defaults, and its own settings
+// are checked against their range.
+func TestPhasesFromRegistry(t *testing.T) {
+	t.Parallel()
+	c, err := Load(lookup(map[string]string{}))
+	require.NoError(t, err)
+	for _, p := range phases.All() {
+		spec := p.Spec()
+		pc, ok := c.Phases[spec.Name]
+		require.True(t, ok, spec.Name)
+		require.Equal(t, spec.Defaults.FlyAppName, pc.FlyAppName)
+		require.Equal(t, spec.Defaults.TaskTimeout, pc.TaskTimeout)
+		require.Equal(t, spec.Defaults.Guest.MemoryMB, pc.MemoryMB)
+		for _, st := range spec.Settings {
+			require.Equal(t, strconv.Itoa(st.Default), pc.Env[st.Name])
+			_, err := Load(lookup(map[string]string{st.Name: strconv.Itoa(st.Max + 1)}))
+			require.ErrorContains(t, err, st.Name+" must be a whole number")
+		}
+		for _, name := range spec.SharedEnv {
+			_, ok := c.Shared(name)
+			require.True(t, ok, name)
+		}
+		env := map[string]string{"FLY_" + spec.Short + "_APP_NAME": "app-x", "TASK_TIMEOUT_" + string(spec.Name): "1234"}
+		c2, err := Load(lookup(env))
+		require.NoError(t, err)
+		require.Equal(t, "app-x", c2.Phases[spec.Name].FlyAppName)
+		require.Equal(t, 1234*time.Millisecond, c2.Phases[spec.Name].TaskTimeout)
+	}
+}
+
+func TestIntIn(t *testing.T) {
+	t.Parallel()
+	r := reader{lookup: lookup(map[string]string{"A": "5", "B": "0", "C": "x"})}
+	require.Equal(t, 5, r.intIn("A", 1, 1, 10))
+	require.Equal(t, 7, r.intIn("B", 7, 1, 10))
+	require.Equal(t, 7, r.intIn("C", 7, 1, 10))
+	require.Equal(t, 7, r.intIn("D", 7, 1, 10))
+	require.Len(t, r.problems, 2)
 }

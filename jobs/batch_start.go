@@ -23,10 +23,6 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 )
 
-// StatusPending is a batch's status from intake until its manifest has been
-// read and its first phase discovered.
-const StatusPending = "PENDING"
-
 // batchStartMaxAttempts bounds retries of transient storage errors: with
 // batchStartRetryDelay's schedule that is about half an hour of trying.
 const batchStartMaxAttempts = 12
@@ -94,7 +90,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 	if err != nil {
 		return err
 	}
-	if batch.Status != StatusPending {
+	if phases.BatchStatus(batch.Status) != phases.BatchPending {
 		log.Info("batch already started", "status", batch.Status)
 		return nil
 	}
@@ -147,7 +143,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		if err != nil {
 			return fmt.Errorf("locking batch %s: %w", id, err)
 		}
-		if batch.Status != StatusPending {
+		if phases.BatchStatus(batch.Status) != phases.BatchPending {
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 			return err
 		}
@@ -234,8 +230,8 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 		}
 		return &b, nil
 	}
-	name := string(p.Name())
-	if err := insertTasks(ctx, tx, batchID, p.Name(), work); err != nil {
+	name := string(p.Spec().Name)
+	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {
 		return nil, err
 	}
 	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: generation}); err != nil {
@@ -259,7 +255,7 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 // db.TaskInsertMany, but each row is made as COPY asks for it rather than
 // all of them first.
 func insertTasks(ctx context.Context, tx pgx.Tx, batchID string, phase phases.Name, work []phases.File) error {
-	name, prefix := string(phase), taskIDPrefix(phase)
+	name, prefix := string(phase), phases.TaskIDPrefix(phase)
 	i := -1
 	tasks := pgx.CopyFromFunc(func() ([]any, error) {
 		if i++; i >= len(work) {
@@ -271,29 +267,6 @@ func insertTasks(ctx context.Context, tx pgx.Tx, batchID string, phase phases.Na
 		return fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
 	}
 	return nil
-}
-
-// taskIDPrefix starts the ids of a phase's tasks: "tiff" for
-// TIFF_CONVERSION, "image" for IMAGE_PROCESSING.
-func taskIDPrefix(phase phases.Name) string {
-	return strings.ToLower(strings.SplitN(string(phase), "_", 2)[0])
-}
-
-// PhaseOfTask names the phase a task id was made for (task ids start with
-// their phase's prefix), or "" for an id no phase makes. Logs use it to
-// name the phase of a task seen only by its id, such as in a callback's
-// URL.
-func PhaseOfTask(taskID string) string {
-	prefix, _, ok := strings.Cut(taskID, "_")
-	if !ok {
-		return ""
-	}
-	for _, p := range phases.All() {
-		if taskIDPrefix(p.Name()) == prefix {
-			return string(p.Name())
-		}
-	}
-	return ""
 }
 
 // manifestFiles flattens a manifest into generation 0, in manifest order.

@@ -64,7 +64,7 @@ func readGeneration(ctx context.Context, tx pgx.Tx, p phases.Phase, batchID stri
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_nestloop = off"); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, generationTasksSQL, batchID, gen, string(p.Name()), after, upTo)
+	rows, err := tx.Query(ctx, generationTasksSQL, batchID, gen, string(p.Spec().Name), after, upTo)
 	if err != nil {
 		return nil, fmt.Errorf("reading generation %d of batch %s: %w", gen, batchID, err)
 	}

@@ -36,13 +36,3 @@ func TestLaunchFailureReason(t *testing.T) {
 		})
 	}
 }
-
-// TestPhaseOfTask names the phase of the task ids enterNextPhase makes.
-func TestPhaseOfTask(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "TIFF_CONVERSION", PhaseOfTask("tiff_01kabc"))
-	require.Equal(t, "IMAGE_PROCESSING", PhaseOfTask("image_01kabc"))
-	require.Equal(t, "", PhaseOfTask("other_01kabc"))
-	require.Equal(t, "", PhaseOfTask("tiff"))
-	require.Equal(t, "", PhaseOfTask(""))
-}

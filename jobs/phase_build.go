@@ -66,9 +66,9 @@ var errBuildMoved = errors.New("the batch moved on")
 // that writes the rest. Runs in the transition's transaction.
 func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
 	q := db.New(tx)
-	name := string(p.Name())
+	name := string(p.Spec().Name)
 	work := p.Discover(stored)
-	if err := insertTasks(ctx, tx, batchID, p.Name(), work); err != nil {
+	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {
 		return err
 	}
 	if _, err := q.BatchSetPhaseBuilding(ctx, db.BatchSetPhaseBuildingParams{
@@ -250,7 +250,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			return err
 		}
 		work := b.p.Discover(stored)
-		if err := insertTasks(ctx, tx, args.BatchID, b.p.Name(), work); err != nil {
+		if err := insertTasks(ctx, tx, args.BatchID, b.p.Spec().Name, work); err != nil {
 			return err
 		}
 		b.tasks += len(work)

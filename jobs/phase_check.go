@@ -240,7 +240,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// files to need a task shows. (A later phase is next only if no file of
 	// the whole generation needs this one; the generation is then read to
 	// its end first, as a small one is.)
-	candidate, _ := phases.Get(p.Next())
+	candidate, _ := phases.Get(phases.Next(p.Spec().Name))
 	n, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
 	if err != nil {
 		return nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
@@ -283,7 +283,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	dInsert := lap()
 	var finished *db.Batch
 	if complete {
-		finished, err = enterNextPhase(ctx, tx, batch.ID, p.Next(), next, stored)
+		finished, err = enterNextPhase(ctx, tx, batch.ID, phases.Next(p.Spec().Name), next, stored)
 	} else {
 		err = startBuild(ctx, tx, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}

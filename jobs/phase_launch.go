@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -531,10 +532,11 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	if row.CID != nil {
 		env["INPUT_CID"] = *row.CID
 	}
-	if name == phases.ImageProcessing {
-		env["ARCHIVE_BUCKET"] = c.ArchiveBucket
-		env["CDN_BUCKET"] = c.CDNBucket
-		env["CDN_PUBLIC_URL"] = c.CDNPublicURL
+	maps.Copy(env, pcfg.Env)
+	if p, ok := phases.Get(name); ok {
+		for _, k := range p.Spec().SharedEnv {
+			env[k], _ = c.Shared(k)
+		}
 	}
 	return compute.MachineSpec{
 		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,

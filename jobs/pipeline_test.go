@@ -26,25 +26,16 @@ const (
 )
 
 // workerResult is what a well-behaved worker reports for a launch: the
-// callback bodies of spec 000 §4.4 for the phase the app belongs to.
-func workerResult(l fakefly.Launch) any {
-	key := l.Env["INPUT_R2_KEY"]
-	if l.App == tiffApp {
-		name := strings.TrimSuffix(path.Base(key), path.Ext(key)) + ".jpg"
-		return map[string]any{
-			"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
-			"output_r2_key": path.Join(path.Dir(key), name), "output_file_name": name, "output_file_size": 4242,
-			"performance": map[string]any{"total_time_ms": 12, "download_time_ms": 3, "conversion_time_ms": 7, "upload_time_ms": 2},
-		}
+// sample success body of the phase its task belongs to.
+func workerResult(l fakefly.Launch) json.RawMessage {
+	b, err := fakefly.SuccessBody(l)
+	if err != nil {
+		panic(err)
 	}
-	return map[string]any{
-		"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
-		"ref_json_r2_key": key + ".ref.json", "archive_r2_key": "archive/" + key, "ref_json_size": 321,
-		"ref_data": map[string]any{"url": "https://cdn.test/" + key, "type": "image/jpeg", "size": 4242, "filename": path.Base(key)},
-	}
+	return b
 }
 
-func succeed(l fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Body: workerResult(l)} }
+func succeed(l fakefly.Launch) fakefly.Behavior { return fakefly.Succeed(l) }
 
 func isDone(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" }
 

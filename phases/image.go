@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 )
 
 // ImageResult is the image worker's success callback body. RefData is kept
@@ -27,11 +28,27 @@ type imageProcessing struct{}
 
 var _ Phase = imageProcessing{}
 
-// Name is IMAGE_PROCESSING.
-func (imageProcessing) Name() Name { return ImageProcessing }
-
-// Next is "": image processing is the last phase, the batch goes to ingest.
-func (imageProcessing) Next() Name { return "" }
+// Spec: one machine per image running `worker image`, which also needs
+// the archive and CDN buckets (spec 000's defaults).
+func (imageProcessing) Spec() Spec {
+	return Spec{
+		Name:       ImageProcessing,
+		TaskPrefix: "image",
+		Short:      "IMAGE",
+		Title:      "image processing",
+		Executor:   Machine,
+		Worker:     "image",
+		Defaults: Defaults{
+			FlyAppName:  "arke-image-processor",
+			WorkerImage: "registry.fly.io/arke-image-processor:latest",
+			BatchSize:   1000,
+			AlarmDelay:  5 * time.Second,
+			TaskTimeout: 120 * time.Second,
+			Guest:       Guest{MemoryMB: 2048, CPUs: 2, CPUKind: "shared"},
+		},
+		SharedEnv: []string{"ARCHIVE_BUCKET", "CDN_BUCKET", "CDN_PUBLIC_URL"},
+	}
+}
 
 // Discover finds images by content type, skipping TIFF sources: only their
 // converted JPEGs are processed, the TIFFs are kept as they are for the
@@ -82,4 +99,16 @@ func isImage(contentType string) bool {
 	media, _, _ := strings.Cut(contentType, ";")
 	media = strings.ToLower(strings.TrimSpace(media))
 	return slices.Contains(imageContentTypes, media)
+}
+
+// SampleResult is the ref.json of a processed image, next to the image.
+func (imageProcessing) SampleResult(in File) json.RawMessage {
+	ref, _ := json.Marshal(map[string]any{"url": "https://cdn.test/" + in.R2Key, "type": "image/jpeg", "size": in.FileSize, "filename": in.FileName})
+	b, _ := json.Marshal(ImageResult{
+		RefJSONR2Key: in.R2Key + ".ref.json",
+		RefData:      ref,
+		ArchiveR2Key: "archive/" + in.R2Key,
+		RefJSONSize:  321,
+	})
+	return b
 }

@@ -99,44 +99,21 @@ type Task struct {
 // not mutate their inputs: the same generation may be discovered or
 // transformed again after a crash, and must give the same answer.
 type Phase interface {
-	// Name is the phase's name, also the batch status during the phase.
-	Name() Name
+	// Spec declares the phase: name, task-id prefix, executor, worker and
+	// default settings. It is a constant.
+	Spec() Spec
 	// Discover returns the files of the list that need a task in this phase, in list order.
 	Discover(files []File) []File
 	// Transform maps one input file (and its task, nil when the file had none) to the files of the next generation.
 	Transform(file File, task *Task) ([]File, error)
-	// Next is the phase that follows, or "" when the batch is done after this one.
-	Next() Name
-}
-
-// All returns the registered phases in pipeline order (TIFF_CONVERSION,
-// IMAGE_PROCESSING). It is the one place phases are registered, so adding a
-// phase means adding it here and pointing its predecessor's Next at it. The
-// slice is fresh on every call: callers may not alter the registry.
-func All() []Phase {
-	return []Phase{tiffConversion{}, imageProcessing{}}
-}
-
-// Get returns the phase with that name, false if none. Callers use it to
-// turn a stored batch status back into behaviour; false means the status is
-// not a phase (e.g. a terminal batch status).
-func Get(name Name) (Phase, bool) {
-	for _, p := range All() {
-		if p.Name() == name {
-			return p, true
-		}
-	}
-	return nil, false
-}
-
-// First returns the name of the first phase of the pipeline, where a newly
-// finalized batch starts looking for work.
-func First() Name {
-	return All()[0].Name()
+	// SampleResult is a success callback body a worker could send for
+	// input in, without doing the work: fakes of the machines send it, and
+	// Transform must accept it.
+	SampleResult(in File) json.RawMessage
 }
 
 // NextWithWork starts at phase from (inclusive; "" means phase First()) and
-// walks Next() until it finds a phase whose Discover(files) is non-empty; it
+// walks Next until it finds a phase whose Discover(files) is non-empty; it
 // returns that phase and the discovered files, or (nil, nil) when no
 // remaining phase has work (or from is not a phase). A phase with no tasks is
 // skipped: its transform would leave every file unchanged, so no new
@@ -148,10 +125,7 @@ func NextWithWork(from Name, files []File) (Phase, []File) {
 	name := from
 	// Bounded by the number of phases so that a mistaken Next cycle cannot
 	// loop forever.
-	for range len(All()) {
-		if name == "" {
-			return nil, nil
-		}
+	for range len(registry) {
 		p, ok := Get(name)
 		if !ok {
 			return nil, nil
@@ -159,7 +133,7 @@ func NextWithWork(from Name, files []File) (Phase, []File) {
 		if work := p.Discover(files); len(work) > 0 {
 			return p, work
 		}
-		name = p.Next()
+		name = Next(name)
 	}
 	return nil, nil
 }
@@ -214,7 +188,7 @@ func Apply(p Phase, files []File, tasks map[int64]Task) (next []File, problems [
 func ApplyOne(p Phase, f File, task *Task) (outs []File, problem error) {
 	got, err := p.Transform(f, task)
 	if err != nil {
-		problem = &TransformError{Phase: p.Name(), FileID: f.ID, R2Key: f.R2Key, Err: err}
+		problem = &TransformError{Phase: p.Spec().Name, FileID: f.ID, R2Key: f.R2Key, Err: err}
 		got = []File{f}
 	}
 	// A fresh slice: the transform's own result is not ours to edit.

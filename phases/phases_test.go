@@ -30,8 +30,8 @@ func fileNames(files []File) []string {
 // it drops every file whose name starts with "drop".
 type removePhase struct{}
 
-func (removePhase) Name() Name { return "REMOVE_TEST" }
-func (removePhase) Next() Name { return "" }
+func (removePhase) Spec() Spec                        { return Spec{Name: "REMOVE_TEST"} }
+func (removePhase) SampleResult(File) json.RawMessage { return nil }
 func (removePhase) Discover(files []File) []File {
 	return files
 }
@@ -63,11 +63,13 @@ func jpegFile() File {
 func TestRegistry(t *testing.T) {
 	t.Parallel()
 
-	all := All()
-	require.Len(t, all, 2)
-	require.Equal(t, TIFFConversion, all[0].Name())
-	require.Equal(t, ImageProcessing, all[1].Name())
+	var names []Name
+	for _, p := range All() {
+		names = append(names, p.Spec().Name)
+	}
+	require.Equal(t, []Name{TIFFConversion, ImageProcessing}, names)
 	require.Equal(t, TIFFConversion, First())
+	require.NoError(t, checkRegistry(All()))
 
 	tests := []struct {
 		name     string
@@ -85,14 +87,101 @@ func TestRegistry(t *testing.T) {
 			t.Parallel()
 			p, ok := Get(tt.phase)
 			require.Equal(t, tt.wantOK, ok)
+			require.Equal(t, tt.wantNext, Next(tt.phase))
 			if !ok {
 				require.Nil(t, p)
 				return
 			}
-			require.Equal(t, tt.phase, p.Name())
-			require.Equal(t, tt.wantNext, p.Next())
+			require.Equal(t, tt.phase, p.Spec().Name)
 		})
 	}
+}
+
+// renamed is a registered phase under another spec, to build bad registries.
+type renamed struct {
+	Phase
+	spec Spec
+}
+
+func (r renamed) Spec() Spec { return r.spec }
+
+func TestCheckRegistryRefuses(t *testing.T) {
+	t.Parallel()
+
+	tiff := tiffConversion{}.Spec()
+	with := func(edit func(*Spec)) Phase {
+		s := tiff
+		s.Name, s.TaskPrefix, s.Short, s.Worker = "OTHER_PHASE", "other", "OTHER", "other"
+		edit(&s)
+		return renamed{Phase: tiffConversion{}, spec: s}
+	}
+	tests := []struct {
+		name  string
+		other Phase
+		want  string
+	}{
+		{"DuplicatePrefix", with(func(s *Spec) { s.TaskPrefix = "tiff" }), `task prefix "tiff" of OTHER_PHASE is also TIFF_CONVERSION's`},
+		{"DuplicateName", with(func(s *Spec) { s.Name = TIFFConversion }), `name "TIFF_CONVERSION"`},
+		{"DuplicateShort", with(func(s *Spec) { s.Short = "TIFF" }), `short name "TIFF"`},
+		{"DuplicateWorker", with(func(s *Spec) { s.Worker = "tiff" }), `worker "tiff"`},
+		{"PrefixWithUnderscore", with(func(s *Spec) { s.TaskPrefix = "other_x" }), "must be lower-case letters and digits"},
+		{"StatusAsName", with(func(s *Spec) { s.Name = "DONE" }), "not a batch status"},
+		{"UnknownExecutor", with(func(s *Spec) { s.Executor = "pool" }), `executor "pool"`},
+		{"NoTimeout", with(func(s *Spec) { s.Defaults.TaskTimeout = 0 }), "lacks a short name, worker or default"},
+		{"SettingDefaultOutOfRange", with(func(s *Spec) { s.Settings = []Setting{{Name: "X", Default: 0, Min: 1, Max: 2}} }), "default 0 outside [1, 2]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}), tt.want)
+		})
+	}
+	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, with(func(*Spec) {})}))
+}
+
+// TestSampleResults: every phase's sample body is one its own Transform
+// accepts and that changes the file list, so fakes built on it exercise
+// the real transform.
+func TestSampleResults(t *testing.T) {
+	t.Parallel()
+	for _, p := range All() {
+		t.Run(string(p.Spec().Name), func(t *testing.T) {
+			t.Parallel()
+			in := File{ID: 3, R2Key: "staging/b1/docs/in.bin", LogicalPath: "/docs/in.bin", FileName: "in.bin", FileSize: 10, ContentType: "application/octet-stream"}
+			out, err := p.Transform(in, &Task{FileID: 3, Status: TaskCompleted, Result: p.SampleResult(in)})
+			require.NoError(t, err)
+			require.NotEqual(t, []File{in}, out)
+			require.NoError(t, ValidateResult(p.Spec().Name, p.SampleResult(in)))
+		})
+	}
+}
+
+func TestOfTask(t *testing.T) {
+	t.Parallel()
+	for _, p := range All() {
+		s := p.Spec()
+		require.Equal(t, s.Name, OfTask(s.TaskPrefix+"_01jabc"))
+		require.Equal(t, s.TaskPrefix, TaskIDPrefix(s.Name))
+		got, ok := ByWorker(s.Worker)
+		require.True(t, ok)
+		require.Equal(t, s.Name, got.Spec().Name)
+	}
+	require.Equal(t, Name(""), OfTask("nounderscore"))
+	require.Equal(t, Name(""), OfTask("nosuch_01jabc"))
+	require.Equal(t, "", TaskIDPrefix("DONE"))
+}
+
+func TestStatuses(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []BatchStatus{"PENDING", "TIFF_CONVERSION", "IMAGE_PROCESSING", "DONE", "ERROR"}, Statuses())
+	require.True(t, BatchDone.Terminal())
+	require.True(t, BatchError.Terminal())
+	require.False(t, ImageProcessing.Status().Terminal())
+	_, ok := BatchPending.Phase()
+	require.False(t, ok)
+	p, ok := TIFFConversion.Status().Phase()
+	require.True(t, ok)
+	require.Equal(t, TIFFConversion, p.Spec().Name)
 }
 
 func TestDiscover(t *testing.T) {
@@ -534,7 +623,7 @@ func TestApply(t *testing.T) {
 				require.ErrorContains(t, problems[i], want)
 				var te *TransformError
 				require.True(t, errors.As(problems[i], &te))
-				require.Equal(t, tt.phase.Name(), te.Phase)
+				require.Equal(t, tt.phase.Spec().Name, te.Phase)
 				require.Equal(t, tt.files[i].R2Key, te.R2Key)
 				require.Equal(t, tt.files[i].ID, te.FileID)
 				require.Error(t, errors.Unwrap(te))
@@ -591,7 +680,7 @@ func TestNextWithWork(t *testing.T) {
 				return
 			}
 			require.NotNil(t, p)
-			require.Equal(t, tt.wantPhase, p.Name())
+			require.Equal(t, tt.wantPhase, p.Spec().Name)
 			require.Equal(t, tt.wantFiles, fileNames(work))
 		})
 	}
@@ -621,7 +710,7 @@ func TestWorkedExample(t *testing.T) {
 	// TIFF_CONVERSION discovers photo.tiff only.
 	p, work := NextWithWork("", gen)
 	require.NotNil(t, p)
-	require.Equal(t, TIFFConversion, p.Name())
+	require.Equal(t, TIFFConversion, p.Spec().Name)
 	require.Equal(t, []string{"photo.tiff"}, fileNames(work))
 	tasks := map[int64]Task{work[0].ID: {
 		FileID: work[0].ID, Status: TaskCompleted,
@@ -640,9 +729,9 @@ func TestWorkedExample(t *testing.T) {
 	gen = store(next)
 
 	// IMAGE_PROCESSING discovers photo.jpg only, skipping the TIFF source.
-	p, work = NextWithWork(p.Next(), gen)
+	p, work = NextWithWork(Next(p.Spec().Name), gen)
 	require.NotNil(t, p)
-	require.Equal(t, ImageProcessing, p.Name())
+	require.Equal(t, ImageProcessing, p.Spec().Name)
 	require.Equal(t, []string{"photo.jpg"}, fileNames(work))
 	require.Equal(t, int64(4), work[0].ID)
 	refData := json.RawMessage(`{"url":"https://cdn.arke.institute/photo.jpg","type":"image/jpeg","size":245678,"filename":"photo.jpg"}`)
@@ -660,7 +749,7 @@ func TestWorkedExample(t *testing.T) {
 	gen = store(next)
 
 	// No phase follows and none has work left: the batch goes to ingest.
-	require.Equal(t, Name(""), p.Next())
+	require.Equal(t, Name(""), Next(p.Spec().Name))
 	p, work = NextWithWork(TIFFConversion, gen)
 	require.Nil(t, p)
 	require.Nil(t, work)

@@ -1,11 +1,14 @@
 package phases
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
 	"regexp"
 	"slices"
+	"strings"
+	"time"
 )
 
 // TIFFResult is the TIFF worker's success callback body (spec 000 §4.4),
@@ -38,11 +41,25 @@ type tiffConversion struct{}
 
 var _ Phase = tiffConversion{}
 
-// Name is TIFF_CONVERSION.
-func (tiffConversion) Name() Name { return TIFFConversion }
-
-// Next is IMAGE_PROCESSING, which processes the JPEGs this phase makes.
-func (tiffConversion) Next() Name { return ImageProcessing }
+// Spec: one machine per TIFF running `worker tiff` (spec 000's defaults).
+func (tiffConversion) Spec() Spec {
+	return Spec{
+		Name:       TIFFConversion,
+		TaskPrefix: "tiff",
+		Short:      "TIFF",
+		Title:      "TIFF conversion",
+		Executor:   Machine,
+		Worker:     "tiff",
+		Defaults: Defaults{
+			FlyAppName:  "arke-tiff-worker",
+			WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0",
+			BatchSize:   1000,
+			AlarmDelay:  5 * time.Second,
+			TaskTimeout: 60 * time.Second,
+			Guest:       Guest{MemoryMB: 1024, CPUs: 2, CPUKind: "shared"},
+		},
+	}
+}
 
 // Discover finds TIFFs by file name, skipping any already converted, so a
 // re-run over a later generation never converts a TIFF twice.
@@ -99,4 +116,15 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 		})
 	}
 	return result, nil
+}
+
+// SampleResult is a one-page conversion: the JPEG next to the TIFF.
+func (tiffConversion) SampleResult(in File) json.RawMessage {
+	name := strings.TrimSuffix(in.FileName, path.Ext(in.FileName)) + ".jpg"
+	b, _ := json.Marshal(TIFFResult{
+		OutputR2Key:    path.Join(path.Dir(in.R2Key), name),
+		OutputFileName: name,
+		OutputFileSize: 4242,
+	})
+	return b
 }

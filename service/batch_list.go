@@ -112,11 +112,11 @@ func (s *Service) List(ctx context.Context, f BatchFilter) (BatchPage, error) {
 
 // statuses lists every batch status, in pipeline order.
 func statuses() []string {
-	out := []string{"PENDING"}
-	for _, p := range phases.All() {
-		out = append(out, string(p.Name()))
+	var out []string
+	for _, st := range phases.Statuses() {
+		out = append(out, string(st))
 	}
-	return append(out, "DONE", "ERROR")
+	return out
 }
 
 func knownStatus(s string) bool {

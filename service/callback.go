@@ -125,7 +125,7 @@ type outcome struct {
 //
 // The usual group takes one round trip (sendGroup): its COMMIT goes with
 // the next group's statements. So a body is checked before its task is read: its phase comes
-// from its task id (jobs.PhaseOfTask). A callback that fails a check is
+// from its task id (phases.OfTask). A callback that fails a check is
 // not sent; its task is read afterwards, so that the answer follows the
 // usual order (404, then 401, then 400), and an unauthenticated caller
 // learns nothing about its body.
@@ -217,11 +217,11 @@ func plausible(r *callbackRequest) bool {
 	if r.tokenHash == nil || r.parseErr != nil {
 		return false
 	}
-	phase := jobs.PhaseOfTask(r.taskID)
+	phase := phases.OfTask(r.taskID)
 	if phase == "" {
 		return false
 	}
-	return r.status != phases.TaskCompleted || phases.ValidateResult(phases.Name(phase), r.result) == nil
+	return r.status != phases.TaskCompleted || phases.ValidateResult(phase, r.result) == nil
 }
 
 // explainCallback gives the outcome of a callback that did not end its

@@ -206,9 +206,9 @@ func phaseProgress(rows []db.TaskCountByBatchRow) []PhaseProgress {
 	}
 	out := []PhaseProgress{}
 	for _, ph := range phases.All() {
-		if p := byPhase[string(ph.Name())]; p != nil {
+		if p := byPhase[string(ph.Spec().Name)]; p != nil {
 			out = append(out, *p)
-			delete(byPhase, string(ph.Name()))
+			delete(byPhase, string(ph.Spec().Name))
 		}
 	}
 	for _, p := range byPhase { // a phase no longer registered: still shown

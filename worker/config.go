@@ -37,7 +37,9 @@
 package worker
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,9 +142,6 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 	}
 
 	cfg := Config{Kind: kind}
-	if kind != KindTIFF && kind != KindImage {
-		e.Invalid = append(e.Invalid, fmt.Sprintf("unknown worker kind %q", kind))
-	}
 	cfg.Callback = Callback{
 		TaskID:  str("TASK_ID", true),
 		BatchID: str("BATCH_ID", true),
@@ -228,3 +227,18 @@ func parseVariantSizes(s string) ([]Variant, error) {
 func (c Config) NewStore() (*blob.S3, error) {
 	return blob.NewS3(c.Storage)
 }
+
+// Task is what a worker program gets for its one task: the common
+// configuration, the environment for its own settings, the store and a
+// logger.
+type Task struct {
+	Config Config
+	Getenv func(string) string
+	Store  blob.Store
+	Log    *slog.Logger
+}
+
+// Program does one task's work and returns its success callback body
+// (see Run). cmd/worker runs the program of each registered phase's worker
+// kind: package worker/<kind>worker exports it as Run.
+type Program func(ctx context.Context, t Task) (any, error)

@@ -23,7 +23,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,6 +38,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // e2eOptions configure the end-to-end part.
@@ -57,25 +57,27 @@ type e2eOptions struct {
 // a launch limit would: no rate limit to speak of, and a launch round that
 // takes every pending task (BATCH_SIZE), so the alarm delay between rounds
 // (ALARM_DELAY, spec 000's 5 s) never comes into play.
-var e2eSettings = map[string]string{
-	"FLY_LAUNCH_RATE":             "1000000",
-	"FLY_LAUNCH_BURST":            "1000000",
-	"BATCH_SIZE_TIFF_CONVERSION":  "1000000",
-	"BATCH_SIZE_IMAGE_PROCESSING": "1000000",
-	"LOG_LEVEL":                   "warn",
-	"LOG_FORMAT":                  "json",
-	"CDN_PUBLIC_URL":              "https://cdn.bench.invalid",
-	"ADMIN_TOKEN":                 "bench-admin-token",
-	"FLY_TIFF_APP_NAME":           benchTIFFApp,
-	"FLY_IMAGE_APP_NAME":          benchImageApp,
-	"R2_BUCKET":                   benchStaging,
-	"ARCHIVE_BUCKET":              "bench-archive",
-	"CDN_BUCKET":                  "bench-cdn",
-}
+var e2eSettings = func() map[string]string {
+	s := map[string]string{
+		"FLY_LAUNCH_RATE":  "1000000",
+		"FLY_LAUNCH_BURST": "1000000",
+		"LOG_LEVEL":        "warn",
+		"LOG_FORMAT":       "json",
+		"CDN_PUBLIC_URL":   "https://cdn.bench.invalid",
+		"ADMIN_TOKEN":      "bench-admin-token",
+		"R2_BUCKET":        benchStaging,
+		"ARCHIVE_BUCKET":   "bench-archive",
+		"CDN_BUCKET":       "bench-cdn",
+	}
+	for _, p := range phases.All() {
+		spec := p.Spec()
+		s["BATCH_SIZE_"+string(spec.Name)] = "1000000"
+		s["FLY_"+spec.Short+"_APP_NAME"] = "bench-" + spec.Worker + "-worker"
+	}
+	return s
+}()
 
 const (
-	benchTIFFApp  = "bench-tiff-worker"
-	benchImageApp = "bench-image-processor"
 	benchStaging  = "bench-staging"
 	benchFlyToken = "bench-fly-token"
 	e2eFileSize   = 200_000 // bytes per file in the manifest; the files do not exist
@@ -214,7 +216,7 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 
 	tb := &benchTB{}
 	defer tb.close()
-	fly := fakefly.New(tb, fakefly.Options{Token: benchFlyToken, Behave: benchWorker, DetailLimit: 1})
+	fly := fakefly.New(tb, fakefly.Options{Token: benchFlyToken, Behave: fakefly.Succeed, DetailLimit: 1})
 
 	addr, err := freePort()
 	if err != nil {
@@ -463,23 +465,6 @@ func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, n int) ([
 		"total_files": m.TotalFiles, "total_bytes": m.TotalBytes, "uploaded_at": now, "finalized_at": now,
 		"metadata": map[string]any{"source": "cmd/bench"},
 	})
-}
-
-// benchWorker is what each fake machine does: call back at once with the
-// success body the real worker of its app sends (spec 000 §4.4).
-func benchWorker(l fakefly.Launch) fakefly.Behavior {
-	key := l.Env["INPUT_R2_KEY"]
-	if l.App == benchTIFFApp {
-		name := strings.TrimSuffix(path.Base(key), path.Ext(key)) + ".jpg"
-		return fakefly.Behavior{Body: fmt.Appendf(nil,
-			`{"task_id":%q,"batch_id":%q,"status":"success","output_r2_key":%q,"output_file_name":%q,"output_file_size":4242,`+
-				`"performance":{"total_time_ms":12,"download_time_ms":3,"conversion_time_ms":7,"upload_time_ms":2}}`,
-			l.TaskID, l.BatchID, path.Join(path.Dir(key), name), name)}
-	}
-	return fakefly.Behavior{Body: fmt.Appendf(nil,
-		`{"task_id":%q,"batch_id":%q,"status":"success","ref_json_r2_key":%q,"archive_r2_key":%q,"ref_json_size":321,`+
-			`"ref_data":{"url":%q,"ipfs_cid":"","type":"image/jpeg","size":4242,"filename":%q}}`,
-		l.TaskID, l.BatchID, key+".ref.json", "archive/"+key, "https://cdn.bench.invalid/"+key, path.Base(key))}
 }
 
 func batchStatus(ctx context.Context, c *http.Client, base, batchID string) (string, error) {

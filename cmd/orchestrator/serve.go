@@ -234,11 +234,15 @@ func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
+	// Each machine phase's app runs its worker kind, as its image would.
+	commands := make(map[string][]string)
+	for _, p := range phases.All() {
+		if spec := p.Spec(); spec.Executor == phases.Machine {
+			commands[cfg.Phases[spec.Name].FlyAppName] = []string{bin, spec.Worker}
+		}
+	}
 	b, err := localcompute.New(localcompute.Config{
-		Commands: map[string][]string{
-			cfg.Phases[phases.TIFFConversion].FlyAppName:  {bin, "tiff"},
-			cfg.Phases[phases.ImageProcessing].FlyAppName: {bin, "image"},
-		},
+		Commands:      commands,
 		MaxConcurrent: cfg.LocalMaxMachines,
 		Dir:           os.TempDir(),
 		// One libvips thread per worker: the runner already runs one worker

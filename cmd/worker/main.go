@@ -1,18 +1,18 @@
 // Command worker is the program the orchestrator's machines run, one
-// process per task: on Fly.io (Dockerfile.tiff-worker,
-// Dockerfile.image-worker) and as a local subprocess in development. It
-// processes one file, POSTs one callback and exits.
+// process per task: on Fly.io (one image per kind, Dockerfile.<kind>-worker)
+// and as a local subprocess in development. It processes one file, POSTs
+// one callback and exits.
 //
 // Usage:
 //
-//	worker tiff    convert the TIFF at INPUT_R2_KEY to JPEG, one per page
-//	worker image   make CDN variants of the image at INPUT_R2_KEY, archive
-//	               it and write its .ref.json
+//	worker KIND    run the task of a registered phase whose worker is KIND
+//	               (tiff, image, ...: programs.gen.go, made from phases/)
 //	worker help    print this help
 //
 // Configuration is the environment described in package worker (TASK_ID,
 // BATCH_ID, INPUT_R2_KEY, R2_*, CALLBACK_URL, CALLBACK_TOKEN, and for
-// images ARCHIVE_BUCKET, CDN_BUCKET, CDN_PUBLIC_URL, VARIANT_SIZES), plus:
+// images ARCHIVE_BUCKET, CDN_BUCKET, CDN_PUBLIC_URL, VARIANT_SIZES), the
+// settings a phase passes to its machines, plus:
 //
 //	JPEG_QUALITY       1-100, default 90
 //	LOG_LEVEL          debug, info (default), warn or error; debug also
@@ -40,26 +40,46 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
-	"github.com/arke-institute/orchestrator/worker/imageworker"
-	"github.com/arke-institute/orchestrator/worker/tiffworker"
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-const usage = `usage: worker tiff|image
+// program is one worker kind cmd/worker runs (see programs.gen.go).
+type program struct {
+	kind  string
+	phase string
+	title string
+	run   worker.Program
+}
 
-  tiff    convert the TIFF at INPUT_R2_KEY to JPEG, one per page
-  image   make CDN variants of the image at INPUT_R2_KEY, archive it and
-          write its .ref.json
-
+// usage lists the kinds of programs.gen.go.
+func usage() string {
+	var kinds []string
+	var b strings.Builder
+	for _, p := range programs {
+		kinds = append(kinds, p.kind)
+		fmt.Fprintf(&b, "  %-8s %s (phase %s)\n", p.kind, p.title, p.phase)
+	}
+	return "usage: worker " + strings.Join(kinds, "|") + "\n\n" + b.String() + `
 Configured by the environment: TASK_ID, BATCH_ID, INPUT_R2_KEY, R2_BUCKET,
 R2_ACCOUNT_ID or R2_ENDPOINT, R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY,
 CALLBACK_URL, CALLBACK_TOKEN; optional INPUT_CID, INPUT_CONTENT_TYPE,
 INPUT_FILE_NAME, JPEG_QUALITY (90), LOG_LEVEL, LOG_FORMAT, VIPS_CONCURRENCY.
 image also: ARCHIVE_BUCKET, CDN_PUBLIC_URL, CDN_BUCKET (arke-cdn),
-VARIANT_SIZES (200,800,1600).
+VARIANT_SIZES (200,800,1600). Each phase's own settings (README) reach its
+machines under their names.
 `
+}
+
+// lookup is the program of kind, false if none.
+func lookup(kind string) (program, bool) {
+	for _, p := range programs {
+		if p.kind == kind {
+			return p, true
+		}
+	}
+	return program{}, false
+}
 
 func main() {
 	// A stopped machine gets SIGTERM (SIGINT locally): cancel the work, but
@@ -78,21 +98,20 @@ func main() {
 // it in process.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
 	}
-	if len(args) != 1 || (args[0] != string(worker.KindTIFF) && args[0] != string(worker.KindImage)) {
-		fmt.Fprint(stderr, usage)
+	var prog program
+	if ok := len(args) == 1; ok {
+		prog, ok = lookup(args[0])
+	}
+	if prog.run == nil {
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
-	kind := worker.Kind(args[0])
-
-	phase := phases.TIFFConversion
-	if kind == worker.KindImage {
-		phase = phases.ImageProcessing
-	}
-	log := newLogger(getenv, stderr).With("worker", string(kind),
-		"task_id", getenv("TASK_ID"), "batch_id", getenv("BATCH_ID"), "phase", string(phase))
+	kind := worker.Kind(prog.kind)
+	log := newLogger(getenv, stderr).With("worker", prog.kind,
+		"task_id", getenv("TASK_ID"), "batch_id", getenv("BATCH_ID"), "phase", prog.phase)
 	cfg, envErr := worker.ParseEnv(kind, getenv)
 	if !cfg.Callback.Complete() {
 		log.Error("cannot report to the orchestrator", "error", envErr.Error())
@@ -112,10 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return nil, err
 		}
 		log.Info("starting", "r2_key", cfg.Input.Key, "libvips", vips.Version())
-		if kind == worker.KindTIFF {
-			return tiffworker.Convert(ctx, cfg, store, log)
-		}
-		return imageworker.Process(ctx, cfg, store, log)
+		return prog.run(ctx, worker.Task{Config: cfg, Getenv: getenv, Store: store, Log: log})
 	}
 	if err := worker.Run(ctx, cfg.Callback, log, work); err != nil {
 		log.Error("no callback delivered", "error", err.Error())

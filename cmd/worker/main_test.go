@@ -190,10 +190,33 @@ func TestUsage(t *testing.T) {
 	t.Parallel()
 	code, out := runWorker(t, nil)
 	require.Equal(t, 2, code)
-	require.Contains(t, out, "usage: worker tiff|image")
-	code, _ = runWorker(t, nil, "pdf")
+	require.Contains(t, out, "usage: worker "+strings.Join(kinds(), "|"))
+	code, _ = runWorker(t, nil, "nosuch")
 	require.Equal(t, 2, code)
 	code, out = runWorker(t, nil, "help")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "VARIANT_SIZES")
+}
+
+// kinds are the worker kinds of the registered machine phases, in order.
+func kinds() []string {
+	var out []string
+	for _, p := range phases.All() {
+		if s := p.Spec(); s.Executor == phases.Machine {
+			out = append(out, s.Worker)
+		}
+	}
+	return out
+}
+
+// TestEveryPhaseHasAProgram: each registered machine phase's worker kind
+// runs a program, so no phase launches machines that cannot start.
+func TestEveryPhaseHasAProgram(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds() {
+		p, ok := lookup(k)
+		require.True(t, ok, k)
+		require.NotNil(t, p.run, k)
+	}
+	require.Len(t, programs, len(kinds()))
 }

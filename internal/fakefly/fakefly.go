@@ -29,6 +29,7 @@ package fakefly
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -38,6 +39,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +47,8 @@ import (
 	"time"
 
 	"github.com/superfly/fly-go/tokens"
+
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // DefaultToken is the API token expected when Options.Token is empty, so
@@ -119,8 +123,7 @@ type Launch struct {
 // Behavior is what the fake does for one launch request.
 type Behavior struct {
 	// Body is the callback JSON: []byte, json.RawMessage and string are sent
-	// as is, anything else is JSON-encoded. nil sends the default success
-	// body {"task_id","batch_id","status":"success"}.
+	// as is, anything else is JSON-encoded. nil sends SuccessBody.
 	Body any
 	// Hang: the worker never calls back and never exits (a stuck machine).
 	Hang bool
@@ -650,7 +653,7 @@ func (s *Server) record(l Launch, status int) {
 func callbackBody(b any, l Launch) ([]byte, error) {
 	switch v := b.(type) {
 	case nil:
-		return json.Marshal(map[string]string{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success"})
+		return SuccessBody(l)
 	case []byte:
 		return v, nil
 	case json.RawMessage:
@@ -1103,4 +1106,34 @@ func writeError(w http.ResponseWriter, status int, msg string, retryAfter time.D
 	}
 	body, _ := json.Marshal(map[string]string{"error": msg})
 	writeJSON(w, status, body)
+}
+
+// SuccessBody is the success callback the real worker of the launch's phase
+// would send (phases.Phase.SampleResult for the task's input, named by the
+// launch's env), or {"task_id","batch_id","status":"success"} alone when
+// the task id names no phase. The fake learns every registered phase this
+// way, and so do the tests and benchmarks built on it.
+func SuccessBody(l Launch) ([]byte, error) {
+	body := map[string]any{}
+	if p, ok := phases.Get(phases.OfTask(l.TaskID)); ok {
+		key := l.Env["INPUT_R2_KEY"]
+		in := phases.File{
+			R2Key: key, LogicalPath: "/" + path.Base(key), FileName: cmp.Or(l.Env["INPUT_FILE_NAME"], path.Base(key)),
+			ContentType: l.Env["INPUT_CONTENT_TYPE"], FileSize: 4242,
+		}
+		if err := json.Unmarshal(p.SampleResult(in), &body); err != nil {
+			return nil, fmt.Errorf("fakefly: sample result of %s: %w", p.Spec().Name, err)
+		}
+	}
+	body["task_id"], body["batch_id"], body["status"] = l.TaskID, l.BatchID, "success"
+	return json.Marshal(body)
+}
+
+// Succeed is a Behavior that calls back at once with SuccessBody.
+func Succeed(l Launch) Behavior {
+	b, err := SuccessBody(l)
+	if err != nil {
+		return Behavior{Body: fmt.Sprintf(`{"task_id":%q,"batch_id":%q,"status":"error","error":%q}`, l.TaskID, l.BatchID, err.Error())}
+	}
+	return Behavior{Body: b}
 }

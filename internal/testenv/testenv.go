@@ -31,6 +31,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -79,16 +80,20 @@ type Options struct {
 }
 
 // testSettings make batches move fast in tests.
-var testSettings = map[string]string{
-	"ALARM_DELAY_TIFF_CONVERSION":  "100",
-	"ALARM_DELAY_IMAGE_PROCESSING": "100",
-	"ALARM_DELAY_ERROR_RETRY":      "200",
-	"FLY_LAUNCH_RATE":              "100000",
-	"FLY_LAUNCH_BURST":             "100000",
-	"SWEEP_INTERVAL":               "200",
-	"CDN_PUBLIC_URL":               "https://cdn.test",
-	"ADMIN_TOKEN":                  AdminToken,
-}
+var testSettings = func() map[string]string {
+	s := map[string]string{
+		"ALARM_DELAY_ERROR_RETRY": "200",
+		"FLY_LAUNCH_RATE":         "100000",
+		"FLY_LAUNCH_BURST":        "100000",
+		"SWEEP_INTERVAL":          "200",
+		"CDN_PUBLIC_URL":          "https://cdn.test",
+		"ADMIN_TOKEN":             AdminToken,
+	}
+	for _, p := range phases.All() {
+		s["ALARM_DELAY_"+string(p.Spec().Name)] = "100"
+	}
+	return s
+}()
 
 // New starts an orchestrator for the test and stops it when the test ends.
 func New(t *testing.T, opts Options) *Env {

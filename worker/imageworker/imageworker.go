@@ -80,6 +80,11 @@ var mediaTypes = map[string]string{
 	"tiffload": "image/tiff",
 }
 
+// Run is the worker program of this kind (worker.Program): it processes the task's image.
+func Run(ctx context.Context, t worker.Task) (any, error) {
+	return Process(ctx, t.Config, t.Store, t.Log)
+}
+
 // Process makes the variants, archives the original and writes the
 // ref.json, in that order, so a ref.json never points at missing objects.
 func Process(ctx context.Context, cfg worker.Config, store blob.Store, log *slog.Logger) (*Result, error) {

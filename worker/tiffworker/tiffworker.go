@@ -66,6 +66,11 @@ type Result struct {
 // converted. It also bounds how many encoded pages wait in memory.
 const uploadConcurrency = 3
 
+// Run is the worker program of this kind (worker.Program): it converts the task's TIFF.
+func Run(ctx context.Context, t worker.Task) (any, error) {
+	return Convert(ctx, t.Config, t.Store, t.Log)
+}
+
 // Convert downloads cfg.Input.Key from cfg.Bucket, converts it and uploads
 // the JPEGs next to it. Errors say what went wrong with which file, e.g.
 // "decoding TIFF staging/b/x.tif: tiff2vips: ...".

@@ -1,0 +1,244 @@
+package phases
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// registry is every phase, in pipeline order: the one list a new phase is
+// added to. A phase's Next is the phase after it here.
+var registry = []Phase{
+	tiffConversion{},
+	imageProcessing{},
+}
+
+// Executor is how a phase's tasks run. Only Machine exists today; the
+// second wave adds chunks processed in-process (spec 004's OCR), step
+// pipelines (spec 003's documents) and machine pools, each a kind of its
+// own that the jobs package runs.
+type Executor string
+
+// Machine runs one short-lived machine per task; the machine reports with
+// one callback (spec 000).
+const Machine Executor = "machine"
+
+// Guest sizes a phase's machines (spec 000 §4.3).
+type Guest struct {
+	MemoryMB int
+	CPUs     int
+	CPUKind  string
+}
+
+// Defaults are a phase's settings unless the environment overrides them.
+type Defaults struct {
+	FlyAppName  string        // FLY_<SHORT>_APP_NAME
+	WorkerImage string        // FLY_<SHORT>_WORKER_IMAGE
+	BatchSize   int           // BATCH_SIZE_<PHASE>: tasks one launch round claims
+	AlarmDelay  time.Duration // ALARM_DELAY_<PHASE>: pause between launch rounds
+	TaskTimeout time.Duration // TASK_TIMEOUT_<PHASE>: how long a task may run
+	Guest       Guest
+}
+
+// Setting is an orchestrator setting that a phase owns and passes to its
+// machines' environment under the same name: a whole number in [Min, Max].
+type Setting struct {
+	Name    string
+	Default int
+	Min     int
+	Max     int
+	Doc     string
+}
+
+// Spec is what the rest of the system needs to know of a phase: config,
+// the launcher, cmd/worker, the local machine runner, the OpenAPI status
+// enum and README's settings table are all derived from it.
+type Spec struct {
+	// Name is the phase's name, also the batch status during the phase.
+	Name Name
+	// TaskPrefix starts the ids of the phase's tasks ("tiff_01j..."), so a
+	// task id alone names its phase. Lower-case letters and digits, unique.
+	TaskPrefix string
+	// Short names the phase in its Fly settings: FLY_<Short>_APP_NAME.
+	Short string
+	// Title says in a few words what the phase's machines do, for docs.
+	Title string
+	// Executor is how the phase's tasks run.
+	Executor Executor
+	// Worker is the worker program's kind: the cmd/worker subcommand and
+	// the package worker/<Worker>worker.
+	Worker   string
+	Defaults Defaults
+	// Settings are the phase's own settings, passed to its machines.
+	Settings []Setting
+	// SharedEnv names orchestrator-wide settings its machines also get
+	// (e.g. ARCHIVE_BUCKET), resolved by config at launch.
+	SharedEnv []string
+}
+
+// All returns the registered phases in pipeline order. The slice is fresh
+// on every call: callers may not alter the registry.
+func All() []Phase {
+	return append([]Phase(nil), registry...)
+}
+
+// Get returns the phase with that name, false if none. Callers use it to
+// turn a stored batch status back into behaviour; false means the status is
+// not a phase (e.g. a terminal batch status).
+func Get(name Name) (Phase, bool) {
+	for _, p := range registry {
+		if p.Spec().Name == name {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// First returns the name of the first phase of the pipeline, where a newly
+// finalized batch starts looking for work.
+func First() Name {
+	return registry[0].Spec().Name
+}
+
+// Next is the phase after name in the pipeline, or "" when name is the
+// last (the batch is then done) or not a phase.
+func Next(name Name) Name {
+	for i, p := range registry {
+		if p.Spec().Name == name && i+1 < len(registry) {
+			return registry[i+1].Spec().Name
+		}
+	}
+	return ""
+}
+
+// ByWorker returns the phase whose machines run worker kind, false if none.
+func ByWorker(kind string) (Phase, bool) {
+	for _, p := range registry {
+		if p.Spec().Worker == kind {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// OfTask names the phase a task id was made for (task ids start with their
+// phase's TaskPrefix and "_"), or "" for an id no phase makes. Logs use it
+// to name the phase of a task seen only by its id, as in a callback's URL.
+func OfTask(taskID string) Name {
+	prefix, _, ok := strings.Cut(taskID, "_")
+	if !ok {
+		return ""
+	}
+	for _, p := range registry {
+		if s := p.Spec(); s.TaskPrefix == prefix {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// TaskIDPrefix is the prefix of phase name's task ids, "" for no phase.
+func TaskIDPrefix(name Name) string {
+	if p, ok := Get(name); ok {
+		return p.Spec().TaskPrefix
+	}
+	return ""
+}
+
+// BatchStatus is a batch's status: PENDING until its first phase starts,
+// then the name of the phase it is in, then DONE or ERROR.
+type BatchStatus string
+
+// The batch statuses that are not phases.
+const (
+	// BatchPending is a batch whose start (manifest, first phase) has not
+	// finished.
+	BatchPending BatchStatus = "PENDING"
+	// BatchDone is a batch every phase has finished; ingest is called back.
+	BatchDone BatchStatus = "DONE"
+	// BatchError is a batch that gave up; an admin may retry it.
+	BatchError BatchStatus = "ERROR"
+)
+
+// Status is the batch status while a batch is in phase n.
+func (n Name) Status() BatchStatus { return BatchStatus(n) }
+
+// Terminal reports whether a batch in status s is finished (DONE or ERROR).
+func (s BatchStatus) Terminal() bool { return s == BatchDone || s == BatchError }
+
+// Phase is the phase a batch in status s is in, false for PENDING, DONE,
+// ERROR or an unknown status.
+func (s BatchStatus) Phase() (Phase, bool) { return Get(Name(s)) }
+
+// Statuses lists every batch status in pipeline order: PENDING, each
+// phase, DONE, ERROR.
+func Statuses() []BatchStatus {
+	out := []BatchStatus{BatchPending}
+	for _, p := range registry {
+		out = append(out, p.Spec().Name.Status())
+	}
+	return append(out, BatchDone, BatchError)
+}
+
+// taskPrefix is what a TaskPrefix may be: OfTask cuts ids at the first "_".
+var taskPrefix = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
+
+// checkRegistry refuses a registry that would mix phases up: duplicate
+// names, task-id prefixes, short names or worker kinds, or a spec missing
+// what config, the launcher and cmd/worker derive from it.
+func checkRegistry(ps []Phase) error {
+	var problems []string
+	seen := map[string]Name{}
+	unique := func(what, v string, n Name) {
+		key := what + ":" + v
+		if prev, dup := seen[key]; dup {
+			problems = append(problems, fmt.Sprintf("%s %q of %s is also %s's", what, v, n, prev))
+		}
+		seen[key] = n
+	}
+	for _, p := range ps {
+		s := p.Spec()
+		if s.Name == "" || strings.ToUpper(string(s.Name)) != string(s.Name) || BatchStatus(s.Name).builtin() {
+			problems = append(problems, fmt.Sprintf("phase name %q must be upper case and not a batch status", s.Name))
+		}
+		if !taskPrefix.MatchString(s.TaskPrefix) {
+			problems = append(problems, fmt.Sprintf("task prefix %q of %s must be lower-case letters and digits", s.TaskPrefix, s.Name))
+		}
+		if s.Executor != Machine {
+			problems = append(problems, fmt.Sprintf("executor %q of %s is not one the jobs run", s.Executor, s.Name))
+		}
+		if s.Short == "" || s.Worker == "" || s.Defaults.FlyAppName == "" || s.Defaults.WorkerImage == "" ||
+			s.Defaults.BatchSize <= 0 || s.Defaults.AlarmDelay <= 0 || s.Defaults.TaskTimeout <= 0 || s.Defaults.Guest.MemoryMB <= 0 {
+			problems = append(problems, fmt.Sprintf("%s lacks a short name, worker or default", s.Name))
+		}
+		unique("name", string(s.Name), s.Name)
+		unique("task prefix", s.TaskPrefix, s.Name)
+		unique("short name", s.Short, s.Name)
+		unique("worker", s.Worker, s.Name)
+		for _, st := range s.Settings {
+			unique("setting", st.Name, s.Name)
+			if st.Min > st.Default || st.Default > st.Max {
+				problems = append(problems, fmt.Sprintf("setting %s of %s: default %d outside [%d, %d]", st.Name, s.Name, st.Default, st.Min, st.Max))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New("phase registry: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// builtin reports whether s is one of the statuses that are not phases.
+func (s BatchStatus) builtin() bool {
+	return s == BatchPending || s == BatchDone || s == BatchError
+}
+
+func init() {
+	// A registry that mixes phases up would corrupt task ids and settings:
+	// refuse to start rather than run with it.
+	if err := checkRegistry(registry); err != nil {
+		panic(err)
+	}
+}
