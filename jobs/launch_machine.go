@@ -1,0 +1,119 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// launchOne launches the machine of one task. After an ambiguous failure it
+// looks the task's machine up by metadata before giving up, so a launch that
+// did create a machine is recorded instead of repeated: no task gets two.
+func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) (string, error) {
+	spec := w.machineSpec(batchID, name, pcfg, row)
+	m, err := w.deps.Compute.Launch(ctx, spec)
+	if err == nil {
+		w.deps.Metrics.MachineLaunched(string(name))
+		return m.ID, nil
+	}
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		// A launch the job itself gave up on (cancelled by a reset, say)
+		// is no failure of the provider's.
+		w.deps.Metrics.LaunchFailed(string(name), launchFailureReason(err))
+	}
+	if !errors.Is(err, compute.ErrAmbiguous) {
+		return "", err
+	}
+	// Look even if the job was cancelled meanwhile: a machine created by
+	// this launch must be known so that it can be recorded or destroyed.
+	findCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	found, ferr := w.deps.Compute.FindByTask(findCtx, pcfg.FlyAppName, row.ID)
+	if ferr != nil {
+		return "", &unresolvedLaunch{fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)}
+	}
+	if len(found) == 0 {
+		return "", err
+	}
+	// Keep one; any extra (a retried POST that created two) is destroyed.
+	for _, extra := range found[1:] {
+		if derr := w.deps.Compute.Destroy(ctx, pcfg.FlyAppName, extra.ID); derr != nil {
+			w.deps.Logger.Warn("destroying duplicate machine", "batch_id", batchID, "task_id", row.ID, "phase", string(name),
+				"machine_id", extra.ID, "error", derr)
+		}
+	}
+	w.deps.Metrics.MachineLaunched(string(name))
+	return found[0].ID, nil
+}
+
+// launchFailureReason sorts a failed launch for the launch failure metric
+// by what the provider answered: 429, another 4xx, 5xx, or nothing at all.
+func launchFailureReason(err error) string {
+	var ce *compute.Error
+	switch {
+	case errors.Is(err, compute.ErrRateLimited):
+		return metrics.LaunchRateLimited
+	case !errors.As(err, &ce):
+		return metrics.LaunchOther
+	case ce.StatusCode >= 500:
+		return metrics.Launch5xx
+	case ce.StatusCode >= 400:
+		return metrics.Launch4xx
+	case errors.Is(err, compute.ErrAmbiguous):
+		return metrics.LaunchNetwork
+	default:
+		return metrics.LaunchOther
+	}
+}
+
+// unresolvedLaunch is an ambiguous launch whose machine could not be looked
+// up: it may or may not exist.
+type unresolvedLaunch struct{ err error }
+
+func (e *unresolvedLaunch) Error() string { return e.err.Error() }
+func (e *unresolvedLaunch) Unwrap() error { return e.err }
+
+// machineSpec is the machine of spec 000 §4.3 for one task.
+func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
+	c := w.deps.Config
+	env := map[string]string{
+		"TASK_ID":              row.ID,
+		"BATCH_ID":             batchID,
+		"INPUT_R2_KEY":         row.R2Key,
+		"INPUT_FILE_NAME":      row.FileName,
+		"INPUT_CONTENT_TYPE":   row.ContentType,
+		"R2_ACCOUNT_ID":        c.R2AccountID,
+		"R2_ACCESS_KEY_ID":     c.R2AccessKeyID,
+		"R2_SECRET_ACCESS_KEY": c.R2SecretAccessKey,
+		"R2_BUCKET":            c.R2Bucket,
+		"CALLBACK_URL":         c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID,
+		"CALLBACK_TOKEN":       row.Token,
+	}
+	if c.R2Endpoint != "" {
+		env["R2_ENDPOINT"] = c.R2Endpoint
+	}
+	if row.CID != nil {
+		env["INPUT_CID"] = *row.CID
+	}
+	maps.Copy(env, pcfg.Env)
+	if p, ok := phases.Get(name); ok {
+		for _, k := range p.Spec().SharedEnv {
+			env[k], _ = c.Shared(k)
+		}
+	}
+	return compute.MachineSpec{
+		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,
+		Name:   strings.ReplaceAll(row.ID, "_", "-"),
+		TaskID: row.ID, BatchID: batchID, Phase: string(name), Env: env,
+		MemoryMB: pcfg.MemoryMB, CPUs: pcfg.CPUs, CPUKind: pcfg.CPUKind,
+	}
+}
