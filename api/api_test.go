@@ -292,13 +292,14 @@ func TestBadManifestPutsBatchInError(t *testing.T) {
 func TestBatchWithoutWorkIsDone(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, hanging)
-	// Drop the TIFF: what is left (JSON, PDF) needs no phase.
+	// Drop the TIFF and make the PDF a CSV: what is left (JSON, CSV)
+	// needs no phase.
 	m := strings.Replace(exampleManifest, `"total_files": 3,
   "total_bytes": 3145728,`, `"total_files": 2,
   "total_bytes": 1572864,`, 1)
 	i := strings.Index(m, `,
     {"directory_path": "/images"`)
-	m = m[:i] + "\n  ]\n}"
+	m = strings.NewReplacer("report.pdf", "report.csv", "application/pdf", "text/csv").Replace(m[:i] + "\n  ]\n}")
 	msg := strings.NewReplacer(`"total_files": 3`, `"total_files": 2`, `"total_bytes": 3145728`, `"total_bytes": 1572864`).Replace(exampleMessage)
 	env.PutObject(t, exampleManifestKey, []byte(m))
 

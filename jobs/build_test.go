@@ -18,7 +18,7 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
-// buildFiles is a batch of n files: one in ten a TIFF, one in ten a PDF
+// buildFiles is a batch of n files: one in ten a TIFF, one in ten a CSV
 // (no task), the rest JPEGs, over three directories.
 func buildFiles(n int) []testenv.File {
 	files := make([]testenv.File, 0, n)
@@ -28,7 +28,7 @@ func buildFiles(n int) []testenv.File {
 		case 0:
 			f = testenv.File{LogicalPath: fmt.Sprintf("/d%d/s%03d.tif", i%3, i), Size: int64(100 + i), ContentType: "image/tiff"}
 		case 5:
-			f = testenv.File{LogicalPath: fmt.Sprintf("/d%d/t%03d.pdf", i%3, i), Size: int64(100 + i), ContentType: "application/pdf"}
+			f = testenv.File{LogicalPath: fmt.Sprintf("/d%d/t%03d.csv", i%3, i), Size: int64(100 + i), ContentType: "text/csv"}
 		}
 		files = append(files, f)
 	}
@@ -97,11 +97,11 @@ func openWork(ctx context.Context, env *testenv.Env, id, phase string) (int64, e
 //
 // The sweep is off: its backstop would hide a lost wake-up.
 func TestChunkedGenerationMatchesWhole(t *testing.T) {
-	// Eight PDFs at the end: the last write (fewer than 7 files) has no
+	// Eight CSVs at the end: the last write (fewer than 7 files) has no
 	// task to write, so only its own wake-up can end the phase.
 	files := buildFiles(60)
 	for i := range 8 {
-		files = append(files, testenv.File{LogicalPath: fmt.Sprintf("/z/end%d.pdf", i), Size: 1, ContentType: "application/pdf"})
+		files = append(files, testenv.File{LogicalPath: fmt.Sprintf("/z/end%d.csv", i), Size: 1, ContentType: "text/csv"})
 	}
 	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "WHOLE", files)
 

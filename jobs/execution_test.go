@@ -133,7 +133,7 @@ func TestResetOfFinishedBatchConflicts(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{Behave: succeed})
 	const id = "RESET-DONE"
-	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.pdf", Size: 1, ContentType: "application/pdf"}})
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.csv", Size: 1, ContentType: "text/csv"}})
 	require.Equal(t, "DONE", env.AwaitStatus(t, id, isDone).Status)
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusConflict, code, "%s", body)
@@ -344,7 +344,7 @@ func TestIngestIsRetriedUntilAcknowledged(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Behave: succeed})
 	env.Ingest.FailFirst.Store(2)
 	const id = "INGEST-RETRY"
-	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.pdf", Size: 1, ContentType: "application/pdf"}})
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.csv", Size: 1, ContentType: "text/csv"}})
 	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" || st.Status == "ERROR" })
 	require.Equal(t, "DONE", st.Status)
 	require.Equal(t, int32(3), st.Ingest.Attempts)
@@ -362,7 +362,7 @@ func TestWithoutIngestTheManifestIsWrittenToTheBucket(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{Behave: succeed, Settings: map[string]string{"WORKER_URL": ""}})
 	const id = "NO-INGEST"
-	env.Submit(t, id, []testenv.File{{LogicalPath: "/docs/a.pdf", Size: 7, ContentType: "application/pdf"}})
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/docs/a.csv", Size: 7, ContentType: "text/csv"}})
 	env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" })
 	data, err := env.Store.Get(context.Background(), env.Bucket, "staging/"+id+"/_manifest.processed.json")
 	require.NoError(t, err)

@@ -66,7 +66,7 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		{LogicalPath: "/scans/c.tiff", Size: 3000, ContentType: "image/tiff", Config: ocr},
 		{LogicalPath: "/photos/d.jpg", Size: 400, ContentType: "image/jpeg"},
 		{LogicalPath: "/photos/e.png", Size: 500, ContentType: "image/png"},
-		{LogicalPath: "/docs/f.pdf", Size: 600, ContentType: "application/pdf"},
+		{LogicalPath: "/docs/f.csv", Size: 600, ContentType: "text/csv"},
 		{LogicalPath: "/meta.json", Size: 70, ContentType: "application/json"},
 	})
 
@@ -110,7 +110,7 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		{"/scans", "/scans/c.tiff", "image/tiff", 3000, []string{}, true},
 		{"/photos", "/photos/d.jpg.ref.json", "application/json", 321, []string{"ImageProcessor"}, false},
 		{"/photos", "/photos/e.png.ref.json", "application/json", 321, []string{"ImageProcessor"}, false},
-		{"/docs", "/docs/f.pdf", "application/pdf", 600, []string{}, false},
+		{"/docs", "/docs/f.csv", "text/csv", 600, []string{}, false},
 		{"/", "/meta.json", "application/json", 70, []string{}, false},
 	}, got)
 	require.Equal(t, int64(8), delivered.Manifest.TotalFiles)
