@@ -1,7 +1,7 @@
-// Package client is a Go client of the orchestrator's HTTP API: submitting
-// a batch (POST /batches), reading its status, the admin reset and retry,
-// and waiting for a batch to reach a state. The command line, the bench and
-// the test harness all speak to the API through it.
+// Package client is a Go client of the orchestrator's HTTP API: its health,
+// submitting a batch (POST /batches), reading its status, the admin reset
+// and retry, and waiting for a batch to reach a state. The command line, the
+// bench and the test harness all speak to the API through it.
 //
 // A refusal of the API (any status but the route's success) is an *Error
 // with the status code and the server's {"error": ...} message; a failure
