@@ -35,6 +35,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -260,8 +261,11 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 		return r, err
 	}
 	defer proc.stop()
-	base := "http://" + addr
-	if err := proc.awaitHealthy(ctx, base); err != nil {
+	api, err := client.New(client.Config{URL: "http://" + addr})
+	if err != nil {
+		return r, err
+	}
+	if err := proc.awaitHealthy(ctx, api); err != nil {
 		return r, err
 	}
 
@@ -272,36 +276,27 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 	}
 	delivered := env.ingest.expect(batchID)
 
-	httpc := &http.Client{Timeout: 30 * time.Second}
 	start := time.Now()
-	resp, err := httpc.Post(base+"/batches", "application/json", bytes.NewReader(msg))
+	acc, err := api.Submit(ctx, msg)
 	if err != nil {
 		return r, err
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return r, fmt.Errorf("POST /batches answered %d: %s", resp.StatusCode, body)
+	if !acc.Created {
+		return r, fmt.Errorf("POST /batches answered 200: batch %s was known already (status %s)", batchID, acc.Status)
 	}
 	timeout := 2*time.Minute + time.Duration(n)*10*time.Millisecond
-	deadline := time.Now().Add(timeout)
-	for {
-		status, err := batchStatus(ctx, httpc, base, batchID)
-		if err != nil {
-			return r, err
-		}
-		if status == "DONE" {
-			r.wall = time.Since(start)
-			break
-		}
-		if status == "ERROR" {
-			return r, fmt.Errorf("batch %s ended in ERROR; orchestrator log: %s", batchID, proc.logTail())
-		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("batch %s not DONE after %s (status %s); orchestrator log: %s", batchID, timeout, status, proc.logTail())
-		}
-		time.Sleep(e2ePoll)
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := api.Await(waitCtx, batchID, e2ePoll, client.Status.Ended)
+	switch {
+	case err != nil && ctx.Err() == nil && waitCtx.Err() != nil:
+		return r, fmt.Errorf("batch %s not DONE after %s (status %s); orchestrator log: %s", batchID, timeout, st.Status, proc.logTail())
+	case err != nil:
+		return r, err
+	case st.Status == client.StatusError:
+		return r, fmt.Errorf("batch %s ended in ERROR; orchestrator log: %s", batchID, proc.logTail())
 	}
+	r.wall = time.Since(start)
 	var files int64
 	select {
 	case files = <-delivered:
@@ -313,18 +308,12 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 	}
 	// The delivery is recorded after ingest answered: wait for it, so that
 	// stopping the process interrupts nothing.
-	for {
-		_, ingest, err := batchStatusIngest(ctx, httpc, base, batchID)
-		if err != nil {
-			return r, err
-		}
-		if ingest == "delivered" {
-			break
-		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("the delivery of %s was never recorded (ingest status %q)", batchID, ingest)
-		}
-		time.Sleep(e2ePoll)
+	st, err = api.Await(waitCtx, batchID, e2ePoll, func(st client.Status) bool { return st.Ingest.Status == client.IngestDelivered })
+	switch {
+	case err != nil && ctx.Err() == nil && waitCtx.Err() != nil:
+		return r, fmt.Errorf("the delivery of %s was never recorded (ingest status %q)", batchID, st.Ingest.Status)
+	case err != nil:
+		return r, err
 	}
 	if pprofAddr != "" {
 		for _, p := range []string{"heap", "allocs", "mutex", "block", "goroutine"} {
@@ -430,7 +419,7 @@ func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts
 // uploadManifest puts a manifest of n files (every tenth a TIFF, the rest
 // JPEGs, e2eDirFiles per directory) in the staging bucket and returns the
 // queue message that names it.
-func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, n int) ([]byte, error) {
+func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, n int) (manifest.QueueMessage, error) {
 	prefix := "staging/" + batchID + "/"
 	var groups []manifest.DirectoryGroup
 	for i := 0; i < n; i++ {
@@ -453,50 +442,18 @@ func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, n int) ([
 	m := manifest.Build(batchID, groups)
 	body, err := json.Marshal(m)
 	if err != nil {
-		return nil, err
+		return manifest.QueueMessage{}, err
 	}
 	if err := env.store.Put(ctx, benchStaging, prefix+"_manifest.json", bytes.NewReader(body), int64(len(body)), "application/json"); err != nil {
-		return nil, err
+		return manifest.QueueMessage{}, err
 	}
-	now := time.Now().UTC().Format(time.RFC3339)
-	return json.Marshal(map[string]any{
-		"batch_id": batchID, "manifest_r2_key": prefix + "_manifest.json", "r2_prefix": prefix,
-		"uploader": "bench@arke.institute", "root_path": "/bench", "parent_pi": "00000000000000000000000000",
-		"total_files": m.TotalFiles, "total_bytes": m.TotalBytes, "uploaded_at": now, "finalized_at": now,
-		"metadata": map[string]any{"source": "cmd/bench"},
-	})
-}
-
-func batchStatus(ctx context.Context, c *http.Client, base, batchID string) (string, error) {
-	st, _, err := batchStatusIngest(ctx, c, base, batchID)
-	return st, err
-}
-
-// batchStatusIngest returns the batch's status and its delivery's.
-func batchStatusIngest(ctx context.Context, c *http.Client, base, batchID string) (string, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/status/"+batchID, nil)
-	if err != nil {
-		return "", "", err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", "", err
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Status string `json:"status"`
-		Ingest struct {
-			Status string `json:"status"`
-		} `json:"ingest"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return "", "", fmt.Errorf("GET /status answered %d: %s", resp.StatusCode, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return "", "", err
-	}
-	return st.Status, st.Ingest.Status, nil
+	now := time.Now().UTC()
+	return manifest.QueueMessage{
+		BatchID: batchID, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
+		Uploader: "bench@arke.institute", RootPath: "/bench", ParentPI: "00000000000000000000000000",
+		TotalFiles: m.TotalFiles, TotalBytes: m.TotalBytes, UploadedAt: now, FinalizedAt: now,
+		Metadata: map[string]any{"source": "cmd/bench"},
+	}, nil
 }
 
 func fetchProfile(ctx context.Context, url, file string) error {
@@ -559,16 +516,11 @@ func startOrchestrator(ctx context.Context, bin string, settings map[string]stri
 }
 
 // awaitHealthy waits until /healthz answers 200 (migrations applied).
-func (p *orchestratorProc) awaitHealthy(ctx context.Context, base string) error {
+func (p *orchestratorProc) awaitHealthy(ctx context.Context, api *client.Client) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if api.Health(ctx) == nil {
+			return nil
 		}
 		select {
 		case err := <-p.done:

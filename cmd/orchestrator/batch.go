@@ -15,16 +15,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/config"
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // batchCommand is one of the operator commands on a single batch: status,
 // reset and retry, each a call to the orchestrator's API.
 type batchCommand struct {
-	method string
-	path   string // the route, with the batch ID appended
-	admin  bool   // sends ADMIN_TOKEN
+	call  func(*client.Client, context.Context, string) (client.Status, error)
+	admin bool // needs ADMIN_TOKEN
 	// verb says what happened, for the line printed before the status.
 	verb string
 	// about is the command's help text.
@@ -33,11 +32,11 @@ type batchCommand struct {
 
 // batchCommands are the commands on one batch, by name.
 var batchCommands = map[string]batchCommand{
-	"status": {method: http.MethodGet, path: "/status/",
+	"status": {call: (*client.Client).Status,
 		about: "Prints the batch's status document (GET /status/ID)."},
-	"reset": {method: http.MethodPost, path: "/admin/reset/", admin: true, verb: "reset",
+	"reset": {call: (*client.Client).Reset, admin: true, verb: "reset",
 		about: "Resets the batch (POST /admin/reset/ID): it goes to ERROR, its open tasks\nend and its machines are destroyed. Then prints its status."},
-	"retry": {method: http.MethodPost, path: "/admin/retry/", admin: true, verb: "retried",
+	"retry": {call: (*client.Client).Retry, admin: true, verb: "retried",
 		about: "Re-runs the batch's failed work (POST /admin/retry/ID), never its\ncompleted work. Then prints its status."},
 }
 
@@ -95,45 +94,31 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 		return usageError{fmt.Sprintf("%s takes one batch ID, got %d", name, len(ids))}
 	}
 	id := ids[0]
-	*base = strings.TrimRight(*base, "/")
-	if u, err := url.Parse(*base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", *base)}
+	c, err := client.New(client.Config{URL: *base, AdminToken: cfg.AdminToken, HTTPClient: &http.Client{Timeout: time.Minute}})
+	if err != nil {
+		return usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", strings.TrimRight(*base, "/"))}
 	}
 	if cmd.admin && cfg.AdminToken == "" {
 		return fmt.Errorf("%s needs the admin token: set ADMIN_TOKEN to the orchestrator's ADMIN_TOKEN", name)
 	}
 
-	req, err := http.NewRequestWithContext(ctx, cmd.method, *base+cmd.path+url.PathEscape(id), nil)
-	if err != nil {
+	st, err := cmd.call(c, ctx, id)
+	var apiErr *client.Error
+	var urlErr *url.Error
+	switch {
+	case errors.As(err, &apiErr):
+		return apiError(name, id, c.URL(), apiErr)
+	case errors.As(err, &urlErr):
+		return fmt.Errorf("cannot reach the orchestrator at %s: %w", c.URL(), err)
+	case err != nil:
 		return err
-	}
-	if cmd.admin {
-		req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
-	}
-	client := &http.Client{Timeout: time.Minute}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the orchestrator at %s: %w", *base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("reading the orchestrator's answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return apiError(name, id, *base, resp, body)
-	}
-
-	var st service.Status
-	if err := json.Unmarshal(body, &st); err != nil || st.Status == "" {
-		return fmt.Errorf("the orchestrator answered %s with no status document: %s", resp.Status, bytes.TrimSpace(body))
 	}
 	if cmd.verb != "" {
 		fmt.Fprintf(stderr, "batch %s %s; it is now %s\n", id, cmd.verb, st.Status)
 	}
 	if *asJSON {
 		var out bytes.Buffer
-		if err := json.Indent(&out, body, "", "  "); err != nil {
+		if err := json.Indent(&out, st.Raw, "", "  "); err != nil {
 			return err
 		}
 		out.WriteByte('\n')
@@ -144,29 +129,22 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 }
 
 // apiError turns a refusal of the API into a message saying what to do.
-func apiError(name, id, base string, resp *http.Response, body []byte) error {
-	var answer struct {
-		Error string `json:"error"`
-	}
-	reason := string(bytes.TrimSpace(body))
-	if json.Unmarshal(body, &answer) == nil && answer.Error != "" {
-		reason = answer.Error
-	}
-	switch resp.StatusCode {
+func apiError(name, id, base string, err *client.Error) error {
+	switch err.StatusCode {
 	case http.StatusUnauthorized:
 		return fmt.Errorf("the orchestrator at %s refused the admin token (401): ADMIN_TOKEN must be the server's ADMIN_TOKEN", base)
 	case http.StatusNotFound:
-		return fmt.Errorf("batch %s not found at %s (404): %s", id, base, reason)
+		return fmt.Errorf("batch %s not found at %s (404): %s", id, base, err.Message)
 	case http.StatusConflict:
-		return fmt.Errorf("cannot %s batch %s (409): %s", name, id, reason)
+		return fmt.Errorf("cannot %s batch %s (409): %s", name, id, err.Message)
 	default:
-		return fmt.Errorf("%s %s answered %s: %s", resp.Request.Method, resp.Request.URL.Path, resp.Status, reason)
+		return err
 	}
 }
 
 // printStatus prints a status document for a terminal: its fields, one per
 // line, then a table of its phases.
-func printStatus(w io.Writer, st service.Status) error {
+func printStatus(w io.Writer, st client.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	ts := func(t *time.Time) string {
 		if t == nil {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -26,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/manifest"
 )
@@ -79,8 +79,9 @@ const deliveryWait = 2 * time.Minute
 
 // submitOptions is a parsed submit command line and environment.
 type submitOptions struct {
-	dir          string // absolute
-	url          string // orchestrator base URL, no trailing slash
+	dir          string         // absolute
+	url          string         // -url as given
+	api          *client.Client // the orchestrator's API at url
 	uploader     string
 	rootPath     string
 	parentPI     string
@@ -115,7 +116,6 @@ func runSubmit(ctx context.Context, args []string, lookup func(string) (string, 
 	s := &submitter{
 		opts: opts, store: store, stdout: stdout, stderr: stderr,
 		terminal: isTerminal(stderr),
-		http:     &http.Client{Timeout: 30 * time.Second},
 	}
 	return s.run(ctx)
 }
@@ -174,9 +174,8 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 		return o, usageError{fmt.Sprintf("submit takes one folder, got %d", len(dirs))}
 	}
 
-	o.url = strings.TrimRight(o.url, "/")
-	if u, err := url.Parse(o.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return o, usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", o.url)}
+	if o.api, err = client.New(client.Config{URL: o.url}); err != nil {
+		return o, usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", strings.TrimRight(o.url, "/"))}
 	}
 	if o.pollInterval <= 0 {
 		return o, usageError{"-poll-interval must be positive"}
@@ -240,7 +239,6 @@ type submitter struct {
 	stdout   io.Writer
 	stderr   io.Writer
 	terminal bool // stderr is a terminal: redraw progress in place
-	http     *http.Client
 }
 
 // localFile is a file of DIR to upload.
@@ -308,15 +306,15 @@ func (s *submitter) run(ctx context.Context) error {
 	}
 
 	msg.FinalizedAt = time.Now().UTC()
-	status, err := s.post(ctx, msg)
+	acc, err := s.post(ctx, msg)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(s.stdout, o.batchID)
-	if status != "PENDING" {
-		fmt.Fprintf(s.stderr, "batch %s was already known to the orchestrator (status %s)\n", o.batchID, status)
+	if acc.Status != client.StatusPending {
+		fmt.Fprintf(s.stderr, "batch %s was already known to the orchestrator (status %s)\n", o.batchID, acc.Status)
 	} else {
-		fmt.Fprintf(s.stderr, "submitted batch %s to %s\n", o.batchID, o.url)
+		fmt.Fprintf(s.stderr, "submitted batch %s to %s\n", o.batchID, s.opts.api.URL())
 	}
 	if o.noWait {
 		return nil
@@ -506,18 +504,12 @@ func buildManifest(batchID, prefix string, files []localFile, cfg manifest.Proce
 // preflight checks, before anything is uploaded, that the orchestrator
 // answers and that the bucket is reachable and holds no batch of this ID.
 func (s *submitter) preflight(ctx context.Context, manifestKey string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.url+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("the orchestrator does not answer at %s (start it with `make run`, or pass -url): %w", s.opts.url, err)
-	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the orchestrator at %s is not healthy: %s %s", s.opts.url, resp.Status, bytes.TrimSpace(body))
+	var apiErr *client.Error
+	switch err := s.opts.api.Health(ctx); {
+	case errors.As(err, &apiErr):
+		return fmt.Errorf("the orchestrator at %s is not healthy: %s %s", s.opts.api.URL(), apiErr.Status, apiErr.Body)
+	case err != nil:
+		return fmt.Errorf("the orchestrator does not answer at %s (start it with `make run`, or pass -url): %w", s.opts.api.URL(), err)
 	}
 	exists, err := s.store.Exists(ctx, s.opts.bucket, manifestKey)
 	if err != nil {
@@ -611,57 +603,19 @@ func (s *submitter) uploadFile(ctx context.Context, key string, f localFile) err
 	return s.store.Put(ctx, s.opts.bucket, key, io.NewSectionReader(file, 0, f.size), f.size, contentType(f.rel))
 }
 
-// post hands the batch to the orchestrator and returns its status: PENDING
-// for a new batch, the current one for a batch it knew already.
-func (s *submitter) post(ctx context.Context, msg manifest.QueueMessage) (string, error) {
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.opts.url+"/batches", bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("submitting batch %s to %s (its files are uploaded but it was not submitted; run submit again): %w", msg.BatchID, s.opts.url, err)
-	}
-	defer resp.Body.Close()
-	var answer struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-	}
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	_ = json.Unmarshal(data, &answer)
+// post hands the batch to the orchestrator, whose answer says whether it
+// knew the batch already.
+func (s *submitter) post(ctx context.Context, msg manifest.QueueMessage) (client.Accepted, error) {
+	acc, err := s.opts.api.Submit(ctx, msg)
+	var apiErr *client.Error
+	var urlErr *url.Error
 	switch {
-	case resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK:
-		reason := answer.Error
-		if reason == "" {
-			reason = string(bytes.TrimSpace(data))
-		}
-		return "", fmt.Errorf("the orchestrator refused batch %s: %s: %s", msg.BatchID, resp.Status, reason)
-	case answer.Status == "":
-		return "", fmt.Errorf("the orchestrator answered %s without a status: %s", resp.Status, bytes.TrimSpace(data))
+	case errors.As(err, &apiErr):
+		return acc, fmt.Errorf("the orchestrator refused batch %s: %s: %s", msg.BatchID, apiErr.Status, apiErr.Message)
+	case errors.As(err, &urlErr):
+		return acc, fmt.Errorf("submitting batch %s to %s (its files are uploaded but it was not submitted; run submit again): %w", msg.BatchID, s.opts.api.URL(), err)
 	}
-	return answer.Status, nil
-}
-
-// batchStatus is the part of GET /status/:batchId that submit shows.
-type batchStatus struct {
-	BatchID  string `json:"batch_id"`
-	Status   string `json:"status"`
-	Progress struct {
-		TasksTotal     int64 `json:"tasks_total"`
-		TasksCompleted int64 `json:"tasks_completed"`
-		TasksFailed    int64 `json:"tasks_failed"`
-	} `json:"progress"`
-	Error  *string `json:"error"`
-	Ingest struct {
-		Status    string  `json:"status"`
-		LastError *string `json:"last_error"`
-	} `json:"ingest"`
-	raw json.RawMessage // the whole document, to print as is
+	return acc, err
 }
 
 // follow polls the batch's status, showing progress, until DONE or ERROR.
@@ -682,7 +636,7 @@ func (s *submitter) follow(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			s.endProgress()
-			return fmt.Errorf("stopped following batch %s; it carries on (see %s/status/%s)", id, s.opts.url, id)
+			return fmt.Errorf("stopped following batch %s; it carries on (see %s/status/%s)", id, s.opts.api.URL(), id)
 		case err != nil:
 			if failingFor.IsZero() {
 				failingFor = time.Now()
@@ -705,19 +659,19 @@ func (s *submitter) follow(ctx context.Context) error {
 		if err == nil {
 			last = line
 			switch st.Status {
-			case "ERROR":
+			case client.StatusError:
 				s.endProgress()
 				msg := "(no error message)"
 				if st.Error != nil {
 					msg = *st.Error
 				}
 				return fmt.Errorf("batch %s ended in ERROR: %s", id, msg)
-			case "DONE":
+			case client.StatusDone:
 				// The final manifest is delivered just after DONE.
 				if doneAt.IsZero() {
 					doneAt = time.Now()
 				}
-				delivering := st.Ingest.Status == "pending" || st.Ingest.Status == "none"
+				delivering := st.Ingest.Status == client.IngestPending || st.Ingest.Status == client.IngestNone
 				if !delivering || time.Since(doneAt) > deliveryWait {
 					s.endProgress()
 					return s.report(ctx, st)
@@ -732,47 +686,28 @@ func (s *submitter) follow(ctx context.Context) error {
 }
 
 // status reads the batch's status document.
-func (s *submitter) status(ctx context.Context) (batchStatus, error) {
-	var st batchStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.url+"/status/"+url.PathEscape(s.opts.batchID), nil)
-	if err != nil {
-		return st, err
+func (s *submitter) status(ctx context.Context) (client.Status, error) {
+	st, err := s.opts.api.Status(ctx, s.opts.batchID)
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		return st, fmt.Errorf("status answered %s: %s", apiErr.Status, apiErr.Body)
 	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return st, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("status answered %s: %s", resp.Status, bytes.TrimSpace(data))
-	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return st, fmt.Errorf("reading the status: %w", err)
-	}
-	if st.Status == "" {
-		return st, errors.New("the status document has no status")
-	}
-	st.raw = data
-	return st, nil
+	return st, err
 }
 
 // statusLine is one line of progress: the status and, during a phase, its
 // tasks done out of all.
-func statusLine(st batchStatus) string {
+func statusLine(st client.Status) string {
 	p := st.Progress
 	switch st.Status {
-	case "PENDING":
+	case client.StatusPending:
 		return "PENDING: waiting for the batch to start"
-	case "DONE":
-		if st.Ingest.Status == "pending" || st.Ingest.Status == "none" {
+	case client.StatusDone:
+		if st.Ingest.Status == client.IngestPending || st.Ingest.Status == client.IngestNone {
 			return "DONE: delivering the final manifest"
 		}
 		return "DONE"
-	case "ERROR":
+	case client.StatusError:
 		return "ERROR"
 	}
 	line := fmt.Sprintf("%s %s %d/%d tasks", st.Status, bar(p.TasksCompleted+p.TasksFailed, p.TasksTotal), p.TasksCompleted+p.TasksFailed, p.TasksTotal)
@@ -807,7 +742,7 @@ func (s *submitter) endProgress() {
 // report prints the final file list of a DONE batch from the processed
 // manifest the orchestrator leaves in the bucket when it has no ingest
 // service to deliver to.
-func (s *submitter) report(ctx context.Context, st batchStatus) error {
+func (s *submitter) report(ctx context.Context, st client.Status) error {
 	key := "staging/" + s.opts.batchID + "/_manifest.processed.json"
 	data, err := s.store.Get(ctx, s.opts.bucket, key)
 	if errors.Is(err, blob.ErrNotFound) {
@@ -821,8 +756,8 @@ func (s *submitter) report(ctx context.Context, st batchStatus) error {
 		}
 		fmt.Fprintln(s.stderr, ". Final status:")
 		var out bytes.Buffer
-		if json.Indent(&out, st.raw, "", "  ") != nil {
-			out.Write(st.raw)
+		if json.Indent(&out, st.Raw, "", "  ") != nil {
+			out.Write(st.Raw)
 		}
 		fmt.Fprintln(s.stdout, out.String())
 		return nil

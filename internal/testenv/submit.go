@@ -1,9 +1,8 @@
 package testenv
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
-	"net/http"
 	"path"
 	"testing"
 	"time"
@@ -48,15 +47,14 @@ func (e *Env) Submit(t *testing.T, batchID string, files []File) manifest.Manife
 	require.NoError(t, err)
 	e.PutObject(t, prefix+"_manifest.json", body)
 
-	msg, err := json.Marshal(map[string]any{
-		"batch_id": batchID, "manifest_r2_key": prefix + "_manifest.json", "r2_prefix": prefix,
-		"uploader": "tester@arke.institute", "root_path": "/tests", "parent_pi": "00000000000000000000000000",
-		"total_files": m.TotalFiles, "total_bytes": m.TotalBytes,
-		"uploaded_at": time.Now().UTC().Format(time.RFC3339), "finalized_at": time.Now().UTC().Format(time.RFC3339),
-		"metadata": map[string]any{"test": t.Name()},
+	now := time.Now().UTC()
+	acc, err := e.Client.Submit(context.Background(), manifest.QueueMessage{
+		BatchID: batchID, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
+		Uploader: "tester@arke.institute", RootPath: "/tests", ParentPI: "00000000000000000000000000",
+		TotalFiles: m.TotalFiles, TotalBytes: m.TotalBytes, UploadedAt: now, FinalizedAt: now,
+		Metadata: map[string]any{"test": t.Name()},
 	})
-	require.NoError(t, err)
-	code, resp := e.Do(t, http.MethodPost, "/batches", bytes.NewReader(msg))
-	require.Equal(t, http.StatusAccepted, code, "submitting %s: %s", batchID, resp)
+	require.NoError(t, err, "submitting %s", batchID)
+	require.True(t, acc.Created, "submitting %s: the batch was known already (status %s)", batchID, acc.Status)
 	return m
 }

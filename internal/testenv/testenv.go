@@ -7,6 +7,7 @@ package testenv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/blob"
+	apiclient "github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/compute/flycompute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
@@ -52,6 +54,8 @@ type Env struct {
 	River  *river.Client[pgx.Tx]
 	Config *config.Config
 	Server *httptest.Server
+	// Client calls the API at Server, with the admin token.
+	Client *apiclient.Client
 	// Metrics is the orchestrator's metrics, on a registry of this Env's
 	// own.
 	Metrics *metrics.Metrics
@@ -170,7 +174,10 @@ func New(t *testing.T, opts Options) *Env {
 		River: client, Context: apiCtx, Metrics: m,
 	})
 	handler.Store(&h)
-	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv, Metrics: m}
+	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken})
+	require.NoError(t, err)
+	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv,
+		Client: apiClient, Metrics: m}
 }
 
 // PutObject stores body at key in the test's bucket.
@@ -208,28 +215,34 @@ func (e *Env) DoAuth(t *testing.T, method, path, token string, body io.Reader) (
 // Status fetches GET /status/:id, failing the test unless it answers 200.
 func (e *Env) Status(t *testing.T, id string) service.Status {
 	t.Helper()
-	code, body := e.Do(t, http.MethodGet, "/status/"+id, nil)
-	require.Equal(t, http.StatusOK, code, "status of %s: %s", id, body)
-	var st service.Status
-	require.NoError(t, json.Unmarshal(body, &st))
-	return st
+	st, err := e.Client.Status(context.Background(), id)
+	require.NoError(t, err, "status of %s", id)
+	return serviceStatus(t, st)
 }
 
 // AwaitStatus polls the batch's status until done says so (or a minute
 // passes) and returns it. Polling a condition, not sleeping a guess.
 func (e *Env) AwaitStatus(t *testing.T, id string, done func(service.Status) bool) service.Status {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st := e.Status(t, id)
-		if done(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s did not reach the awaited state; last status: %+v", id, st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := e.Client.Await(ctx, id, 20*time.Millisecond, func(st apiclient.Status) bool { return done(serviceStatus(t, st)) })
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("batch %s did not reach the awaited state; last status: %+v", id, serviceStatus(t, st))
 	}
+	require.NoError(t, err, "status of %s", id)
+	return serviceStatus(t, st)
+}
+
+// serviceStatus is the status document the client read, as the service
+// type the tests compare with.
+func serviceStatus(t *testing.T, st apiclient.Status) service.Status {
+	t.Helper()
+	var out service.Status
+	if st.Raw != nil {
+		require.NoError(t, json.Unmarshal(st.Raw, &out))
+	}
+	return out
 }
 
 // Ingest is a fake ingest service: it records every enqueue-processed call

@@ -1,0 +1,253 @@
+// Package client is a Go client of the orchestrator's HTTP API: its health,
+// submitting a batch (POST /batches), reading its status, the admin reset
+// and retry, and waiting for a batch to reach a state. The command line, the
+// bench and the test harness all speak to the API through it.
+//
+// A refusal of the API (any status but the route's success) is an *Error
+// with the status code and the server's {"error": ...} message; a failure
+// to reach the server is the *url.Error of net/http, unchanged.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/arke-institute/orchestrator/manifest"
+)
+
+// DefaultTimeout bounds each request of a Client built without an
+// HTTPClient.
+const DefaultTimeout = 30 * time.Second
+
+// maxAnswerBytes is the most of an answer's body that is read: status
+// documents and error bodies are a few kilobytes.
+const maxAnswerBytes = 1 << 20
+
+// Config configures a Client.
+type Config struct {
+	// URL is the orchestrator's base URL, http:// or https://, such as
+	// "http://127.0.0.1:8080"; a trailing slash is ignored, and a path is
+	// kept as the prefix of every route.
+	URL string
+	// AdminToken is sent as "Authorization: Bearer <AdminToken>" to the
+	// admin routes (Reset, Retry), and to no other; empty sends none, and
+	// the server answers 401.
+	AdminToken string
+	// HTTPClient sends the requests; nil means a client with DefaultTimeout.
+	HTTPClient *http.Client
+}
+
+// Client calls the orchestrator's API. It is safe for concurrent use.
+type Client struct {
+	url        string
+	adminToken string
+	http       *http.Client
+}
+
+// New returns a Client for cfg. It fails only when cfg.URL is not an
+// absolute http:// or https:// URL.
+func New(cfg Config) (*Client, error) {
+	base := strings.TrimRight(cfg.URL, "/")
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("orchestrator URL %q must be an http:// or https:// URL", cfg.URL)
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	return &Client{url: base, adminToken: cfg.AdminToken, http: hc}, nil
+}
+
+// URL is the orchestrator's base URL, without a trailing slash.
+func (c *Client) URL() string { return c.url }
+
+// Health is GET /healthz: nil once the orchestrator answers 200, which it
+// does when its database answers.
+func (c *Client) Health(ctx context.Context) error {
+	resp, data, err := c.do(ctx, http.MethodGet, "/healthz", nil, false)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return newError(resp, data)
+	}
+	return nil
+}
+
+// Submit is POST /batches: it hands the batch msg announces to the
+// orchestrator, whose manifest must be in the staging bucket already. A
+// batch the orchestrator knew already is not an error (see
+// Accepted.Created).
+func (c *Client) Submit(ctx context.Context, msg manifest.QueueMessage) (Accepted, error) {
+	resp, data, err := c.do(ctx, http.MethodPost, "/batches", msg, false)
+	if err != nil {
+		return Accepted{}, err
+	}
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		return Accepted{}, newError(resp, data)
+	}
+	var acc Accepted
+	if json.Unmarshal(data, &acc) != nil || acc.Status == "" {
+		return Accepted{}, fmt.Errorf("the orchestrator answered %s without a status: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	acc.Created = resp.StatusCode == http.StatusAccepted
+	return acc, nil
+}
+
+// Status is GET /status/:batchId, the batch's status document. An unknown
+// batch is an *Error with StatusCode 404.
+func (c *Client) Status(ctx context.Context, batchID string) (Status, error) {
+	return c.statusDoc(ctx, http.MethodGet, "/status/"+url.PathEscape(batchID), false)
+}
+
+// Reset is POST /admin/reset/:batchId (admin): the batch goes to ERROR, its
+// open tasks end and their machines are destroyed. It returns the batch's
+// status after. A batch that has ended is an *Error with StatusCode 409.
+func (c *Client) Reset(ctx context.Context, batchID string) (Status, error) {
+	return c.statusDoc(ctx, http.MethodPost, "/admin/reset/"+url.PathEscape(batchID), true)
+}
+
+// Retry is POST /admin/retry/:batchId (admin): the failed tasks of the
+// batch's current phase run again, or a batch in ERROR resumes where it
+// failed; completed work is never redone. It returns the batch's status
+// after. A batch with nothing to retry is an *Error with StatusCode 409.
+func (c *Client) Retry(ctx context.Context, batchID string) (Status, error) {
+	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID), true)
+}
+
+// Await reads the batch's status at once, then again interval after each
+// answer, until done accepts one, which it returns. It stops at the first
+// error; when ctx ends first, it returns ctx's error with the last status
+// read (the zero Status if none was).
+func (c *Client) Await(ctx context.Context, batchID string, interval time.Duration, done func(Status) bool) (Status, error) {
+	var last Status
+	for {
+		st, err := c.Status(ctx, batchID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
+			return last, err
+		}
+		if done(st) {
+			return st, nil
+		}
+		last = st
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// statusDoc calls a route that answers a status document.
+func (c *Client) statusDoc(ctx context.Context, method, path string, admin bool) (Status, error) {
+	resp, data, err := c.do(ctx, method, path, nil, admin)
+	if err != nil {
+		return Status{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return Status{}, newError(resp, data)
+	}
+	var st Status
+	if json.Unmarshal(data, &st) != nil || st.Status == "" {
+		return Status{}, fmt.Errorf("the orchestrator answered %s with no status document: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	st.Raw = data
+	return st, nil
+}
+
+// do sends a request, with in as its JSON body unless nil and the admin
+// token if admin, and reads the answer.
+func (c *Client) do(ctx context.Context, method, path string, in any, admin bool) (*http.Response, []byte, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encoding the body of %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if admin && c.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.adminToken)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the orchestrator's answer to %s %s: %w", method, req.URL.Path, err)
+	}
+	return resp, data, nil
+}
+
+// Error is an answer of the API other than the route's success: a batch
+// not found (404), a wrong admin token (401), nothing to do (409), a body
+// refused (400, 413), a server failure (5xx).
+type Error struct {
+	// Method and Path are the request's, such as "POST" and
+	// "/admin/reset/01K8RNKN488RQCG3YGG72QBZS5".
+	Method, Path string
+	// StatusCode is the answer's status code, such as 404.
+	StatusCode int
+	// Status is the answer's status line, such as "404 Not Found".
+	Status string
+	// Message is the server's reason: the "error" of its {"error": "..."}
+	// body, or else the body itself (a proxy's page, say).
+	Message string
+	// Body is the answer's body, without surrounding white space.
+	Body []byte
+}
+
+func newError(resp *http.Response, data []byte) *Error {
+	e := &Error{
+		Method: resp.Request.Method, Path: resp.Request.URL.Path,
+		StatusCode: resp.StatusCode, Status: resp.Status, Body: bytes.TrimSpace(data),
+	}
+	var answer struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(data, &answer) == nil && answer.Error != "" {
+		e.Message = answer.Error
+	} else {
+		e.Message = string(e.Body)
+	}
+	return e
+}
+
+// Error is "METHOD PATH answered STATUS: MESSAGE".
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s %s answered %s", e.Method, e.Path, e.Status)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return msg
+}
+
+// StatusCode is the status code of the *Error in err's chain, or 0 when
+// there is none (the server was not reached, say).
+func StatusCode(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.StatusCode
+	}
+	return 0
+}

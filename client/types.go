@@ -1,0 +1,88 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The batch statuses that are not phase names (Status.Status).
+const (
+	StatusPending = "PENDING" // accepted, manifest not read yet
+	StatusDone    = "DONE"
+	StatusError   = "ERROR" // see Status.Error
+)
+
+// The states of the final manifest's delivery to ingest (Ingest.Status).
+const (
+	IngestNone      = "none" // the batch is not DONE
+	IngestPending   = "pending"
+	IngestDelivered = "delivered"
+	IngestFailed    = "failed" // gave up; see Ingest.LastError
+)
+
+// Accepted is the answer to Submit.
+type Accepted struct {
+	BatchID string `json:"batch_id"`
+	// Status is PENDING for a new batch, the current status for one the
+	// orchestrator knew already.
+	Status string `json:"status"`
+	// Created is true when the batch is new (202 Accepted), false when the
+	// orchestrator knew it already (200 OK: a redelivery, which changed
+	// nothing).
+	Created bool `json:"-"`
+}
+
+// Status is the status document of GET /status/:batchId, which Reset and
+// Retry answer too.
+type Status struct {
+	BatchID string `json:"batch_id"`
+	// Status is PENDING, a phase name (TIFF_CONVERSION, ...), DONE or ERROR.
+	Status string `json:"status"`
+	// Progress counts the tasks of the current phase, or of the last one
+	// once the batch has ended.
+	Progress    Progress   `json:"progress"`
+	StartedAt   time.Time  `json:"started_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	CompletedAt *time.Time `json:"completed_at"`
+	// Error says why the batch is in ERROR.
+	Error *string `json:"error"`
+	// Phase is the current (or last) phase; nil before the first.
+	Phase *string `json:"phase"`
+	// Phases lists every phase that had tasks, in order.
+	Phases []PhaseProgress `json:"phases"`
+	// Ingest is the delivery of the final manifest to the ingest service.
+	Ingest Ingest `json:"ingest"`
+	// Raw is the document as the server sent it, to print or decode as is
+	// (with any field this client does not know).
+	Raw json.RawMessage `json:"-"`
+}
+
+// Ended reports whether the batch is DONE or ERROR.
+func (s Status) Ended() bool { return s.Status == StatusDone || s.Status == StatusError }
+
+// Progress counts the tasks of one phase.
+type Progress struct {
+	TasksTotal     int64 `json:"tasks_total"`
+	TasksCompleted int64 `json:"tasks_completed"`
+	TasksFailed    int64 `json:"tasks_failed"`
+}
+
+// PhaseProgress counts the tasks of a named phase, open ones included.
+type PhaseProgress struct {
+	Phase           string `json:"phase"`
+	TasksTotal      int64  `json:"tasks_total"`
+	TasksPending    int64  `json:"tasks_pending"`
+	TasksProcessing int64  `json:"tasks_processing"`
+	TasksCompleted  int64  `json:"tasks_completed"`
+	TasksFailed     int64  `json:"tasks_failed"`
+}
+
+// Ingest reports the delivery of a DONE batch's final manifest to the
+// ingest service.
+type Ingest struct {
+	// Status is IngestNone, IngestPending, IngestDelivered or IngestFailed.
+	Status      string     `json:"status"`
+	Attempts    int32      `json:"attempts"`
+	LastError   *string    `json:"last_error"`
+	DeliveredAt *time.Time `json:"delivered_at"`
+}
