@@ -1,8 +1,10 @@
 // Package samples makes synthetic images of known content in every TIFF
 // flavour the TIFF worker must read (compressions, colour spaces, bit
 // depths, tiling, BigTIFF, several pages), so tests can check the converted
-// pixels and examples/gen can write the sample batch. It needs libvips
-// (vips.Startup) for everything but the hand-written YCbCr TIFF.
+// pixels and examples/gen can write the sample batch; and small hand-written
+// PDFs (text pages, scanned pages, encrypted) for the PDF worker. It needs
+// libvips (vips.Startup) for everything but the hand-written YCbCr TIFF and
+// the PDFs.
 package samples
 
 import (

@@ -205,3 +205,16 @@ done:
   TIFFClose(tif);
   return code;
 }
+
+int shim_allow_pdf(void) {
+  // VipsForeignLoadPdf is the poppler loader's (abstract) base class:
+  // unblocking it unblocks pdfload, pdfload_buffer and pdfload_source.
+  // vips_operation_block_set takes a type name, not a nickname.
+  const char *base = "VipsForeignLoadPdf";
+  GType type = g_type_from_name(base);
+  if (!type || !g_type_is_a(type, VIPS_TYPE_OPERATION)) {
+    return 1;
+  }
+  vips_operation_block_set(base, FALSE);
+  return 0;
+}

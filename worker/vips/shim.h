@@ -35,6 +35,9 @@ VipsImage *shim_from_memory(const void *data, size_t size, int width, int height
 // it returns non-zero with the reason in emsg (at least 1024 bytes) or in
 // libvips's error buffer.
 int shim_tiff_rgba(const char *filename, int page, VipsImage **out, char *emsg);
+// shim_allow_pdf lets the poppler PDF loader run although shim_init blocks
+// untrusted loaders; it returns non-zero when libvips has no PDF loader.
+int shim_allow_pdf(void);
 int shim_getpoint(VipsImage *in, int x, int y, double *out, int max);
 
 #endif

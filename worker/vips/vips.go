@@ -179,6 +179,19 @@ func Loader(filename string) string {
 	return strings.TrimSuffix(C.GoString(l), "_source")
 }
 
+// AllowPDF lets libvips open PDFs (pdfload, which renders with poppler),
+// which Startup blocks with every loader libvips marks as unsafe for
+// untrusted input. The PDF worker accepts that risk for the one file its
+// short-lived machine processes: poppler is also what extracts the text
+// layer. It must follow Startup, and fails when libvips was built without
+// poppler.
+func AllowPDF() error {
+	if C.shim_allow_pdf() != 0 {
+		return errors.New("libvips has no PDF loader (pdfload): it was built without poppler")
+	}
+	return nil
+}
+
 // Open opens a file lazily: only the header is read until pixels are
 // needed. options is a libvips option string for the loader, e.g.
 // "page=2,access=sequential,fail-on=error" ("" for none).

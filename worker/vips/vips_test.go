@@ -178,3 +178,31 @@ func TestErrorIsOneLine(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, strings.Contains(err.Error(), "\n"), err.Error())
 }
+
+// TestAllowPDF is not parallel: it changes which loaders the process may
+// use, and checks that PDFs are refused before.
+func TestAllowPDF(t *testing.T) {
+	data, err := samples.PDF([]samples.PDFPage{{Width: 72, Height: 36, Lines: []string{"x"}}}, samples.PDFOptions{})
+	require.NoError(t, err)
+	path := writeTemp(t, "one.pdf", data)
+	require.Equal(t, "pdfload", vips.Loader(path))
+
+	_, err = vips.Open(path, "")
+	require.Error(t, err, "Startup blocks untrusted loaders, poppler's among them")
+	t.Log(err)
+
+	require.NoError(t, vips.AllowPDF())
+	require.NoError(t, vips.AllowPDF(), "allowing twice is harmless")
+	im, err := vips.Open(path, "dpi=144")
+	require.NoError(t, err)
+	defer im.Close()
+	require.Equal(t, [2]int{144, 72}, [2]int{im.Width(), im.Height()}, "72 x 36 pt at 144 dpi")
+	require.Equal(t, 1, im.Pages())
+	out, err := im.ForJPEG()
+	require.NoError(t, err)
+	defer out.Close()
+	require.Equal(t, 3, out.Bands(), "alpha flattened")
+	px, err := out.Point(140, 68)
+	require.NoError(t, err)
+	require.Equal(t, []float64{255, 255, 255}, px, "the page is white where nothing is drawn")
+}
