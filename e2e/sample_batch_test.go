@@ -68,6 +68,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		"LOCAL_WORKER_BIN="+worker,
 		"LOG_FORMAT=text",
 		"ALARM_DELAY_TIFF_CONVERSION=200",
+		"ALARM_DELAY_PDF_PAGES=200",
 		"ALARM_DELAY_IMAGE_PROCESSING=200",
 		"SWEEP_INTERVAL=500",
 	)
@@ -155,26 +156,40 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		"/scans/jpeg-ycbcr.tif": "TiffConverter:source", "/scans/jpeg-ycbcr.jpg.ref.json": "ImageProcessor",
 		"/scans/cmyk.tif": "TiffConverter:source", "/scans/cmyk.jpg.ref.json": "ImageProcessor",
 		"/scans/16bit.tif": "TiffConverter:source", "/scans/16bit.jpg.ref.json": "ImageProcessor",
-		"/scans/multipage.tif":             "TiffConverter:source",
-		"/scans/multipage-p1.jpg.ref.json": "ImageProcessor",
-		"/scans/multipage-p2.jpg.ref.json": "ImageProcessor",
-		"/scans/multipage-p3.jpg.ref.json": "ImageProcessor",
-		"/photos/photo.jpg.ref.json":       "ImageProcessor",
-		"/photos/graphic.png.ref.json":     "ImageProcessor",
-		"/documents/letter.pdf":            "",
-		"/metadata/record.json":            "",
-		"/metadata/inventory.csv":          "",
+		"/scans/multipage.tif":               "TiffConverter:source",
+		"/scans/multipage-p1.jpg.ref.json":   "ImageProcessor",
+		"/scans/multipage-p2.jpg.ref.json":   "ImageProcessor",
+		"/scans/multipage-p3.jpg.ref.json":   "ImageProcessor",
+		"/photos/photo.jpg.ref.json":         "ImageProcessor",
+		"/photos/graphic.png.ref.json":       "ImageProcessor",
+		"/documents/letter.pdf":              "PdfPages:source",
+		"/documents/letter-p1.jpg.ref.json":  "ImageProcessor",
+		"/documents/letter-p1.txt":           "PdfPages:text",
+		"/documents/minutes.pdf":             "PdfPages:source",
+		"/documents/minutes-p1.jpg.ref.json": "ImageProcessor",
+		"/documents/minutes-p1.txt":          "PdfPages:text",
+		"/documents/minutes-p2.jpg.ref.json": "ImageProcessor", // a scan: no text layer
+		"/documents/minutes-p3.jpg.ref.json": "ImageProcessor",
+		"/documents/minutes-p3.txt":          "PdfPages:text",
+		"/metadata/record.json":              "",
+		"/metadata/inventory.csv":            "",
 	}
 	require.Equal(t, want, got)
 	require.Equal(t, int64(len(want)), processed.Manifest.TotalFiles)
 
-	// The converted JPEGs exist next to their TIFFs and decode.
-	for _, key := range []string{"scans/lzw.jpg", "scans/cmyk.jpg", "scans/16bit.jpg", "scans/jpeg-ycbcr.jpg", "scans/multipage-p1.jpg", "scans/multipage-p3.jpg"} {
+	// The converted and rendered JPEGs exist next to their TIFFs and PDFs,
+	// and decode.
+	for _, key := range []string{"scans/lzw.jpg", "scans/cmyk.jpg", "scans/16bit.jpg", "scans/jpeg-ycbcr.jpg", "scans/multipage-p1.jpg", "scans/multipage-p3.jpg", "documents/letter-p1.jpg", "documents/minutes-p2.jpg"} {
 		b, err := store.Get(ctx, "arke-staging", prefix+key)
 		require.NoError(t, err, key)
 		_, err = jpeg.Decode(bytes.NewReader(b))
 		require.NoError(t, err, key)
 	}
+
+	// The letter's page text came from its PDF's text layer.
+	text, err := store.Get(ctx, "arke-staging", prefix+"documents/letter-p1.txt")
+	require.NoError(t, err)
+	require.Contains(t, string(text), "Sample batch: a letter")
 
 	// Each ref.json points at variants that exist on the local S3 server
 	// (the embedded default's CDN), and the original is archived.
@@ -233,7 +248,8 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	for _, line := range []string{
 		`orchestrator_batches_started_total 1`,
 		`orchestrator_tasks_finished_total{outcome="completed",phase="TIFF_CONVERSION"} 5`,
-		`orchestrator_tasks_finished_total{outcome="completed",phase="IMAGE_PROCESSING"} 9`,
+		`orchestrator_tasks_finished_total{outcome="completed",phase="PDF_PAGES"} 2`,
+		`orchestrator_tasks_finished_total{outcome="completed",phase="IMAGE_PROCESSING"} 13`,
 		`orchestrator_river_jobs{queue="default",state="completed"}`,
 		`go_goroutines`,
 		`process_resident_memory_bytes`,

@@ -67,7 +67,7 @@ func TestRegistry(t *testing.T) {
 	for _, p := range All() {
 		names = append(names, p.Spec().Name)
 	}
-	require.Equal(t, []Name{TIFFConversion, ImageProcessing}, names)
+	require.Equal(t, []Name{TIFFConversion, PDFPages, ImageProcessing}, names)
 	require.Equal(t, TIFFConversion, First())
 	require.NoError(t, checkRegistry(All()))
 
@@ -77,7 +77,8 @@ func TestRegistry(t *testing.T) {
 		wantOK   bool
 		wantNext Name
 	}{
-		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: ImageProcessing},
+		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: PDFPages},
+		{name: "PDFPages", phase: PDFPages, wantOK: true, wantNext: ImageProcessing},
 		{name: "ImageProcessing", phase: ImageProcessing, wantOK: true, wantNext: ""},
 		{name: "Unknown", phase: "DONE", wantOK: false},
 		{name: "Empty", phase: "", wantOK: false},
@@ -173,7 +174,7 @@ func TestOfTask(t *testing.T) {
 
 func TestStatuses(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []BatchStatus{"PENDING", "TIFF_CONVERSION", "IMAGE_PROCESSING", "DONE", "ERROR"}, Statuses())
+	require.Equal(t, []BatchStatus{"PENDING", "TIFF_CONVERSION", "PDF_PAGES", "IMAGE_PROCESSING", "DONE", "ERROR"}, Statuses())
 	require.True(t, BatchDone.Terminal())
 	require.True(t, BatchError.Terminal())
 	require.False(t, ImageProcessing.Status().Terminal())
@@ -653,6 +654,7 @@ func TestNextWithWork(t *testing.T) {
 	jpg := File{FileName: "a.jpg", ContentType: "image/jpeg"}
 	png := File{FileName: "b.png", ContentType: "image/png"}
 	pdf := File{FileName: "doc.pdf", ContentType: "application/pdf"}
+	splitPDF := File{FileName: "doc.pdf", ContentType: "application/pdf", Tags: []string{TagPDFSource}}
 
 	tests := []struct {
 		name      string
@@ -663,10 +665,11 @@ func TestNextWithWork(t *testing.T) {
 	}{
 		{name: "EmptyFromMeansFirst", from: "", files: []File{pdf, tif, jpg}, wantPhase: TIFFConversion, wantFiles: []string{"scan.tif"}},
 		{name: "OnlyJPEGsSkipsTIFF", from: "", files: []File{jpg, png}, wantPhase: ImageProcessing, wantFiles: []string{"a.jpg", "b.png"}},
-		{name: "OnlyPDFs", from: "", files: []File{pdf, pdf}, wantPhase: ""},
+		{name: "OnlyPDFs", from: "", files: []File{pdf, pdf}, wantPhase: PDFPages, wantFiles: []string{"doc.pdf", "doc.pdf"}},
+		{name: "SplitPDFsOnly", from: "", files: []File{splitPDF, splitPDF}, wantPhase: ""},
 		{name: "NoFiles", from: "", files: nil, wantPhase: ""},
 		{name: "FromIsInclusive", from: ImageProcessing, files: []File{tif, jpg}, wantPhase: ImageProcessing, wantFiles: []string{"a.jpg"}},
-		{name: "ConvertedTIFFOnly", from: TIFFConversion, files: []File{convertedTIF, pdf}, wantPhase: ""},
+		{name: "ConvertedTIFFOnly", from: TIFFConversion, files: []File{convertedTIF, splitPDF}, wantPhase: ""},
 		{name: "LastPhaseNoWork", from: ImageProcessing, files: []File{tif, pdf}, wantPhase: ""},
 		{name: "UnknownPhase", from: "DONE", files: []File{tif, jpg}, wantPhase: ""},
 	}
@@ -686,7 +689,8 @@ func TestNextWithWork(t *testing.T) {
 	}
 }
 
-// TestWorkedExample runs spec 000 §3.2 (TIFF → IMAGE) the way the
+// TestWorkedExample runs spec 000 §3.2 (TIFF → IMAGE; a text file passes
+// through, as the spec's PDF did before PDFs had a phase) the way the
 // orchestrator does: find the phase with work, complete its tasks, apply the
 // transform, store the generation (IDs assigned as a database would), repeat.
 func TestWorkedExample(t *testing.T) {
@@ -704,7 +708,7 @@ func TestWorkedExample(t *testing.T) {
 
 	gen := store([]File{
 		{R2Key: "staging/b1/photo.tiff", LogicalPath: "/photo.tiff", FileName: "photo.tiff", FileSize: 900, ContentType: "image/tiff", CID: "bafyTIFF", ProcessingConfig: cfg},
-		{R2Key: "staging/b1/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", FileSize: 50, ContentType: "application/pdf", CID: "bafyPDF"},
+		{R2Key: "staging/b1/notes.txt", LogicalPath: "/notes.txt", FileName: "notes.txt", FileSize: 50, ContentType: "text/plain", CID: "bafyTXT"},
 	})
 
 	// TIFF_CONVERSION discovers photo.tiff only.
@@ -724,7 +728,7 @@ func TestWorkedExample(t *testing.T) {
 	require.Equal(t, []File{
 		{ParentID: 1, R2Key: "staging/b1/photo.tiff", LogicalPath: "/photo.tiff", FileName: "photo.tiff", FileSize: 900, ContentType: "image/tiff", CID: "bafyTIFF", ProcessingConfig: cfg, Tags: []string{TagTIFFSource}},
 		{ParentID: 1, R2Key: "staging/b1/photo.jpg", LogicalPath: "/photo.jpg", FileName: "photo.jpg", FileSize: 245678, ContentType: "image/jpeg", ProcessingConfig: cfg, Tags: []string{TagTIFFConverter}},
-		{ParentID: 2, R2Key: "staging/b1/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", FileSize: 50, ContentType: "application/pdf", CID: "bafyPDF"},
+		{ParentID: 2, R2Key: "staging/b1/notes.txt", LogicalPath: "/notes.txt", FileName: "notes.txt", FileSize: 50, ContentType: "text/plain", CID: "bafyTXT"},
 	}, next)
 	gen = store(next)
 
@@ -744,7 +748,7 @@ func TestWorkedExample(t *testing.T) {
 	require.Equal(t, []File{
 		{ParentID: 3, R2Key: "staging/b1/photo.tiff", LogicalPath: "/photo.tiff", FileName: "photo.tiff", FileSize: 900, ContentType: "image/tiff", CID: "bafyTIFF", ProcessingConfig: cfg, Tags: []string{TagTIFFSource}},
 		{ParentID: 4, R2Key: "staging/b1/photo.jpg.ref.json", LogicalPath: "/photo.jpg.ref.json", FileName: "photo.jpg.ref.json", FileSize: int64(len(refData)), ContentType: "application/json", ProcessingConfig: cfg, Tags: []string{TagImageProcessor}},
-		{ParentID: 5, R2Key: "staging/b1/doc.pdf", LogicalPath: "/doc.pdf", FileName: "doc.pdf", FileSize: 50, ContentType: "application/pdf", CID: "bafyPDF"},
+		{ParentID: 5, R2Key: "staging/b1/notes.txt", LogicalPath: "/notes.txt", FileName: "notes.txt", FileSize: 50, ContentType: "text/plain", CID: "bafyTXT"},
 	}, next)
 	gen = store(next)
 

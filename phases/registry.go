@@ -12,6 +12,7 @@ import (
 // added to. A phase's Next is the phase after it here.
 var registry = []Phase{
 	tiffConversion{},
+	pdfPages{},
 	imageProcessing{},
 }
 

@@ -6,7 +6,7 @@
 // the object store, downloads and never-overwriting uploads, timings, and
 // the callback (PostCallback) with Run, which guarantees that a worker
 // always reports, whether its work succeeded, failed or panicked. The
-// image-processing workers themselves are in tiffworker and imageworker.
+// workers themselves are in tiffworker, imageworker and pdfworker.
 //
 // # Environment
 //
@@ -34,6 +34,11 @@
 //	                         server that is http://host:port/<CDN_BUCKET>)
 //	VARIANT_SIZES            optional, default "200,800,1600": longest side in pixels of
 //	                         the thumbnail, medium and large variants, ascending
+//
+// PDF worker only (read by pdfworker.ParseSettings):
+//
+//	PDF_RENDER_DPI           optional, 1-1200, default 200: resolution of the page JPEGs
+//	PDF_MAX_PAGES            optional, at least 1, default 2000: a longer PDF fails its task
 package worker
 
 import (
@@ -55,6 +60,7 @@ type Kind string
 const (
 	KindTIFF  Kind = "tiff"
 	KindImage Kind = "image"
+	KindPDF   Kind = "pdf"
 )
 
 // Defaults for optional variables.

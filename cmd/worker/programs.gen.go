@@ -4,11 +4,13 @@ package main
 
 import (
 	"github.com/arke-institute/orchestrator/worker/imageworker"
+	"github.com/arke-institute/orchestrator/worker/pdfworker"
 	"github.com/arke-institute/orchestrator/worker/tiffworker"
 )
 
 // programs runs each registered worker kind, in pipeline order.
 var programs = []program{
 	{kind: "tiff", phase: "TIFF_CONVERSION", title: "TIFF conversion", run: tiffworker.Run},
+	{kind: "pdf", phase: "PDF_PAGES", title: "PDF splitting into page JPEGs and text", run: pdfworker.Run},
 	{kind: "image", phase: "IMAGE_PROCESSING", title: "image processing", run: imageworker.Run},
 }

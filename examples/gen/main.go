@@ -1,9 +1,9 @@
 // Command gen writes examples/sample-batch: a small batch that exercises
-// every worker path (TIFFs of several kinds, a JPEG, a PNG, a PDF, JSON and
-// CSV). The images are synthetic test patterns (package worker/samples), so
-// the batch is free to use and its output can be checked by eye: each TIFF
-// shows four coloured quadrants, and the pages of the multi-page TIFF show
-// them rotated, one step per page.
+// every worker path (TIFFs of several kinds, a JPEG, a PNG, two PDFs, JSON
+// and CSV). The images are synthetic test patterns (package worker/samples),
+// so the batch is free to use and its output can be checked by eye: each
+// TIFF shows four coloured quadrants, and the pages of the multi-page TIFF
+// show them rotated, one step per page.
 //
 // Usage (needs libvips, Debian: libvips-dev):
 //
@@ -98,7 +98,21 @@ func Batch() ([]File, error) {
 		return nil, fmt.Errorf("graphic: %w", err)
 	}
 	files = append(files, File{"photos/graphic.png", "480x320 PNG with transparency: flattened onto white, never enlarged", graphic})
-	files = append(files, File{"documents/letter.pdf", "one-page PDF (passes through unchanged)", letterPDF()})
+	letter, err := samples.PDF([]samples.PDFPage{{Lines: []string{
+		"Sample batch: a letter",
+		"",
+		"This one-page PDF has a text layer. The PDF phase renders the page to",
+		"letter-p1.jpg and writes its text to letter-p1.txt; the PDF stays as it is.",
+	}}}, samples.PDFOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("letter: %w", err)
+	}
+	files = append(files, File{"documents/letter.pdf", "one-page PDF with a text layer (becomes letter-p1.jpg and letter-p1.txt)", letter})
+	minutes, err := minutesPDF()
+	if err != nil {
+		return nil, fmt.Errorf("minutes: %w", err)
+	}
+	files = append(files, File{"documents/minutes.pdf", "three-page PDF: text, a scanned page without text, text (becomes minutes-p1.jpg ... -p3.jpg, minutes-p1.txt and minutes-p3.txt)", minutes})
 
 	record, err := recordJSON(files)
 	if err != nil {
@@ -143,32 +157,23 @@ func encode(w, h int, suffix string, withAlpha bool) ([]byte, error) {
 	return im.Save(suffix)
 }
 
-// letterPDF is a minimal valid one-page PDF, written by hand with a
-// correct cross-reference table.
-func letterPDF() []byte {
-	text := "BT /F1 18 Tf 72 720 Td (Sample batch: a letter) Tj 0 -28 Td /F1 12 Tf " +
-		"(This PDF passes through the preprocessing pipeline unchanged.) Tj ET"
-	objects := []string{
-		"<< /Type /Catalog /Pages 2 0 R >>",
-		"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-		"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-		fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(text), text),
-		"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-	}
-	var b bytes.Buffer
-	b.WriteString("%PDF-1.4\n")
-	offsets := make([]int, len(objects))
-	for i, o := range objects {
-		offsets[i] = b.Len()
-		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", i+1, o)
-	}
-	xref := b.Len()
-	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(objects)+1)
-	for _, off := range offsets {
-		fmt.Fprintf(&b, "%010d 00000 n \n", off)
-	}
-	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n", len(objects)+1, xref)
-	return b.Bytes()
+// minutesPDF is a three-page US Letter PDF: a page of text, a scanned page
+// (the test pattern as an image, with no text layer) and a second page of
+// text, so that page order and the missing text file are visible.
+func minutesPDF() ([]byte, error) {
+	return samples.PDF([]samples.PDFPage{
+		{Lines: []string{
+			"Sample batch: minutes of a meeting",
+			"",
+			"Page 1 has a text layer: it becomes minutes-p1.jpg and minutes-p1.txt.",
+			"Page 2 is a scan with no text layer: it becomes minutes-p2.jpg only.",
+		}},
+		{Scan: samples.Pattern(306, 396, 1)},
+		{Lines: []string{
+			"Page 3 has a text layer again: minutes-p3.jpg and minutes-p3.txt.",
+			"Then the image phase replaces each page JPEG by its .ref.json.",
+		}},
+	}, samples.PDFOptions{})
 }
 
 func recordJSON(files []File) ([]byte, error) {
@@ -178,7 +183,7 @@ func recordJSON(files []File) ([]byte, error) {
 	}
 	record := map[string]any{
 		"title":       "Sample batch",
-		"description": "Synthetic test patterns and documents that exercise every preprocessing path: TIFF conversion (LZW, JPEG-compressed, CMYK, 16-bit, multi-page) and image variants (JPEG, PNG).",
+		"description": "Synthetic test patterns and documents that exercise every preprocessing path: TIFF conversion (LZW, JPEG-compressed, CMYK, 16-bit, multi-page), PDF splitting (page images and text layers) and image variants (JPEG, PNG).",
 		"creator":     "arke-institute/orchestrator examples/gen",
 		"rights":      "Public domain (CC0): generated, no third-party content",
 		"parts":       parts,

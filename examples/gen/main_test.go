@@ -3,7 +3,9 @@ package main
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,6 +51,21 @@ func TestBatch(t *testing.T) {
 	}
 	for path, loader := range map[string]string{"photos/photo.jpg": "jpegload", "photos/graphic.png": "pngload"} {
 		require.Equal(t, loader, vips.Loader(byPath[path]), path)
+	}
+
+	// The PDFs: one page of text, and three pages of which the second is
+	// a scan with no text layer.
+	require.NoError(t, vips.AllowPDF())
+	for path, pages := range map[string]int{"documents/letter.pdf": 1, "documents/minutes.pdf": 3} {
+		im, err := vips.Open(byPath[path], "")
+		require.NoError(t, err, path)
+		require.Equal(t, pages, im.Pages(), path)
+		im.Close()
+	}
+	for page, want := range map[string]bool{"1": true, "2": false, "3": true} {
+		out, err := exec.Command("pdftotext", "-f", page, "-l", page, byPath["documents/minutes.pdf"], "-").Output()
+		require.NoError(t, err)
+		require.Equal(t, want, strings.TrimSpace(string(out)) != "", "text layer of minutes.pdf page %s", page)
 	}
 
 	// The committed batch is what the generator makes (by name).

@@ -1,0 +1,490 @@
+// Package pdfworker is the PDF worker (`worker pdf`): it renders every page
+// of the PDF at INPUT_R2_KEY to a JPEG, extracts each page's text layer, and
+// reports the PDF_PAGES callback body (phases.PDFResult).
+//
+// libvips renders the pages (pdfload, on poppler) at PDF_RENDER_DPI, one at
+// a time, transparency flattened onto white. libvips exposes no text layer,
+// so poppler's pdfinfo checks the file first (page count, password) and
+// pdftotext extracts the text, in reading order (not -layout: the text is
+// for search and description, where padding spaces only get in the way).
+// A page whose text is only whitespace, such as a scan without OCR, gets no
+// text file.
+//
+// Output names, next to the source (report.pdf in staging/b/dir/):
+//
+//	staging/b/dir/report-p1.jpg, report-p1.txt, report-p2.jpg, ...
+//
+// every page numbered, a one-page PDF too. No object is ever overwritten:
+// if a name is taken by a different object, the file gets the first free
+// name with "-1", "-2", ... appended to its stem (report-p1-1.jpg); an
+// object with identical bytes (a retried task's own earlier upload) is
+// reused.
+//
+// A PDF that needs a password, cannot be parsed, has no pages or has more
+// than PDF_MAX_PAGES fails its task ("PDF is encrypted", "PDF is damaged:
+// ...", "PDF has no pages", "PDF has too many pages: ..."), and so passes
+// through the phase unchanged.
+package pdfworker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/worker"
+	"github.com/arke-institute/orchestrator/worker/vips"
+)
+
+// Defaults and limits of Settings.
+const (
+	DefaultDPI      = 200
+	MaxDPI          = 1200
+	DefaultMaxPages = 2000
+)
+
+// Settings are the PDF worker's own variables.
+type Settings struct {
+	// DPI is the resolution pages are rendered at (PDF_RENDER_DPI), 1 to
+	// MaxDPI; 0 means DefaultDPI.
+	DPI int
+	// MaxPages is the longest PDF split (PDF_MAX_PAGES), at least 1; 0
+	// means DefaultMaxPages.
+	MaxPages int
+}
+
+// ParseSettings reads PDF_RENDER_DPI and PDF_MAX_PAGES through getenv
+// (os.Getenv in cmd/worker). Problems are returned as a *worker.EnvError.
+func ParseSettings(getenv func(string) string) (Settings, error) {
+	s := Settings{DPI: DefaultDPI, MaxPages: DefaultMaxPages}
+	e := &worker.EnvError{}
+	if v := strings.TrimSpace(getenv("PDF_RENDER_DPI")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxDPI {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("PDF_RENDER_DPI: %q is not a whole number from 1 to %d", v, MaxDPI))
+		} else {
+			s.DPI = n
+		}
+	}
+	if v := strings.TrimSpace(getenv("PDF_MAX_PAGES")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("PDF_MAX_PAGES: %q is not a whole number of at least 1", v))
+		} else {
+			s.MaxPages = n
+		}
+	}
+	if len(e.Invalid) > 0 {
+		return s, e
+	}
+	return s, nil
+}
+
+// withDefaults fills zero fields and checks the others.
+func (s Settings) withDefaults() (Settings, error) {
+	if s.DPI == 0 {
+		s.DPI = DefaultDPI
+	}
+	if s.MaxPages == 0 {
+		s.MaxPages = DefaultMaxPages
+	}
+	if s.DPI < 1 || s.DPI > MaxDPI {
+		return s, fmt.Errorf("render DPI %d is not from 1 to %d", s.DPI, MaxDPI)
+	}
+	if s.MaxPages < 1 {
+		return s, fmt.Errorf("page limit %d is not at least 1", s.MaxPages)
+	}
+	return s, nil
+}
+
+// Errors a PDF fails its task with, wrapped with detail; match them with
+// errors.Is.
+var (
+	ErrEncrypted    = errors.New("PDF is encrypted (a password is needed to open it)")
+	ErrDamaged      = errors.New("PDF is damaged")
+	ErrNoPages      = errors.New("PDF has no pages")
+	ErrTooManyPages = errors.New("PDF has too many pages")
+	ErrNotPDF       = errors.New("not a PDF file")
+)
+
+// Result is the success callback body (without the envelope fields Run
+// adds): phases.PDFResult with the common performance block.
+type Result struct {
+	PageCount   int                `json:"page_count"`
+	Pages       []phases.PDFPage   `json:"pages"`
+	Performance worker.Performance `json:"performance"`
+}
+
+// Content types of the outputs.
+const (
+	jpegType = "image/jpeg"
+	textType = "text/plain; charset=utf-8"
+)
+
+// uploadConcurrency is how many pages upload while the next ones render. It
+// also bounds how many rendered pages wait in memory.
+const uploadConcurrency = 3
+
+// Run is the worker program of this kind (worker.Program): it reads the
+// PDF settings and splits the task's PDF.
+func Run(ctx context.Context, t worker.Task) (any, error) {
+	settings, err := ParseSettings(t.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return Split(ctx, t.Config, settings, t.Store, t.Log)
+}
+
+// Split downloads cfg.Input.Key from cfg.Bucket, renders and extracts each
+// page and uploads the JPEGs and text files next to it. Errors say what
+// went wrong with which file, e.g. "splitting PDF staging/b/x.pdf: PDF is
+// encrypted (...)". It needs vips.Startup, and poppler's pdfinfo and
+// pdftotext on the PATH.
+func Split(ctx context.Context, cfg worker.Config, settings Settings, store blob.Store, log *slog.Logger) (*Result, error) {
+	settings, err := settings.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := vips.AllowPDF(); err != nil {
+		return nil, err
+	}
+	timer := worker.StartTimer()
+	key := cfg.Input.Key
+	dir, file, size, err := worker.FetchInput(ctx, cfg, store, worker.KindPDF, timer, log)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	fail := func(err error) (*Result, error) {
+		return nil, fmt.Errorf("splitting PDF %s: %w", key, err)
+	}
+
+	t := time.Now()
+	n, err := inspect(ctx, file, size)
+	if err == nil && n > settings.MaxPages {
+		err = fmt.Errorf("%w: %d, more than PDF_MAX_PAGES (%d)", ErrTooManyPages, n, settings.MaxPages)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	text, err := extractText(ctx, file, dir, n)
+	timer.Conversion += time.Since(t)
+	if err != nil {
+		return fail(err)
+	}
+	defer text.Close()
+	log.Info("inspected PDF", "pages", n, "dpi", settings.DPI, "text_per_page", text.perPage)
+
+	var (
+		mu       sync.Mutex
+		pages    = make([]phases.PDFPage, n)
+		uploadNS time.Duration
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(uploadConcurrency)
+	var convErr error
+	for page := 1; page <= n; page++ {
+		if gctx.Err() != nil {
+			break
+		}
+		t := time.Now()
+		jpg, err := render(file, page, n, settings.DPI, cfg.JPEGQuality)
+		var txt string
+		if err == nil {
+			txt, err = text.page(gctx, page)
+		}
+		timer.Conversion += time.Since(t)
+		if err != nil {
+			convErr = err
+			break
+		}
+		g.Go(func() error {
+			t := time.Now()
+			p, err := upload(gctx, store, cfg.Bucket, key, page, jpg, txt)
+			mu.Lock()
+			uploadNS += time.Since(t)
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+			pages[page-1] = p
+			log.Debug("uploaded page", "page", page, "r2_key", p.R2Key, "bytes", len(jpg), "text_bytes", p.TextFileSize)
+			return nil
+		})
+	}
+	uploadErr := g.Wait()
+	timer.Upload = uploadNS
+	if convErr != nil {
+		return fail(convErr)
+	}
+	if uploadErr != nil {
+		return nil, uploadErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	res := &Result{PageCount: n, Pages: pages, Performance: timer.Performance()}
+	log.Info("split", "pages", n, "conversion_ms", timer.Conversion.Milliseconds(), "upload_ms", timer.Upload.Milliseconds())
+	return res, nil
+}
+
+// outputKey is the key of page's file with extension ext, next to the
+// source: report.pdf gives report-p1.jpg, report-p1.txt, ...
+func outputKey(key string, page int, ext string) string {
+	dir, base := path.Split(key)
+	return dir + phases.PDFStem(base) + "-p" + strconv.Itoa(page) + ext
+}
+
+// upload writes one page's JPEG and, when it has any, its text.
+func upload(ctx context.Context, store blob.Store, bucket, key string, page int, jpg []byte, text string) (phases.PDFPage, error) {
+	written, err := worker.PutUnique(ctx, store, bucket, outputKey(key, page, ".jpg"), jpg, jpegType)
+	if err != nil {
+		return phases.PDFPage{}, err
+	}
+	p := phases.PDFPage{Page: page, R2Key: written, FileName: path.Base(written), FileSize: int64(len(jpg))}
+	if text == "" {
+		return p, nil
+	}
+	written, err = worker.PutUnique(ctx, store, bucket, outputKey(key, page, ".txt"), []byte(text), textType)
+	if err != nil {
+		return phases.PDFPage{}, err
+	}
+	p.TextR2Key, p.TextFileName, p.TextFileSize = written, path.Base(written), int64(len(text))
+	return p, nil
+}
+
+// render draws page (1-based) of n at dpi and encodes it as JPEG.
+func render(file string, page, n, dpi, quality int) ([]byte, error) {
+	fail := func(err error) ([]byte, error) {
+		return nil, fmt.Errorf("rendering page %d of %d: %w", page, n, err)
+	}
+	im, err := vips.Open(file, fmt.Sprintf("page=%d,dpi=%d,access=sequential", page-1, dpi))
+	if err != nil {
+		return fail(err)
+	}
+	defer im.Close()
+	if w, h := im.Width(), im.Height(); w > vips.JPEGMaxSide || h > vips.JPEGMaxSide {
+		return fail(fmt.Errorf("the page is %dx%d pixels at %d dpi; JPEG allows at most %d per side", w, h, dpi, vips.JPEGMaxSide))
+	}
+	out, err := im.ForJPEG()
+	if err != nil {
+		return fail(err)
+	}
+	defer out.Close()
+	jpg, err := out.JPEG(quality)
+	if err != nil {
+		return fail(err)
+	}
+	return jpg, nil
+}
+
+// pdfHeader starts every PDF, within its first kilobyte (poppler's own
+// tolerance for leading junk).
+var pdfHeader = []byte("%PDF-")
+
+// inspect checks that poppler can open the file without a password and
+// returns its page count.
+func inspect(ctx context.Context, file string, size int64) (int, error) {
+	if size == 0 {
+		return 0, fmt.Errorf("%w: the file is empty", ErrDamaged)
+	}
+	head, err := readHead(file, 1024)
+	if err != nil {
+		return 0, err
+	}
+	if !bytes.Contains(head, pdfHeader) {
+		return 0, fmt.Errorf("%w (it starts with %s)", ErrNotPDF, strconv.Quote(string(head[:min(len(head), 8)])))
+	}
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "pdfinfo", file)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	errText := stderr.String()
+	var exit *exec.ExitError
+	switch {
+	case runErr != nil && !errors.As(runErr, &exit):
+		return 0, fmt.Errorf("running pdfinfo: %w", runErr)
+	case runErr != nil && ctx.Err() != nil:
+		return 0, fmt.Errorf("pdfinfo: %w", ctx.Err())
+	case strings.Contains(errText, "Incorrect password"):
+		return 0, ErrEncrypted
+	case strings.Contains(errText, "Invalid page count 0"), strings.Contains(errText, "last page (0)"):
+		return 0, ErrNoPages
+	case runErr != nil:
+		msgs := popplerMessages(errText)
+		if len(msgs) == 0 {
+			msgs = []string{"pdfinfo " + runErr.Error()}
+		}
+		return 0, fmt.Errorf("%w: %s", ErrDamaged, strings.Join(msgs, "; "))
+	}
+
+	pages := -1
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Pages:"); ok {
+			if pages, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				pages = -1
+			}
+		}
+	}
+	switch {
+	case pages == 0:
+		return 0, ErrNoPages
+	case pages < 0:
+		return 0, fmt.Errorf("%w: pdfinfo reports no page count", ErrDamaged)
+	}
+	return pages, nil
+}
+
+// maxMessages bounds how many of poppler's messages describe damage: a
+// badly broken file makes hundreds, the first few say what is wrong.
+const maxMessages = 3
+
+// popplerMessages are the distinct lines poppler wrote to stderr, without
+// their "Syntax Error: " style prefixes.
+func popplerMessages(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		l = strings.TrimSpace(l)
+		for _, p := range []string{"Syntax Error: ", "Syntax Warning: ", "Internal Error: ", "Command Line Error: ", "I/O Error: "} {
+			l = strings.TrimPrefix(l, p)
+		}
+		if l != "" && !slices.Contains(out, l) && len(out) < maxMessages {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func readHead(file string, n int) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	got, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf[:got], nil
+}
+
+// pageText hands out the text of each page in turn. pdftotext runs once
+// over the whole document and ends each page with a form feed; if the
+// count of form feeds is not the page count (a form feed inside a page's
+// text), pages are extracted one pdftotext run at a time instead.
+type pageText struct {
+	file    string
+	perPage bool
+	f       *os.File
+	r       *bufio.Reader
+}
+
+// extractText runs pdftotext over the n pages of file, into dir.
+func extractText(ctx context.Context, file, dir string, n int) (*pageText, error) {
+	out := filepath.Join(dir, "text.txt")
+	if err := pdftotext(ctx, file, 0, out, nil); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return nil, err
+	}
+	feeds := 0
+	r := bufio.NewReader(f)
+	for {
+		chunk, err := r.ReadSlice('\f')
+		if len(chunk) > 0 && chunk[len(chunk)-1] == '\f' {
+			feeds++
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			break
+		}
+	}
+	if feeds != n {
+		f.Close()
+		return &pageText{file: file, perPage: true}, nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &pageText{file: file, f: f, r: bufio.NewReader(f)}, nil
+}
+
+// page returns page's text, trailing whitespace trimmed and ending in one
+// newline, or "" when the page has no text. Pages must be asked for in
+// order, each once.
+func (t *pageText) page(ctx context.Context, page int) (string, error) {
+	var raw []byte
+	if t.perPage {
+		var out bytes.Buffer
+		if err := pdftotext(ctx, t.file, page, "-", &out); err != nil {
+			return "", err
+		}
+		raw = out.Bytes()
+	} else {
+		var err error
+		if raw, err = t.r.ReadBytes('\f'); err != nil {
+			return "", fmt.Errorf("reading the text of page %d: %w", page, err)
+		}
+	}
+	text := strings.TrimRight(strings.ToValidUTF8(string(raw), "\uFFFD"), " \t\r\n\f\v")
+	if strings.TrimSpace(text) == "" {
+		return "", nil
+	}
+	return text + "\n", nil
+}
+
+// Close releases the extracted text.
+func (t *pageText) Close() {
+	if t.f != nil {
+		t.f.Close()
+	}
+}
+
+// pdftotext extracts the text of page (1-based; 0 for every page) of file
+// into out, a file name, or "-" for stdout, which is copied to stdout.
+func pdftotext(ctx context.Context, file string, page int, out string, stdout io.Writer) error {
+	args := []string{"-enc", "UTF-8", "-eol", "unix"}
+	if page > 0 {
+		args = append(args, "-f", strconv.Itoa(page), "-l", strconv.Itoa(page))
+	}
+	args = append(args, file, out)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "pdftotext", args...)
+	cmd.Stdout, cmd.Stderr = stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		what := "extracting text"
+		if page > 0 {
+			what += " of page " + strconv.Itoa(page)
+		}
+		if msgs := popplerMessages(stderr.String()); len(msgs) > 0 {
+			return fmt.Errorf("%s: pdftotext: %w (%s)", what, err, strings.Join(msgs, "; "))
+		}
+		return fmt.Errorf("%s: pdftotext: %w", what, err)
+	}
+	return nil
+}
