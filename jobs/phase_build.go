@@ -178,12 +178,12 @@ func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuild
 		ended  int
 	)
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
+		// Exclusive: no task of the batch is midway through ending.
+		if err := LockBatch(ctx, tx, args.BatchID); err != nil {
 			return err
 		}
 		var err error
-		if failed, err = failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil || failed == nil {
+		if failed, err = failBatch(ctx, db.New(tx), args.BatchID, args.Phase, msg); err != nil || failed == nil {
 			return err
 		}
 		appOf := func(phase string) string { return w.deps.Config.Phases[phases.Name(phase)].FlyAppName }
@@ -234,7 +234,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			// Exclusive, as the fan-in check takes it: a check either ran
 			// before this (and saw the build going on) or runs after it
 			// commits, when the ensured check below exists.
-			if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
+			if err := LockBatch(ctx, tx, args.BatchID); err != nil {
 				return err
 			}
 		}
@@ -288,7 +288,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			return err
 		}
 		finished = true
-		return EnqueuePhaseCheck(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), args.BatchID, args.Phase)
+		return EnsurePhaseCheck(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), PhaseRef{BatchID: args.BatchID, Phase: args.Phase})
 	})
 	if err != nil {
 		return err

@@ -61,18 +61,10 @@ func (w *PhaseCheckWorker) NextRetry(job *river.Job[PhaseCheckArgs]) time.Time {
 // maxCheckRetryDelay bounds the wait before a failed check runs again.
 const maxCheckRetryDelay = 10 * time.Second
 
-// Work decides whether the phase is over and, if so, transitions it.
-//
-// Why no wake-up is lost: the transaction first takes the batch's EXCLUSIVE
-// advisory lock, while every transaction that ends a task holds the SHARED
-// one from before it updates the task until after it has enqueued its check.
-// So each task end either committed before this lock was granted (and the
-// count below sees it), or it waits for this transaction, which completes
-// this job in the same transaction, and then finds no unfinished check and
-// enqueues a new one. Without the lock, a check running concurrently with
-// the last callback could count it as open while that callback's enqueue is
-// swallowed by the still-running check's unique slot, and the phase would
-// hang.
+// Work decides whether the phase is over and, if so, transitions it: it
+// counts the open tasks, transitions and completes itself in one
+// transaction under the batch's exclusive fan-in lock, the exclusive side
+// of the fan-in protocol (fanin.go), which is why no wake-up is lost.
 //
 // A phase far from its end is waited out first, without the lock (waitOut).
 func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckArgs]) error {
@@ -86,8 +78,8 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if fanInGuard {
-			if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
-				return fmt.Errorf("locking batch %s: %w", args.BatchID, err)
+			if err := LockBatch(ctx, tx, args.BatchID); err != nil {
+				return err
 			}
 		}
 		done := func() error {
@@ -141,7 +133,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 // waitOutAbove tasks open, read without any lock, does not complete: it
 // snoozes that long (within [minWaitOut, maxWaitOut]) and looks again,
 // unfinished all the while. Task ends that find it unfinished enqueue
-// nothing (PendingPhaseChecksSQL), so during the bulk of a phase callbacks
+// nothing (EnsurePhaseCheck), so during the bulk of a phase callbacks
 // neither insert checks nor wait for a check's exclusive lock, which each
 // check took, and held through a WAL flush, several times a second under
 // load. Near the end (at most waitOutAbove open) checks run as before.
