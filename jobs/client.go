@@ -76,6 +76,8 @@ type ClientConfig struct {
 	// Build decides when a transition writes the next generation in
 	// chunks; zero values take the defaults.
 	Build BuildSizes
+	// TestHooks, for tests only, watch and steer this client's workers.
+	TestHooks *TestHooks
 }
 
 // BuildSizes decide when a phase transition writes the next file
@@ -134,8 +136,8 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &BatchStartWorker{deps: deps})
 	river.AddWorker(workers, &PhaseLaunchWorker{deps: deps, limiter: limiter})
 	build := cfg.Build.withDefaults()
-	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build})
-	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build})
+	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build, hooks: cfg.TestHooks})
+	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})

@@ -53,6 +53,7 @@ type PhaseBuildWorker struct {
 	river.WorkerDefaults[PhaseBuildArgs]
 	deps  Deps
 	build BuildSizes
+	hooks *TestHooks
 }
 
 // errBuildMoved stops a build whose batch is no longer where the build
@@ -124,7 +125,7 @@ func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildAr
 	if !ok {
 		return river.JobCancel(fmt.Errorf("unknown phase %q", args.Phase))
 	}
-	b := &builder{deps: w.deps, args: args, p: p, cursor: *batch.BuildCursor, readTo: *batch.BuildCursor, started: time.Now()}
+	b := &builder{deps: w.deps, hooks: w.hooks, args: args, p: p, cursor: *batch.BuildCursor, readTo: *batch.BuildCursor, started: time.Now()}
 	written, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: args.BatchID, Generation: args.Generation})
 	if err != nil {
 		return err
@@ -198,14 +199,11 @@ func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuild
 	return river.JobCancel(cause)
 }
 
-// beforeBuildWrite, when set (by tests only), runs before each of a
-// build's writes; an error fails the job there, as a crash would.
-var beforeBuildWrite func(ctx context.Context, batchID string, last bool) error
-
 // builder is one run of PhaseBuildWorker: the files read and not written
 // yet, and where the writing got to.
 type builder struct {
 	deps     Deps
+	hooks    *TestHooks
 	args     PhaseBuildArgs
 	p        phases.Phase
 	files    []phases.File // outputs read, not written yet
@@ -222,10 +220,8 @@ type builder struct {
 // and moves the cursor on; the last write ends the build.
 func (b *builder) write(ctx context.Context, last bool) error {
 	args := b.args
-	if beforeBuildWrite != nil {
-		if err := beforeBuildWrite(ctx, args.BatchID, last); err != nil {
-			return err
-		}
+	if err := b.hooks.beforeBuildWrite(ctx, args.BatchID, last); err != nil {
+		return err
 	}
 	var finished bool
 	err := pgx.BeginFunc(ctx, b.deps.Pool, func(tx pgx.Tx) error {
