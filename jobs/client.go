@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -247,4 +248,24 @@ func (d Deps) jobBatch(ctx context.Context, id string) (db.Batch, error) {
 // newEvent is a batch_events row for BatchEventInsertMany.
 func newEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertManyParams {
 	return db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: taskID, Data: data}.Row()
+}
+
+// uniqueUnfinished is the ByState of our unique jobs: every state in which
+// the job has yet to finish. completed is left out on purpose: a unique job
+// that has finished must not block a new one (design.md, fan-in).
+var uniqueUnfinished = []rivertype.JobState{
+	rivertype.JobStateAvailable,
+	rivertype.JobStatePending,
+	rivertype.JobStateRetryable,
+	rivertype.JobStateRunning,
+	rivertype.JobStateScheduled,
+}
+
+// backoff is 2^attempt seconds capped at max, plus up to 20% jitter.
+func backoff(attempt int, max time.Duration) time.Duration {
+	d := max
+	if attempt < 20 {
+		d = min(time.Duration(1<<attempt)*time.Second, max)
+	}
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }
