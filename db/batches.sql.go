@@ -297,25 +297,38 @@ func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledPara
 }
 
 const batchLockExclusive = `-- name: BatchLockExclusive :exec
-SELECT pg_advisory_xact_lock(hashtextextended('batch:' || $1::text, 0))
+SELECT pg_advisory_xact_lock(batch_lock_key($1::text))
 `
 
-// BatchLockExclusive and BatchLockShared are the fan-in guard (design.md):
-// every transaction that ends a task of a batch holds the shared lock while
-// it updates the task and enqueues phase_check; phase_check holds the
-// exclusive lock while it counts open tasks and transitions. So a check
-// either counts a task's end or runs after it, and never misses the last one.
+// BatchLockExclusive, BatchLockShared and BatchLockSharedMany are the
+// fan-in guard; jobs/fanin.go owns the protocol and says why it makes a
+// lost wake-up impossible. Every transaction that ends tasks of a batch
+// holds the shared lock while it updates them and makes sure a phase_check
+// is pending; phase_check holds the exclusive lock while it counts open
+// tasks and transitions. The key is batch_lock_key (migration 00007).
 func (q *Queries) BatchLockExclusive(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, batchLockExclusive, id)
 	return err
 }
 
 const batchLockShared = `-- name: BatchLockShared :exec
-SELECT pg_advisory_xact_lock_shared(hashtextextended('batch:' || $1::text, 0))
+SELECT pg_advisory_xact_lock_shared(batch_lock_key($1::text))
 `
 
 func (q *Queries) BatchLockShared(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, batchLockShared, id)
+	return err
+}
+
+const batchLockSharedMany = `-- name: BatchLockSharedMany :exec
+SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
+FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b
+`
+
+// BatchLockSharedMany is BatchLockShared for several batches (duplicates
+// allowed), taken in id order so that no two callers wait on each other.
+func (q *Queries) BatchLockSharedMany(ctx context.Context, ids []string) error {
+	_, err := q.db.Exec(ctx, batchLockSharedMany, ids)
 	return err
 }
 

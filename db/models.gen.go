@@ -82,6 +82,13 @@ type RateLimit struct {
 	UpdatedAt time.Time
 }
 
+type RiverJob struct {
+	ID    int64
+	State string
+	Kind  string
+	Args  json.RawMessage
+}
+
 type Task struct {
 	ID         string
 	BatchID    string

@@ -97,6 +97,7 @@ func openWork(ctx context.Context, env *testenv.Env, id, phase string) (int64, e
 //
 // The sweep is off: its backstop would hide a lost wake-up.
 func TestChunkedGenerationMatchesWhole(t *testing.T) {
+	t.Parallel()
 	// Eight CSVs at the end: the last write (fewer than 7 files) has no
 	// task to write, so only its own wake-up can end the phase.
 	files := buildFiles(60)
@@ -111,10 +112,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 		writes atomic.Int32
 		waited atomic.Int64 // tasks open when the last write was reached
 	)
-	t.Cleanup(jobs.SetBeforeBuildWrite(func(ctx context.Context, batchID string, last bool) error {
-		if batchID != id {
-			return nil
-		}
+	beforeWrite := func(ctx context.Context, _ string, last bool) error {
 		if writes.Add(1) == 3 {
 			return errors.New("crash before the third write")
 		}
@@ -133,8 +131,9 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
-	}))
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7}})
+	}
+	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7},
+		Hooks: &jobs.TestHooks{BeforeBuildWrite: beforeWrite}})
 	env.Store(e)
 	chunked := runBuildBatch(t, e, id, files)
 
@@ -174,6 +173,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 // it, and launches what it writes, to the same outcome as a batch that was
 // never interrupted.
 func TestResetDuringBuildThenRetry(t *testing.T) {
+	t.Parallel()
 	files := buildFiles(40)
 	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "UNTOUCHED", files)
 
@@ -182,8 +182,8 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 		env    atomic.Pointer[testenv.Env]
 		resets atomic.Int32
 	)
-	t.Cleanup(jobs.SetBeforeBuildWrite(func(ctx context.Context, batchID string, _ bool) error {
-		if batchID != id || resets.Add(1) != 2 {
+	beforeWrite := func(ctx context.Context, _ string, _ bool) error {
+		if resets.Add(1) != 2 {
 			return nil
 		}
 		for {
@@ -214,8 +214,9 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 			return fmt.Errorf("reset: %s", resp.Status)
 		}
 		return nil
-	}))
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7}})
+	}
+	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7},
+		Hooks: &jobs.TestHooks{BeforeBuildWrite: beforeWrite}})
 	env.Store(e)
 	e.Submit(t, id, files)
 	st := e.AwaitStatus(t, id, isDone)
@@ -247,14 +248,11 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 // its batch, with the reason, and ends the tasks already written, rather
 // than leave the phase waiting for ever.
 func TestFailingBuildFailsItsBatch(t *testing.T) {
+	t.Parallel()
 	const id = "BUILD-FAILS"
-	t.Cleanup(jobs.SetBeforeBuildWrite(func(_ context.Context, batchID string, _ bool) error {
-		if batchID == id {
-			return errors.New("disk on fire")
-		}
-		return nil
-	}))
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7, MaxAttempts: 2}})
+	fail := func(context.Context, string, bool) error { return errors.New("disk on fire") }
+	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7, MaxAttempts: 2},
+		Hooks: &jobs.TestHooks{BeforeBuildWrite: fail}})
 	e.Submit(t, id, buildFiles(40))
 	st := e.AwaitStatus(t, id, isDone)
 	require.Equal(t, "ERROR", st.Status)

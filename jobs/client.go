@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -76,6 +77,8 @@ type ClientConfig struct {
 	// Build decides when a transition writes the next generation in
 	// chunks; zero values take the defaults.
 	Build BuildSizes
+	// TestHooks, for tests only, watch and steer this client's workers.
+	TestHooks *TestHooks
 }
 
 // BuildSizes decide when a phase transition writes the next file
@@ -134,8 +137,8 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &BatchStartWorker{deps: deps})
 	river.AddWorker(workers, &PhaseLaunchWorker{deps: deps, limiter: limiter})
 	build := cfg.Build.withDefaults()
-	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build})
-	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build})
+	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build, hooks: cfg.TestHooks})
+	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})
@@ -245,4 +248,24 @@ func (d Deps) jobBatch(ctx context.Context, id string) (db.Batch, error) {
 // newEvent is a batch_events row for BatchEventInsertMany.
 func newEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertManyParams {
 	return db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: taskID, Data: data}.Row()
+}
+
+// uniqueUnfinished is the ByState of our unique jobs: every state in which
+// the job has yet to finish. completed is left out on purpose: a unique job
+// that has finished must not block a new one (design.md, fan-in).
+var uniqueUnfinished = []rivertype.JobState{
+	rivertype.JobStateAvailable,
+	rivertype.JobStatePending,
+	rivertype.JobStateRetryable,
+	rivertype.JobStateRunning,
+	rivertype.JobStateScheduled,
+}
+
+// backoff is 2^attempt seconds capped at max, plus up to 20% jitter.
+func backoff(attempt int, max time.Duration) time.Duration {
+	d := max
+	if attempt < 20 {
+		d = min(time.Duration(1<<attempt)*time.Second, max)
+	}
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,28 +30,22 @@ const (
 
 // TestFanInLosesNoWakeUp fires all the callbacks of a phase at once, many
 // times over, with the sweep's backstop switched off, and requires every
-// phase to transition promptly. Without the fan-in's exclusive lock a check
-// can count the last callback's task as open while that callback's own check
-// is swallowed by the running one's unique slot, and the phase hangs (run
-// with -run TestFanInLosesNoWakeUp -fanin.noguard to see it fail).
+// phase to transition promptly. (TestLastCallbackDuringCheck shows, every
+// time, the interleaving that loses a wake-up without the fan-in's lock.)
 func TestFanInLosesNoWakeUp(t *testing.T) {
-	// Not parallel: with -fanin.noguard it changes package state that every
-	// check reads.
-	if *noGuard {
-		t.Cleanup(jobs.SetFanInGuard(false))
-	}
-	// Widen the race window a little: each check lingers after counting, as
-	// a slow database would make it, so callbacks keep arriving while checks
-	// run.
-	t.Cleanup(jobs.SetAfterOpenCount(func(batchID string, open int64) {
-		if strings.HasPrefix(batchID, "FANIN-") && !strings.HasPrefix(batchID, "FANIN-LAST") && open > 0 {
-			time.Sleep(25 * time.Millisecond)
-		}
-	}))
-	// Machines never call back on their own: the test posts the callbacks.
+	t.Parallel()
 	env := testenv.New(t, testenv.Options{
 		NoSweep: true,
-		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
+		// Machines never call back on their own: the test posts the callbacks.
+		Behave: hang,
+		// Widen the race window a little: each check lingers after
+		// counting, as a slow database would make it, so callbacks keep
+		// arriving while checks run.
+		Hooks: &jobs.TestHooks{AfterOpenCount: func(_ string, open int64) {
+			if open > 0 {
+				time.Sleep(25 * time.Millisecond)
+			}
+		}},
 	})
 
 	for rep := range fanInReps {
@@ -116,59 +109,127 @@ func TestFanInLosesNoWakeUp(t *testing.T) {
 
 // TestLastCallbackDuringCheck makes the losing interleaving happen every
 // time: a check has counted exactly one open task and is still running when
-// that last task's callback arrives. With the fan-in lock the callback waits
-// for the check to finish and then enqueues a new one, which transitions the
-// phase; without it (-fanin.noguard) the callback's enqueue is swallowed by
-// the running check and the phase hangs.
+// that last task's callback arrives.
+//
+//   - Guarded (as in production): the callback waits for the check's
+//     exclusive lock, then finds the check finished and enqueues a new one,
+//     which transitions the phase.
+//   - Unguarded (TestHooks.NoFanInGuard): the callback commits at once, its
+//     enqueue swallowed by the running check, which then completes on its
+//     count of one open task: every task has ended, no check is left, and
+//     the phase never transitions. This is the lost wake-up the lock
+//     prevents; the test fails if the lock is not what prevents it.
 func TestLastCallbackDuringCheck(t *testing.T) {
-	// Not parallel: the hook is package state every check reads.
-	if *noGuard {
-		t.Cleanup(jobs.SetFanInGuard(false))
-	}
-	const id = "FANIN-LAST"
-	// Hold the check open (after its count, before it completes) until the
-	// last callback has had its chance to run.
-	hold, counted, release := holdCheck(id, 1, 5*time.Second)
-	t.Cleanup(jobs.SetAfterOpenCount(hold))
-	env := testenv.New(t, testenv.Options{
-		NoSweep: true,
-		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
-	})
-	env.Submit(t, id, []testenv.File{
-		{LogicalPath: "/a.tif", Size: 1, ContentType: "image/tiff"},
-		{LogicalPath: "/b.tif", Size: 1, ContentType: "image/tiff"},
-	})
-	launches := awaitBatchLaunches(t, env, id, 2)
-	post := func(l fakefly.Launch) int {
-		body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
-		code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
-		require.Less(t, code, 300, string(resp))
-		return code
-	}
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		guard bool
+	}{{"Guarded", true}, {"Unguarded", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const id = "FANIN-LAST"
+			// Hold the check open (after its count, before it completes)
+			// until the last callback has had its chance to run.
+			hold, counted, release := holdCheck(id, 1, 30*time.Second)
+			env := testenv.New(t, testenv.Options{
+				NoSweep: true, Behave: hang,
+				Hooks: &jobs.TestHooks{NoFanInGuard: !tc.guard, AfterOpenCount: hold},
+			})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free) // before the client stops, should the test fail
+			ctx := t.Context()
+			env.Submit(t, id, tiffs(2))
+			launches := awaitBatchLaunches(t, env, id, 2)
 
-	post(launches[0]) // its check counts one task open, and is held there
-	select {
-	case <-counted:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no check counted the last open task")
-	}
-	// The last callback, while that check is still running. With the lock
-	// it blocks until the check commits, so release the check shortly after
-	// it started (in a goroutine: the callback may block).
-	done := make(chan int, 1)
-	go func() { done <- post(launches[1]) }()
-	time.AfterFunc(300*time.Millisecond, func() { close(release) })
-	<-done
+			failTask(t, env, id, launches[0]) // its check counts one task open, and is held there
+			select {
+			case <-counted:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no check counted the last open task")
+			}
+			// The last callback, while that check is still running.
+			done := make(chan int, 1)
+			go func() {
+				body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
+				code, _ := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+launches[1].TaskID, launches[1].Env["CALLBACK_TOKEN"], bytes.NewReader(body))
+				done <- code
+			}()
+			// Guarded, it waits for the check's lock; unguarded, it commits.
+			code := 0
+			awaitTrue(t, "the last callback to answer or to wait for the batch's lock", func() bool {
+				select {
+				case code = <-done:
+					return true
+				default:
+					return batchLockAwaited(t, env, id)
+				}
+			})
+			if tc.guard {
+				require.Zero(t, code, "the last callback did not wait for the running check")
+			} else {
+				require.Equal(t, http.StatusOK, code)
+			}
+			free()
+			if code == 0 {
+				select {
+				case code = <-done:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the last callback never answered")
+				}
+			}
+			require.Equal(t, http.StatusOK, code)
 
-	deadline := time.Now().Add(10 * time.Second)
-	for env.Status(t, id).Status == "TIFF_CONVERSION" {
+			if tc.guard {
+				st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
+				require.Equal(t, "DONE", st.Status, "both TIFFs failed, so no image phase: done")
+				return
+			}
+			// Unguarded: once the held check has finished, nothing is left
+			// that could move the batch on.
+			var checks, unfinished int
+			awaitTrue(t, "the held check to finish", func() bool {
+				require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded'))
+					FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, id).Scan(&checks, &unfinished))
+				return unfinished == 0
+			})
+			require.Equal(t, 1, checks, "the last callback's check was not swallowed")
+			st := env.Status(t, id)
+			require.Equal(t, "TIFF_CONVERSION", st.Status, "the phase moved on without the guard")
+			require.Len(t, st.Phases, 1)
+			require.Equal(t, int64(2), st.Phases[0].TasksFailed, "%+v", st.Phases)
+			require.Zero(t, st.Phases[0].TasksPending+st.Phases[0].TasksProcessing, "%+v", st.Phases)
+		})
+	}
+}
+
+// batchLockAwaited tells whether a transaction waits for a fan-in lock of
+// the batch in env's database.
+func batchLockAwaited(t *testing.T, env *testenv.Env, batchID string) bool {
+	t.Helper()
+	var waits bool
+	require.NoError(t, env.Pool.QueryRow(t.Context(), `SELECT EXISTS (
+		SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted
+		  AND (l.classid::bigint << 32 | l.objid::bigint) = batch_lock_key($1))`, batchID).Scan(&waits))
+	return waits
+}
+
+// awaitTrue polls cond until it holds, failing the test after 30 seconds.
+func awaitTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("both tasks ended but the phase never transitioned: the last callback's wake-up was lost")
+			t.Fatalf("waited 30 s for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	require.Equal(t, "DONE", env.Status(t, id).Status, "both TIFFs failed, so no image phase: done")
 }
+
+// hang makes every machine run until the test ends it: the test posts the
+// callbacks.
+func hang(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }
 
 // holdCheck returns a check hook that, the first time a check of batchID
 // counts open tasks open, closes counted and holds that check until release
@@ -254,12 +315,8 @@ func TestBackstopRecoversLostWakeUp(t *testing.T) {
 // few enough are open it looks under the lock as before, and the phase
 // still transitions.
 func TestCheckWaitsOutOpenPhase(t *testing.T) {
-	// Not parallel: the threshold is package state every check reads.
-	t.Cleanup(jobs.SetWaitOutAbove(1))
-	env := testenv.New(t, testenv.Options{
-		NoSweep: true,
-		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
-	})
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{NoSweep: true, Behave: hang, Hooks: &jobs.TestHooks{WaitOutAbove: 1}})
 	const id = "WAIT-OUT"
 	ctx := t.Context()
 	env.Submit(t, id, tiffs(3))
@@ -322,17 +379,11 @@ func TestCheckWaitsOutOpenPhase(t *testing.T) {
 // and enqueue none, so the phase moves on only because the check, having
 // counted them open, snoozes instead of completing, and looks again.
 func TestTaskEndsWhileCheckWaitsOut(t *testing.T) {
-	// Not parallel: the threshold and the hook are package state every
-	// check reads.
-	t.Cleanup(jobs.SetWaitOutAbove(1))
+	t.Parallel()
 	const id = "WAIT-OUT-RACE"
 	// Hold the check after its count until both remaining tasks have ended.
 	hold, counted, release := holdCheck(id, 2, 30*time.Second)
-	t.Cleanup(jobs.SetAfterWaitOutCount(hold))
-	env := testenv.New(t, testenv.Options{
-		NoSweep: true,
-		Behave:  func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} },
-	})
+	env := testenv.New(t, testenv.Options{NoSweep: true, Behave: hang, Hooks: &jobs.TestHooks{WaitOutAbove: 1, AfterWaitOutCount: hold}})
 	env.Submit(t, id, tiffs(3))
 	launches := awaitBatchLaunches(t, env, id, 3)
 	post := func(l fakefly.Launch) { failTask(t, env, id, l) }

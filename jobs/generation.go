@@ -2,7 +2,10 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"path"
+	"unique"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,4 +137,122 @@ func (g *generationReader) Close(ctx context.Context) error {
 	g.rows.Close()
 	_, err := g.tx.Exec(ctx, "RESET enable_nestloop")
 	return err
+}
+
+// insertGeneration writes a file generation, or a stretch of one whose first
+// file is at ordinal first, with COPY and returns it as stored: with the row IDs that tasks and the next generation refer to,
+// and the defaults the rows got. Only the IDs are read back: reading whole
+// rows again cost seconds at 100,000 files. files is modified in place.
+func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, first int32, files []phases.File) ([]phases.File, error) {
+	q := db.New(tx)
+	src := &generationSource{batchID: batchID, generation: generation, first: first, files: files, i: -1,
+		configs: map[phases.ProcessingConfig][]byte{}}
+	if phase != "" {
+		s := string(phase)
+		src.phase = &s
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"files"}, fileColumns, src); err != nil {
+		return nil, fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
+	}
+	ids, err := q.FileListIDsByBatchGeneration(ctx, db.FileListIDsByBatchGenerationParams{BatchID: batchID, Generation: generation, MinOrdinal: first})
+	if err != nil {
+		return nil, fmt.Errorf("reading the IDs of generation %d of batch %s: %w", generation, batchID, err)
+	}
+	if len(ids) != len(files) {
+		return nil, fmt.Errorf("generation %d of batch %s: wrote %d files, found %d", generation, batchID, len(files), len(ids))
+	}
+	for i, id := range ids {
+		files[i].ID = id
+	}
+	return files, nil
+}
+
+// fileColumns are db.FileInsertMany's columns, in the order
+// generationSource.Values gives them.
+var fileColumns = []string{"batch_id", "generation", "ordinal", "parent_id", "phase", "directory_path", "r2_key",
+	"logical_path", "file_name", "file_size", "content_type", "cid", "processing_config", "preprocessor_tags"}
+
+// generationSource feeds a generation to COPY one file at a time. It does
+// what db.FileInsertMany does without first converting the whole generation
+// into parameter rows: at 100,000 files those rows were a second copy of the
+// generation, alive together with it, and the largest part of the peak.
+type generationSource struct {
+	batchID    string
+	generation int32
+	first      int32   // the ordinal of files[0]
+	phase      *string // nil for generation 0
+	files      []phases.File
+	i          int
+	configs    map[phases.ProcessingConfig][]byte // a batch has few distinct ones
+	err        error
+}
+
+var _ pgx.CopyFromSource = (*generationSource)(nil)
+
+// Next moves to the next file.
+func (s *generationSource) Next() bool {
+	s.i++
+	return s.err == nil && s.i < len(s.files)
+}
+
+// Values fills in the file's defaults (directory from its logical path, no
+// tags as an empty array), which insertGeneration's callers rely on, and
+// returns its row.
+func (s *generationSource) Values() ([]any, error) {
+	f := &s.files[s.i]
+	cfg, ok := s.configs[f.ProcessingConfig]
+	if !ok {
+		var err error
+		if cfg, err = json.Marshal(f.ProcessingConfig); err != nil {
+			s.err = err
+			return nil, err
+		}
+		s.configs[f.ProcessingConfig] = cfg
+	}
+	if f.DirectoryPath == "" {
+		f.DirectoryPath = path.Dir(f.LogicalPath)
+	}
+	var parent *int64
+	if f.ParentID != 0 {
+		parent = &f.ParentID
+	}
+	var cid *string
+	if f.CID != "" {
+		cid = &f.CID
+	}
+	if f.Tags == nil {
+		f.Tags = []string{}
+	}
+	return []any{s.batchID, s.generation, s.first + int32(s.i), parent, s.phase, f.DirectoryPath, f.R2Key,
+		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags}, nil
+}
+
+// Err reports an error that ended the rows early.
+func (s *generationSource) Err() error { return s.err }
+
+// fileFromRow converts a files row into the value phases work with. configs
+// caches decoded processing configs by their JSON.
+func fileFromRow(r db.File, configs map[string]phases.ProcessingConfig) (phases.File, error) {
+	cfg, ok := configs[string(r.ProcessingConfig)]
+	if !ok {
+		if err := json.Unmarshal(r.ProcessingConfig, &cfg); err != nil {
+			return phases.File{}, fmt.Errorf("file %d: reading processing_config: %w", r.ID, err)
+		}
+		configs[string(r.ProcessingConfig)] = cfg
+	}
+	// Content types and directories repeat across a whole generation:
+	// interned, 100,000 files share a handful of strings instead of holding
+	// one copy each.
+	f := phases.File{
+		ID: r.ID, R2Key: r.R2Key, LogicalPath: r.LogicalPath, FileName: r.FileName, FileSize: r.FileSize,
+		ContentType: unique.Make(r.ContentType).Value(), ProcessingConfig: cfg, Tags: r.PreprocessorTags,
+		DirectoryPath: unique.Make(r.DirectoryPath).Value(),
+	}
+	if r.ParentID != nil {
+		f.ParentID = *r.ParentID
+	}
+	if r.CID != nil {
+		f.CID = *r.CID
+	}
+	return f, nil
 }

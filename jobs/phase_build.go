@@ -53,6 +53,7 @@ type PhaseBuildWorker struct {
 	river.WorkerDefaults[PhaseBuildArgs]
 	deps  Deps
 	build BuildSizes
+	hooks *TestHooks
 }
 
 // errBuildMoved stops a build whose batch is no longer where the build
@@ -124,7 +125,7 @@ func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildAr
 	if !ok {
 		return river.JobCancel(fmt.Errorf("unknown phase %q", args.Phase))
 	}
-	b := &builder{deps: w.deps, args: args, p: p, cursor: *batch.BuildCursor, readTo: *batch.BuildCursor, started: time.Now()}
+	b := &builder{deps: w.deps, hooks: w.hooks, args: args, p: p, cursor: *batch.BuildCursor, readTo: *batch.BuildCursor, started: time.Now()}
 	written, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: args.BatchID, Generation: args.Generation})
 	if err != nil {
 		return err
@@ -178,12 +179,12 @@ func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuild
 		ended  int
 	)
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
+		// Exclusive: no task of the batch is midway through ending.
+		if err := LockBatch(ctx, tx, args.BatchID); err != nil {
 			return err
 		}
 		var err error
-		if failed, err = failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil || failed == nil {
+		if failed, err = failBatch(ctx, db.New(tx), args.BatchID, args.Phase, msg); err != nil || failed == nil {
 			return err
 		}
 		appOf := func(phase string) string { return w.deps.Config.Phases[phases.Name(phase)].FlyAppName }
@@ -198,14 +199,11 @@ func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuild
 	return river.JobCancel(cause)
 }
 
-// beforeBuildWrite, when set (by tests only), runs before each of a
-// build's writes; an error fails the job there, as a crash would.
-var beforeBuildWrite func(ctx context.Context, batchID string, last bool) error
-
 // builder is one run of PhaseBuildWorker: the files read and not written
 // yet, and where the writing got to.
 type builder struct {
 	deps     Deps
+	hooks    *TestHooks
 	args     PhaseBuildArgs
 	p        phases.Phase
 	files    []phases.File // outputs read, not written yet
@@ -222,10 +220,8 @@ type builder struct {
 // and moves the cursor on; the last write ends the build.
 func (b *builder) write(ctx context.Context, last bool) error {
 	args := b.args
-	if beforeBuildWrite != nil {
-		if err := beforeBuildWrite(ctx, args.BatchID, last); err != nil {
-			return err
-		}
+	if err := b.hooks.beforeBuildWrite(ctx, args.BatchID, last); err != nil {
+		return err
 	}
 	var finished bool
 	err := pgx.BeginFunc(ctx, b.deps.Pool, func(tx pgx.Tx) error {
@@ -234,7 +230,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			// Exclusive, as the fan-in check takes it: a check either ran
 			// before this (and saw the build going on) or runs after it
 			// commits, when the ensured check below exists.
-			if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
+			if err := LockBatch(ctx, tx, args.BatchID); err != nil {
 				return err
 			}
 		}
@@ -288,7 +284,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			return err
 		}
 		finished = true
-		return EnqueuePhaseCheck(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), args.BatchID, args.Phase)
+		return EnsurePhaseCheck(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), PhaseRef{BatchID: args.BatchID, Phase: args.Phase})
 	})
 	if err != nil {
 		return err

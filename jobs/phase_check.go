@@ -43,6 +43,7 @@ type PhaseCheckWorker struct {
 	river.WorkerDefaults[PhaseCheckArgs]
 	deps  Deps
 	build BuildSizes
+	hooks *TestHooks
 }
 
 // Timeout is short: the check holds the batch's exclusive lock, and a
@@ -61,18 +62,10 @@ func (w *PhaseCheckWorker) NextRetry(job *river.Job[PhaseCheckArgs]) time.Time {
 // maxCheckRetryDelay bounds the wait before a failed check runs again.
 const maxCheckRetryDelay = 10 * time.Second
 
-// Work decides whether the phase is over and, if so, transitions it.
-//
-// Why no wake-up is lost: the transaction first takes the batch's EXCLUSIVE
-// advisory lock, while every transaction that ends a task holds the SHARED
-// one from before it updates the task until after it has enqueued its check.
-// So each task end either committed before this lock was granted (and the
-// count below sees it), or it waits for this transaction, which completes
-// this job in the same transaction, and then finds no unfinished check and
-// enqueues a new one. Without the lock, a check running concurrently with
-// the last callback could count it as open while that callback's enqueue is
-// swallowed by the still-running check's unique slot, and the phase would
-// hang.
+// Work decides whether the phase is over and, if so, transitions it: it
+// counts the open tasks, transitions and completes itself in one
+// transaction under the batch's exclusive fan-in lock, the exclusive side
+// of the fan-in protocol (fanin.go), which is why no wake-up is lost.
 //
 // A phase far from its end is waited out first, without the lock (waitOut).
 func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckArgs]) error {
@@ -85,9 +78,9 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 	var finished *db.Batch // the batch, if the transition ended it
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		if fanInGuard {
-			if err := q.BatchLockExclusive(ctx, args.BatchID); err != nil {
-				return fmt.Errorf("locking batch %s: %w", args.BatchID, err)
+		if w.hooks.fanInGuard() {
+			if err := LockBatch(ctx, tx, args.BatchID); err != nil {
+				return err
 			}
 		}
 		done := func() error {
@@ -113,12 +106,12 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		if err != nil {
 			return err
 		}
-		if afterOpenCount != nil {
+		if w.hooks != nil {
 			open := int64(0)
 			if hasOpen {
 				open = 1
 			}
-			afterOpenCount(args.BatchID, open)
+			w.hooks.afterOpenCount(args.BatchID, open)
 		}
 		if hasOpen {
 			return done()
@@ -141,7 +134,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 // waitOutAbove tasks open, read without any lock, does not complete: it
 // snoozes that long (within [minWaitOut, maxWaitOut]) and looks again,
 // unfinished all the while. Task ends that find it unfinished enqueue
-// nothing (PendingPhaseChecksSQL), so during the bulk of a phase callbacks
+// nothing (EnsurePhaseCheck), so during the bulk of a phase callbacks
 // neither insert checks nor wait for a check's exclusive lock, which each
 // check took, and held through a WAL flush, several times a second under
 // load. Near the end (at most waitOutAbove open) checks run as before.
@@ -163,8 +156,9 @@ const (
 	maxWaitOut = 2 * time.Second // below River's scheduler interval: no scheduler hop
 )
 
-// waitOutAbove is a variable only so that tests can use small phases.
-var waitOutAbove int64 = 1000
+// waitOutAbove is how many open tasks make a check wait out its phase
+// (TestHooks.WaitOutAbove changes it for a test's client).
+const waitOutAbove = 1000
 
 // waitOut returns how long the check should snooze before it looks again,
 // or 0 when it should look under the lock now: the phase has at most
@@ -177,28 +171,12 @@ func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (ti
 	if err != nil {
 		return 0, fmt.Errorf("counting open tasks of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
 	}
-	if afterWaitOutCount != nil {
-		afterWaitOutCount(args.BatchID, open)
-	}
-	if open <= waitOutAbove {
+	w.hooks.afterWaitOutCount(args.BatchID, open)
+	if open <= w.hooks.waitOutAbove() {
 		return 0, nil
 	}
 	return min(max(time.Duration(open)*time.Second/maxEndRate, minWaitOut), maxWaitOut), nil
 }
-
-// fanInGuard is the exclusive lock above. It is a variable only so that the
-// fan-in test can show the race it prevents; production never changes it.
-var fanInGuard = true
-
-// afterWaitOutCount, when set (by tests only), runs right after a check has
-// read, without any lock, how many tasks of its phase are open.
-var afterWaitOutCount func(batchID string, open int64)
-
-// afterOpenCount, when set (by tests only), runs inside the check's
-// transaction right after it has looked for open tasks (open is 1 when
-// there is any, else 0): the moment at which
-// an unguarded check is exposed to the lost wake-up.
-var afterOpenCount func(batchID string, open int64)
 
 // transition applies the phase's transform to the batch's current file
 // generation, writes the next generation, and enters the next phase with

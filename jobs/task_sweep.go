@@ -102,14 +102,12 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		return nil
 	}
 	gaveUp := 0 // tasks failed for want of a machine
-	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	err = EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
-		if err := q.BatchLockShared(ctx, batchID); err != nil {
-			return err
-		}
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)
 		if err != nil {
-			return err
+			return false, err
 		}
 		var events []db.BatchEventInsertManyParams
 		released := false
@@ -122,19 +120,18 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 				events = append(events, newEvent(batchID, db.EventTaskFailed, phase, t.ID, map[string]any{"error": msg}))
 			}
 		}
-		client := river.ClientFromContext[pgx.Tx](ctx)
 		if released {
 			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if gaveUp == 0 {
-			return nil
+			return false, nil
 		}
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-			return err
+			return false, err
 		}
-		return EnqueuePhaseCheck(ctx, tx, client, batchID, phase)
+		return true, nil
 	})
 	if err == nil && gaveUp > 0 {
 		w.deps.Metrics.TasksFinished(phase, metrics.TaskFailed, gaveUp)
@@ -144,22 +141,20 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 }
 
 // expire fails the expired tasks of one (batch, phase) with "Task timed out
-// after Ns", queues their machines for destruction and enqueues the phase's
-// check, holding the batch's shared lock like any other task end.
+// after Ns", queues their machines for destruction and makes sure the
+// phase's check runs, as any other task end does (EndTasks).
 func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) error {
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
 	expired := 0
-	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	err := EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
-		if err := q.BatchLockShared(ctx, batchID); err != nil {
-			return err
-		}
 		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{BatchID: batchID, Phase: phase})
 		if err != nil {
-			return fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)
+			return false, fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)
 		}
 		if len(rows) == 0 {
-			return nil
+			return false, nil
 		}
 		events := make([]db.BatchEventInsertManyParams, 0, len(rows))
 		var machines []string
@@ -172,19 +167,15 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 			events = append(events, newEvent(batchID, db.EventTaskTimedOut, phase, r.ID, data))
 		}
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-			return err
+			return false, err
 		}
-		client := river.ClientFromContext[pgx.Tx](ctx)
 		if len(machines) > 0 {
 			if _, err := client.InsertTx(ctx, tx, MachineDestroyArgs{App: app, MachineIDs: machines}, nil); err != nil {
-				return err
+				return false, err
 			}
 		}
-		if err := EnqueuePhaseCheck(ctx, tx, client, batchID, phase); err != nil {
-			return err
-		}
 		expired = len(rows)
-		return nil
+		return true, nil
 	})
 	if err == nil && expired > 0 {
 		w.deps.Metrics.TasksFinished(phase, metrics.TaskTimedOut, expired)

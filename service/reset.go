@@ -32,7 +32,7 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		q := db.New(tx)
 		// Exclusive: callbacks in flight (shared holders) finish first, and
 		// any that come later find their task ended by the reset.
-		b, err := lockBatch(ctx, q, batchID)
+		b, err := lockBatch(ctx, tx, batchID)
 		if err != nil {
 			return err
 		}
@@ -102,14 +102,14 @@ func deref(s *string) string {
 	return *s
 }
 
-// lockBatch takes the batch's EXCLUSIVE fan-in lock, which waits for every
-// transaction ending one of its tasks and keeps new ones out until the
-// caller's transaction ends, then reads and row-locks the batch.
-func lockBatch(ctx context.Context, q *db.Queries, batchID string) (db.Batch, error) {
-	if err := q.BatchLockExclusive(ctx, batchID); err != nil {
+// lockBatch takes the batch's EXCLUSIVE fan-in lock (jobs.LockBatch), which
+// waits for every transaction ending one of its tasks and keeps new ones out
+// until tx ends, then reads and row-locks the batch.
+func lockBatch(ctx context.Context, tx pgx.Tx, batchID string) (db.Batch, error) {
+	if err := jobs.LockBatch(ctx, tx, batchID); err != nil {
 		return db.Batch{}, err
 	}
-	b, err := q.BatchGetByIDForUpdate(ctx, batchID)
+	b, err := db.New(tx).BatchGetByIDForUpdate(ctx, batchID)
 	if err != nil {
 		return db.Batch{}, db.NotFound(err, "batch "+batchID)
 	}

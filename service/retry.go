@@ -45,7 +45,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		// Exclusive, as for a reset: no callback (shared holder) is midway,
 		// and no fan-in check is counting, while tasks go back to pending.
 		// A check that runs after this sees them open and waits for them.
-		b, err := lockBatch(ctx, q, batchID)
+		b, err := lockBatch(ctx, tx, batchID)
 		if err != nil {
 			return err
 		}
@@ -119,7 +119,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		case b.Status == "ERROR":
 			// Nothing failed: the phase stopped between its last task and
 			// its transition. The check finds no open task and moves on.
-			if err := jobs.EnqueuePhaseCheck(ctx, tx, s.river, batchID, phase); err != nil {
+			if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
 				return err
 			}
 		default:

@@ -81,6 +81,8 @@ type Options struct {
 	// Build sets when transitions write generations in chunks, so that
 	// small batches can take that path.
 	Build jobs.BuildSizes
+	// Hooks are the River client's test hooks (jobs.ClientConfig.TestHooks).
+	Hooks *jobs.TestHooks
 }
 
 // testSettings make batches move fast in tests.
@@ -154,7 +156,7 @@ func New(t *testing.T, opts Options) *Env {
 	require.NoError(t, err)
 	client, err := jobs.NewClient(jobs.Deps{
 		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
-	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build})
+	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks})
 	require.NoError(t, err)
 	if !opts.NoWorkers {
 		ctx, cancel := context.WithCancel(context.Background())
