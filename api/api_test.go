@@ -108,7 +108,9 @@ func launched(st service.Status) bool {
 	return len(st.Phases) > 0 && st.Phases[0].TasksProcessing > 0 || st.Status == "ERROR"
 }
 
-func TestExampleBatchMovesToTIFFConversion(t *testing.T) {
+// TestExampleBatchStartsFirstPhase: spec 001's example (a TIFF, a PDF, a
+// JSON) starts with its PDF, PDF_PAGES being the first phase.
+func TestExampleBatchStartsFirstPhase(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, hanging)
 	env.PutObject(t, exampleManifestKey, []byte(exampleManifest))
@@ -118,15 +120,15 @@ func TestExampleBatchMovesToTIFFConversion(t *testing.T) {
 	require.Equal(t, map[string]any{"batch_id": exampleBatchID, "status": "PENDING"}, out)
 
 	st := env.AwaitStatus(t, exampleBatchID, launched)
-	require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
+	require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 	require.Equal(t, service.Progress{TasksTotal: 1}, st.Progress)
-	require.Equal(t, []service.PhaseProgress{{Phase: "TIFF_CONVERSION", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
+	require.Equal(t, []service.PhaseProgress{{Phase: "PDF_PAGES", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
 	require.Nil(t, st.Error)
 	require.Nil(t, st.CompletedAt)
 	require.False(t, st.StartedAt.IsZero())
 
 	// Generation 0 keeps the manifest's order and each directory's config;
-	// the one task points at the TIFF.
+	// the one task points at the PDF.
 	ctx := context.Background()
 	rows, err := env.Pool.Query(ctx, `SELECT ordinal, directory_path, r2_key, processing_config->>'ocr', coalesce(cid, '')
 		FROM files WHERE batch_id = $1 AND generation = 0 ORDER BY ordinal`, exampleBatchID)
@@ -152,8 +154,8 @@ func TestExampleBatchMovesToTIFFConversion(t *testing.T) {
 	var taskID, taskKey, taskStatus string
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT t.id, f.r2_key, t.status FROM tasks t JOIN files f ON f.id = t.file_id WHERE t.batch_id = $1`,
 		exampleBatchID).Scan(&taskID, &taskKey, &taskStatus))
-	require.True(t, strings.HasPrefix(taskID, "tiff_"), taskID)
-	require.Equal(t, "staging/01K8RNKN488RQCG3YGG72QBZS5/images/photo1.tiff", taskKey)
+	require.True(t, strings.HasPrefix(taskID, "pdf_"), taskID)
+	require.Equal(t, "staging/01K8RNKN488RQCG3YGG72QBZS5/documents/report.pdf", taskKey)
 	require.Equal(t, string(phases.TaskProcessing), taskStatus)
 
 	// The launch is recorded just after the task is claimed: wait for it.
@@ -174,7 +176,7 @@ func TestRepeatSubmissionChangesNothing(t *testing.T) {
 	changed := strings.Replace(exampleMessage, "john.doe@arke.institute", "someone.else@arke.institute", 1)
 	code, out := postBatch(t, env, changed)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, map[string]any{"batch_id": exampleBatchID, "status": "TIFF_CONVERSION"}, out)
+	require.Equal(t, map[string]any{"batch_id": exampleBatchID, "status": "PDF_PAGES"}, out)
 
 	var uploader string
 	var starts, created int
@@ -338,7 +340,7 @@ func TestTransientStorageErrorIsRetried(t *testing.T) {
 	code, _ := postBatch(t, env, exampleMessage)
 	require.Equal(t, http.StatusAccepted, code)
 	st := env.AwaitStatus(t, exampleBatchID, notPending)
-	require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
+	require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 
 	var retries int
 	require.NoError(t, env.Pool.QueryRow(context.Background(),

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -101,7 +103,7 @@ func TestListBatches(t *testing.T) {
 		query string
 		msg   string
 	}{
-		{"UnknownStatus", "status=RUNNING", `status must be one of PENDING, TIFF_CONVERSION, IMAGE_PROCESSING, DONE, ERROR, got "RUNNING"`},
+		{"UnknownStatus", "status=RUNNING", `status must be one of ` + allStatuses() + `, got "RUNNING"`},
 		{"SinceNotRFC3339", "since=2026-03-01", `since must be an RFC 3339 time such as 2025-10-29T19:15:30Z, got "2026-03-01"`},
 		{"UntilNotRFC3339", "until=yesterday", `until must be an RFC 3339 time`},
 		{"SinceAfterUntil", "since=2026-03-02T00:00:00Z&until=2026-03-01T00:00:00Z", "since must be before until"},
@@ -120,4 +122,14 @@ func TestListBatches(t *testing.T) {
 			require.Contains(t, out["error"], "invalid batch listing: ")
 		})
 	}
+}
+
+// allStatuses lists every batch status as the listing's error names them:
+// PENDING, the registered phases, DONE, ERROR.
+func allStatuses() string {
+	var out []string
+	for _, st := range phases.Statuses() {
+		out = append(out, string(st))
+	}
+	return strings.Join(out, ", ")
 }

@@ -40,7 +40,7 @@ func TestEventsList(t *testing.T) {
 	require.Equal(t, []string{"batch.created", "phase.started", "task.launched"}, eventTypes(all.Events))
 	require.False(t, all.HasMore)
 	require.Equal(t, all.Events[2].ID, all.NextAfter)
-	require.Equal(t, "TIFF_CONVERSION", *all.Events[1].Phase)
+	require.Equal(t, "PDF_PAGES", *all.Events[1].Phase)
 	require.NotNil(t, all.Events[2].TaskID)
 	require.JSONEq(t, `{"uploader": "john.doe@arke.institute", "total_files": 3, "total_bytes": 3145728}`, string(all.Events[0].Data))
 

@@ -210,7 +210,7 @@ func TestRetryResumesErrorBatch(t *testing.T) {
 		code, body := retry(t, env, id, testenv.AdminToken)
 		require.Equal(t, http.StatusOK, code, "body: %s", body)
 		st = env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "PENDING" })
-		require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
+		require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 	})
 
 	t.Run("Refused", func(t *testing.T) {

@@ -19,8 +19,10 @@ func pdfFile() File {
 func TestPDFPhase(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, PDFPages, pdfPages{}.Spec().Name)
-	require.Equal(t, PDFPages, Next(TIFFConversion), "pages are split after TIFFs are converted")
-	require.Equal(t, ImageProcessing, Next(PDFPages), "and processed as images after")
+	require.Equal(t, PDFPages, First(), "PDFs are split first")
+	require.Equal(t, ImageProcessing, Next(TIFFConversion), "TIFF -> IMAGE stays a chunked transition")
+	_, work := NextWithWork(PDFPages, []File{{FileName: "a-p1.jpg", ContentType: "image/jpeg", Tags: []string{TagPDFPage}}})
+	require.Len(t, work, 1, "page JPEGs go on to IMAGE_PROCESSING")
 }
 
 func TestPDFDiscover(t *testing.T) {

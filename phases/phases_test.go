@@ -67,8 +67,8 @@ func TestRegistry(t *testing.T) {
 	for _, p := range All() {
 		names = append(names, p.Spec().Name)
 	}
-	require.Equal(t, []Name{TIFFConversion, PDFPages, ImageProcessing}, names)
-	require.Equal(t, TIFFConversion, First())
+	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing}, names)
+	require.Equal(t, PDFPages, First())
 	require.NoError(t, checkRegistry(All()))
 
 	tests := []struct {
@@ -77,8 +77,8 @@ func TestRegistry(t *testing.T) {
 		wantOK   bool
 		wantNext Name
 	}{
-		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: PDFPages},
-		{name: "PDFPages", phase: PDFPages, wantOK: true, wantNext: ImageProcessing},
+		{name: "PDFPages", phase: PDFPages, wantOK: true, wantNext: TIFFConversion},
+		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: ImageProcessing},
 		{name: "ImageProcessing", phase: ImageProcessing, wantOK: true, wantNext: ""},
 		{name: "Unknown", phase: "DONE", wantOK: false},
 		{name: "Empty", phase: "", wantOK: false},
@@ -174,7 +174,7 @@ func TestOfTask(t *testing.T) {
 
 func TestStatuses(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []BatchStatus{"PENDING", "TIFF_CONVERSION", "PDF_PAGES", "IMAGE_PROCESSING", "DONE", "ERROR"}, Statuses())
+	require.Equal(t, []BatchStatus{"PENDING", "PDF_PAGES", "TIFF_CONVERSION", "IMAGE_PROCESSING", "DONE", "ERROR"}, Statuses())
 	require.True(t, BatchDone.Terminal())
 	require.True(t, BatchError.Terminal())
 	require.False(t, ImageProcessing.Status().Terminal())
@@ -663,7 +663,8 @@ func TestNextWithWork(t *testing.T) {
 		wantPhase Name // "" means no phase
 		wantFiles []string
 	}{
-		{name: "EmptyFromMeansFirst", from: "", files: []File{pdf, tif, jpg}, wantPhase: TIFFConversion, wantFiles: []string{"scan.tif"}},
+		{name: "EmptyFromMeansFirst", from: "", files: []File{pdf, tif, jpg}, wantPhase: PDFPages, wantFiles: []string{"doc.pdf"}},
+		{name: "SplitPDFSkipsToTIFF", from: "", files: []File{splitPDF, tif, jpg}, wantPhase: TIFFConversion, wantFiles: []string{"scan.tif"}},
 		{name: "OnlyJPEGsSkipsTIFF", from: "", files: []File{jpg, png}, wantPhase: ImageProcessing, wantFiles: []string{"a.jpg", "b.png"}},
 		{name: "OnlyPDFs", from: "", files: []File{pdf, pdf}, wantPhase: PDFPages, wantFiles: []string{"doc.pdf", "doc.pdf"}},
 		{name: "SplitPDFsOnly", from: "", files: []File{splitPDF, splitPDF}, wantPhase: ""},

@@ -10,9 +10,16 @@ import (
 
 // registry is every phase, in pipeline order: the one list a new phase is
 // added to. A phase's Next is the phase after it here.
+//
+// PDF_PAGES and TIFF_CONVERSION feed only IMAGE_PROCESSING, not each other,
+// so either order gives the same files. PDF_PAGES goes first so that
+// IMAGE_PROCESSING stays TIFF_CONVERSION's next phase: a transition can
+// write the next generation in chunks, launching as it goes, only when the
+// phase right after it has work in the first files (jobs' phase_check), and
+// TIFF_CONVERSION -> IMAGE_PROCESSING is the large transition.
 var registry = []Phase{
-	tiffConversion{},
 	pdfPages{},
+	tiffConversion{},
 	imageProcessing{},
 }
 

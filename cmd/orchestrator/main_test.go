@@ -43,8 +43,8 @@ func TestUnknownCommand(t *testing.T) {
 
 // TestServeOnEmbeddedDefaults runs `orchestrator serve` as a newcomer would:
 // an empty database (migrated on start), no R2 settings (so the local S3
-// server starts), then spec 001's example batch goes from PENDING to
-// TIFF_CONVERSION.
+// server starts), then spec 001's example batch goes from PENDING to its
+// first phase, PDF_PAGES.
 func TestServeOnEmbeddedDefaults(t *testing.T) {
 	_, dbURL := dbtest.NewEmpty(t)
 	listen, s3Addr := freeAddr(t), freeAddr(t)
@@ -109,7 +109,7 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
+	require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 	require.Equal(t, map[string]int{"tasks_total": 1, "tasks_completed": 0, "tasks_failed": 0}, st.Progress)
 }
 

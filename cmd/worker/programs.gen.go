@@ -10,7 +10,7 @@ import (
 
 // programs runs each registered worker kind, in pipeline order.
 var programs = []program{
-	{kind: "tiff", phase: "TIFF_CONVERSION", title: "TIFF conversion", run: tiffworker.Run},
 	{kind: "pdf", phase: "PDF_PAGES", title: "PDF splitting into page JPEGs and text", run: pdfworker.Run},
+	{kind: "tiff", phase: "TIFF_CONVERSION", title: "TIFF conversion", run: tiffworker.Run},
 	{kind: "image", phase: "IMAGE_PROCESSING", title: "image processing", run: imageworker.Run},
 }
