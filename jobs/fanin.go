@@ -117,16 +117,3 @@ func InsertPhaseChecks(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.
 	}
 	return nil
 }
-
-// InsertPhaseCheck is InsertPhaseChecks for one phase.
-//
-// Deprecated: for the callback path until it calls InsertPhaseChecks.
-func InsertPhaseCheck(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], batchID, phase string) error {
-	return InsertPhaseChecks(ctx, tx, client, []PhaseRef{{BatchID: batchID, Phase: phase}})
-}
-
-// PendingPhaseChecksSQL is db.PhaseCheckPendingByTasksSQL.
-//
-// Deprecated: for the callback path until it sends
-// db.PhaseCheckPendingByTasksSQL itself.
-const PendingPhaseChecksSQL = db.PhaseCheckPendingByTasksSQL

@@ -18,6 +18,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/callbackcommit"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -34,11 +35,10 @@ type Service struct {
 	logger *slog.Logger
 	apps   map[phases.Name]string // phase -> Fly app, to destroy machines
 	// callbacks commits workers' callbacks in groups.
-	callbacks *callbackGroups
+	callbacks *callbackcommit.Committer
 	// hub wakes batch watches (Watch) on new events.
 	hub *eventHub
-	// metrics counts batches started and ended here and tasks ended by
-	// callbacks; nil counts nothing.
+	// metrics counts batches started and ended here; nil counts nothing.
 	metrics *metrics.Metrics
 }
 
@@ -49,13 +49,8 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	for name, p := range cfg.Phases {
 		apps[name] = p.FlyAppName
 	}
-	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m}
-	committers := cfg.CallbackCommitters
-	if committers <= 0 {
-		committers = config.DefaultCallbackCommitters
-	}
-	s.callbacks = &callbackGroups{svc: s, committers: committers}
-	return s
+	return &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
+		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, Logger: logger, Metrics: m})}
 }
 
 // Accepted is the answer to a batch submission.

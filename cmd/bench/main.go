@@ -16,6 +16,11 @@
 //     real S3 server and a fake ingest service (see e2e.go).
 //  4. workers: the workers' conversions against the vips CLI (workers.go).
 //
+// Baseline and ingest run in alternating pairs (-pairs, default 3: baseline,
+// ingest, baseline, ...), and the ratio reported is the median of the
+// pairs' ratios: a slow spell of the shared machine then weighs on both
+// sides of one pair, not on one side of the only one.
+//
 // -parts picks which to run (default all), e.g.
 //
 //	scripts/postgres.sh bench go run ./cmd/bench -parts e2e -out /tmp/b.md
@@ -67,10 +72,11 @@ func main() {
 	tasks := flag.Int("tasks", 10000, "ingest: tasks in the callback-ingest phase")
 	conns := flag.Int("conns", 32, "ingest: concurrent connections of the load generator")
 	seconds := flag.Int("pgbench-seconds", 20, "baseline: duration of the pgbench baseline")
+	pairs := flag.Int("pairs", 3, "baseline and ingest: runs of each, alternating (baseline, ingest, baseline, ...); the figures are their medians")
 	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
 	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
 	orchBin := flag.String("orchestrator", "", "e2e: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns (an A/B comparison)")
-	profileDir := flag.String("profile", "", "e2e: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during the load")
+	profileDir := flag.String("profile", "", "e2e: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
 	flag.Parse()
@@ -79,7 +85,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: BENCH_DATABASE_URL is not set; run it with `make bench`")
 		os.Exit(2)
 	}
-	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, workerRuns: *workerRuns,
+	if *pairs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -pairs must be at least 1")
+		os.Exit(2)
+	}
+	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
 		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir}}
 	for _, p := range strings.Split(*partsFlag, ",") {
 		p = strings.TrimSpace(p)
@@ -134,15 +144,14 @@ func main() {
 }
 
 type results struct {
-	parts       []string
-	pgVersion   string
-	baselineTPS float64
-	tasks       int
-	conns       int
-	seconds     int
-	ingestRate  float64
-	p50, p99    time.Duration
-	transition  time.Duration // from the last callback's answer to the phase's transition
+	parts     []string
+	pgVersion string
+	tasks     int
+	conns     int
+	seconds   int
+	pairs     int
+	baselines []float64   // pgbench TPS, one a run
+	ingests   []ingestRun // one a run; run i follows baseline i
 
 	e2eOpts e2eOptions
 	e2e     []e2eSize
@@ -151,7 +160,46 @@ type results struct {
 	workers    []workerFigure
 }
 
+// ingestRun is one callback-ingest run's figures.
+type ingestRun struct {
+	rate       float64 // callbacks/s
+	p50, p99   time.Duration
+	transition time.Duration // from the last callback's answer to the phase's transition
+}
+
 func (r *results) has(part string) bool { return slices.Contains(r.parts, part) }
+
+// ratios are each pair's callback ingest / baseline TPS.
+func (r *results) ratios() []float64 {
+	out := make([]float64, min(len(r.baselines), len(r.ingests)))
+	for i := range out {
+		out[i] = r.ingests[i].rate / r.baselines[i]
+	}
+	return out
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count), 0 for none.
+func median[T time.Duration | float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// medianOf is the median of one figure of the ingest runs.
+func medianOf[T time.Duration | float64](runs []ingestRun, figure func(ingestRun) T) T {
+	xs := make([]T, len(runs))
+	for i, run := range runs {
+		xs[i] = figure(run)
+	}
+	return median(xs)
+}
 
 func run(ctx context.Context, base string, r *results) error {
 	admin, err := pgx.Connect(ctx, base)
@@ -181,16 +229,26 @@ func run(ctx context.Context, base string, r *results) error {
 		defer cleanup()
 		r.e2eOpts.orchestrator = bin
 	}
-	if r.has("baseline") {
-		fmt.Fprintf(os.Stderr, "baseline: pgbench for %ds...\n", r.seconds)
-		if r.baselineTPS, err = pgbenchBaseline(ctx, admin, base, r.seconds); err != nil {
-			return fmt.Errorf("baseline: %w", err)
+	for i := range r.pairs {
+		if r.has("baseline") {
+			fmt.Fprintf(os.Stderr, "baseline %d/%d: pgbench for %ds...\n", i+1, r.pairs, r.seconds)
+			tps, err := pgbenchBaseline(ctx, admin, base, r.seconds)
+			if err != nil {
+				return fmt.Errorf("baseline: %w", err)
+			}
+			r.baselines = append(r.baselines, tps)
 		}
-	}
-	if r.has("ingest") {
-		fmt.Fprintf(os.Stderr, "callback ingest: %d callbacks over %d connections...\n", r.tasks, r.conns)
-		if err := callbackIngest(ctx, admin, base, r); err != nil {
-			return fmt.Errorf("callback ingest: %w", err)
+		if r.has("ingest") {
+			fmt.Fprintf(os.Stderr, "callback ingest %d/%d: %d callbacks over %d connections...\n", i+1, r.pairs, r.tasks, r.conns)
+			profile := ""
+			if dir := r.e2eOpts.profileDir; dir != "" {
+				profile = filepath.Join(dir, fmt.Sprintf("ingest-cpu-%d.pprof", i+1))
+			}
+			run, err := callbackIngest(ctx, admin, base, r.tasks, r.conns, profile)
+			if err != nil {
+				return fmt.Errorf("callback ingest: %w", err)
+			}
+			r.ingests = append(r.ingests, run)
 		}
 	}
 	if r.has("e2e") {
@@ -262,26 +320,29 @@ func pgbenchBaseline(ctx context.Context, admin *pgx.Conn, base string, seconds 
 	return strconv.ParseFloat(string(m[1]), 64)
 }
 
-// callbackIngest seeds one phase of processing tasks and posts all their
-// callbacks through the real HTTP API, with the real River workers running.
-func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *results) error {
+// callbackIngest seeds one phase of processing tasks (as many as tasks) and
+// posts all their callbacks through the real HTTP API over conns
+// connections, with the real River workers running. With profile set, it
+// writes a CPU profile of the load there.
+func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, conns int, profile string) (ingestRun, error) {
+	var run ingestRun
 	dbURL, err := freshDatabase(ctx, admin, base, "bench_ingest")
 	if err != nil {
-		return err
+		return run, err
 	}
 	pcfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return err
+		return run, err
 	}
 	pcfg.MaxConns = int32(config.DefaultDatabaseMaxConns) // as serve does
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return err
+		return run, err
 	}
 	defer pool.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if err := db.Migrate(ctx, pool, logger); err != nil {
-		return err
+		return run, err
 	}
 	cfg, err := config.Load(func(k string) (string, bool) {
 		v, ok := map[string]string{"R2_ENDPOINT": "http://127.0.0.1:1", "R2_ACCESS_KEY_ID": "x", "R2_SECRET_ACCESS_KEY": "x",
@@ -289,33 +350,33 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 		return v, ok
 	})
 	if err != nil {
-		return err
+		return run, err
 	}
 	store, err := blob.NewS3(blob.S3Config{Endpoint: cfg.R2Endpoint, AccessKeyID: "x", SecretAccessKey: "x"})
 	if err != nil {
-		return err
+		return run, err
 	}
 	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Store: store, Compute: instantBackend{}, Config: cfg, Logger: logger},
 		jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond})
 	if err != nil {
-		return err
+		return run, err
 	}
 	if err := client.Start(ctx); err != nil {
-		return err
+		return run, err
 	}
 	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return run, err
 	}
 	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, cfg, logger, nil), Pool: pool, Logger: logger})}
 	go srv.Serve(ln) //nolint:errcheck
 	defer srv.Close()
 
 	const batchID, phase = "BENCH", "TIFF_CONVERSION"
-	ids, err := seedPhase(ctx, pool, batchID, phase, r.tasks)
+	ids, err := seedPhase(ctx, pool, batchID, phase, tasks)
 	if err != nil {
-		return err
+		return run, err
 	}
 
 	// The load: every success callback, conns at a time. Each connection is
@@ -336,19 +397,19 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 	latencies := make([]time.Duration, len(ids))
 	var failures sync.Map
 	var wg sync.WaitGroup
-	if dir := r.e2eOpts.profileDir; dir != "" {
-		f, err := os.Create(filepath.Join(dir, "ingest-cpu.pprof"))
+	if profile != "" {
+		f, err := os.Create(profile)
 		if err != nil {
-			return err
+			return run, err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+			return run, err
 		}
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	for range r.conns {
+	for range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -380,37 +441,37 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, r *result
 	var failed []string
 	failures.Range(func(k, v any) bool { failed = append(failed, fmt.Sprintf("%v: %v", k, v)); return len(failed) < 5 })
 	if len(failed) > 0 {
-		return fmt.Errorf("callbacks failed, e.g. %s", strings.Join(failed, "; "))
+		return run, fmt.Errorf("callbacks failed, e.g. %s", strings.Join(failed, "; "))
 	}
-	r.ingestRate = float64(len(ids)) / elapsed.Seconds()
+	run.rate = float64(len(ids)) / elapsed.Seconds()
 	slices.Sort(latencies)
-	r.p50, r.p99 = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
+	run.p50, run.p99 = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
 
 	// Every callback applied, and the phase transitioned exactly once.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var status string
 		if err := pool.QueryRow(ctx, "SELECT status FROM batches WHERE id = $1", batchID).Scan(&status); err != nil {
-			return err
+			return run, err
 		}
 		if status != phase {
-			r.transition = time.Since(lastAnswer)
+			run.transition = time.Since(lastAnswer)
 			break
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the phase did not transition within 2 minutes of the last callback")
+			return run, errors.New("the phase did not transition within 2 minutes of the last callback")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	var completed, transitions int
 	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM tasks WHERE batch_id = $1 AND phase = $2 AND status = 'completed'),
 		(SELECT count(*) FROM batch_events WHERE batch_id = $1 AND phase = $2 AND type = 'phase.completed')`, batchID, phase).Scan(&completed, &transitions); err != nil {
-		return err
+		return run, err
 	}
 	if completed != len(ids) || transitions != 1 {
-		return fmt.Errorf("%d of %d callbacks applied, phase transitioned %d times", completed, len(ids), transitions)
+		return run, fmt.Errorf("%d of %d callbacks applied, phase transitioned %d times", completed, len(ids), transitions)
 	}
-	return nil
+	return run, nil
 }
 
 // seedPhase makes a batch in phase with n files and n processing tasks whose
@@ -517,17 +578,43 @@ func (instantBackend) Destroy(context.Context, string, string) error { return ni
 func (r *results) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-44s %14s\n", "figure", "value")
+	// With several runs, each figure of the baseline and ingest parts is the
+	// median of its runs, and the runs are listed.
 	if r.has("baseline") {
-		fmt.Fprintf(&b, "%-44s %14.0f\n", "baseline: pgbench single-row UPDATE, TPS", r.baselineTPS)
+		fmt.Fprintf(&b, "%-44s %14.0f\n", "baseline: pgbench single-row UPDATE, TPS", median(r.baselines))
 	}
 	if r.has("ingest") {
-		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("callback ingest (%d, %d conns), callbacks/s", r.tasks, r.conns), r.ingestRate)
-		if r.has("baseline") {
-			fmt.Fprintf(&b, "%-44s %13.2fx\n", "callback ingest / baseline", r.ingestRate/r.baselineTPS)
+		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("callback ingest (%d, %d conns), callbacks/s", r.tasks, r.conns),
+			medianOf(r.ingests, func(x ingestRun) float64 { return x.rate }))
+	}
+	switch {
+	case r.has("baseline") && r.has("ingest"):
+		label := "callback ingest / baseline"
+		if r.pairs > 1 {
+			label += fmt.Sprintf(", median of %d", r.pairs)
 		}
-		fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p50", r.p50.Round(10*time.Microsecond))
-		fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p99", r.p99.Round(10*time.Microsecond))
-		fmt.Fprintf(&b, "%-44s %14s\n", "last callback -> phase transition", r.transition.Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-44s %13.2fx\n", label, median(r.ratios()))
+		for i, ratio := range r.ratios() {
+			if r.pairs > 1 {
+				fmt.Fprintf(&b, "%-44s %13.2fx\n", fmt.Sprintf("  pair %d: %.0f TPS, %.0f callbacks/s", i+1, r.baselines[i], r.ingests[i].rate), ratio)
+			}
+		}
+	case r.has("baseline") && r.pairs > 1:
+		for i, tps := range r.baselines {
+			fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("  run %d, TPS", i+1), tps)
+		}
+	case r.has("ingest") && r.pairs > 1:
+		for i, run := range r.ingests {
+			fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("  run %d, callbacks/s", i+1), run.rate)
+		}
+	}
+	if r.has("ingest") {
+		p50 := medianOf(r.ingests, func(x ingestRun) time.Duration { return x.p50 })
+		p99 := medianOf(r.ingests, func(x ingestRun) time.Duration { return x.p99 })
+		transition := medianOf(r.ingests, func(x ingestRun) time.Duration { return x.transition })
+		fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p50", p50.Round(10*time.Microsecond))
+		fmt.Fprintf(&b, "%-44s %14s\n", "callback latency p99", p99.Round(10*time.Microsecond))
+		fmt.Fprintf(&b, "%-44s %14s\n", "last callback -> phase transition", transition.Round(time.Millisecond))
 	}
 	if r.has("e2e") {
 		b.WriteString(e2eTable(r.e2e))
@@ -569,6 +656,14 @@ Parts run: %s.
   before the clock starts (Go's net/http client took about a third of a core at
   this rate). Timed: from the first request to the last answer.
 `, r.tasks, r.conns)
+	}
+	if r.pairs > 1 && (r.has("baseline") || r.has("ingest")) {
+		fmt.Fprintf(&b, `- **%d runs of each**, alternating: baseline, ingest, baseline, ingest, ... Each
+  figure above is the median of its runs, and the ingest / baseline ratio is the
+  median of the pairs' ratios (each pair is a baseline and the ingest run right
+  after it), so that a slow spell of the shared machine weighs on both sides of
+  one pair.
+`, r.pairs)
 	}
 	if r.has("e2e") {
 		b.WriteString(e2eMarkdown(r.e2eOpts))
@@ -618,8 +713,12 @@ func (r *results) targets() string {
 		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s |", figure, target, got, verdict))
 	}
 	if r.has("baseline") && r.has("ingest") {
-		ratio := r.ingestRate / r.baselineTPS
-		row("callback ingest / baseline TPS", ">= 1.0x", fmt.Sprintf("%.2fx", ratio), ratio >= 1)
+		ratio := median(r.ratios())
+		figure := "callback ingest / baseline TPS"
+		if r.pairs > 1 {
+			figure += fmt.Sprintf(" (median of %d pairs)", r.pairs)
+		}
+		row(figure, ">= 1.0x", fmt.Sprintf("%.2fx", ratio), ratio >= 1)
 	}
 	if r.has("e2e") {
 		byFiles := map[int]e2eSummary{}

@@ -475,16 +475,6 @@ func checkJPEG(data []byte, w, h, slack int, full bool) error {
 	return nil
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
 // localStore is the object store the benchmark gives the workers in place
 // of R2: inputs are local files, and what the workers write is kept in
 // memory for checking. The transfers are subtracted from the worker's time

@@ -1,4 +1,4 @@
-package service
+package callbackcommit
 
 import (
 	"context"
@@ -28,16 +28,16 @@ import (
 // connection, their arguments encoded with the connection's type map.
 
 // groupStatements are the prepared statements of a group's pipeline, in the
-// order they are sent after BEGIN. PendingPhaseChecksSQL must be a
+// order they are sent after BEGIN. PhaseCheckPendingByTasksSQL must be a
 // statement of its own after the locks (its snapshot is taken under them)
 // and after the update (it looks at the phases of the tasks ended).
-var groupStatements = [...]string{lockBatchesSharedSQL, db.TaskCompleteManySQL, jobs.PendingPhaseChecksSQL}
+var groupStatements = [...]string{db.BatchLockSharedManySQL, db.TaskCompleteManySQL, db.PhaseCheckPendingByTasksSQL}
 
 // groupApplied is what a group's pipeline read: the tasks it ended, and
 // whether each phase concerned has an unfinished fan-in check.
 type groupApplied struct {
 	ended   []db.TaskCompleteManyRow
-	pending map[phaseKey]bool
+	pending map[jobs.PhaseRef]bool
 }
 
 // sendGroup runs a group's first round trip on conn, which it leaves in
@@ -109,10 +109,10 @@ func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyPa
 	}); err != nil {
 		return applied, fmt.Errorf("ending tasks: %w", err)
 	}
-	applied.pending = make(map[phaseKey]bool)
-	var k phaseKey
+	applied.pending = make(map[jobs.PhaseRef]bool)
+	var k jobs.PhaseRef
 	var pending bool
-	if err := readRows(p, m, []any{&k.batchID, &k.phase, &pending}, func() { applied.pending[k] = pending }); err != nil {
+	if err := readRows(p, m, []any{&k.BatchID, &k.Phase, &pending}, func() { applied.pending[k] = pending }); err != nil {
 		return applied, fmt.Errorf("looking for pending phase checks: %w", err)
 	}
 	return applied, readSync(p)

@@ -1,0 +1,398 @@
+// Package callbackcommit applies workers' callbacks to their tasks in
+// groups, one transaction a group, and answers each callback only once its
+// group has committed. It is the only place that batches callbacks: it owns
+// the grouping, the group's pipelined round trip, the COMMIT that rides
+// with the next group, and each callback's outcome.
+//
+// A callback is a tiny transaction, and at thousands a second the commit (a
+// WAL flush) dominates its cost: a commit per callback would cap throughput
+// well below what the database can do. So callbacks that arrive while
+// others are being committed queue up and are applied together. An idle
+// server commits a lone callback at once: there is no timer and no waiting
+// for a group to fill.
+package callbackcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+const (
+	// maxGroup bounds a group, and so a transaction's size and the wait of
+	// the first callback in it.
+	maxGroup = 256
+	// groupTimeout bounds one group's transaction. It is not the caller's
+	// context: a group serves many callers, and one that hangs up must not
+	// fail the others.
+	groupTimeout = 30 * time.Second
+)
+
+// Config configures a Committer.
+type Config struct {
+	// Pool provides the connections groups commit on. Required.
+	Pool *pgxpool.Pool
+	// River inserts the phases' fan-in checks; it need not be started.
+	// Required.
+	River *river.Client[pgx.Tx]
+	// Committers bounds the groups in flight; config.DefaultCallbackCommitters
+	// when not positive.
+	Committers int
+	// Logger logs each applied callback at debug level; nil logs nothing.
+	Logger *slog.Logger
+	// Metrics counts the tasks callbacks end; nil counts nothing.
+	Metrics *metrics.Metrics
+}
+
+// Committer applies callbacks in groups. Its goroutines live only while
+// there is work, so there is nothing to start or stop.
+type Committer struct {
+	pool       *pgxpool.Pool
+	river      *river.Client[pgx.Tx]
+	committers int
+	logger     *slog.Logger
+	metrics    *metrics.Metrics
+
+	mu      sync.Mutex
+	pending []*request
+	active  int // committer goroutines running
+}
+
+// New returns a Committer.
+func New(cfg Config) *Committer {
+	if cfg.Committers <= 0 {
+		cfg.Committers = config.DefaultCallbackCommitters
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, logger: cfg.Logger, metrics: cfg.Metrics}
+}
+
+// Callback is a worker's callback as far as it can be checked without the
+// database: its token hashed, its body parsed.
+type Callback struct {
+	BatchID, TaskID string
+	// TokenHash is the SHA-256 of the bearer token; nil when none was
+	// presented.
+	TokenHash []byte
+	// Status is the status the worker reports: completed or failed.
+	Status phases.TaskStatus
+	// Result is the body, kept as the task's result. A success's is checked
+	// here against its task's phase.
+	Result []byte
+	// Error is the worker's message, for an error callback.
+	Error string
+	// Invalid says what is wrong with the body, or is empty. It is reported
+	// only after the task and token have been checked, so that an
+	// unauthenticated caller learns nothing from it.
+	Invalid string
+}
+
+// Refusal is why a callback was not applied.
+type Refusal int
+
+const (
+	// NotRefused: the callback was applied, or repeats the one that was.
+	NotRefused Refusal = iota
+	// UnknownTask: the batch the callback names has no such task.
+	UnknownTask
+	// BadToken: the token is missing, or not the task's.
+	BadToken
+	// InvalidBody: the body is malformed, does not fit the task's phase, or
+	// cannot be stored.
+	InvalidBody
+	// TaskEnded: the task had ended some other way (it timed out, or its
+	// batch was reset or failed). The refusal is recorded as a
+	// callback.rejected event, and the task does not change.
+	TaskEnded
+)
+
+// Outcome is what became of a callback, once its group has committed.
+type Outcome struct {
+	Refusal Refusal
+	// Reason says why a callback was refused, e.g. "task X already timed
+	// out".
+	Reason string
+	// Status is the task's status after a callback that was not refused.
+	Status phases.TaskStatus
+	// Duplicate is true when the task had already been ended by a callback:
+	// nothing changed.
+	Duplicate bool
+}
+
+// Apply queues cb with the next group and returns its outcome once that
+// group has committed. Callbacks are checked in the order a caller is
+// answered: the task, the token, the body, then how the task ended.
+//
+// An error means the callback's group failed, or ctx ended. A caller that
+// gives up still has its callback applied (or not) with its group; only
+// the answer is lost, and the worker's retry is then a harmless repeat.
+func (c *Committer) Apply(ctx context.Context, cb Callback) (Outcome, error) {
+	r := newRequest(cb)
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	if c.active < c.committers {
+		c.active++
+		go c.commitLoop()
+	}
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.out, r.err
+	case <-ctx.Done():
+		return Outcome{}, ctx.Err()
+	}
+}
+
+// request is one callback waiting for its group's commit.
+type request struct {
+	Callback
+	plausible bool // see plausible
+
+	// Set by the group before done is closed.
+	out  Outcome
+	err  error
+	done chan struct{}
+}
+
+// newRequest prepares cb for a group on the caller's goroutine: the less a
+// committer does, the sooner it sends the next group.
+func newRequest(cb Callback) *request {
+	r := &request{Callback: cb, done: make(chan struct{})}
+	r.plausible = plausible(r)
+	return r
+}
+
+// commitLoop commits groups until none is waiting, then exits.
+//
+// A group's transaction stays open after its statements have run while
+// the next group is taken: if one is waiting, the COMMIT goes with its
+// statements, in one round trip on the same connection (sendGroup);
+// otherwise it is sent at once. So a lone callback still waits for nothing.
+func (c *Committer) commitLoop() {
+	var open *openGroup
+	for {
+		group := c.take(open != nil)
+		switch {
+		case group != nil:
+			open = c.run(open, group)
+		case open != nil:
+			c.commitOpen(open)
+			open = nil
+		default:
+			return
+		}
+	}
+}
+
+// take takes the next group off the queue. When none is waiting it
+// returns nil, and unless the caller still holds an open group, counts
+// the caller's committer out.
+func (c *Committer) take(holding bool) []*request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 {
+		if !holding {
+			c.active--
+		}
+		return nil
+	}
+	n := min(len(c.pending), maxGroup)
+	group := make([]*request, n)
+	copy(group, c.pending)
+	// Shift rather than reslice, so the queue's array does not grow
+	// without bound under steady load.
+	rest := copy(c.pending, c.pending[n:])
+	clear(c.pending[rest:])
+	c.pending = c.pending[:rest]
+	return group
+}
+
+// openGroup is a group whose statements have run, and whose transaction is
+// open on conn.
+type openGroup struct {
+	group     []*request
+	decisions []decision
+	conn      *pgxpool.Conn
+	tx        *pipelinedTx
+	ctx       context.Context // bounds the group's work (groupTimeout)
+	cancel    context.CancelFunc
+}
+
+// release returns the group's connection to the pool. It is released
+// last: the pool closes a connection left inside a transaction rather
+// than hand it out again.
+func (o *openGroup) release() {
+	o.conn.Release()
+	o.cancel()
+}
+
+// commitOpen commits an open group alone, and answers it.
+func (c *Committer) commitOpen(o *openGroup) {
+	c.answer(o.group, o.decisions, o.tx.Commit(o.ctx))
+	o.release()
+}
+
+// run applies group in a transaction of its own and returns it open, or
+// returns nil once the group has been answered because it failed. When
+// prev is not nil, its COMMIT is sent first, in the same round trip, on
+// its connection, which the group then keeps; prev is answered as soon as
+// its COMMIT is done.
+//
+// A group that fails as a whole because of its data or a deadlock is
+// applied again one callback at a time (retryAlone), so that one bad
+// callback fails alone.
+func (c *Committer) run(prev *openGroup, group []*request) *openGroup {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	o := &openGroup{group: group, ctx: ctx, cancel: cancel}
+	var commitPrev func(error)
+	inherited := prev != nil
+	if inherited {
+		o.conn = prev.conn
+		commitPrev = func(err error) {
+			// Cleared first, so that whatever happens while answering,
+			// prev is answered once.
+			p := prev
+			prev = nil
+			defer p.cancel()
+			c.answer(p.group, p.decisions, err)
+		}
+	} else {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			cancel()
+			c.answer(group, nil, err)
+			return nil
+		}
+		o.conn = conn
+	}
+	err := c.apply(o, commitPrev)
+	if prev != nil {
+		// Only a panic gets here: whether prev's COMMIT was sent is not
+		// known, and its transaction rolls back with the group's. (%v: the
+		// group's error is not prev's to unwrap.)
+		commitPrev(fmt.Errorf("callbacks not committed: %v", err))
+	}
+	if err == nil {
+		return o
+	}
+	o.tx.Rollback(ctx) //nolint:errcheck // the group's error is the one to report
+	if badStatement(err) {
+		// The connection's prepared statements are gone or stale (a
+		// DISCARD, a schema change): a new connection prepares them anew.
+		o.conn.Conn().Close(ctx) //nolint:errcheck // the pool drops it either way
+	}
+	closed := o.conn.Conn().IsClosed()
+	o.release()
+	if inherited && closed {
+		// The connection the previous group left died under this one, or
+		// was dropped for its statements. This group's transaction never
+		// committed, so it runs again, on a connection of its own.
+		return c.run(nil, group)
+	}
+	if len(group) > 1 && retryAlone(err) {
+		for _, r := range group {
+			if one := c.run(nil, []*request{r}); one != nil {
+				c.commitOpen(one)
+			}
+		}
+		return nil
+	}
+	c.answer(group, nil, err)
+	return nil
+}
+
+// apply runs applyGroup for o. A panic in it becomes the group's error: it
+// runs on a goroutine of its own, where a panic would otherwise take the
+// whole server down rather than one request.
+func (c *Committer) apply(o *openGroup, commitPrev func(error)) (err error) {
+	o.tx = &pipelinedTx{conn: o.conn.Conn()}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("applying callbacks: panic: %v", p)
+		}
+	}()
+	o.tx, o.decisions, err = c.applyGroup(o.ctx, o.conn.Conn(), o.group, commitPrev)
+	return err
+}
+
+// answer answers a group's requests, with their decisions, or with err
+// when the group failed (or its COMMIT did). Every request is answered
+// before anything else is done.
+func (c *Committer) answer(group []*request, decisions []decision, err error) {
+	refused := storageRefusal(err)
+	for i, r := range group {
+		switch {
+		case refused != nil:
+			r.out = *refused
+		case err != nil:
+			r.err = err
+		default:
+			r.out = decisions[i].Outcome
+		}
+		close(r.done)
+	}
+	if err != nil {
+		return
+	}
+	for i, d := range decisions {
+		if d.applied {
+			// Committed: counted once, by the callback that ended the task.
+			c.metrics.TasksFinished(d.phase, taskOutcome(d.Status), 1)
+			c.logger.Debug("callback applied", "batch_id", group[i].BatchID, "task_id", group[i].TaskID, "phase", d.phase, "status", d.Status)
+		}
+	}
+}
+
+// storageRefusal turns the database's refusal of a body it cannot store
+// (jsonb rejects some escapes Go's JSON accepts, such as a lone surrogate
+// "\ud800") into the refusal of the callback that carried it, or returns
+// nil for any other error.
+func storageRefusal(err error) *Outcome {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UntranslatableCharacter || pgErr.Code == pgerrcode.InvalidTextRepresentation) {
+		return &Outcome{Refusal: InvalidBody, Reason: "the body cannot be stored: " + pgErr.Message}
+	}
+	return nil
+}
+
+// taskOutcome is the metrics outcome of a task status a callback set.
+func taskOutcome(status phases.TaskStatus) string {
+	if status == phases.TaskCompleted {
+		return metrics.TaskCompleted
+	}
+	return metrics.TaskFailed
+}
+
+// badStatement tells whether err says that a prepared statement of the
+// connection no longer exists or no longer fits its tables.
+func badStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.InvalidSQLStatementName || pgErr.Code == pgerrcode.FeatureNotSupported)
+}
+
+// retryAlone tells whether a group's failure may be one member's doing, or
+// chance, so that applying the members one by one is worth it: data the
+// database refused (class 22) or a deadlock or serialization failure
+// (class 40). Anything else (the database unreachable, a timeout) would
+// only fail again, once per member, so the whole group fails at once.
+func retryAlone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "40"))
+}

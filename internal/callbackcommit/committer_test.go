@@ -1,0 +1,401 @@
+package callbackcommit
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+const testPhase = "TIFF_CONVERSION"
+
+// newCommitter returns a Committer on a fresh database with one batch in
+// TIFF_CONVERSION and n processing tasks tiff_t000, tiff_t001, ... whose
+// callback tokens are token(id).
+func newCommitter(t *testing.T, batchID string, n int) (*Committer, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	// An insert-only River client: no job is worked here, so the phase_check
+	// a group enqueues stays visible.
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	q := db.New(pool)
+	_, err = q.BatchInsert(ctx, db.BatchInsertParams{ID: batchID, Uploader: "test", QueueMessage: []byte(`{}`)})
+	require.NoError(t, err)
+	_, err = q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: testPhase})
+	require.NoError(t, err)
+	files := make([]db.FileInsertManyParams, n)
+	for i := range files {
+		name := fmt.Sprintf("f%03d.tif", i)
+		files[i] = db.FileInsertManyParams{BatchID: batchID, Ordinal: int32(i), DirectoryPath: "/", R2Key: "staging/" + name,
+			LogicalPath: "/" + name, FileName: name, FileSize: 10, ContentType: "image/tiff",
+			ProcessingConfig: []byte(`{}`), PreprocessorTags: []string{}}
+	}
+	_, err = q.FileInsertMany(ctx, files)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO tasks (id, batch_id, phase, file_id, status, attempt, machine_id, token_hash, launched_at, deadline)
+		SELECT 'tiff_t' || lpad(ordinal::text, 3, '0'), batch_id, $2, id, 'processing', 1, 'm' || ordinal,
+			sha256(convert_to('tok-tiff_t' || lpad(ordinal::text, 3, '0'), 'UTF8')), now(), now() + interval '1 hour'
+		FROM files WHERE batch_id = $1`, batchID, testPhase)
+	require.NoError(t, err)
+	return New(Config{Pool: pool, River: rc}), pool
+}
+
+func token(taskID string) string { return "tok-" + taskID }
+
+// callback is a callback for taskID presenting tok ("" for none) with
+// status and body; invalid is what the caller found wrong with the body.
+func callback(batchID, taskID, tok string, status phases.TaskStatus, body, invalid string) Callback {
+	cb := withToken(Callback{BatchID: batchID, TaskID: taskID, Status: status, Result: []byte(body), Invalid: invalid}, tok)
+	if status == phases.TaskFailed {
+		cb.Error = "corrupt TIFF"
+	}
+	return cb
+}
+
+// success is taskID's worker reporting a valid TIFF conversion, with the
+// task's token.
+func success(batchID, taskID string) Callback {
+	return callback(batchID, taskID, token(taskID), phases.TaskCompleted,
+		fmt.Sprintf(`{"status":"success","output_r2_key":"staging/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`, taskID, taskID), "")
+}
+
+// withToken is cb presenting tok instead ("" for none).
+func withToken(cb Callback, tok string) Callback {
+	cb.TokenHash = nil
+	if tok != "" {
+		sum := sha256.Sum256([]byte(tok))
+		cb.TokenHash = sum[:]
+	}
+	return cb
+}
+
+// requests prepares callbacks as Apply does.
+func requests(cbs ...Callback) []*request {
+	group := make([]*request, len(cbs))
+	for i, cb := range cbs {
+		group[i] = newRequest(cb)
+	}
+	return group
+}
+
+// commitInTurn commits groups one after another as commitLoop does under
+// load: each group's COMMIT goes with the next group's statements.
+func commitInTurn(c *Committer, groups ...[]*request) {
+	var open *openGroup
+	for _, group := range groups {
+		open = c.run(open, group)
+	}
+	if open != nil {
+		c.commitOpen(open)
+	}
+}
+
+// TestGroupOutcomes commits groups that mix every kind of callback,
+// including one whose body the database refuses, and checks that each gets
+// its own outcome and that the refused one fails alone.
+func TestGroupOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "GROUP"
+	c, pool := newCommitter(t, batch, 10)
+	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 'tiff_t005'`)
+	require.NoError(t, err)
+
+	// Valid JSON that jsonb rejects (a lone surrogate): it fails the group's
+	// transaction, which is then applied callback by callback.
+	poison := `{"status":"success","output_r2_key":"staging/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`
+	group := requests(
+		success(batch, "tiff_t000"),
+		callback(batch, "tiff_t001", token("tiff_t001"), phases.TaskCompleted, poison, ""),
+		success(batch, "tiff_t000"), // a repeat in the same group
+		withToken(success(batch, "tiff_t002"), "wrong"),
+		withToken(success(batch, "tiff_t002"), ""),
+		success(batch, "tiff_t999"),
+		success("OTHER", "tiff_t003"), // the task is not this batch's
+		callback(batch, "tiff_t004", token("tiff_t004"), phases.TaskFailed, `{"status":"error","error":"corrupt TIFF"}`, ""),
+		success(batch, "tiff_t005"), // timed out already
+		callback(batch, "tiff_t006", token("tiff_t006"), phases.TaskCompleted, `{"status":"success","output_file_size":5}`, ""),
+		callback(batch, "tiff_t007", token("tiff_t007"), "", "", `status must be "success" or "error", got "maybe"`),
+	)
+	// A group that commits as one (the one above was applied callback by
+	// callback once the poison failed it): a stray caller's wrong token or
+	// batch does not shadow the worker's callback behind it, and a repeat
+	// of an applied callback is a duplicate.
+	group2 := requests(
+		withToken(success(batch, "tiff_t008"), token("tiff_t000")),
+		success(batch, "tiff_t008"),
+		success("OTHER", "tiff_t009"),
+		success(batch, "tiff_t009"),
+		success(batch, "tiff_t008"),
+	)
+	// The worker of the task whose body was refused tries again; its group
+	// carries group2's COMMIT.
+	group3 := requests(success(batch, "tiff_t001"))
+	commitInTurn(c, group, group2, group3)
+	group = append(group, group2...)
+	group = append(group, group3...)
+
+	got := make([]Outcome, len(group))
+	for i, r := range group {
+		<-r.done
+		require.NoError(t, r.err, "callback %d", i)
+		got[i] = r.out
+	}
+	// Reasons worded by the database and the phase: checked in part.
+	for i, part := range map[int]string{1: "the body cannot be stored: ", 9: "output_r2_key"} {
+		require.Contains(t, got[i].Reason, part)
+		got[i].Reason = ""
+	}
+	require.Equal(t, []Outcome{
+		{Status: phases.TaskCompleted},
+		{Refusal: InvalidBody},
+		{Status: phases.TaskCompleted, Duplicate: true},
+		{Refusal: BadToken, Reason: "wrong callback token for task tiff_t002"},
+		{Refusal: BadToken, Reason: "missing bearer token"},
+		{Refusal: UnknownTask, Reason: "task tiff_t999 of batch GROUP"},
+		{Refusal: UnknownTask, Reason: "task tiff_t003 of batch OTHER"},
+		{Status: phases.TaskFailed},
+		{Refusal: TaskEnded, Reason: "task tiff_t005 already timed out"},
+		{Refusal: InvalidBody},
+		{Refusal: InvalidBody, Reason: `status must be "success" or "error", got "maybe"`},
+
+		{Refusal: BadToken, Reason: "wrong callback token for task tiff_t008"},
+		{Status: phases.TaskCompleted},
+		{Refusal: UnknownTask, Reason: "task tiff_t009 of batch OTHER"},
+		{Status: phases.TaskCompleted},
+		{Status: phases.TaskCompleted, Duplicate: true},
+
+		{Status: phases.TaskCompleted},
+	}, got)
+
+	rows, err := pool.Query(ctx, `SELECT id, status, coalesce(error, ''), coalesce(ended_by, '') FROM tasks ORDER BY id`)
+	require.NoError(t, err)
+	states, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var id, status, msg, endedBy string
+		err := r.Scan(&id, &status, &msg, &endedBy)
+		return fmt.Sprintf("%s %s %q %s", id, status, msg, endedBy), err
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`tiff_t000 completed "" callback`,
+		`tiff_t001 completed "" callback`,
+		`tiff_t002 processing "" `,
+		`tiff_t003 processing "" `,
+		`tiff_t004 failed "corrupt TIFF" callback`,
+		`tiff_t005 failed "Task timed out after 1.0s" timeout`,
+		`tiff_t006 processing "" `,
+		`tiff_t007 processing "" `,
+		`tiff_t008 completed "" callback`,
+		`tiff_t009 completed "" callback`,
+	}, states)
+
+	rows, err = pool.Query(ctx, `SELECT type || ' ' || task_id || ' ' || data::text FROM batch_events WHERE batch_id = $1 ORDER BY task_id, type`, batch)
+	require.NoError(t, err)
+	events, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`task.completed tiff_t000 {}`,
+		`task.completed tiff_t001 {}`,
+		`task.failed tiff_t004 {"error": "corrupt TIFF"}`,
+		`callback.rejected tiff_t005 {"reason": "task tiff_t005 already timed out", "reported": "completed"}`,
+		`task.completed tiff_t008 {}`,
+		`task.completed tiff_t009 {}`,
+	}, events)
+
+	var checks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, batch).Scan(&checks))
+	require.Equal(t, 1, checks, "one fan-in check for the phase")
+}
+
+// TestCommitRidesWithNextGroup follows a group whose COMMIT is sent with
+// the next group's statements: it is answered only once its change can be
+// seen by others, and the next group's change is not seen before its own
+// commit.
+func TestCommitRidesWithNextGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "RIDE"
+	c, pool := newCommitter(t, batch, 3)
+	status := func(id string) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM tasks WHERE id = $1`, id).Scan(&s))
+		return s
+	}
+	answered := func(group []*request) bool {
+		select {
+		case <-group[0].done:
+			return true
+		default:
+			return false
+		}
+	}
+	first := requests(success(batch, "tiff_t000"))
+	second := requests(success(batch, "tiff_t001"))
+
+	open := c.run(nil, first)
+	require.NotNil(t, open)
+	defer func() {
+		if t.Failed() { // let the database go
+			open.tx.Rollback(ctx) //nolint:errcheck // the test has failed already
+			open.release()
+		}
+	}()
+	require.False(t, answered(first), "answered before its commit")
+	require.Equal(t, "processing", status("tiff_t000"))
+
+	open = c.run(open, second)
+	require.NotNil(t, open)
+	require.True(t, answered(first), "not answered once its COMMIT was done")
+	require.NoError(t, first[0].err)
+	require.Equal(t, "completed", status("tiff_t000"))
+	require.False(t, answered(second))
+	require.Equal(t, "processing", status("tiff_t001"))
+
+	c.commitOpen(open)
+	require.True(t, answered(second))
+	require.NoError(t, second[0].err)
+	require.Equal(t, "completed", status("tiff_t001"))
+	require.Equal(t, "processing", status("tiff_t002"))
+}
+
+// TestAnsweredAfterCommit: sendGroup reports the previous group's COMMIT
+// only once others can see its change.
+func TestAnsweredAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "AFTER"
+	c, pool := newCommitter(t, batch, 2)
+	open := c.run(nil, requests(success(batch, "tiff_t000")))
+	require.NotNil(t, open)
+	defer open.release()
+	next := success(batch, "tiff_t001")
+	params := db.TaskCompleteManyParams{IDs: []string{next.TaskID}, BatchIDs: []string{batch}, Statuses: []string{string(next.Status)},
+		Results: []string{string(next.Result)}, Errors: []string{""}, TokenHashes: [][]byte{next.TokenHash}}
+	var seen string
+	calls := 0
+	applied, err := sendGroup(ctx, open.conn.Conn(), params, []string{batch}, func(err error) {
+		calls++
+		require.NoError(t, err)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM tasks WHERE id = 'tiff_t000'`).Scan(&seen))
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, calls)
+	require.Equal(t, "completed", seen, "the previous group was reported before its commit")
+	require.Len(t, applied.ended, 1)
+	require.NoError(t, (&pipelinedTx{conn: open.conn.Conn()}).Commit(ctx))
+}
+
+// TestGroupSurvivesDeadConnection: the connection an open group leaves
+// dies before the next group's round trip. The open group is answered with
+// the error (its change is gone); the next group runs again on a
+// connection of its own.
+func TestGroupSurvivesDeadConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "DEAD"
+	c, pool := newCommitter(t, batch, 2)
+	first := requests(success(batch, "tiff_t000"))
+	second := requests(success(batch, "tiff_t001"))
+	open := c.run(nil, first)
+	require.NotNil(t, open)
+	var killed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, open.conn.Conn().PgConn().PID()).Scan(&killed))
+	require.True(t, killed)
+
+	open = c.run(open, second)
+	<-first[0].done
+	require.Error(t, first[0].err)
+	require.NotNil(t, open, "the next group failed with its predecessor's connection")
+	c.commitOpen(open)
+	<-second[0].done
+	require.NoError(t, second[0].err)
+	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, taskStatuses(t, pool))
+}
+
+// TestFailedCommitSparesNextGroup fails a group's COMMIT (a deferred
+// trigger refuses it) while it rides with the next group's statements: the
+// group is answered with the error and its change is gone, while the next
+// group is applied and commits.
+func TestFailedCommitSparesNextGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const batch = "REFUSE"
+	c, pool := newCommitter(t, batch, 2)
+	_, err := pool.Exec(ctx, `
+		CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+		CREATE CONSTRAINT TRIGGER refuse AFTER UPDATE ON tasks DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW WHEN (NEW.id = 'tiff_t000') EXECUTE FUNCTION refuse()`)
+	require.NoError(t, err)
+	first := requests(success(batch, "tiff_t000"))
+	second := requests(success(batch, "tiff_t001"))
+	commitInTurn(c, first, second)
+
+	<-first[0].done
+	require.ErrorContains(t, first[0].err, "refused at commit")
+	<-second[0].done
+	require.NoError(t, second[0].err)
+	require.Equal(t, []string{"tiff_t000 processing", "tiff_t001 completed"}, taskStatuses(t, pool))
+}
+
+// taskStatuses lists every task as "id status", by id.
+func taskStatuses(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id || ' ' || status FROM tasks ORDER BY id`)
+	require.NoError(t, err)
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return states
+}
+
+// TestApplyConcurrent applies many callbacks at once, each task's twice:
+// every task ends exactly once, with one event, and every callback is
+// applied or a duplicate (the second of each pair).
+func TestApplyConcurrent(t *testing.T) {
+	t.Parallel()
+	const batch, n = "MANY", 300
+	c, pool := newCommitter(t, batch, n)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	outcomes := make([]Outcome, 2*n)
+	errs := make([]error, 2*n)
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outcomes[i], errs[i] = c.Apply(ctx, success(batch, fmt.Sprintf("tiff_t%03d", i%n)))
+		}()
+	}
+	wg.Wait()
+	dups := 0
+	for i := range 2 * n {
+		require.NoError(t, errs[i])
+		require.Equal(t, NotRefused, outcomes[i].Refusal)
+		require.Equal(t, phases.TaskCompleted, outcomes[i].Status)
+		if outcomes[i].Duplicate {
+			dups++
+		}
+	}
+	require.Equal(t, n, dups, "one of each pair is the repeat")
+	var completed, events, checks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM tasks WHERE status = 'completed' AND ended_by = 'callback'),
+		(SELECT count(*) FROM batch_events WHERE type = 'task.completed'),
+		(SELECT count(*) FROM river_job WHERE kind = 'phase_check')`).Scan(&completed, &events, &checks))
+	require.Equal(t, n, completed)
+	require.Equal(t, n, events)
+	require.Equal(t, 1, checks)
+}

@@ -1,0 +1,202 @@
+package callbackcommit
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// decision is what a group decided for one of its callbacks; it is handed
+// to the request only once the group has committed.
+type decision struct {
+	Outcome
+	// applied is true for the callback that ended its task, whose phase
+	// this is; repeats and refusals are not applied.
+	applied bool
+	phase   string
+}
+
+// applyGroup applies a group of callbacks in a transaction it begins on
+// conn, and returns each one's decision; the caller commits (or rolls
+// back) the transaction it returns. When commitPrev is not nil, conn holds
+// the previous group's open transaction: applyGroup commits it first, in
+// the same round trip, and calls commitPrev with the outcome (see
+// sendGroup).
+//
+// Under the shared lock of every batch concerned (the fan-in guard: see
+// jobs.PhaseCheckWorker for why it makes the last callback's wake-up
+// impossible to lose), it ends the tasks of the callbacks that look valid,
+// with their events, in one statement that also checks their tokens and
+// batches; makes sure each phase touched has a pending fan-in check; and
+// explains the rest (unknown tasks, wrong tokens, bad bodies, repeats,
+// late callbacks).
+//
+// A group takes one round trip, so a body is checked before its task is
+// read: its phase comes from its task id (phases.OfTask). A callback
+// that fails a check is not sent; its task is read afterwards, so that the
+// answer follows the usual order (explain).
+func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*request, commitPrev func(error)) (*pipelinedTx, []decision, error) {
+	decisions := make([]decision, len(group))
+	var params db.TaskCompleteManyParams
+	// The request that tries to end a task with a batch and token. One
+	// task's callbacks with different batches or tokens are all tried (at
+	// most one can match): were only the first tried, a stray caller's
+	// wrong token would shadow the worker's callback behind it.
+	first := make(map[attempt]int)
+	for i, r := range group {
+		k := attemptOf(r)
+		if _, seen := first[k]; seen || !r.plausible {
+			continue // explained below
+		}
+		first[k] = i
+		params.IDs = append(params.IDs, r.TaskID)
+		params.BatchIDs = append(params.BatchIDs, r.BatchID)
+		params.Statuses = append(params.Statuses, string(r.Status))
+		params.Results = append(params.Results, string(r.Result))
+		params.Errors = append(params.Errors, r.Error)
+		params.TokenHashes = append(params.TokenHashes, r.TokenHash)
+	}
+
+	tx := &pipelinedTx{conn: conn}
+	applied, err := sendGroup(ctx, conn, params, batchIDsOf(group), commitPrev)
+	if err != nil {
+		return tx, nil, err
+	}
+
+	// Phases with an ended task and no pending check get one.
+	var checks []jobs.PhaseRef
+	ended := make(map[attempt]string, len(applied.ended)) // -> the task's phase
+	for _, e := range applied.ended {
+		ended[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e.Phase
+		if k := (jobs.PhaseRef{BatchID: e.BatchID, Phase: e.Phase}); !applied.pending[k] {
+			checks = append(checks, k)
+		}
+	}
+	if err := jobs.InsertPhaseChecks(ctx, tx, c.river, checks); err != nil {
+		return tx, nil, err
+	}
+
+	var unapplied []int
+	for i, r := range group {
+		k := attemptOf(r)
+		if phase, ok := ended[k]; ok && first[k] == i {
+			decisions[i] = decision{Outcome: Outcome{Status: r.Status}, applied: true, phase: phase}
+			continue
+		}
+		unapplied = append(unapplied, i)
+	}
+	if len(unapplied) == 0 {
+		return tx, decisions, nil
+	}
+	ids := make([]string, len(unapplied))
+	for j, i := range unapplied {
+		ids[j] = group[i].TaskID
+	}
+	q := db.New(tx)
+	now, err := q.TaskListForCallbacks(ctx, ids)
+	if err != nil {
+		return tx, nil, fmt.Errorf("reading tasks: %w", err)
+	}
+	current := make(map[string]db.TaskListForCallbacksRow, len(now))
+	for _, t := range now {
+		current[t.ID] = t
+	}
+	for _, i := range unapplied {
+		if decisions[i], err = explain(ctx, q, group[i], current); err != nil {
+			return tx, nil, err
+		}
+	}
+	return tx, decisions, nil
+}
+
+// attempt is what decides whether a callback can end its task: the task,
+// the batch its URL names, and the token presented.
+type attempt struct{ taskID, batchID, tokenHash string }
+
+func attemptOf(r *request) attempt { return attempt{r.TaskID, r.BatchID, string(r.TokenHash)} }
+
+// plausible tells whether a callback passes every check that needs no
+// database: a token, a well-formed body, and for a success, a result that
+// fits the phase its task id names.
+func plausible(r *request) bool {
+	if r.TokenHash == nil || r.Invalid != "" {
+		return false
+	}
+	phase := phases.OfTask(r.TaskID)
+	if phase == "" {
+		return false
+	}
+	return r.Status != phases.TaskCompleted || phases.ValidateResult(phase, r.Result) == nil
+}
+
+// explain decides for a callback that did not end its task, from the task
+// as it is now (current, by id), checking in the order a caller is
+// answered: the task, the token, the body, then how the task ended (a
+// repeat, or a late callback).
+func explain(ctx context.Context, q *db.Queries, r *request, current map[string]db.TaskListForCallbacksRow) (decision, error) {
+	refuse := func(why Refusal, format string, a ...any) (decision, error) {
+		return decision{Outcome: Outcome{Refusal: why, Reason: fmt.Sprintf(format, a...)}}, nil
+	}
+	t, ok := current[r.TaskID]
+	if !ok || t.BatchID != r.BatchID {
+		return refuse(UnknownTask, "task %s of batch %s", r.TaskID, r.BatchID)
+	}
+	if r.TokenHash == nil {
+		return refuse(BadToken, "missing bearer token")
+	}
+	if t.TokenHash == nil || subtle.ConstantTimeCompare(r.TokenHash, t.TokenHash) != 1 {
+		// A task ended by a timeout or reset keeps the hash of its last
+		// launch, so its late worker still authenticates and gets its 409.
+		return refuse(BadToken, "wrong callback token for task %s", r.TaskID)
+	}
+	if r.Invalid != "" {
+		return refuse(InvalidBody, "%s", r.Invalid)
+	}
+	if r.Status == phases.TaskCompleted {
+		if err := phases.ValidateResult(phases.Name(t.Phase), r.Result); err != nil {
+			return refuse(InvalidBody, "%s", err.Error())
+		}
+	}
+	return notApplied(ctx, q, r, t)
+}
+
+// notApplied decides for a callback whose task was no longer processing: a
+// repeat of the callback that ended it (no change), or a late one for a
+// task that timed out or was reset (refused and recorded: the rejection
+// event is kept although the callback fails).
+func notApplied(ctx context.Context, q *db.Queries, r *request, task db.TaskListForCallbacksRow) (decision, error) {
+	endedBy := ""
+	if task.EndedBy != nil {
+		endedBy = *task.EndedBy
+	}
+	if endedBy == "callback" {
+		return decision{Outcome: Outcome{Status: phases.TaskStatus(task.Status), Duplicate: true}}, nil
+	}
+	reason := fmt.Sprintf("task %s is %s", r.TaskID, task.Status)
+	switch endedBy {
+	case "timeout":
+		reason = fmt.Sprintf("task %s already timed out", r.TaskID)
+	case "reset":
+		reason = fmt.Sprintf("batch %s was reset or has failed", r.BatchID)
+	}
+	if err := q.EventRecord(ctx, db.Event{BatchID: r.BatchID, Type: db.EventCallbackRejected, Phase: task.Phase, TaskID: r.TaskID,
+		Data: map[string]any{"reason": reason, "reported": string(r.Status)}}); err != nil {
+		return decision{}, err
+	}
+	return decision{Outcome: Outcome{Refusal: TaskEnded, Reason: reason}}, nil
+}
+
+// batchIDsOf lists the batches of a group's callbacks.
+func batchIDsOf(group []*request) []string {
+	ids := make([]string, len(group))
+	for i, r := range group {
+		ids[i] = r.BatchID
+	}
+	return ids
+}
