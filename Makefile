@@ -3,6 +3,8 @@ SHELL := /usr/bin/env bash
 GO ?= go
 SQLC_VERSION := v1.31.1
 SQLC := $(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 BIN := bin/orchestrator
 
 .DEFAULT_GOAL := help
@@ -18,6 +20,10 @@ run: build ## Start the orchestrator on embedded defaults (local Postgres in .da
 .PHONY: test
 test: ## Run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
 	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
+
+.PHONY: test-short
+test-short: ## Run the fast tests, without -race (skips the end-to-end and load tests that testing.Short() marks)
+	scripts/postgres.sh temp $(GO) test -short -count=1 ./...
 
 .PHONY: bench
 bench: ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files, workers vs vips CLI); writes BENCHMARKS.md
@@ -47,9 +53,9 @@ check-generate: ## Fail when the committed generated code is stale
 	$(GO) run ./internal/gen -check
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, then golangci-lint (errcheck, govet, staticcheck, unused, revive, nolintlint...: .golangci.yml)
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 
 .PHONY: clean
 clean: ## Remove build output (keeps the development database in .data/)

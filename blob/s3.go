@@ -38,7 +38,7 @@ type S3Config struct {
 	Region string
 	// HTTPClient optionally replaces the SDK's default HTTP client (which
 	// has sensible dial and TLS timeouts).
-	HTTPClient *http.Client
+	HTTPClient *http.Client `json:"-"`
 }
 
 // S3 is a Store on an S3-compatible API, configured for Cloudflare R2.
@@ -112,7 +112,7 @@ func (cfg S3Config) endpoint() (string, error) {
 		return "", errors.New("R2_ENDPOINT or R2_ACCOUNT_ID is required")
 	}
 	for _, r := range cfg.AccountID {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' {
 			return "", errors.New("R2_ACCOUNT_ID must contain only letters, digits and hyphens")
 		}
 	}

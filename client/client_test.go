@@ -95,9 +95,9 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		require.Equal(t, client.Accepted{BatchID: "DOCS", Status: client.StatusDone, Created: false}, acc)
 
 		_, err = c.Reset(ctx, "DOCS")
-		requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; there is nothing to reset")
+		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; there is nothing to reset")
 		_, err = c.Retry(ctx, "DOCS")
-		requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; completed work is never redone")
+		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; completed work is never redone")
 	})
 
 	t.Run("ResetAndRetry", func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		require.Equal(t, "TIFF_CONVERSION", last.Status)
 
 		_, err = c.Retry(ctx, "SCAN")
-		requireAPIError(t, err, http.StatusConflict, "conflict: batch SCAN is running TIFF_CONVERSION with no failed task; there is nothing to retry")
+		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch SCAN is running TIFF_CONVERSION with no failed task; there is nothing to retry")
 
 		st, err = c.Reset(ctx, "SCAN")
 		require.NoError(t, err)
@@ -143,21 +143,21 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		apiErr := requireAPIError(t, err, http.StatusNotFound, "batch NOPE: not found")
 		require.Equal(t, "GET /status/NOPE answered 404 Not Found: batch NOPE: not found", apiErr.Error())
 		_, err = c.Reset(ctx, "NOPE")
-		requireAPIError(t, err, http.StatusNotFound, "batch NOPE: not found")
+		_ = requireAPIError(t, err, http.StatusNotFound, "batch NOPE: not found")
 
 		wrong, err := client.New(client.Config{URL: env.Server.URL, AdminToken: "wrong"})
 		require.NoError(t, err)
 		_, err = wrong.Retry(ctx, "SCAN")
-		requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong admin credential")
+		_ = requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong admin credential")
 		noToken, err := client.New(client.Config{URL: env.Server.URL})
 		require.NoError(t, err)
 		_, err = noToken.Reset(ctx, "SCAN")
-		requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong admin credential")
+		_ = requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong admin credential")
 
 		bad := queueMessage(t, env, "BAD", manifest.FileInfo{FileName: "a.txt", FileSize: 1, ContentType: "text/plain"})
 		bad.ManifestR2Key, bad.TotalFiles = "", -1
 		_, err = c.Submit(ctx, bad)
-		requireAPIError(t, err, http.StatusBadRequest,
+		_ = requireAPIError(t, err, http.StatusBadRequest,
 			"invalid batch message: manifest_r2_key is required; total_files must be a non-negative integer, got -1")
 	})
 }

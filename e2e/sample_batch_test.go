@@ -86,7 +86,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- serve.Wait() }()
 		select {
-		case <-done:
+		case <-done: //nolint:errcheck // interrupted: its exit status says nothing new
 		case <-time.After(30 * time.Second):
 			_ = serve.Process.Kill()
 		}

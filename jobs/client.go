@@ -261,11 +261,11 @@ var uniqueUnfinished = []rivertype.JobState{
 	rivertype.JobStateScheduled,
 }
 
-// backoff is 2^attempt seconds capped at max, plus up to 20% jitter.
-func backoff(attempt int, max time.Duration) time.Duration {
-	d := max
+// backoff is 2^attempt seconds capped at limit, plus up to 20% jitter.
+func backoff(attempt int, limit time.Duration) time.Duration {
+	d := limit
 	if attempt < 20 {
-		d = min(time.Duration(1<<attempt)*time.Second, max)
+		d = min(time.Duration(1<<attempt)*time.Second, limit)
 	}
 	return d + time.Duration(rand.Int64N(int64(d)/5+1))
 }

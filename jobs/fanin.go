@@ -107,7 +107,7 @@ func InsertPhaseChecks(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.
 		if slices.Contains(refs[:i], r) {
 			continue // one insert may not touch a unique job twice
 		}
-		params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: r.BatchID, Phase: r.Phase}})
+		params = append(params, river.InsertManyParams{Args: PhaseCheckArgs(r)})
 	}
 	if len(params) == 0 {
 		return nil

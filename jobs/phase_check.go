@@ -304,7 +304,7 @@ func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo 
 		}
 	}
 	if err := rd.Err(); err != nil {
-		rd.Close(ctx) //nolint:errcheck // the read's error is the one to report
+		rd.Close(ctx) // the read's error is the one to report
 		return fmt.Errorf("reading generation %d of batch %s: %w", gen, a.batchID, err)
 	}
 	return rd.Close(ctx)

@@ -521,7 +521,7 @@ func TestParseManifestMalformed(t *testing.T) {
 
 func TestParseManifestNotObject(t *testing.T) {
 	_, err := ParseManifest([]byte(`[]`), exampleMessage(t), DefaultLimits())
-	requireProblems(t, err, "manifest", "manifest must be a JSON object, got []")
+	_ = requireProblems(t, err, "manifest", "manifest must be a JSON object, got []")
 }
 
 func TestParseManifestZeroLimitsMeanDefaults(t *testing.T) {
@@ -546,7 +546,7 @@ func TestParseManifestSizesDoNotOverflow(t *testing.T) {
 	})
 	limits := Limits{MaxFileSize: 1 << 62, MaxBatchSize: 1 << 62}
 	_, err := ParseManifest(data, exampleMessage(t), limits)
-	requireProblems(t, err, "manifest",
+	_ = requireProblems(t, err, "manifest",
 		"the batch holds 9223372036854775807 bytes, which exceeds the batch limit of 4611686018427387904")
 }
 

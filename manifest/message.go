@@ -152,7 +152,7 @@ func checkBatchID(p *problems, id string) {
 		p.addf("batch_id is %d characters, the limit is %d", n, maxBatchIDLength)
 	}
 	valid := strings.IndexFunc(id, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+		return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '.' && r != '_' && r != '-'
 	}) < 0
 	switch {
 	case !valid:

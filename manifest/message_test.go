@@ -281,7 +281,7 @@ func TestParseQueueMessageReportsAllProblems(t *testing.T) {
 		m["custom_prompts"] = map[string]any{"general": strings.Repeat("a", 10_001)}
 	})
 	_, err := ParseQueueMessage(body)
-	requireProblems(t, err, "batch message")
+	_ = requireProblems(t, err, "batch message")
 	requireEqual(t, `invalid batch message: batch_id is required; `+
 		`total_files must be a non-negative integer, got "5"; `+
 		`uploaded_at must be an ISO 8601 timestamp, got "yesterday"; `+
@@ -324,7 +324,7 @@ func TestParseQueueMessageNotObject(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseQueueMessage([]byte(tt.body))
-			requireProblems(t, err, "batch message", tt.want)
+			_ = requireProblems(t, err, "batch message", tt.want)
 		})
 	}
 }
@@ -340,7 +340,7 @@ func TestParseQueueMessageTruncatesShownValues(t *testing.T) {
 		m["uploaded_at"] = strings.Repeat("x", 100)
 	})
 	_, err := ParseQueueMessage(body)
-	requireProblems(t, err, "batch message",
+	_ = requireProblems(t, err, "batch message",
 		`uploaded_at must be an ISO 8601 timestamp, got "`+strings.Repeat("x", 60)+`..."`)
 }
 

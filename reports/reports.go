@@ -138,7 +138,7 @@ func Run(ctx context.Context, db Beginner, name string, p Params) (*Result, erro
 		return nil, fmt.Errorf("starting the read-only transaction of report %s: %w", name, err)
 	}
 	// Read only: there is never anything to commit.
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only: nothing to lose
 	// A long read-only transaction on the primary holds back vacuum of the
 	// tables callbacks update: a report gets a bounded time.
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '"+StatementTimeout+"'"); err != nil {

@@ -269,8 +269,8 @@ func TestRun(t *testing.T) {
 		t.Parallel()
 		o := newOrchestrator(t, 200)
 		err := worker.Run(t.Context(), o.callback(), nil, func(context.Context) (any, error) {
-			var m map[string]int
-			m["boom"] = 1
+			m := map[string]map[string]int{}
+			m["absent"]["boom"] = 1 // a nil map: panics
 			return nil, nil
 		})
 		require.NoError(t, err)

@@ -213,7 +213,7 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 	if err != nil {
 		return r, err
 	}
-	defer env.admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck
+	defer env.admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // a leftover database is dropped by the next run
 
 	tb := &benchTB{}
 	defer tb.close()
@@ -260,7 +260,7 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 	if err != nil {
 		return r, err
 	}
-	defer proc.stop()
+	defer proc.stop() //nolint:errcheck // a failed stop is reported by the run's own checks
 	api, err := client.New(client.Config{URL: "http://" + addr})
 	if err != nil {
 		return r, err
@@ -565,7 +565,7 @@ func (p *orchestratorProc) stop() error {
 			}
 		case <-time.After(30 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.done //nolint:errcheck // killed: its exit error says nothing new
 			p.stopErr = errors.New("the orchestrator did not stop within 30 s of SIGTERM")
 		}
 	})

@@ -364,13 +364,13 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err := client.Start(ctx); err != nil {
 		return run, err
 	}
-	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // the run is over; a slow stop changes no figure
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return run, err
 	}
 	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, cfg, logger, nil), Pool: pool, Logger: logger})}
-	go srv.Serve(ln) //nolint:errcheck
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 
 	const batchID, phase = "BENCH", "TIFF_CONVERSION"

@@ -102,8 +102,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 0
 	}
 	var prog program
-	if ok := len(args) == 1; ok {
-		prog, ok = lookup(args[0])
+	if len(args) == 1 {
+		prog, _ = lookup(args[0])
 	}
 	if prog.run == nil {
 		fmt.Fprint(stderr, usage())

@@ -108,18 +108,18 @@ type Callback struct {
 type Refusal int
 
 const (
-	// NotRefused: the callback was applied, or repeats the one that was.
+	// NotRefused is a callback that was applied, or repeats the one that was.
 	NotRefused Refusal = iota
-	// UnknownTask: the batch the callback names has no such task.
+	// UnknownTask is a callback naming a task its batch does not have.
 	UnknownTask
-	// BadToken: the token is missing, or not the task's.
+	// BadToken is a callback whose token is missing, or not the task's.
 	BadToken
-	// InvalidBody: the body is malformed, does not fit the task's phase, or
-	// cannot be stored.
+	// InvalidBody is a callback whose body is malformed, does not fit the
+	// task's phase, or cannot be stored.
 	InvalidBody
-	// TaskEnded: the task had ended some other way (it timed out, or its
-	// batch was reset or failed). The refusal is recorded as a
-	// callback.rejected event, and the task does not change.
+	// TaskEnded is a callback for a task that had ended some other way (it
+	// timed out, or its batch was reset or failed). The refusal is recorded
+	// as a callback.rejected event, and the task does not change.
 	TaskEnded
 )
 
@@ -296,7 +296,7 @@ func (c *Committer) run(prev *openGroup, group []*request) *openGroup {
 	if badStatement(err) {
 		// The connection's prepared statements are gone or stale (a
 		// DISCARD, a schema change): a new connection prepares them anew.
-		o.conn.Conn().Close(ctx) //nolint:errcheck // the pool drops it either way
+		o.conn.Conn().Close(ctx) // the pool drops it either way
 	}
 	closed := o.conn.Conn().IsClosed()
 	o.release()

@@ -189,12 +189,12 @@ func readRows(p *pgconn.Pipeline, m *pgtype.Map, dest []any, each func()) error 
 	for each != nil && rr.NextRow() {
 		fields, values := rr.FieldDescriptions(), rr.Values()
 		if len(values) != len(dest) {
-			rr.Close() //nolint:errcheck // the mismatch is the error
+			rr.Close() // the mismatch is the error
 			return fmt.Errorf("expected %d columns, got %d", len(dest), len(values))
 		}
 		for i, v := range values {
 			if err := m.Scan(fields[i].DataTypeOID, fields[i].Format, v, dest[i]); err != nil {
-				rr.Close() //nolint:errcheck // the scan's error is the one to report
+				rr.Close() // the scan's error is the one to report
 				return fmt.Errorf("column %s: %w", fields[i].Name, err)
 			}
 		}

@@ -135,7 +135,7 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn, base string) (string, 
 	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(templateLockKey)); err != nil {
 		return "", err
 	}
-	defer admin.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(templateLockKey)) //nolint:errcheck
+	defer admin.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(templateLockKey)) //nolint:errcheck // the lock also ends with the session
 
 	var exists bool
 	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {

@@ -44,9 +44,6 @@ import (
 // follows, so a later run can remove the directories of dead processes.
 const rootPrefix = "orchestrator-s3test-"
 
-// startTimeout bounds how long Start waits for the server to answer.
-const startTimeout = 30 * time.Second
-
 // Server is a process-wide S3 server rooted in a temp dir.
 type Server struct {
 	endpoint  string
