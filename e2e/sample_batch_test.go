@@ -54,6 +54,9 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestSampleBatchThroughRealWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries and runs real workers (about 20 s); make test runs it")
+	}
 	orchestrator, worker := bins(t)
 	sample, err := filepath.Abs("../examples/sample-batch")
 	require.NoError(t, err)

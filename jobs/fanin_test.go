@@ -33,6 +33,9 @@ const (
 // phase to transition promptly. (TestLastCallbackDuringCheck shows, every
 // time, the interleaving that loses a wake-up without the fan-in's lock.)
 func TestFanInLosesNoWakeUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test (about 15 s); make test runs it")
+	}
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{
 		NoSweep: true,

@@ -12,6 +12,9 @@ import (
 // must produce complete JPEGs of the expected sizes, which benchWorkersAt
 // checks, and every figure must have times to compare.
 func TestBenchWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times the workers against the vips CLI; make test runs it")
+	}
 	figs, err := benchWorkersAt(context.Background(), 1, 2000, 1500)
 	if err != nil {
 		t.Fatal(err)
