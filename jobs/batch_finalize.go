@@ -67,7 +67,7 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	if err != nil {
 		return err
 	}
-	if batch.Status != "DONE" || batch.IngestStatus == "delivered" {
+	if phases.BatchStatus(batch.Status) != phases.BatchDone || batch.IngestStatus == "delivered" {
 		return nil
 	}
 	body, err := processedManifest(ctx, w.deps.Pool, id, batch.Generation)

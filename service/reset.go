@@ -36,10 +36,10 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		if err != nil {
 			return err
 		}
-		switch b.Status {
-		case "ERROR":
+		switch phases.BatchStatus(b.Status) {
+		case phases.BatchError:
 			return nil
-		case "DONE":
+		case phases.BatchDone:
 			return fmt.Errorf("%w: batch %s is DONE; there is nothing to reset", ErrConflict, batchID)
 		}
 		after, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: ptr(ResetMessage)})

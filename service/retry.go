@@ -51,12 +51,12 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		}
 		data := map[string]any{"previous_status": b.Status}
 		var phase string
-		switch b.Status {
-		case "DONE":
+		switch phases.BatchStatus(b.Status) {
+		case phases.BatchDone:
 			return fmt.Errorf("%w: batch %s is DONE; completed work is never redone", ErrConflict, batchID)
-		case "PENDING":
+		case phases.BatchPending:
 			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", ErrConflict, batchID)
-		case "ERROR":
+		case phases.BatchError:
 			// A reset asks the batch's running jobs to stop, but they hold
 			// their unique slots until they have: a launcher or writer
 			// queued now would be dropped as their duplicate, and the batch
@@ -74,14 +74,14 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			if b.Phase == nil {
 				// Failed before any phase: nothing was written but the batch
 				// row, so starting over redoes no work.
-				if _, err := q.BatchResume(ctx, db.BatchResumeParams{ID: batchID, Status: "PENDING"}); err != nil {
+				if _, err := q.BatchResume(ctx, db.BatchResumeParams{ID: batchID, Status: string(phases.BatchPending)}); err != nil {
 					return fmt.Errorf("resuming batch %s: %w", batchID, err)
 				}
 				if _, err := s.river.InsertTx(ctx, tx, jobs.BatchStartArgs{BatchID: batchID}, nil); err != nil {
 					return fmt.Errorf("enqueueing batch_start for %s: %w", batchID, err)
 				}
-				data["resumed_status"] = "PENDING"
-				logAttrs = []any{"resumed_status", "PENDING"}
+				data["resumed_status"] = phases.BatchPending
+				logAttrs = []any{"resumed_status", string(phases.BatchPending)}
 				return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventAdminRetry, Data: data})
 			}
 			phase = *b.Phase
@@ -116,7 +116,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			if _, err := s.river.InsertTx(ctx, tx, jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
 				return fmt.Errorf("enqueueing phase_launch for %s %s: %w", batchID, phase, err)
 			}
-		case b.Status == "ERROR":
+		case phases.BatchStatus(b.Status) == phases.BatchError:
 			// Nothing failed: the phase stopped between its last task and
 			// its transition. The check finds no open task and moves on.
 			if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
@@ -125,7 +125,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		default:
 			return fmt.Errorf("%w: batch %s is running %s with no failed task; there is nothing to retry", ErrConflict, batchID, phase)
 		}
-		if b.Status != "ERROR" {
+		if phases.BatchStatus(b.Status) != phases.BatchError {
 			// Touched, so the sweep's backstop (which looks at batches idle
 			// for a while first) leaves the fresh launcher be.
 			if err := q.BatchRetryTouch(ctx, batchID); err != nil {
@@ -160,7 +160,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 // batch always has jobs running; it is not waited for.)
 func (s *Service) awaitJobsStopped(ctx context.Context, batchID string, limit time.Duration) error {
 	b, err := db.New(s.pool).BatchGetByID(ctx, batchID)
-	if err != nil || b.Status != "ERROR" {
+	if err != nil || phases.BatchStatus(b.Status) != phases.BatchError {
 		return nil // the transaction reports a missing batch
 	}
 	deadline := time.Now().Add(limit)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // notifyChannel is the channel the batch_events trigger notifies, with the
@@ -97,7 +99,7 @@ func (s *Service) Watch(ctx context.Context, batchID string, after int64, send f
 				break
 			}
 		}
-		if st.Status == "DONE" || st.Status == "ERROR" {
+		if phases.BatchStatus(st.Status).Terminal() {
 			return nil
 		}
 

@@ -352,7 +352,7 @@ func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts
 	if err := conn.QueryRow(ctx, "SELECT status, completed_at FROM batches WHERE id = $1", batchID).Scan(&status, &completedAt); err != nil {
 		return err
 	}
-	if status != "DONE" {
+	if status != client.StatusDone {
 		return fmt.Errorf("batch %s is %s", batchID, status)
 	}
 	rows, err := conn.Query(ctx, `SELECT phase, count(*), count(*) FILTER (WHERE status = 'completed'),

@@ -706,9 +706,9 @@ func statusLine(st client.Status) string {
 		if st.Ingest.Status == client.IngestPending || st.Ingest.Status == client.IngestNone {
 			return "DONE: delivering the final manifest"
 		}
-		return "DONE"
+		return client.StatusDone
 	case client.StatusError:
-		return "ERROR"
+		return client.StatusError
 	}
 	line := fmt.Sprintf("%s %s %d/%d tasks", st.Status, bar(p.TasksCompleted+p.TasksFailed, p.TasksTotal), p.TasksCompleted+p.TasksFailed, p.TasksTotal)
 	if p.TasksFailed > 0 {
