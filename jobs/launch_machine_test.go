@@ -1,0 +1,59 @@
+package jobs
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// TestMachineSpecFollowsTheRegistry: every registered phase's machines get
+// its app, image and guest, its own settings (as set in the environment)
+// and the shared settings it names, with nothing phase-specific in jobs.
+func TestMachineSpecFollowsTheRegistry(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"CDN_PUBLIC_URL": "https://cdn.test", "ARCHIVE_BUCKET": "archive-x"}
+	for _, p := range phases.All() {
+		for _, st := range p.Spec().Settings {
+			env[st.Name] = strconv.Itoa(st.Max) // not the default
+		}
+	}
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	w := &PhaseLaunchWorker{deps: Deps{Config: cfg}}
+
+	for _, p := range phases.All() {
+		spec := p.Spec()
+		t.Run(string(spec.Name), func(t *testing.T) {
+			t.Parallel()
+			pcfg := cfg.Phases[spec.Name]
+			row := db.TaskClaimPendingRow{ID: spec.TaskPrefix + "_01jtest", R2Key: "staging/B/x", FileName: "x", ContentType: "application/octet-stream", Token: "tok"}
+			m := w.machineSpec("B", spec.Name, pcfg, row)
+			require.Equal(t, spec.Defaults.FlyAppName, m.App)
+			require.Equal(t, spec.Defaults.WorkerImage, m.Image)
+			require.Equal(t, spec.Defaults.Guest.MemoryMB, m.MemoryMB)
+			require.Equal(t, string(spec.Name), m.Phase)
+			for _, st := range spec.Settings {
+				require.Equal(t, strconv.Itoa(st.Max), m.Env[st.Name], st.Name)
+			}
+			for _, name := range spec.SharedEnv {
+				want, ok := cfg.Shared(name)
+				require.True(t, ok, name)
+				require.Equal(t, want, m.Env[name], name)
+			}
+			// Nothing another phase owns.
+			for _, other := range phases.All() {
+				if other.Spec().Name == spec.Name {
+					continue
+				}
+				for _, st := range other.Spec().Settings {
+					require.NotContains(t, m.Env, st.Name)
+				}
+			}
+		})
+	}
+}
