@@ -15,47 +15,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/config"
-	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
 )
-
-const testPhase = "TIFF_CONVERSION"
 
 // newCallbackService returns a Service on a fresh database with one batch in
 // TIFF_CONVERSION and n processing tasks tiff_t000, tiff_t001, ... whose callback
 // tokens are token(id).
 func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool.Pool) {
 	t.Helper()
-	ctx := context.Background()
 	pool := dbtest.New(t)
 	// An insert-only River client: no job is worked here, so the phase_check
 	// a callback enqueues stays visible.
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	q := db.New(pool)
-	_, err = q.BatchInsert(ctx, db.BatchInsertParams{ID: batchID, Uploader: "test", QueueMessage: []byte(`{}`)})
-	require.NoError(t, err)
-	_, err = q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: testPhase})
-	require.NoError(t, err)
-	files := make([]db.FileInsertManyParams, n)
-	for i := range files {
-		name := fmt.Sprintf("f%03d.tif", i)
-		files[i] = db.FileInsertManyParams{BatchID: batchID, Ordinal: int32(i), DirectoryPath: "/", R2Key: "staging/" + name,
-			LogicalPath: "/" + name, FileName: name, FileSize: 10, ContentType: "image/tiff",
-			ProcessingConfig: []byte(`{}`), PreprocessorTags: []string{}}
-	}
-	_, err = q.FileInsertMany(ctx, files)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO tasks (id, batch_id, phase, file_id, status, attempt, machine_id, token_hash, launched_at, deadline)
-		SELECT 'tiff_t' || lpad(ordinal::text, 3, '0'), batch_id, $2, id, 'processing', 1, 'm' || ordinal,
-			sha256(convert_to('tok-tiff_t' || lpad(ordinal::text, 3, '0'), 'UTF8')), now(), now() + interval '1 hour'
-		FROM files WHERE batch_id = $1`, batchID, testPhase)
-	require.NoError(t, err)
+	dbtest.SeedProcessingTasks(t, pool, batchID, n)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return New(pool, rc, &config.Config{}, logger, nil), pool
 }
 
-func token(taskID string) string { return "tok-" + taskID }
+func token(taskID string) string { return dbtest.Token(taskID) }
 
 func success(taskID string) []byte {
 	return fmt.Appendf(nil, `{"task_id":%q,"status":"success","output_r2_key":"staging/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`,
