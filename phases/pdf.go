@@ -1,6 +1,7 @@
 package phases
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -8,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // PDFPages splits each PDF into one JPEG per page (and the page's text
-// layer), between TIFF_CONVERSION and IMAGE_PROCESSING, so that the image
-// phase makes variants of every page.
+// layer), before IMAGE_PROCESSING, so that the image phase makes variants of
+// every page.
 const PDFPages Name = "PDF_PAGES"
 
 // Tags of the PDF phase.
@@ -34,23 +37,51 @@ const (
 
 // PDFResult is the PDF worker's success callback body. Fields the transform
 // does not need (task_id, status, ...) are ignored when decoding.
+//
+// A page's files lie next to the PDF, named PDFPageName(pdf, page, ext)
+// unless the page says otherwise, so a page costs about 50 bytes and the
+// result of a PDF_MAX_PAGES PDF stays well under the callback's 1 MiB.
 type PDFResult struct {
 	PageCount   int            `json:"page_count"`
 	Pages       []PDFPage      `json:"pages"`
 	Performance map[string]any `json:"performance,omitempty"`
 }
 
-// PDFPage is one rendered page. The text fields are set only when the page
-// has a non-empty text layer; a scanned page without one has only its JPEG.
+// PDFPage is one rendered page: its JPEG, and its text file when the page
+// has a non-empty text layer (TextFileSize > 0); a scan has only its JPEG.
 type PDFPage struct {
-	Page         int    `json:"page"` // 1-based
-	R2Key        string `json:"r2_key"`
-	FileName     string `json:"file_name"`
-	FileSize     int64  `json:"file_size"`
-	TextR2Key    string `json:"text_r2_key,omitempty"`
-	TextFileName string `json:"text_file_name,omitempty"`
+	Page     int   `json:"page"` // 1-based
+	FileSize int64 `json:"file_size"`
+	// FileName is set when the JPEG's name is not the usual one (a worker
+	// that found that name taken by other bytes chose another): a plain
+	// name, next to the PDF, that starts with the usual name's stem.
+	FileName     string `json:"file_name,omitempty"`
 	TextFileSize int64  `json:"text_file_size,omitempty"`
+	TextFileName string `json:"text_file_name,omitempty"`
 }
+
+// PDFPageName is the usual name of page's file with extension ext (".jpg",
+// ".txt") for the PDF named pdfName: report.pdf gives report-p1.jpg.
+func PDFPageName(pdfName string, page int, ext string) string {
+	return PDFStem(pdfName) + "-p" + strconv.Itoa(page) + ext
+}
+
+// JPEGName is the page's JPEG name for the PDF named pdfName.
+func (p PDFPage) JPEGName(pdfName string) string {
+	return cmp.Or(p.FileName, PDFPageName(pdfName, p.Page, ".jpg"))
+}
+
+// TextName is the page's text file name for the PDF named pdfName, "" for
+// a page without text.
+func (p PDFPage) TextName(pdfName string) string {
+	if p.TextFileSize <= 0 {
+		return ""
+	}
+	return cmp.Or(p.TextFileName, PDFPageName(pdfName, p.Page, ".txt"))
+}
+
+// maxPDFPages bounds PDF_MAX_PAGES so that a result fits a callback body.
+const maxPDFPages = 10000
 
 // pdfContentType is the media type the PDF phase discovers by.
 const pdfContentType = "application/pdf"
@@ -83,7 +114,7 @@ func (pdfPages) Spec() Spec {
 		},
 		Settings: []Setting{
 			{Name: "PDF_RENDER_DPI", Default: 200, Min: 1, Max: 1200, Doc: "resolution of the page JPEGs"},
-			{Name: "PDF_MAX_PAGES", Default: 2000, Min: 1, Max: 1000000, Doc: "a PDF with more pages fails its task and passes through unchanged"},
+			{Name: "PDF_MAX_PAGES", Default: 2000, Min: 1, Max: maxPDFPages, Doc: "a PDF with more pages fails its task and passes through unchanged"},
 		},
 	}
 }
@@ -124,7 +155,11 @@ func (pdfPages) Transform(file File, task *Task) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	pages, err := checkPDFResult(res)
+	pdfName := ""
+	if file.R2Key != "" { // ValidateResult's probe has no key
+		pdfName = path.Base(file.R2Key)
+	}
+	pages, err := checkPDFResult(res, pdfName)
 	if err != nil {
 		return nil, fmt.Errorf("completed PDF result: %w", err)
 	}
@@ -133,10 +168,11 @@ func (pdfPages) Transform(file File, task *Task) ([]File, error) {
 	source.Tags = withTag(file.Tags, TagPDFSource)
 	result := make([]File, 0, 1+2*len(pages))
 	result = append(result, source)
+	keyDir, base := path.Split(file.R2Key)
 	dir := path.Dir(file.LogicalPath)
-	output := func(key, name string, size int64, contentType, tag string) File {
+	output := func(name string, size int64, contentType, tag string) File {
 		return File{
-			R2Key:            key,
+			R2Key:            keyDir + name,
 			LogicalPath:      path.Join(dir, name),
 			FileName:         name,
 			FileSize:         size,
@@ -147,19 +183,23 @@ func (pdfPages) Transform(file File, task *Task) ([]File, error) {
 		}
 	}
 	for _, p := range pages {
-		result = append(result, output(p.R2Key, p.FileName, p.FileSize, pdfPageContentType, TagPDFPage))
-		if p.TextR2Key != "" {
-			result = append(result, output(p.TextR2Key, p.TextFileName, p.TextFileSize, pdfTextContentType, TagPDFText))
+		result = append(result, output(p.JPEGName(base), p.FileSize, pdfPageContentType, TagPDFPage))
+		if name := p.TextName(base); name != "" {
+			result = append(result, output(name, p.TextFileSize, pdfTextContentType, TagPDFText))
 		}
 	}
 	return result, nil
 }
 
 // checkPDFResult returns the result's pages in page order, or why they
-// cannot be used.
-func checkPDFResult(res PDFResult) ([]PDFPage, error) {
+// cannot be used. Names a worker chose are checked like any untrusted
+// input: a plain name next to the PDF, of the page's stem and kind.
+func checkPDFResult(res PDFResult, pdfName string) ([]PDFPage, error) {
 	if res.PageCount < 1 {
 		return nil, fmt.Errorf("page_count is %d; a split PDF has at least one page", res.PageCount)
+	}
+	if res.PageCount > maxPDFPages {
+		return nil, fmt.Errorf("page_count is %d; at most %d pages are split", res.PageCount, maxPDFPages)
 	}
 	if len(res.Pages) != res.PageCount {
 		return nil, fmt.Errorf("%d pages listed for page_count %d", len(res.Pages), res.PageCount)
@@ -171,10 +211,16 @@ func checkPDFResult(res PDFResult) ([]PDFPage, error) {
 			return nil, fmt.Errorf("pages[%d]: page %d is outside 1..%d", i, p.Page, res.PageCount)
 		case seen[p.Page]:
 			return nil, fmt.Errorf("pages[%d]: page %d is listed twice", i, p.Page)
-		case p.R2Key == "" || p.FileName == "":
-			return nil, fmt.Errorf("page %d lacks r2_key or file_name", p.Page)
-		case (p.TextR2Key == "") != (p.TextFileName == ""):
-			return nil, fmt.Errorf("page %d has only one of text_r2_key and text_file_name", p.Page)
+		case p.FileSize < 0 || p.TextFileSize < 0:
+			return nil, fmt.Errorf("page %d has a negative size", p.Page)
+		case p.TextFileName != "" && p.TextFileSize == 0:
+			return nil, fmt.Errorf("page %d names a text file of no size", p.Page)
+		}
+		if err := checkPageName(p.FileName, pdfName, p.Page, ".jpg"); err != nil {
+			return nil, fmt.Errorf("page %d: file_name %w", p.Page, err)
+		}
+		if err := checkPageName(p.TextFileName, pdfName, p.Page, ".txt"); err != nil {
+			return nil, fmt.Errorf("page %d: text_file_name %w", p.Page, err)
 		}
 		seen[p.Page] = true
 	}
@@ -183,23 +229,41 @@ func checkPDFResult(res PDFResult) ([]PDFPage, error) {
 	return pages, nil
 }
 
+// checkPageName refuses a chosen page file name ("" is the usual one) that
+// is not a plain name: the usual one, or the usual one's stem, a "-" and
+// more (as worker.PutUnique picks when the usual name is taken), with ext.
+// Without the PDF's name (pdfName "", as when a callback is checked before
+// its task is read) only the plain-name rules apply.
+func checkPageName(name, pdfName string, page int, ext string) error {
+	if name == "" {
+		return nil
+	}
+	switch {
+	case len(name) > 255 || !utf8.ValidString(name):
+		return fmt.Errorf("%q is not a file name", name)
+	case strings.ContainsAny(name, `/\`) || strings.ContainsFunc(name, unicode.IsControl) || name == "." || name == "..":
+		return fmt.Errorf("%q must be a plain name next to the PDF", name)
+	case !strings.HasSuffix(name, ext):
+		return fmt.Errorf("%q must end in %q", name, ext)
+	case pdfName == "":
+		return nil
+	}
+	usual := PDFPageName(pdfName, page, ext)
+	stem := strings.TrimSuffix(usual, ext) + "-"
+	if name != usual && (!strings.HasPrefix(name, stem) || len(name) < len(stem)+len(ext)) {
+		return fmt.Errorf("%q must be %q or start with %q and end in %q", name, usual, stem, ext)
+	}
+	return nil
+}
+
 // SampleResult is a plausible success body for f, without the envelope
 // fields (task_id, batch_id, status) that the poster adds: two pages next
 // to f.R2Key, page 1 with a text layer and page 2 (a scan) without. Fake
 // workers report it so that tests exercise both kinds of page.
 func (pdfPages) SampleResult(f File) json.RawMessage {
-	dir, base := path.Split(f.R2Key)
-	stem := PDFStem(base)
-	key := func(page int, ext string) string { return dir + stem + "-p" + strconv.Itoa(page) + ext }
 	res := PDFResult{
-		PageCount: 2,
-		Pages: []PDFPage{
-			{
-				Page: 1, R2Key: key(1, ".jpg"), FileName: path.Base(key(1, ".jpg")), FileSize: 4242,
-				TextR2Key: key(1, ".txt"), TextFileName: path.Base(key(1, ".txt")), TextFileSize: 321,
-			},
-			{Page: 2, R2Key: key(2, ".jpg"), FileName: path.Base(key(2, ".jpg")), FileSize: 5353},
-		},
+		PageCount:   2,
+		Pages:       []PDFPage{{Page: 1, FileSize: 4242, TextFileSize: 321}, {Page: 2, FileSize: 5353}},
 		Performance: map[string]any{"total_time_ms": 12, "download_time_ms": 3, "conversion_time_ms": 7, "upload_time_ms": 2},
 	}
 	data, _ := json.Marshal(res) // plain values: cannot fail

@@ -112,13 +112,13 @@ func TestPDFTransform(t *testing.T) {
 		return &Task{FileID: src.ID, Status: TaskCompleted, Result: mustJSON(t, v)}
 	}
 	p := func(n int, withText bool) PDFPage {
-		name := "report-p" + string(rune('0'+n))
-		pg := PDFPage{Page: n, R2Key: "staging/b1/docs/" + name + ".jpg", FileName: name + ".jpg", FileSize: int64(100 * n)}
+		pg := PDFPage{Page: n, FileSize: int64(100 * n)}
 		if withText {
-			pg.TextR2Key, pg.TextFileName, pg.TextFileSize = "staging/b1/docs/"+name+".txt", name+".txt", int64(10*n)
+			pg.TextFileSize = int64(10 * n)
 		}
 		return pg
 	}
+	named := func(name string) PDFPage { return PDFPage{Page: 1, FileSize: 1, FileName: name} }
 	wantPages := []File{
 		tagged(src),
 		page(src, "staging/b1/docs/report-p1.jpg", "report-p1.jpg", 100),
@@ -162,23 +162,32 @@ func TestPDFTransform(t *testing.T) {
 		{
 			name: "AugmentOnePageAtRoot",
 			file: root,
-			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, R2Key: "k/x-p1.jpg", FileName: "x-p1.jpg", FileSize: 7}}}),
+			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileSize: 7}}}),
 			want: []File{tagged(root), page(root, "k/x-p1.jpg", "x-p1.jpg", 7)},
 		},
 		{
 			name: "AugmentDottedName",
 			file: dotted,
-			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{
-				Page: 1, R2Key: "k/d/a.b-p1.jpg", FileName: "a.b-p1.jpg", FileSize: 5,
-				TextR2Key: "k/d/a.b-p1.txt", TextFileName: "a.b-p1.txt", TextFileSize: 2,
-			}}}),
+			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileSize: 5, TextFileSize: 2}}}),
 			want: []File{tagged(dotted), page(dotted, "k/d/a.b-p1.jpg", "a.b-p1.jpg", 5), text(dotted, "k/d/a.b-p1.txt", "a.b-p1.txt", 2)},
 		},
 		{
 			name: "AugmentNoDuplicateTag",
 			file: already,
-			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, R2Key: "k/y-p1.jpg", FileName: "y-p1.jpg", FileSize: 1}}}),
+			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileSize: 1}}}),
 			want: []File{already, page(already, "k/y-p1.jpg", "y-p1.jpg", 1)},
+		},
+		{
+			name: "AugmentChosenNames",
+			file: src,
+			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{
+				Page: 1, FileSize: 1, FileName: "report-p1-1.jpg", TextFileSize: 2, TextFileName: "report-p1-2.txt",
+			}}}),
+			want: []File{
+				tagged(src),
+				page(src, "staging/b1/docs/report-p1-1.jpg", "report-p1-1.jpg", 1),
+				text(src, "staging/b1/docs/report-p1-2.txt", "report-p1-2.txt", 2),
+			},
 		},
 		{
 			name:    "ErrorZeroPageCount",
@@ -223,32 +232,66 @@ func TestPDFTransform(t *testing.T) {
 			wantErr: "pages[1]: page 2 is listed twice",
 		},
 		{
-			name:    "ErrorMissingKey",
+			name:    "ErrorTooManyPages",
 			file:    src,
-			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileName: "report-p1.jpg"}}}),
-			wantErr: "page 1 lacks r2_key or file_name",
+			task:    completed(PDFResult{PageCount: 10001, Pages: []PDFPage{p(1, false)}}),
+			wantErr: "page_count is 10001; at most 10000",
 		},
 		{
-			name:    "ErrorMissingName",
+			name:    "ErrorNegativeSize",
 			file:    src,
-			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, R2Key: "k/report-p1.jpg"}}}),
-			wantErr: "page 1 lacks r2_key or file_name",
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileSize: -1}}}),
+			wantErr: "page 1 has a negative size",
 		},
 		{
-			name: "ErrorTextKeyWithoutName",
+			name:    "ErrorTextNameWithoutText",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileSize: 1, TextFileName: "report-p1.txt"}}}),
+			wantErr: "page 1 names a text file of no size",
+		},
+		{
+			name:    "ErrorNameLeavesTheDirectory",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{named("../../other/report-p1.jpg")}}),
+			wantErr: `file_name "../../other/report-p1.jpg" must be a plain name next to the PDF`,
+		},
+		{
+			name:    "ErrorNameBackslash",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{named(`report-p1\x.jpg`)}}),
+			wantErr: "must be a plain name",
+		},
+		{
+			name:    "ErrorNameControlCharacter",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{named("report-p1\n.jpg")}}),
+			wantErr: "must be a plain name",
+		},
+		{
+			name:    "ErrorNameOtherStem",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{named("invoice-p1.jpg")}}),
+			wantErr: `file_name "invoice-p1.jpg" must be "report-p1.jpg" or start with "report-p1-" and end in ".jpg"`,
+		},
+		{
+			name:    "ErrorNameOfAnotherPage",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{named("report-p10.jpg")}}),
+			wantErr: `start with "report-p1-"`,
+		},
+		{
+			name:    "ErrorNameOtherKind",
+			file:    src,
+			task:    completed(PDFResult{PageCount: 1, Pages: []PDFPage{named("report-p1.png")}}),
+			wantErr: `file_name "report-p1.png" must end in ".jpg"`,
+		},
+		{
+			name: "ErrorTextNameOtherPage",
 			file: src,
 			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{
-				Page: 1, R2Key: "k/report-p1.jpg", FileName: "report-p1.jpg", TextR2Key: "k/report-p1.txt",
+				Page: 1, FileSize: 1, TextFileSize: 1, TextFileName: "report-p2.txt",
 			}}}),
-			wantErr: "page 1 has only one of text_r2_key and text_file_name",
-		},
-		{
-			name: "ErrorTextNameWithoutKey",
-			file: src,
-			task: completed(PDFResult{PageCount: 1, Pages: []PDFPage{{
-				Page: 1, R2Key: "k/report-p1.jpg", FileName: "report-p1.jpg", TextFileName: "report-p1.txt",
-			}}}),
-			wantErr: "page 1 has only one of text_r2_key and text_file_name",
+			wantErr: `text_file_name "report-p2.txt" must be "report-p1.txt"`,
 		},
 		{
 			name:    "ErrorMalformedJSON",
@@ -283,10 +326,7 @@ func TestPDFTransformDoesNotMutateInput(t *testing.T) {
 	src := pdfFile()
 	src.Tags = make([]string, 1, 4) // spare capacity a careless append would write into
 	src.Tags[0] = "Manifest"
-	pages := []PDFPage{
-		{Page: 2, R2Key: "k/report-p2.jpg", FileName: "report-p2.jpg"},
-		{Page: 1, R2Key: "k/report-p1.jpg", FileName: "report-p1.jpg"},
-	}
+	pages := []PDFPage{{Page: 2, FileSize: 2}, {Page: 1, FileSize: 1}}
 	result := mustJSON(t, PDFResult{PageCount: 2, Pages: pages})
 	task := &Task{FileID: src.ID, Status: TaskCompleted, Result: result}
 
@@ -356,4 +396,19 @@ func TestPDFStem(t *testing.T) {
 	} {
 		require.Equal(t, want, PDFStem(in), in)
 	}
+}
+
+// TestPDFValidateResult: a callback's result is checked before its task is
+// read, without the PDF's name: chosen names must still be plain names of
+// the right kind; their stem is checked when the phase ends.
+func TestPDFValidateResult(t *testing.T) {
+	t.Parallel()
+	body := func(name string) json.RawMessage {
+		return mustJSON(t, PDFResult{PageCount: 1, Pages: []PDFPage{{Page: 1, FileSize: 1, FileName: name}}})
+	}
+	require.NoError(t, ValidateResult(PDFPages, body("")))
+	require.NoError(t, ValidateResult(PDFPages, body("report-p1-1.jpg")))
+	require.ErrorContains(t, ValidateResult(PDFPages, body("../report-p1.jpg")), "must be a plain name")
+	require.ErrorContains(t, ValidateResult(PDFPages, body("..")), "must be a plain name")
+	require.ErrorContains(t, ValidateResult(PDFPages, body("report-p1.txt")), `must end in ".jpg"`)
 }

@@ -250,3 +250,13 @@ func init() {
 		panic(err)
 	}
 }
+
+// Setting is the phase's own setting called name, false if it has none.
+func (s Spec) Setting(name string) (Setting, bool) {
+	for _, st := range s.Settings {
+		if st.Name == name {
+			return st, true
+		}
+	}
+	return Setting{}, false
+}

@@ -40,9 +40,9 @@ var reportTimeout = 2 * time.Minute
 // ErrorBody if fn returns an error or panics. A worker must never end
 // without a callback, or its task waits for the timeout sweep.
 //
-// If the orchestrator refuses a success body as malformed (400 or 422), Run
-// reports that refusal as the task's error instead, so the task fails now
-// rather than at its timeout.
+// If the orchestrator refuses a success body as malformed or too large
+// (400, 413 or 422), Run reports that refusal as the task's error instead,
+// so the task fails now rather than at its timeout.
 //
 // Run returns nil once a callback is delivered, whatever the task's
 // outcome, or when the orchestrator answers 409 (it no longer wants the
@@ -73,7 +73,7 @@ func Run(ctx context.Context, cb Callback, log *slog.Logger, fn func(context.Con
 	defer cancel()
 	perr := cb.Post(rctx, body)
 	var se *StatusError
-	if err == nil && errors.As(perr, &se) && (se.Code == http.StatusBadRequest || se.Code == http.StatusUnprocessableEntity) {
+	if err == nil && errors.As(perr, &se) && (se.Code == http.StatusBadRequest || se.Code == http.StatusRequestEntityTooLarge || se.Code == http.StatusUnprocessableEntity) {
 		log.Error("orchestrator refused the result", "error", perr.Error())
 		perr = cb.Post(rctx, errorBody(cb, "orchestrator refused the worker's result: "+perr.Error()))
 	}

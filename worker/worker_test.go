@@ -321,6 +321,20 @@ func TestRun(t *testing.T) {
 		require.Contains(t, got.Error, "orchestrator refused the worker's result: callback answered 400 Bad Request: scripted Bad Request")
 	})
 
+	t.Run("TooLargeResultReportedAsError", func(t *testing.T) {
+		t.Parallel()
+		o := newOrchestrator(t, 413, 200)
+		err := worker.Run(t.Context(), o.callback(), nil, func(context.Context) (any, error) {
+			return map[string]int{"output_file_size": 1}, nil
+		})
+		require.NoError(t, err)
+		reqs := o.requests()
+		require.Len(t, reqs, 2, "the task fails now, not at its timeout")
+		var got worker.ErrorBody
+		require.NoError(t, json.Unmarshal(reqs[1], &got))
+		require.Contains(t, got.Error, "orchestrator refused the worker's result: callback answered 413")
+	})
+
 	t.Run("NotWantedIsDone", func(t *testing.T) {
 		t.Parallel()
 		o := newOrchestrator(t, 409)

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path"
@@ -52,12 +53,31 @@ import (
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-// Defaults and limits of Settings.
-const (
-	DefaultDPI      = 200
-	MaxDPI          = 1200
-	DefaultMaxPages = 2000
+// Defaults and limits of Settings: the PDF_PAGES phase's own settings, as
+// the orchestrator checks and passes them.
+var (
+	dpiSetting      = pdfSetting("PDF_RENDER_DPI")
+	maxPagesSetting = pdfSetting("PDF_MAX_PAGES")
+
+	DefaultDPI      = dpiSetting.Default
+	MaxDPI          = dpiSetting.Max
+	DefaultMaxPages = maxPagesSetting.Default
 )
+
+// pdfSetting is the PDF_PAGES phase's setting called name.
+func pdfSetting(name string) phases.Setting {
+	p, _ := phases.Get(phases.PDFPages)
+	st, ok := p.Spec().Setting(name)
+	if !ok {
+		panic("phases: PDF_PAGES has no setting " + name)
+	}
+	return st
+}
+
+// maxPagePixels bounds one rendered page (100 megapixels, about 300 MB of
+// pixels): a larger page is rendered at a lower resolution, so that a
+// small PDF with a huge page cannot exhaust the machine's memory.
+const maxPagePixels = 100_000_000
 
 // Settings are the PDF worker's own variables.
 type Settings struct {
@@ -70,26 +90,23 @@ type Settings struct {
 }
 
 // ParseSettings reads PDF_RENDER_DPI and PDF_MAX_PAGES through getenv
-// (os.Getenv in cmd/worker). Problems are returned as a *worker.EnvError.
+// (os.Getenv in cmd/worker), in the ranges the phase declares. Problems
+// are returned as a *worker.EnvError.
 func ParseSettings(getenv func(string) string) (Settings, error) {
-	s := Settings{DPI: DefaultDPI, MaxPages: DefaultMaxPages}
 	e := &worker.EnvError{}
-	if v := strings.TrimSpace(getenv("PDF_RENDER_DPI")); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxDPI {
-			e.Invalid = append(e.Invalid, fmt.Sprintf("PDF_RENDER_DPI: %q is not a whole number from 1 to %d", v, MaxDPI))
-		} else {
-			s.DPI = n
+	read := func(st phases.Setting) int {
+		v := strings.TrimSpace(getenv(st.Name))
+		if v == "" {
+			return st.Default
 		}
-	}
-	if v := strings.TrimSpace(getenv("PDF_MAX_PAGES")); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			e.Invalid = append(e.Invalid, fmt.Sprintf("PDF_MAX_PAGES: %q is not a whole number of at least 1", v))
-		} else {
-			s.MaxPages = n
+		if err != nil || n < st.Min || n > st.Max {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("%s: %q is not a whole number from %d to %d", st.Name, v, st.Min, st.Max))
+			return st.Default
 		}
+		return n
 	}
+	s := Settings{DPI: read(dpiSetting), MaxPages: read(maxPagesSetting)}
 	if len(e.Invalid) > 0 {
 		return s, e
 	}
@@ -104,11 +121,11 @@ func (s Settings) withDefaults() (Settings, error) {
 	if s.MaxPages == 0 {
 		s.MaxPages = DefaultMaxPages
 	}
-	if s.DPI < 1 || s.DPI > MaxDPI {
-		return s, fmt.Errorf("render DPI %d is not from 1 to %d", s.DPI, MaxDPI)
+	if s.DPI < dpiSetting.Min || s.DPI > MaxDPI {
+		return s, fmt.Errorf("render DPI %d is not from %d to %d", s.DPI, dpiSetting.Min, MaxDPI)
 	}
-	if s.MaxPages < 1 {
-		return s, fmt.Errorf("page limit %d is not at least 1", s.MaxPages)
+	if s.MaxPages < maxPagesSetting.Min || s.MaxPages > maxPagesSetting.Max {
+		return s, fmt.Errorf("page limit %d is not from %d to %d", s.MaxPages, maxPagesSetting.Min, maxPagesSetting.Max)
 	}
 	return s, nil
 }
@@ -224,17 +241,19 @@ func Split(ctx context.Context, cfg worker.Config, settings Settings, store blob
 				return err
 			}
 			pages[page-1] = p
-			log.Debug("uploaded page", "page", page, "r2_key", p.R2Key, "bytes", len(jpg), "text_bytes", p.TextFileSize)
+			log.Debug("uploaded page", "page", page, "file_name", p.JPEGName(path.Base(key)), "bytes", len(jpg), "text_bytes", p.TextFileSize)
 			return nil
 		})
 	}
 	uploadErr := g.Wait()
 	timer.Upload = uploadNS
-	if convErr != nil {
-		return fail(convErr)
-	}
+	// A failed upload cancels gctx, which can fail the page being
+	// converted too ("signal: killed"): the upload's error is the cause.
 	if uploadErr != nil {
 		return nil, uploadErr
+	}
+	if convErr != nil {
+		return fail(convErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -245,28 +264,30 @@ func Split(ctx context.Context, cfg worker.Config, settings Settings, store blob
 	return res, nil
 }
 
-// outputKey is the key of page's file with extension ext, next to the
-// source: report.pdf gives report-p1.jpg, report-p1.txt, ...
-func outputKey(key string, page int, ext string) string {
-	dir, base := path.Split(key)
-	return dir + phases.PDFStem(base) + "-p" + strconv.Itoa(page) + ext
-}
-
-// upload writes one page's JPEG and, when it has any, its text.
+// upload writes one page's JPEG and, when it has any, its text, next to
+// the PDF at key; a name it had to change is recorded in the page.
 func upload(ctx context.Context, store blob.Store, bucket, key string, page int, jpg []byte, text string) (phases.PDFPage, error) {
-	written, err := worker.PutUnique(ctx, store, bucket, outputKey(key, page, ".jpg"), jpg, jpegType)
-	if err != nil {
+	dir, pdfName := path.Split(key)
+	put := func(ext string, data []byte, contentType string) (name string, err error) {
+		usual := phases.PDFPageName(pdfName, page, ext)
+		written, err := worker.PutUnique(ctx, store, bucket, dir+usual, data, contentType)
+		if err != nil || path.Base(written) == usual {
+			return "", err
+		}
+		return path.Base(written), nil
+	}
+	p := phases.PDFPage{Page: page, FileSize: int64(len(jpg))}
+	var err error
+	if p.FileName, err = put(".jpg", jpg, jpegType); err != nil {
 		return phases.PDFPage{}, err
 	}
-	p := phases.PDFPage{Page: page, R2Key: written, FileName: path.Base(written), FileSize: int64(len(jpg))}
 	if text == "" {
 		return p, nil
 	}
-	written, err = worker.PutUnique(ctx, store, bucket, outputKey(key, page, ".txt"), []byte(text), textType)
-	if err != nil {
+	p.TextFileSize = int64(len(text))
+	if p.TextFileName, err = put(".txt", []byte(text), textType); err != nil {
 		return phases.PDFPage{}, err
 	}
-	p.TextR2Key, p.TextFileName, p.TextFileSize = written, path.Base(written), int64(len(text))
 	return p, nil
 }
 
@@ -280,6 +301,16 @@ func render(file string, page, n, dpi, quality int) ([]byte, error) {
 		return fail(err)
 	}
 	defer im.Close()
+	// Opening reads only the page's size: a page too large at dpi is opened
+	// again at the resolution that fits maxPagePixels.
+	if px := float64(im.Width()) * float64(im.Height()); px > maxPagePixels {
+		lower := max(1, int(float64(dpi)*math.Sqrt(maxPagePixels/px)))
+		im.Close()
+		if im, err = vips.Open(file, fmt.Sprintf("page=%d,dpi=%d,access=sequential", page-1, lower)); err != nil {
+			return fail(err)
+		}
+		defer im.Close()
+	}
 	if w, h := im.Width(), im.Height(); w > vips.JPEGMaxSide || h > vips.JPEGMaxSide {
 		return fail(fmt.Errorf("the page is %dx%d pixels at %d dpi; JPEG allows at most %d per side", w, h, dpi, vips.JPEGMaxSide))
 	}

@@ -92,6 +92,22 @@ func (e *env) split(t *testing.T, key string, s pdfworker.Settings) (*pdfworker.
 	return pdfworker.Split(t.Context(), cfg, s, e.store, slog.New(slog.DiscardHandler))
 }
 
+// jpgKey is where the page's JPEG of the PDF at key is, as the phase reads
+// the result.
+func jpgKey(key string, p phases.PDFPage) string {
+	dir, name := path.Split(key)
+	return dir + p.JPEGName(name)
+}
+
+// textKey is where the page's text file is, "" for a page without text.
+func textKey(key string, p phases.PDFPage) string {
+	dir, name := path.Split(key)
+	if t := p.TextName(name); t != "" {
+		return dir + t
+	}
+	return ""
+}
+
 // requireValid checks the body as the orchestrator will, through the PDF
 // phase's transform, and decodes it as the phase's result.
 func requireValid(t *testing.T, res *pdfworker.Result) {
@@ -176,11 +192,11 @@ func TestSplitTextAndScannedPages(t *testing.T) {
 	for i, p := range res.Pages {
 		n := string(rune('1' + i))
 		require.Equal(t, i+1, p.Page)
-		require.Equal(t, dir+"minutes-p"+n+".jpg", p.R2Key)
-		require.Equal(t, "minutes-p"+n+".jpg", p.FileName)
-		require.Equal(t, int64(len(e.get(t, p.R2Key))), p.FileSize)
-		require.Equal(t, "image/jpeg", e.store.typeOf(p.R2Key))
-		img := decode(t, e.get(t, p.R2Key))
+		require.Equal(t, dir+"minutes-p"+n+".jpg", jpgKey(key, p))
+		require.Empty(t, p.FileName, "the usual name goes without saying")
+		require.Equal(t, int64(len(e.get(t, jpgKey(key, p)))), p.FileSize)
+		require.Equal(t, "image/jpeg", e.store.typeOf(jpgKey(key, p)))
+		img := decode(t, e.get(t, jpgKey(key, p)))
 		require.Equal(t, image.Rect(0, 0, 600, 400), img.Bounds(), "3 x 2 in at 200 dpi")
 	}
 
@@ -191,27 +207,26 @@ func TestSplitTextAndScannedPages(t *testing.T) {
 	}
 	for _, i := range []int{0, 2} {
 		p := res.Pages[i]
-		img := decode(t, e.get(t, p.R2Key))
+		img := decode(t, e.get(t, jpgKey(key, p)))
 		requireColour(t, [3]int{255, 255, 255}, rgb(img, 590, 390), 2, "margin of a text page is white")
 		require.True(t, hasInk(img), "page %d shows its text", p.Page)
 
-		require.Equal(t, dir+"minutes-p"+string(rune('1'+i))+".txt", p.TextR2Key)
-		require.Equal(t, path.Base(p.TextR2Key), p.TextFileName)
-		text := e.get(t, p.TextR2Key)
+		require.Equal(t, dir+"minutes-p"+string(rune('1'+i))+".txt", textKey(key, p))
+		require.Empty(t, p.TextFileName)
+		text := e.get(t, textKey(key, p))
 		require.Equal(t, wantText[p.Page], string(text))
 		require.Equal(t, int64(len(text)), p.TextFileSize)
-		require.Equal(t, "text/plain; charset=utf-8", e.store.typeOf(p.TextR2Key))
+		require.Equal(t, "text/plain; charset=utf-8", e.store.typeOf(textKey(key, p)))
 	}
 
 	// The scanned page: the pattern, no text file.
 	scan := res.Pages[1]
-	require.Empty(t, scan.TextR2Key)
-	require.Empty(t, scan.TextFileName)
+	require.Empty(t, textKey(key, scan))
 	require.Zero(t, scan.TextFileSize)
 	ok, err := e.store.Exists(t.Context(), e.cfg.Bucket, dir+"minutes-p2.txt")
 	require.NoError(t, err)
 	require.False(t, ok, "no text file for a page without text")
-	img := decode(t, e.get(t, scan.R2Key))
+	img := decode(t, e.get(t, jpgKey(key, scan)))
 	for _, pt := range [][2]int{{150, 100}, {450, 100}, {150, 300}, {450, 300}} {
 		c := samples.Expected(1, pt[0], pt[1], 600, 400)
 		requireColour(t, [3]int{int(c[0]), int(c[1]), int(c[2])}, rgb(img, pt[0], pt[1]), 12, "scanned page quadrant")
@@ -235,12 +250,30 @@ func TestSplitOnePage(t *testing.T) {
 			require.NoError(t, err)
 			requireValid(t, res)
 			require.Equal(t, []phases.PDFPage{{
-				Page: 1, R2Key: tc.want + ".jpg", FileName: path.Base(tc.want + ".jpg"), FileSize: int64(len(e.get(t, tc.want+".jpg"))),
-				TextR2Key: tc.want + ".txt", TextFileName: path.Base(tc.want + ".txt"), TextFileSize: int64(len("only page\n")),
+				Page: 1, FileSize: int64(len(e.get(t, tc.want+".jpg"))), TextFileSize: int64(len("only page\n")),
 			}}, res.Pages)
+			require.Equal(t, tc.want+".jpg", jpgKey(tc.key, res.Pages[0]))
+			require.Equal(t, tc.want+".txt", textKey(tc.key, res.Pages[0]))
 			require.Equal(t, image.Rect(0, 0, pageW, pageH), decode(t, e.get(t, tc.want+".jpg")).Bounds(), "72 dpi: a pixel per point")
 		})
 	}
+}
+
+// TestSplitHugePageIsRenderedSmaller: a page of PDF's largest size
+// (200 x 200 in) would be 40,000 pixels square at 200 dpi; it is rendered
+// at the resolution that fits 100 megapixels instead.
+func TestSplitHugePageIsRenderedSmaller(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := "staging/01BATCH/poster.pdf"
+	e.put(t, key, mustPDF(t, []samples.PDFPage{{Width: 14400, Height: 14400, Lines: []string{"a poster"}}}, samples.PDFOptions{}))
+	res, err := e.split(t, key, pdfworker.Settings{})
+	require.NoError(t, err)
+	requireValid(t, res)
+	img, err := jpeg.DecodeConfig(bytes.NewReader(e.get(t, jpgKey(key, res.Pages[0]))))
+	require.NoError(t, err)
+	require.Equal(t, 10000, img.Width, "50 dpi: 100 megapixels")
+	require.Equal(t, 10000, img.Height)
 }
 
 func TestSplitOwnerPasswordOnly(t *testing.T) {
@@ -253,8 +286,8 @@ func TestSplitOwnerPasswordOnly(t *testing.T) {
 	require.NoError(t, err)
 	requireValid(t, res)
 	require.Equal(t, 2, res.PageCount)
-	require.Equal(t, "readable\n", string(e.get(t, res.Pages[0].TextR2Key)))
-	require.Empty(t, res.Pages[1].TextR2Key)
+	require.Equal(t, "readable\n", string(e.get(t, textKey("staging/01BATCH/locked.pdf", res.Pages[0]))))
+	require.Empty(t, textKey("staging/01BATCH/locked.pdf", res.Pages[1]))
 }
 
 func TestSplitNeverOverwrites(t *testing.T) {
@@ -270,7 +303,7 @@ func TestSplitNeverOverwrites(t *testing.T) {
 	requireValid(t, res)
 	var keys []string
 	for _, p := range res.Pages {
-		keys = append(keys, p.R2Key, p.TextR2Key)
+		keys = append(keys, jpgKey(key, p), textKey(key, p))
 	}
 	require.Equal(t, []string{
 		"staging/01BATCH/book-p1.jpg", "staging/01BATCH/book-p1-1.txt",
@@ -386,9 +419,9 @@ func TestParseSettings(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pdfworker.Settings{DPI: 300, MaxPages: 1}, s)
 
-	s, err = pdfworker.ParseSettings(get(map[string]string{"PDF_RENDER_DPI": "1200", "PDF_MAX_PAGES": "100000"}))
+	s, err = pdfworker.ParseSettings(get(map[string]string{"PDF_RENDER_DPI": "1200", "PDF_MAX_PAGES": "10000"}))
 	require.NoError(t, err)
-	require.Equal(t, pdfworker.Settings{DPI: 1200, MaxPages: 100000}, s)
+	require.Equal(t, pdfworker.Settings{DPI: 1200, MaxPages: 10000}, s)
 
 	for _, tc := range []struct {
 		vars map[string]string
@@ -397,10 +430,11 @@ func TestParseSettings(t *testing.T) {
 		{map[string]string{"PDF_RENDER_DPI": "0"}, `PDF_RENDER_DPI: "0" is not a whole number from 1 to 1200`},
 		{map[string]string{"PDF_RENDER_DPI": "1201"}, `PDF_RENDER_DPI: "1201" is not a whole number from 1 to 1200`},
 		{map[string]string{"PDF_RENDER_DPI": "150.5"}, `PDF_RENDER_DPI: "150.5" is not a whole number from 1 to 1200`},
-		{map[string]string{"PDF_MAX_PAGES": "0"}, `PDF_MAX_PAGES: "0" is not a whole number of at least 1`},
+		{map[string]string{"PDF_MAX_PAGES": "0"}, `PDF_MAX_PAGES: "0" is not a whole number from 1 to 10000`},
+		{map[string]string{"PDF_MAX_PAGES": "10001"}, `PDF_MAX_PAGES: "10001" is not a whole number from 1 to 10000`},
 		{
 			map[string]string{"PDF_RENDER_DPI": "x", "PDF_MAX_PAGES": "-3"},
-			`PDF_RENDER_DPI: "x" is not a whole number from 1 to 1200; PDF_MAX_PAGES: "-3" is not a whole number of at least 1`,
+			`PDF_RENDER_DPI: "x" is not a whole number from 1 to 1200; PDF_MAX_PAGES: "-3" is not a whole number from 1 to 10000`,
 		},
 	} {
 		_, err := pdfworker.ParseSettings(get(tc.vars))
