@@ -188,6 +188,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		MetricsAddr:          r.str("METRICS_ADDR", ""),
 		Phases:               make(map[phases.Name]Phase),
 	}
+	apps := make(map[string]string) // Fly app -> the Short of the phase using it
 	for _, p := range phases.All() {
 		spec := p.Spec()
 		name, def := string(spec.Name), spec.Defaults
@@ -211,6 +212,12 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 			}
 		}
 		c.Phases[spec.Name] = pc
+		// Machines are told apart by their app (the local runner picks the
+		// worker program by it), so each phase needs an app of its own.
+		if other, dup := apps[pc.FlyAppName]; dup {
+			r.problems = append(r.problems, fmt.Sprintf("FLY_%s_APP_NAME and FLY_%s_APP_NAME are both %q; each phase needs an app of its own", other, spec.Short, pc.FlyAppName))
+		}
+		apps[pc.FlyAppName] = spec.Short
 	}
 	if c.OrchestratorURL == "" {
 		c.OrchestratorURL = localURL(c.ListenAddr)

@@ -189,3 +189,11 @@ func TestIntIn(t *testing.T) {
 	require.Equal(t, 7, r.intIn("D", 7, 1, 10))
 	require.Len(t, r.problems, 2)
 }
+
+func TestPhasesNeedAppsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	all := phases.All()
+	first, second := all[0].Spec(), all[1].Spec()
+	_, err := Load(lookup(map[string]string{"FLY_" + second.Short + "_APP_NAME": first.Defaults.FlyAppName}))
+	require.ErrorContains(t, err, fmt.Sprintf("FLY_%s_APP_NAME and FLY_%s_APP_NAME are both %q", first.Short, second.Short, first.Defaults.FlyAppName))
+}

@@ -15,7 +15,9 @@ import (
 // The fan-in protocol: the last task of a phase to end must lead to the
 // phase's transition, however many end at once, and no wake-up may be lost.
 // This file owns it; no other code takes the batch locks or enqueues
-// phase_check by hand.
+// phase_check by hand, but for the sweep's backstop, which enqueues a
+// check for a phase that has no open task left (a check is correct
+// whenever it runs; only a missing one could hang a phase).
 //
 //   - A transaction that ends tasks of a batch (a callback group, the
 //     sweep) holds the batch's SHARED advisory lock from before it updates

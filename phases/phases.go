@@ -17,8 +17,9 @@ import (
 // without a second column.
 type Name string
 
-// The registered phases, in pipeline order. Their values are stored as batch
-// statuses and must not change.
+// Names of the TIFF and image phases (each phase's file declares its own;
+// registry.go orders them). They are stored as batch statuses and must not
+// change.
 const (
 	// TIFFConversion turns TIFF scans into JPEGs that the image phase can read.
 	TIFFConversion Name = "TIFF_CONVERSION"
@@ -122,18 +123,14 @@ func NextWithWork(from Name, files []File) (Phase, []File) {
 	if from == "" {
 		from = First()
 	}
-	name := from
-	// Bounded by the number of phases so that a mistaken Next cycle cannot
-	// loop forever.
-	for range len(registry) {
-		p, ok := Get(name)
-		if !ok {
-			return nil, nil
-		}
+	i := slices.IndexFunc(registry, func(p Phase) bool { return p.Spec().Name == from })
+	if i < 0 {
+		return nil, nil
+	}
+	for _, p := range registry[i:] {
 		if work := p.Discover(files); len(work) > 0 {
 			return p, work
 		}
-		name = Next(name)
 	}
 	return nil, nil
 }

@@ -129,7 +129,10 @@ func TestCheckRegistryRefuses(t *testing.T) {
 		{"StatusAsName", with(func(s *Spec) { s.Name = "DONE" }), "not a batch status"},
 		{"UnknownExecutor", with(func(s *Spec) { s.Executor = "pool" }), `executor "pool"`},
 		{"NoTimeout", with(func(s *Spec) { s.Defaults.TaskTimeout = 0 }), "lacks a short name, worker or default"},
-		{"SettingDefaultOutOfRange", with(func(s *Spec) { s.Settings = []Setting{{Name: "X", Default: 0, Min: 1, Max: 2}} }), "default 0 outside [1, 2]"},
+		{"SettingDefaultOutOfRange", with(func(s *Spec) { s.Settings = []Setting{{Name: "OTHER_X", Default: 0, Min: 1, Max: 2}} }), "default 0 outside [1, 2]"},
+		{"SettingOfAnotherName", with(func(s *Spec) { s.Settings = []Setting{{Name: "TASK_ID", Default: 1, Min: 1, Max: 2}} }), "setting TASK_ID of OTHER_PHASE must start with OTHER_"},
+		{"ReservedShort", with(func(s *Spec) { s.Short = "R2" }), `short name "R2" of OTHER_PHASE is reserved`},
+		{"ShortOfTwoWords", with(func(s *Spec) { s.Short = "MY_PDF" }), "not one upper-case word"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,9 +166,6 @@ func TestOfTask(t *testing.T) {
 		s := p.Spec()
 		require.Equal(t, s.Name, OfTask(s.TaskPrefix+"_01jabc"))
 		require.Equal(t, s.TaskPrefix, TaskIDPrefix(s.Name))
-		got, ok := ByWorker(s.Worker)
-		require.True(t, ok)
-		require.Equal(t, s.Name, got.Spec().Name)
 	}
 	require.Equal(t, Name(""), OfTask("nounderscore"))
 	require.Equal(t, Name(""), OfTask("nosuch_01jabc"))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -69,7 +70,9 @@ type Spec struct {
 	// TaskPrefix starts the ids of the phase's tasks ("tiff_01j..."), so a
 	// task id alone names its phase. Lower-case letters and digits, unique.
 	TaskPrefix string
-	// Short names the phase in its Fly settings: FLY_<Short>_APP_NAME.
+	// Short names the phase in its Fly settings (FLY_<Short>_APP_NAME) and
+	// starts the names of its own Settings: one upper-case word, not one
+	// of reservedShort.
 	Short string
 	// Title says in a few words what the phase's machines do, for docs.
 	Title string
@@ -119,16 +122,6 @@ func Next(name Name) Name {
 		}
 	}
 	return ""
-}
-
-// ByWorker returns the phase whose machines run worker kind, false if none.
-func ByWorker(kind string) (Phase, bool) {
-	for _, p := range registry {
-		if p.Spec().Worker == kind {
-			return p, true
-		}
-	}
-	return nil, false
 }
 
 // OfTask names the phase a task id was made for (task ids start with their
@@ -193,6 +186,17 @@ func Statuses() []BatchStatus {
 // taskPrefix is what a TaskPrefix may be: OfTask cuts ids at the first "_".
 var taskPrefix = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
 
+// reservedShort are the first words of settings and machine variables that
+// are not a phase's own: a phase's Short may be none of them, so that its
+// settings (named Short_...) reach its machines without shadowing the
+// worker contract (TASK_ID, R2_*, CALLBACK_URL...) or an orchestrator
+// setting.
+var reservedShort = []string{
+	"ADMIN", "ALARM", "ARCHIVE", "BATCH", "CALLBACK", "CDN", "CPU", "DATABASE", "FLY", "INPUT", "JPEG",
+	"LAUNCH", "LISTEN", "LOCAL", "LOG", "MAX", "METRICS", "ORCHESTRATOR", "PPROF", "R2", "SWEEP", "TASK",
+	"TMPDIR", "VARIANT", "VIPS", "WORKER",
+}
+
 // checkRegistry refuses a registry that would mix phases up: duplicate
 // names, task-id prefixes, short names or worker kinds, or a spec missing
 // what config, the launcher and cmd/worker derive from it.
@@ -217,6 +221,9 @@ func checkRegistry(ps []Phase) error {
 		if s.Executor != Machine {
 			problems = append(problems, fmt.Sprintf("executor %q of %s is not one the jobs run", s.Executor, s.Name))
 		}
+		if slices.Contains(reservedShort, s.Short) || strings.ToUpper(s.Short) != s.Short || strings.Contains(s.Short, "_") {
+			problems = append(problems, fmt.Sprintf("short name %q of %s is reserved or not one upper-case word", s.Short, s.Name))
+		}
 		if s.Short == "" || s.Worker == "" || s.Defaults.FlyAppName == "" || s.Defaults.WorkerImage == "" ||
 			s.Defaults.BatchSize <= 0 || s.Defaults.AlarmDelay <= 0 || s.Defaults.TaskTimeout <= 0 || s.Defaults.Guest.MemoryMB <= 0 {
 			problems = append(problems, fmt.Sprintf("%s lacks a short name, worker or default", s.Name))
@@ -227,6 +234,9 @@ func checkRegistry(ps []Phase) error {
 		unique("worker", s.Worker, s.Name)
 		for _, st := range s.Settings {
 			unique("setting", st.Name, s.Name)
+			if !strings.HasPrefix(st.Name, s.Short+"_") {
+				problems = append(problems, fmt.Sprintf("setting %s of %s must start with %s_", st.Name, s.Name, s.Short))
+			}
 			if st.Min > st.Default || st.Default > st.Max {
 				problems = append(problems, fmt.Sprintf("setting %s of %s: default %d outside [%d, %d]", st.Name, s.Name, st.Default, st.Min, st.Max))
 			}
