@@ -42,10 +42,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/phases"
@@ -208,54 +205,33 @@ func Split(ctx context.Context, cfg worker.Config, settings Settings, store blob
 	defer text.Close()
 	log.Info("inspected PDF", "pages", n, "dpi", settings.DPI, "text_per_page", text.perPage)
 
-	var (
-		mu       sync.Mutex
-		pages    = make([]phases.PDFPage, n)
-		uploadNS time.Duration
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(uploadConcurrency)
-	var convErr error
-	for page := 1; page <= n; page++ {
-		if gctx.Err() != nil {
-			break
-		}
-		t := time.Now()
-		jpg, err := render(file, page, n, settings.DPI, cfg.JPEGQuality)
-		var txt string
-		if err == nil {
-			txt, err = text.page(gctx, page)
-		}
-		timer.Conversion += time.Since(t)
-		if err != nil {
-			convErr = err
-			break
-		}
-		g.Go(func() error {
-			t := time.Now()
-			p, err := upload(gctx, store, cfg.Bucket, key, page, jpg, txt)
-			mu.Lock()
-			uploadNS += time.Since(t)
-			mu.Unlock()
+	type rendered struct {
+		jpg  []byte
+		text string
+	}
+	pages := make([]phases.PDFPage, n)
+	err = worker.Pages(ctx, n, uploadConcurrency, timer,
+		func(ctx context.Context, page int) (rendered, error) {
+			jpg, err := render(file, page, n, settings.DPI, cfg.JPEGQuality)
+			var txt string
+			if err == nil {
+				txt, err = text.page(ctx, page)
+			}
+			if err != nil {
+				return rendered{}, fmt.Errorf("splitting PDF %s: %w", key, err)
+			}
+			return rendered{jpg, txt}, nil
+		},
+		func(ctx context.Context, page int, r rendered) error {
+			p, err := upload(ctx, store, cfg.Bucket, key, page, r.jpg, r.text)
 			if err != nil {
 				return err
 			}
 			pages[page-1] = p
-			log.Debug("uploaded page", "page", page, "file_name", p.JPEGName(path.Base(key)), "bytes", len(jpg), "text_bytes", p.TextFileSize)
+			log.Debug("uploaded page", "page", page, "file_name", p.JPEGName(path.Base(key)), "bytes", len(r.jpg), "text_bytes", p.TextFileSize)
 			return nil
 		})
-	}
-	uploadErr := g.Wait()
-	timer.Upload = uploadNS
-	// A failed upload cancels gctx, which can fail the page being
-	// converted too ("signal: killed"): the upload's error is the cause.
-	if uploadErr != nil {
-		return nil, uploadErr
-	}
-	if convErr != nil {
-		return fail(convErr)
-	}
-	if err := ctx.Err(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 

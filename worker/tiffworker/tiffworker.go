@@ -33,10 +33,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/worker"
@@ -88,52 +84,29 @@ func Convert(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 		return nil, fmt.Errorf("decoding TIFF %s: %w", key, err)
 	}
 
-	var (
-		mu       sync.Mutex
-		outputs  = make([]Output, len(src.pages))
-		uploadNS time.Duration
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(uploadConcurrency)
-	var convErr error
-	for i, page := range src.pages {
-		if gctx.Err() != nil {
-			break
-		}
-		t := time.Now()
-		jpg, err := src.convert(page, cfg.JPEGQuality, log)
-		timer.Conversion += time.Since(t)
-		if err != nil {
-			if len(src.pages) > 1 {
-				err = fmt.Errorf("page %d of %d: %w", i+1, len(src.pages), err)
+	n := len(src.pages)
+	outputs := make([]Output, n)
+	err = worker.Pages(ctx, n, uploadConcurrency, timer,
+		func(_ context.Context, page int) ([]byte, error) {
+			jpg, err := src.convert(src.pages[page-1], cfg.JPEGQuality, log)
+			if err != nil && n > 1 {
+				err = fmt.Errorf("page %d of %d: %w", page, n, err)
 			}
-			convErr = fmt.Errorf("decoding TIFF %s: %w", key, err)
-			break
-		}
-		outKey := outputKey(key, i+1, len(src.pages))
-		g.Go(func() error {
-			t := time.Now()
-			written, err := worker.PutUnique(gctx, store, cfg.Bucket, outKey, jpg, "image/jpeg")
-			mu.Lock()
-			uploadNS += time.Since(t)
-			mu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("decoding TIFF %s: %w", key, err)
+			}
+			return jpg, nil
+		},
+		func(ctx context.Context, page int, jpg []byte) error {
+			written, err := worker.PutUnique(ctx, store, cfg.Bucket, outputKey(key, page, n), jpg, "image/jpeg")
 			if err != nil {
 				return err
 			}
-			outputs[i] = Output{R2Key: written, FileName: path.Base(written), FileSize: int64(len(jpg)), Page: i + 1}
-			log.Debug("uploaded page", "page", i+1, "r2_key", written, "bytes", len(jpg))
+			outputs[page-1] = Output{R2Key: written, FileName: path.Base(written), FileSize: int64(len(jpg)), Page: page}
+			log.Debug("uploaded page", "page", page, "r2_key", written, "bytes", len(jpg))
 			return nil
 		})
-	}
-	uploadErr := g.Wait()
-	timer.Upload = uploadNS
-	if convErr != nil {
-		return nil, convErr
-	}
-	if uploadErr != nil {
-		return nil, uploadErr
-	}
-	if err := ctx.Err(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 
