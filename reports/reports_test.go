@@ -262,13 +262,13 @@ func TestReports(t *testing.T) {
 		res := run(t, conn, "failure-reasons", p)
 		require.Equal(t, []string{"phase", "reason", "failures", "tasks", "batches", "last_seen", "example"}, res.Columns)
 		require.Equal(t, [][]any{
-			{image, "input s3://... does not exist", int64(2), int64(2), int64(1), at("2026-03-02 10:00:46"),
+			{image, "input s3://<key> does not exist", int64(2), int64(2), int64(1), at("2026-03-02 10:00:46"),
 				"input s3://arke-staging/staging/B1/a.tiff does not exist"},
-			{tiff, "Task timed out after Ns", int64(2), int64(2), int64(2), at("2026-03-02 12:01:10.25"),
+			{tiff, "Task timed out after <n>s", int64(2), int64(2), int64(2), at("2026-03-02 12:01:10.25"),
 				"Task timed out after 60.2s"},
 			{image, "Failed to decode TIFF: bad header", int64(1), int64(1), int64(1), at("2026-03-02 10:00:52.5"),
 				"Failed to decode TIFF: bad header"},
-			{tiff, "no machine could be launched after 3 attempts", int64(1), int64(1), int64(1), at("2026-03-02 12:01:11"),
+			{tiff, "no machine could be launched after <n> attempts", int64(1), int64(1), int64(1), at("2026-03-02 12:01:11"),
 				"no machine could be launched after 3 attempts"},
 		}, res.Rows)
 
