@@ -213,6 +213,13 @@ func TestComposeEnvironment(t *testing.T) {
 	df := string(dockerfile)
 	require.Regexp(t, `(?m)^RUN CGO_ENABLED=1 go build .*-o /out/worker \./cmd/worker$`, df)
 	require.Regexp(t, `(?m)^COPY --from=build .*/out/worker .*`+regexp.QuoteMeta(path.Dir(cfg.LocalWorkerBin))+`/$`, df)
+	// The build context leaves out make run's data (a Postgres cluster
+	// the build could not read) and local binaries.
+	ignore, err := os.ReadFile("../../.dockerignore")
+	require.NoError(t, err)
+	for _, p := range []string{".data", "bin"} {
+		require.Contains(t, strings.Fields(string(ignore)), p)
+	}
 	runtime := df[strings.LastIndex(df, "\nFROM "):]
 	for _, pkg := range []string{"libvips42", "poppler-utils", "curl"} {
 		require.True(t, slices.Contains(strings.Fields(runtime), pkg), "the runtime stage installs %s", pkg)
