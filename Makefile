@@ -13,24 +13,32 @@ BIN := bin/orchestrator
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: setup
+setup: ## Install what make run needs and is missing: PostgreSQL, libvips, poppler, gcc (scripts/setup.sh; apt-get or Homebrew)
+	@scripts/setup.sh run
+
+.PHONY: setup-test
+setup-test: ## Install what make test needs and is missing: setup's, plus the vips tools and Chromium
+	@scripts/setup.sh test
+
 .PHONY: run
-run: build ## Start the orchestrator on embedded defaults (local Postgres in .data/, local S3, local machine runner)
+run: build ## Install what is missing, then start the orchestrator on embedded defaults (local Postgres, local S3, local machine runner); prints its URLs and admin token
 	scripts/postgres.sh dev $(BIN) serve
 
 .PHONY: test
-test: ## Run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
+test: setup-test ## Install what is missing, then run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
 	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
 
 .PHONY: test-short
-test-short: ## Run the fast tests, without -race (skips the end-to-end and load tests that testing.Short() marks)
+test-short: setup-test ## Run the fast tests, without -race (skips the end-to-end and load tests that testing.Short() marks)
 	scripts/postgres.sh temp $(GO) test -short -count=1 ./...
 
 .PHONY: bench
-bench: ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files, workers vs vips CLI); writes BENCHMARKS.md
+bench: setup-test ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files, workers vs vips CLI); writes BENCHMARKS.md
 	scripts/postgres.sh bench $(GO) run ./cmd/bench -out BENCHMARKS.md
 
 .PHONY: build
-build: ## Build bin/orchestrator and bin/worker (the worker needs libvips)
+build: setup ## Build bin/orchestrator and bin/worker (the worker needs libvips)
 	$(GO) build -o $(BIN) ./cmd/orchestrator
 	$(GO) build -o bin/worker ./cmd/worker
 
@@ -39,7 +47,7 @@ migrate: ## Apply database migrations to DATABASE_URL (or the local development 
 	scripts/postgres.sh dev $(GO) run ./cmd/orchestrator migrate
 
 .PHONY: submit
-submit: ## Submit examples/sample-batch to the orchestrator `make run` started
+submit: ## Submit examples/sample-batch to the orchestrator `make run` started (it finds it through .data/run.env)
 	$(GO) run ./cmd/orchestrator submit examples/sample-batch
 
 .PHONY: generate
@@ -58,5 +66,5 @@ lint: ## gofmt, then golangci-lint (errcheck, govet, staticcheck, unused, revive
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: clean
-clean: ## Remove build output (keeps the development database in .data/)
+clean: ## Remove build output (keeps the development database, token and objects of .data/)
 	rm -rf bin

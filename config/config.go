@@ -91,6 +91,11 @@ type Config struct {
 	// batches are nudged.
 	SweepInterval time.Duration
 
+	// LocalDataDir is where the embedded default (no storage and no compute
+	// settings, as `make run` starts it) keeps its generated admin token and
+	// the run.env the operator commands read (LOCAL_DATA_DIR, default .data).
+	LocalDataDir string
+
 	// LocalS3Dir, LocalS3Addr and the key pair configure the embedded S3
 	// server used when no R2 setting is given (LOCAL_S3_*).
 	LocalS3Dir       string
@@ -171,6 +176,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		FlyLaunchBurst:       r.positiveInt("FLY_LAUNCH_BURST", 3),
 		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
 		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),
+		LocalDataDir:         r.str("LOCAL_DATA_DIR", ".data"),
 		LocalS3Dir:           r.str("LOCAL_S3_DIR", ".data/s3"),
 		LocalS3Addr:          r.str("LOCAL_S3_ADDR", "127.0.0.1:7070"),
 		LocalS3AccessKey:     r.str("LOCAL_S3_ACCESS_KEY", "local"),

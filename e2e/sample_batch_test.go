@@ -67,6 +67,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		"LISTEN_ADDR="+listen,
 		"METRICS_ADDR="+metricsAddr,
 		"LOCAL_S3_DIR="+t.TempDir(),
+		"LOCAL_DATA_DIR="+t.TempDir(),
 		"LOCAL_S3_ADDR="+s3Addr,
 		"LOCAL_WORKER_BIN="+worker,
 		"LOG_FORMAT=text",
@@ -259,8 +260,11 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	} {
 		require.Contains(t, metrics, line)
 	}
-	// The workers got the storage secret; neither they nor serve logged it.
+	// The workers got the storage secret; neither they nor serve logged it,
+	// nor the admin token serve generated, which its banner shows on a
+	// terminal only.
 	require.NotContains(t, serveLog.String(), "localsecret")
+	require.Contains(t, serveLog.String(), "Admin token    in ")
 }
 
 func unescape(t *testing.T, s string) string {

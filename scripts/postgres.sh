@@ -9,13 +9,18 @@
 #                                    durability (fsync and synchronous_commit
 #                                    on), for benchmarks; BENCH_DATABASE_URL
 #                                    overrides it.
-#   scripts/postgres.sh dev CMD...   a persistent cluster in .data/postgres
-#                                    (created on first use, reused after),
-#                                    unless DATABASE_URL is set; CMD sees
-#                                    DATABASE_URL; the cluster stops when CMD ends.
+#   scripts/postgres.sh dev CMD...   a persistent cluster (created on first use,
+#                                    reused after) unless DATABASE_URL is set;
+#                                    CMD sees DATABASE_URL; the cluster stops
+#                                    when CMD ends.
 #
-# Uses initdb/pg_ctl from PATH or /usr/lib/postgresql/*/bin. As root, the
-# cluster runs as the "postgres" user (initdb refuses to run as root).
+# Uses initdb/pg_ctl from PATH, /usr/lib/postgresql/*/bin or Homebrew's
+# postgresql@*. The clusters run as the invoking user, except as root:
+# initdb refuses root, so they run as the "postgres" user. That user may not
+# reach the repository (a clone under a private home, mode 700), so a root's
+# development cluster lives in postgres's home, in a folder named after the
+# repository's path (one per clone), not in .data/postgres; PGDEV_DIR
+# overrides both.
 set -euo pipefail
 
 mode=${1:-}; shift || true
@@ -43,7 +48,7 @@ fi
 find_bin() {
   local name=$1 dir
   if command -v "$name" >/dev/null 2>&1; then command -v "$name"; return; fi
-  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+  for dir in $(ls -d /usr/lib/postgresql/*/bin /opt/homebrew/opt/postgresql@*/bin /usr/local/opt/postgresql@*/bin 2>/dev/null | sort -V -r); do
     if [[ -x "$dir/$name" ]]; then echo "$dir/$name"; return; fi
   done
   echo "error: $name not found. Install PostgreSQL (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) or set DATABASE_URL." >&2
@@ -58,7 +63,9 @@ as_owner() {
       echo "error: running as root needs a 'postgres' user to own the cluster (install the postgresql package, or set DATABASE_URL)" >&2
       exit 1
     fi
-    runuser -u postgres -- "$@"
+    # From a directory postgres can enter: postgres programs look at their
+    # working directory, and runuser warns when it is out of reach.
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
@@ -73,7 +80,22 @@ elif [[ "$mode" == bench ]]; then
   port=5432
   conf=()
 else
-  dir=${PGDEV_DIR:-$PWD/.data/postgres}
+  dir=${PGDEV_DIR:-}
+  if [[ -z "$dir" ]]; then
+    dir=$PWD/.data/postgres
+    # A cluster made there before stays there; otherwise root's goes to a
+    # place postgres can surely reach.
+    if [[ $(id -u) -eq 0 && ! -f "$dir/data/PG_VERSION" ]] && id postgres >/dev/null 2>&1; then
+      home=$(getent passwd postgres | cut -d: -f6)
+      [[ -n "$home" && "$home" != / ]] || home=/var/lib/postgresql
+      key=$(printf '%s' "$PWD" | cksum | cut -d' ' -f1)
+      dir=$home/orchestrator-dev/$(basename "$PWD")-$key
+      mkdir -p "$home/orchestrator-dev"
+      chown postgres "$home/orchestrator-dev"
+      # Which clone the cluster belongs to, for whoever finds it there.
+      mkdir -p "$dir" && printf '%s\n' "$PWD" >"$dir/repository"
+    fi
+  fi
   port=${PGDEV_PORT:-54320}
   conf=()
   mkdir -p "$dir"

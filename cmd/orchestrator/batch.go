@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,7 +43,8 @@ const batchUsage = `Usage: orchestrator %s [-url URL] [-json] ID
 
 %s
 
-The orchestrator is at -url (default $ORCHESTRATOR_URL, else the address of
+The orchestrator is at -url (default $ORCHESTRATOR_URL, else that of the
+make run whose .data/run.env is in this folder, else the address of
 LISTEN_ADDR on this machine).%s
 
 Exit status: 0 on success, 1 when the orchestrator refuses (unknown batch,
@@ -75,7 +75,7 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 	flags.Usage = func() {
 		token := ""
 		if cmd.admin {
-			token = " The admin token is read from\nADMIN_TOKEN, as the server's."
+			token = " The admin token is read from\nADMIN_TOKEN, as the server's, else from the token file of .data/run.env."
 		}
 		fmt.Fprintf(stderr, batchUsage, name, cmd.about, token)
 		flags.PrintDefaults()
@@ -99,7 +99,7 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 		return usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", strings.TrimRight(*base, "/"))}
 	}
 	if cmd.admin && cfg.AdminToken == "" {
-		return fmt.Errorf("%s needs the admin token: set ADMIN_TOKEN to the orchestrator's ADMIN_TOKEN", name)
+		return fmt.Errorf("%s needs the admin token: set ADMIN_TOKEN to the orchestrator's ADMIN_TOKEN (next to a `make run`, run this from its folder: its .data/run.env leads to the token)", name)
 	}
 
 	st, err := cmd.call(c, ctx, id)
@@ -193,7 +193,8 @@ func printStatus(w io.Writer, st client.Status) error {
 	return tw.Flush()
 }
 
-// batchCmd is `orchestrator status|reset|retry` on the process environment.
+// batchCmd is `orchestrator status|reset|retry` on the process environment,
+// with the run.env of a `make run` beneath it.
 func batchCmd(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
-	return runBatchCommand(ctx, name, args, os.LookupEnv, stdout, stderr)
+	return runBatchCommand(ctx, name, args, operatorEnv(), stdout, stderr)
 }

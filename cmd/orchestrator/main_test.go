@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/internal/syncbuf"
 )
 
 // testdata holds spec 001's example message and manifest. It is resolved
@@ -44,11 +46,15 @@ func TestUnknownCommand(t *testing.T) {
 // TestServeOnEmbeddedDefaults runs `orchestrator serve` as a newcomer would:
 // an empty database (migrated on start), no R2 settings (so the local S3
 // server starts), then spec 001's example batch goes from PENDING to its
-// first phase, PDF_PAGES.
+// first phase, PDF_PAGES. It prints the newcomer's banner with a generated
+// admin token, kept with the run.env of the operator commands.
 func TestServeOnEmbeddedDefaults(t *testing.T) {
 	_, dbURL := dbtest.NewEmpty(t)
 	listen, s3Addr := freeAddr(t), freeAddr(t)
+	dataDir := t.TempDir()
 	t.Setenv("DATABASE_URL", dbURL)
+	t.Setenv("LOCAL_DATA_DIR", dataDir)
+	t.Setenv("ADMIN_TOKEN", "")
 	t.Setenv("LISTEN_ADDR", listen)
 	t.Setenv("LOCAL_S3_DIR", t.TempDir())
 	t.Setenv("LOCAL_S3_ADDR", s3Addr)
@@ -61,7 +67,8 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- run(ctx, []string{"serve"}, io.Discard, io.Discard) }()
+	var stderr syncbuf.Buffer
+	go func() { served <- run(ctx, []string{"serve"}, io.Discard, &stderr) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -75,6 +82,29 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 	base := "http://" + listen
 	awaitOK(t, served, base+"/healthz")
 
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "Ctrl-C stops everything") }, 10*time.Second, 10*time.Millisecond)
+	token, err := os.ReadFile(filepath.Join(dataDir, "admin-token"))
+	require.NoError(t, err)
+	tok := strings.TrimSpace(string(token))
+	banner := stderr.String()
+	// Not a terminal: the banner says where the token is, not what.
+	require.Contains(t, banner, "Admin token    in "+filepath.Join(dataDir, "admin-token")+" (shown here on a terminal only)\n")
+	require.Contains(t, banner, "Dashboard      "+base+"/ui\n")
+	require.Contains(t, banner, "S3             http://"+s3Addr+"   access key local, secret key in ")
+	require.NotContains(t, banner, tok, "the token is never logged")
+	runEnv, err := os.ReadFile(filepath.Join(dataDir, "run.env"))
+	require.NoError(t, err)
+	require.Contains(t, string(runEnv), "ORCHESTRATOR_URL="+base+"\n")
+	require.Contains(t, string(runEnv), "DATABASE_URL="+dbURL+"\n")
+	require.Contains(t, string(runEnv), "LOCAL_S3_ADDR="+s3Addr+"\n")
+	req, err := http.NewRequest(http.MethodPost, base+"/admin/reset/NOPE", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("admin", tok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "the generated token is the admin's")
+
 	// The upstream service puts the manifest in the staging bucket, which
 	// serve created on its local S3 server.
 	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://" + s3Addr, AccessKeyID: "local", SecretAccessKey: "localsecret"})
@@ -86,7 +116,7 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 
 	msg, err := os.ReadFile(filepath.Join(testdata, "queue_message.json"))
 	require.NoError(t, err)
-	resp, err := http.Post(base+"/batches", "application/json", bytes.NewReader(msg))
+	resp, err = http.Post(base+"/batches", "application/json", bytes.NewReader(msg))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

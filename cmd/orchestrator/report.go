@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -30,9 +29,10 @@ WHEN is a duration back from now (90m, 24h, 7d, 2w), an RFC 3339 time
 Flags:
 `
 
-// report is `orchestrator report`.
+// report is `orchestrator report`, on the process environment with the
+// run.env of a `make run` beneath it.
 func report(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runReport(ctx, args, os.LookupEnv, time.Now(), stdout, stderr)
+	return runReport(ctx, args, operatorEnv(), time.Now(), stdout, stderr)
 }
 
 // runReport is report with the environment read through lookup and the
@@ -78,7 +78,7 @@ func runReport(ctx context.Context, args []string, lookup func(string) (string, 
 
 	dbURL, _ := lookup("DATABASE_URL")
 	if dbURL == "" {
-		return errors.New("DATABASE_URL is not set: point it at the orchestrator's database (a read-only role is enough; see sql/reporter_role.sql)")
+		return errors.New("DATABASE_URL is not set: point it at the orchestrator's database (a read-only role is enough; see sql/reporter_role.sql), or run this from the folder of a running `make run`, whose .data/run.env names its database")
 	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {

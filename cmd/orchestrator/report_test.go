@@ -91,6 +91,6 @@ func TestReportCommand(t *testing.T) {
 			require.ErrorAs(t, err, new(usageError), "%v: exit status 2", args)
 		}
 		_, err := cli(nil, "throughput")
-		require.EqualError(t, err, "DATABASE_URL is not set: point it at the orchestrator's database (a read-only role is enough; see sql/reporter_role.sql)")
+		require.ErrorContains(t, err, "DATABASE_URL is not set: point it at the orchestrator's database (a read-only role is enough; see sql/reporter_role.sql)")
 	})
 }

@@ -64,6 +64,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer pool.Close()
+	// Resolved before the local S3 server changes the working directory.
+	embedded, tokenFile, dataDir := embeddedDefault(cfg), "", ""
+	if embedded {
+		if dataDir, err = filepath.Abs(cfg.LocalDataDir); err != nil {
+			return err
+		}
+		if cfg.AdminToken == "" {
+			if cfg.AdminToken, tokenFile, err = localAdminToken(dataDir); err != nil {
+				return err
+			}
+		}
+	}
 	stopProfiling, err := startProfiling(cfg, logger)
 	if err != nil {
 		return err
@@ -117,6 +129,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("orchestrator serving", "addr", ln.Addr().String(), "bucket", cfg.R2Bucket, "callback_base", cfg.OrchestratorURL)
+	if embedded {
+		greet(cfg, ln.Addr().String(), dataDir, tokenFile, logger, stderr)
+	}
 
 	select {
 	case <-ctx.Done():
@@ -135,6 +150,31 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Warn("job workers shutdown", "error", err)
 	}
 	return nil
+}
+
+// greet writes the run.env of the operator commands and prints the
+// newcomer's banner: the embedded default's URLs, admin token and keys, as
+// plain text (the token never goes through the logger, and is shown on a
+// terminal only).
+func greet(cfg *config.Config, addr, dataDir, tokenFile string, logger *slog.Logger, stderr io.Writer) {
+	apiURL := "http://" + loopback(addr)
+	runEnv, err := writeRunEnv(dataDir, runInstance{
+		DatabaseURL: cfg.DatabaseURL, OrchestratorURL: apiURL, TokenFile: tokenFile,
+		S3Addr: cfg.LocalS3Addr, S3AccessKey: cfg.LocalS3AccessKey, S3SecretKey: cfg.LocalS3SecretKey,
+	})
+	if err != nil {
+		logger.Warn("writing run.env for the operator commands", "error", err)
+	}
+	nb := newcomerBanner{
+		URL: apiURL, Token: cfg.AdminToken, TokenFile: tokenFile,
+		S3Endpoint: cfg.R2Endpoint, S3Access: cfg.R2AccessKeyID, S3Secret: cfg.R2SecretAccessKey,
+		Buckets:     []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket},
+		DatabaseURL: cfg.DatabaseURL, RunEnv: runEnv, ShowSecrets: isTerminal(stderr),
+	}
+	if tokenFile == "" {
+		nb.TokenSource = "ADMIN_TOKEN"
+	}
+	nb.write(stderr)
 }
 
 // begin is how every database command starts: read the configuration,

@@ -94,9 +94,10 @@ type submitOptions struct {
 	limits       manifest.Limits
 }
 
-// submit is `orchestrator submit`.
+// submit is `orchestrator submit`, on the process environment with the
+// run.env of a `make run` beneath it.
 func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runSubmit(ctx, args, os.LookupEnv, stdout, stderr)
+	return runSubmit(ctx, args, operatorEnv(), stdout, stderr)
 }
 
 // runSubmit is submit with the environment read through lookup, so tests
