@@ -48,6 +48,10 @@ func TestUnknownCommand(t *testing.T) {
 // server starts), then spec 001's example batch goes from PENDING to its
 // first phase, PDF_PAGES. It prints the newcomer's banner with a generated
 // admin token, kept with the run.env of the operator commands.
+//
+// Not parallel (it uses t.Setenv): it runs before the parallel tests start
+// s3test's server, since the embedded S3 gateway runs once per process at a
+// time, and serve waits for its own gateway to stop before returning.
 func TestServeOnEmbeddedDefaults(t *testing.T) {
 	_, dbURL := dbtest.NewEmpty(t)
 	listen, s3Addr := freeAddr(t), freeAddr(t)

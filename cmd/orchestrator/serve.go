@@ -94,10 +94,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer closeCompute()
-	store, err := openStore(ctx, cfg, logger)
+	store, stopStore, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
+	defer stopStore()
 	m := metrics.New(metrics.Config{Pool: pool, Runtime: true, Logger: logger})
 	stopMetrics, err := startMetrics(cfg, m, logger)
 	if err != nil {
@@ -224,41 +225,65 @@ func redactURL(host string, port uint16, database string) string {
 // openStore connects to R2 (or any S3 server at R2_ENDPOINT). With no R2
 // setting at all it starts the embedded local S3 server instead, creates the
 // buckets, and points the R2 settings at it, so everything downstream (the
-// workers' environment included) sees one configuration.
-func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (blob.Store, error) {
+// workers' environment included) sees one configuration. stop ends the
+// local S3 server and waits for it (the gateway runs once per process at a
+// time, so a serve run in process, as by the tests, must leave it stopped).
+func openStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (store blob.Store, stop func(), err error) {
 	if cfg.LocalStorage() {
-		srv, err := locals3.Start(ctx, locals3.Options{
+		s3ctx, cancel := context.WithCancel(ctx)
+		srv, err := locals3.Start(s3ctx, locals3.Options{
 			Dir: cfg.LocalS3Dir, Addr: cfg.LocalS3Addr,
 			AccessKey: cfg.LocalS3AccessKey, SecretKey: cfg.LocalS3SecretKey,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("starting the local S3 server (no R2 settings given; LOCAL_S3_ADDR=%s): %w", cfg.LocalS3Addr, err)
+			cancel()
+			return nil, nil, fmt.Errorf("starting the local S3 server (no R2 settings given; LOCAL_S3_ADDR=%s): %w", cfg.LocalS3Addr, err)
 		}
-		s3cfg := srv.Config()
-		cfg.R2Endpoint, cfg.R2AccessKeyID, cfg.R2SecretAccessKey = s3cfg.Endpoint, s3cfg.AccessKeyID, s3cfg.SecretAccessKey
-		store, err := blob.NewS3(s3cfg)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.CDNPublicURL == "" {
-			// Variants are served straight from the local S3 server.
-			cfg.CDNPublicURL = srv.Endpoint + "/" + cfg.CDNBucket
-		}
-		for _, b := range []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket} {
-			if err := store.EnsureBucket(ctx, b); err != nil {
-				return nil, fmt.Errorf("creating bucket %s on the local S3 server: %w", b, err)
+		stop = func() {
+			cancel()
+			select {
+			case <-srv.Stopped():
+			case <-time.After(10 * time.Second):
+				logger.Warn("the local S3 server did not stop within 10 s")
 			}
 		}
-		logger.Info("no R2 settings: using the local S3 server", "endpoint", srv.Endpoint, "data_dir", srv.DataDir,
-			"buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket})
-		return store, nil
+		local, err := openLocalStore(ctx, cfg, srv, logger)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		return local, stop, nil
 	}
-	return blob.NewS3(blob.S3Config{
+	store, err = blob.NewS3(blob.S3Config{
 		AccountID:       cfg.R2AccountID,
 		Endpoint:        cfg.R2Endpoint,
 		AccessKeyID:     cfg.R2AccessKeyID,
 		SecretAccessKey: cfg.R2SecretAccessKey,
 	})
+	return store, func() {}, err
+}
+
+// openLocalStore points the configuration at the local S3 server srv and
+// creates the buckets.
+func openLocalStore(ctx context.Context, cfg *config.Config, srv *locals3.Server, logger *slog.Logger) (blob.Store, error) {
+	s3cfg := srv.Config()
+	cfg.R2Endpoint, cfg.R2AccessKeyID, cfg.R2SecretAccessKey = s3cfg.Endpoint, s3cfg.AccessKeyID, s3cfg.SecretAccessKey
+	store, err := blob.NewS3(s3cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CDNPublicURL == "" {
+		// Variants are served straight from the local S3 server.
+		cfg.CDNPublicURL = srv.Endpoint + "/" + cfg.CDNBucket
+	}
+	for _, b := range []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket} {
+		if err := store.EnsureBucket(ctx, b); err != nil {
+			return nil, fmt.Errorf("creating bucket %s on the local S3 server: %w", b, err)
+		}
+	}
+	logger.Info("no R2 settings: using the local S3 server", "endpoint", srv.Endpoint, "data_dir", srv.DataDir,
+		"buckets", []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket})
+	return store, nil
 }
 
 // openCompute picks the machine backend: Fly.io when FLY_API_TOKEN is set,

@@ -54,7 +54,12 @@ type Server struct {
 	DataDir   string
 	accessKey string
 	secretKey string
+	stopped   chan struct{}
 }
+
+// Stopped is closed once the server has stopped after its context ended:
+// only then may another start in this process.
+func (s *Server) Stopped() <-chan struct{} { return s.stopped }
 
 // Config is the blob configuration for this server, as if R2_ENDPOINT,
 // R2_ACCESS_KEY_ID and R2_SECRET_ACCESS_KEY pointed at it.
@@ -131,7 +136,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		},
 	}
 	done := make(chan error, 1)
-	go func() { done <- embedgw.RunVersityGW(ctx, be, cfg) }()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		done <- embedgw.RunVersityGW(ctx, be, cfg)
+	}()
 
 	timeout := time.NewTimer(startTimeout)
 	defer timeout.Stop()
@@ -143,7 +152,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("local S3 did not listen on %s within %s", addr, startTimeout)
 	}
 
-	s := &Server{Endpoint: "http://" + addr, DataDir: data, accessKey: opts.AccessKey, secretKey: opts.SecretKey}
+	s := &Server{Endpoint: "http://" + addr, DataDir: data, accessKey: opts.AccessKey, secretKey: opts.SecretKey, stopped: stopped}
 	store, err := blob.NewS3(s.Config())
 	if err != nil {
 		return nil, err
