@@ -227,5 +227,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	awaitJS(ctx, t, "thumbnails loaded", `[...document.querySelectorAll('#files img.thumb')].filter(i => i.complete && i.naturalWidth === 64).length`, "3")
 	awaitJS(ctx, t, "ingest state", `document.querySelector('#ingest-status').textContent.trim()`, "delivered")
 	screenshot(ctx, t, "batch.png")
+	// The same page on a phone's screen.
+	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
+	screenshot(ctx, t, "batch-phone.png")
 	t.Logf("the browser part took %s", time.Since(start).Round(time.Millisecond))
 }
