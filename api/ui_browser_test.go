@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"image"
 	"image/color"
@@ -12,10 +13,12 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -28,12 +31,35 @@ import (
 // chromiumPath is Debian's Chromium, which CI installs.
 const chromiumPath = "/usr/bin/chromium"
 
+// wire records the request headers Chromium sent, as they went over the
+// wire (auth headers included), by URL.
+type wire struct {
+	mu      sync.Mutex
+	urls    map[network.RequestID]string
+	headers map[network.RequestID]network.Headers
+}
+
+// authorization is the Authorization header of the requests sent to URLs
+// ending in suffix, one per request whose headers are known.
+func (w *wire) authorization(suffix string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for id, u := range w.urls {
+		if h, ok := w.headers[id]; ok && strings.HasSuffix(u, suffix) {
+			v, _ := h["Authorization"].(string)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // browser starts a headless Chromium for the test, answering the server's
 // basic-auth challenges as the admin (the Fetch domain's auth handling, so
 // the browser's own auth cache covers the page's requests) and accepting
 // confirmation dialogs. It fails the test when Chromium is missing: CI
 // installs it, so a missing browser is a broken setup, not a skip.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T) (context.Context, *wire) {
 	t.Helper()
 	bin := chromiumPath
 	if _, err := os.Stat(bin); err != nil {
@@ -68,8 +94,17 @@ func browser(t *testing.T) context.Context {
 	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
 	t.Cleanup(cancel)
 
+	sent := &wire{urls: map[network.RequestID]string{}, headers: map[network.RequestID]network.Headers{}}
 	chromedp.ListenTarget(ctx, func(ev any) {
 		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			sent.mu.Lock()
+			sent.urls[ev.RequestID] = ev.Request.URL
+			sent.mu.Unlock()
+		case *network.EventRequestWillBeSentExtraInfo:
+			sent.mu.Lock()
+			sent.headers[ev.RequestID] = ev.Headers
+			sent.mu.Unlock()
 		case *fetch.EventAuthRequired:
 			go func() {
 				_ = chromedp.Run(ctx, fetch.ContinueWithAuth(ev.RequestID, &fetch.AuthChallengeResponse{
@@ -82,8 +117,8 @@ func browser(t *testing.T) context.Context {
 			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
 		}
 	})
-	require.NoError(t, chromedp.Run(ctx, fetch.Enable().WithHandleAuthRequests(true)), "starting Chromium (%s)", bin)
-	return ctx
+	require.NoError(t, chromedp.Run(ctx, network.Enable(), fetch.Enable().WithHandleAuthRequests(true)), "starting Chromium (%s)", bin)
+	return ctx, sent
 }
 
 // awaitJS evaluates expr in the page until it yields want, for up to 30 s.
@@ -155,7 +190,7 @@ func imageCallback(l fakefly.Launch) (body, thumbKey string) {
 // shows the final files with their thumbnails, read through the API.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
-	ctx := browser(t)
+	ctx, sent := browser(t)
 	opts, launches := heldLaunches()
 	opts.Settings = map[string]string{"CDN_BUCKET": "dashboard-cdn"}
 	env := testenv.New(t, opts)
@@ -195,6 +230,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#live[data-connected="true"]`, chromedp.ByQuery),
 		chromedp.Evaluate(`window.notReloaded = true`, nil),
 	))
+	// The page's EventSource sent the credential the browser was given.
+	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+testenv.AdminToken))
+	stream := "/batches/" + id + "/stream"
+	require.Eventually(t, func() bool { return len(sent.authorization(stream)) > 0 }, 10*time.Second, 20*time.Millisecond,
+		"the stream's request headers were not seen")
+	require.Equal(t, []string{wantAuth}, sent.authorization(stream))
 	awaitJS(ctx, t, "progress before any callback", bar+`.getAttribute('aria-valuenow')`, "0")
 	answer(byName["harbour.jpg"])
 	awaitJS(ctx, t, "progress after one callback", bar+`.getAttribute('aria-valuenow')`, "1")
