@@ -225,11 +225,7 @@ func (p batchPage) Timeline() []timelineRow {
 	}
 	var out []timelineRow
 	for _, span := range p.Detail.Timeline {
-		row := timelineRow{Phase: span.Phase, End: span.End, Tasks: counts[span.Phase]}
-		if span.Start != nil {
-			row.Start = *span.Start
-		}
-		out = append(out, row)
+		out = append(out, timelineRow{Phase: span.Phase, Start: span.Start, End: span.End, Tasks: counts[span.Phase]})
 	}
 	return out
 }

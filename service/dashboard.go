@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
 )
@@ -44,18 +42,13 @@ func (s *Service) DashboardList(ctx context.Context, f BatchFilter) (DashboardPa
 	for i, b := range page.Batches {
 		ids[i] = b.BatchID
 	}
-	rows, err := s.pool.Query(ctx, `SELECT batch_id, phase, status, n FROM task_counts WHERE batch_id = ANY($1) AND n <> 0`, ids)
+	rows, err := db.New(s.pool).TaskCountByBatches(ctx, ids)
 	if err != nil {
 		return DashboardPage{}, fmt.Errorf("counting tasks of listed batches: %w", err)
 	}
 	counts := map[string][]db.TaskCountByBatchRow{}
-	var batchID string
-	var r db.TaskCountByBatchRow
-	if _, err := pgx.ForEachRow(rows, []any{&batchID, &r.Phase, &r.Status, &r.Count}, func() error {
-		counts[batchID] = append(counts[batchID], r)
-		return nil
-	}); err != nil {
-		return DashboardPage{}, fmt.Errorf("counting tasks of listed batches: %w", err)
+	for _, r := range rows {
+		counts[r.BatchID] = append(counts[r.BatchID], db.TaskCountByBatchRow{Phase: r.Phase, Status: r.Status, Count: r.Count})
 	}
 	out := DashboardPage{Batches: make([]DashboardBatch, len(page.Batches)), NextCursor: page.NextCursor}
 	for i, b := range page.Batches {
@@ -68,8 +61,9 @@ func (s *Service) DashboardList(ctx context.Context, f BatchFilter) (DashboardPa
 // phase.started and the last phase.completed events); End is nil while it
 // runs.
 type PhaseSpan struct {
-	Phase      string
-	Start, End *time.Time
+	Phase string
+	Start time.Time
+	End   *time.Time
 }
 
 // FailedTask is a failed task with its error.
@@ -107,10 +101,6 @@ type DashboardDetail struct {
 	FilesTotal int64
 }
 
-// thumbnailSQL finds the thumbnail URL of a file: a completed task on its
-// parent (the image it was made from) whose result names variants.
-const thumbnailSQL = `t.result -> 'ref_data' -> 'variants' ->> 'thumbnail'`
-
 // DashboardDetail reads a batch for the dashboard; ErrNotFound for an
 // unknown batch.
 func (s *Service) DashboardDetail(ctx context.Context, batchID string) (DashboardDetail, error) {
@@ -118,56 +108,36 @@ func (s *Service) DashboardDetail(ctx context.Context, batchID string) (Dashboar
 	if err != nil {
 		return DashboardDetail{}, err
 	}
-	d := DashboardDetail{Status: st}
-	var generation int32
-	if err := s.pool.QueryRow(ctx, `SELECT uploader, generation FROM batches WHERE id = $1`, batchID).Scan(&d.Uploader, &generation); err != nil {
+	q := db.New(s.pool)
+	b, err := q.BatchGetByID(ctx, batchID)
+	if err != nil {
 		return DashboardDetail{}, db.NotFound(err, "batch "+batchID)
 	}
+	d := DashboardDetail{Status: st, Uploader: b.Uploader}
 
-	rows, err := s.pool.Query(ctx, `
-		SELECT phase, min(created_at) FILTER (WHERE type = 'phase.started'), max(created_at) FILTER (WHERE type = 'phase.completed')
-		FROM batch_events WHERE batch_id = $1 AND type IN ('phase.started', 'phase.completed') AND phase IS NOT NULL
-		GROUP BY phase ORDER BY 2 NULLS LAST`, batchID)
+	spans, err := q.BatchEventPhaseSpans(ctx, batchID)
 	if err != nil {
 		return DashboardDetail{}, fmt.Errorf("reading the phases of batch %s: %w", batchID, err)
 	}
-	var span PhaseSpan
-	if _, err := pgx.ForEachRow(rows, []any{&span.Phase, &span.Start, &span.End}, func() error {
-		d.Timeline = append(d.Timeline, span)
-		return nil
-	}); err != nil {
-		return DashboardDetail{}, fmt.Errorf("reading the phases of batch %s: %w", batchID, err)
+	for _, sp := range spans {
+		d.Timeline = append(d.Timeline, PhaseSpan{Phase: sp.Phase, Start: sp.StartedAt, End: sp.CompletedAt})
 	}
 
-	rows, err = s.pool.Query(ctx, `
-		SELECT t.id, t.phase, coalesce(f.logical_path, ''), coalesce(t.error, ''), t.finished_at
-		FROM tasks t LEFT JOIN files f ON f.id = t.file_id
-		WHERE t.batch_id = $1 AND t.status = 'failed' ORDER BY t.finished_at NULLS LAST, t.id LIMIT $2`, batchID, dashboardMaxFailed)
+	failed, err := q.TaskListFailedByBatch(ctx, db.TaskListFailedByBatchParams{BatchID: batchID, Max: dashboardMaxFailed})
 	if err != nil {
 		return DashboardDetail{}, fmt.Errorf("reading failed tasks of batch %s: %w", batchID, err)
 	}
-	var ft FailedTask
-	if _, err := pgx.ForEachRow(rows, []any{&ft.TaskID, &ft.Phase, &ft.LogicalPath, &ft.Error, &ft.FinishedAt}, func() error {
-		d.Failed = append(d.Failed, ft)
-		return nil
-	}); err != nil {
-		return DashboardDetail{}, fmt.Errorf("reading failed tasks of batch %s: %w", batchID, err)
+	for _, t := range failed {
+		d.Failed = append(d.Failed, FailedTask{TaskID: t.ID, Phase: t.Phase, LogicalPath: t.LogicalPath, Error: t.Error, FinishedAt: t.FinishedAt})
 	}
 
-	rows, err = s.pool.Query(ctx, `
-		SELECT f.id, f.logical_path, f.file_size, f.content_type,
-			EXISTS (SELECT 1 FROM tasks t WHERE t.file_id = f.parent_id AND t.status = 'completed' AND `+thumbnailSQL+` IS NOT NULL),
-			count(*) OVER ()
-		FROM files f WHERE f.batch_id = $1 AND f.generation = $2 ORDER BY f.ordinal LIMIT $3`, batchID, generation, dashboardMaxFiles)
+	files, err := q.FileListWithThumbnail(ctx, db.FileListWithThumbnailParams{BatchID: batchID, Generation: b.Generation, Max: dashboardMaxFiles})
 	if err != nil {
 		return DashboardDetail{}, fmt.Errorf("reading files of batch %s: %w", batchID, err)
 	}
-	var f DashboardFile
-	if _, err := pgx.ForEachRow(rows, []any{&f.ID, &f.LogicalPath, &f.Size, &f.ContentType, &f.Thumbnail, &d.FilesTotal}, func() error {
-		d.Files = append(d.Files, f)
-		return nil
-	}); err != nil {
-		return DashboardDetail{}, fmt.Errorf("reading files of batch %s: %w", batchID, err)
+	for _, f := range files {
+		d.Files = append(d.Files, DashboardFile{ID: f.ID, LogicalPath: f.LogicalPath, Size: f.FileSize, ContentType: f.ContentType, Thumbnail: f.HasThumbnail})
+		d.FilesTotal = f.Total
 	}
 	return d, nil
 }
@@ -178,21 +148,18 @@ func (s *Service) DashboardDetail(ctx context.Context, batchID string) (Dashboar
 // by the batch's own task results can be read. ErrNotFound when the file
 // has no thumbnail. The caller closes the reader.
 func (s *Service) DashboardThumbnail(ctx context.Context, batchID string, fileID int64) (io.ReadCloser, int64, error) {
-	var thumbURL string
-	err := s.pool.QueryRow(ctx, `
-		SELECT `+thumbnailSQL+` FROM files f JOIN tasks t ON t.file_id = f.parent_id
-		WHERE f.id = $1 AND f.batch_id = $2 AND t.status = 'completed' AND `+thumbnailSQL+` IS NOT NULL
-		LIMIT 1`, fileID, batchID).Scan(&thumbURL)
+	what := fmt.Sprintf("thumbnail of file %d of batch %s", fileID, batchID)
+	thumbURL, err := db.New(s.pool).FileThumbnailURL(ctx, db.FileThumbnailURLParams{ID: fileID, BatchID: batchID})
 	if err != nil {
-		return nil, 0, db.NotFound(err, fmt.Sprintf("thumbnail of file %d of batch %s", fileID, batchID))
+		return nil, 0, db.NotFound(err, what)
 	}
 	key, ok := s.cdnKey(thumbURL)
 	if !ok || s.store == nil {
-		return nil, 0, fmt.Errorf("thumbnail of file %d of batch %s: %w", fileID, batchID, ErrNotFound)
+		return nil, 0, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
 	r, size, err := s.store.Open(ctx, s.cdnBucket, key)
 	if errors.Is(err, blob.ErrNotFound) {
-		return nil, 0, fmt.Errorf("thumbnail of file %d of batch %s: %w", fileID, batchID, ErrNotFound)
+		return nil, 0, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
 	return r, size, err
 }
