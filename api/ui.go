@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -162,6 +161,7 @@ func (h *handlers) mountUI(e *echo.Echo) {
 	}
 	g := e.Group(uiPrefix, h.requireViewer)
 	g.GET("", h.uiBatchList)
+	g.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, uiPrefix) })
 	g.GET("/batches/:batchId", h.uiBatch)
 	g.GET("/batches/:batchId/files/:fileId/thumbnail", h.uiThumbnail)
 	g.POST("/batches/:batchId/reset", h.uiReset, sameOrigin)
@@ -299,7 +299,7 @@ func render(c echo.Context, name string, data any) error {
 		return fmt.Errorf("rendering %s: %w", name, err)
 	}
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	return c.Stream(http.StatusOK, echo.MIMETextHTMLCharsetUTF8, io.Reader(&buf))
+	return c.HTMLBlob(http.StatusOK, buf.Bytes())
 }
 
 // pct is done out of total as a whole percentage.

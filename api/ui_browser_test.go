@@ -70,9 +70,19 @@ func browser(t *testing.T) (context.Context, *wire) {
 		}
 		bin = found
 	}
+	// Not t.TempDir: Chromium's helper processes may still be writing to
+	// it for a moment after the browser has gone.
+	profile, err := os.MkdirTemp("", "dashboard-chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond) // cleanup, not synchronisation
+		}
+	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Headless,
 		chromedp.NoSandbox, // Chromium refuses to run as root with its sandbox
 		chromedp.DisableGPU,
@@ -92,7 +102,10 @@ func browser(t *testing.T) (context.Context, *wire) {
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
-	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for it
+		cancel()
+	})
 
 	sent := &wire{urls: map[network.RequestID]string{}, headers: map[network.RequestID]network.Headers{}}
 	chromedp.ListenTarget(ctx, func(ev any) {
@@ -149,6 +162,7 @@ func awaitJS(ctx context.Context, t *testing.T, what, expr, want string) {
 // directory (kept with go test -artifacts).
 func screenshot(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
+	awaitJS(ctx, t, "the page loaded", `document.readyState`, "complete")
 	var png []byte
 	require.NoError(t, chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)))
 	p := filepath.Join(t.ArtifactDir(), name)
@@ -249,6 +263,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	awaitJS(ctx, t, "notice after reset", `document.querySelector('.notice')?.textContent`, "Batch reset.")
 	awaitJS(ctx, t, "status after reset", `document.querySelector('#batch-status .badge').textContent`, "ERROR")
 	require.Equal(t, "ERROR", env.Status(t, id).Status)
+	screenshot(ctx, t, "batch-error.png")
 	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible(`#retry`, chromedp.ByQuery), chromedp.Click(`#retry`, chromedp.ByQuery)))
 	awaitJS(ctx, t, "notice after retry", `document.querySelector('.notice')?.textContent`, "Batch retried.")
 	awaitJS(ctx, t, "status after retry", `document.querySelector('#batch-status .badge').textContent`, "IMAGE_PROCESSING")

@@ -56,6 +56,9 @@ func TestDashboardAccess(t *testing.T) {
 			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", p.path, body)
 			require.Contains(t, body, p.want, p.path)
 		}
+		resp, _ := do(t, base, http.MethodGet, "/ui/", admin)
+		require.Equal(t, http.StatusMovedPermanently, resp.StatusCode)
+		require.Equal(t, "/ui", resp.Header.Get("Location"))
 		resp, body := do(t, base, http.MethodGet, "/ui?status=NOPE", admin)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 		resp, _ = do(t, base, http.MethodGet, "/ui/batches/NO-SUCH-BATCH", admin)
