@@ -197,7 +197,7 @@ func (h *handlers) uiBatchList(c echo.Context) error {
 		}
 		data.Next = q.Encode()
 	}
-	return render(c, "list.html", data)
+	return render(c, http.StatusOK, "list.html", data)
 }
 
 // batchPage is the data of the batch page.
@@ -208,6 +208,10 @@ type batchPage struct {
 	// Notice is the outcome of the last reset or retry.
 	Notice string
 }
+
+// notices are what ?done= on the batch page may say: fixed texts, so a
+// link cannot put words of its own on the admin's page.
+var notices = map[string]string{"reset": "Batch reset.", "retry": "Batch retried."}
 
 // timelineRow is a phase in the batch page's timeline.
 type timelineRow struct {
@@ -232,11 +236,16 @@ func (p batchPage) Timeline() []timelineRow {
 
 // uiBatch is GET /ui/batches/:batchId.
 func (h *handlers) uiBatch(c echo.Context) error {
+	return h.renderBatch(c, http.StatusOK, notices[c.QueryParam("done")])
+}
+
+// renderBatch renders the batch page with a notice.
+func (h *handlers) renderBatch(c echo.Context, code int, notice string) error {
 	d, err := h.svc.DashboardDetail(c.Request().Context(), c.Param("batchId"))
 	if err != nil {
 		return err
 	}
-	return render(c, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: batchSections, Notice: c.QueryParam("notice")})
+	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: batchSections, Notice: notice})
 }
 
 // uiThumbnail is GET /ui/batches/:batchId/files/:fileId/thumbnail: the
@@ -265,7 +274,7 @@ func (h *handlers) uiReset(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may reset batches")
 	}
 	_, err := h.svc.Reset(c.Request().Context(), c.Param("batchId"))
-	return afterAction(c, "Batch reset.", err)
+	return h.afterAction(c, "reset", err)
 }
 
 // uiRetry is POST /ui/batches/:batchId/retry, the retry button.
@@ -274,32 +283,32 @@ func (h *handlers) uiRetry(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may retry batches")
 	}
 	_, err := h.svc.Retry(c.Request().Context(), c.Param("batchId"))
-	return afterAction(c, "Batch retried.", err)
+	return h.afterAction(c, "retry", err)
 }
 
 // afterAction sends the browser back to the batch page (303, so a reload
-// does not post again) with the outcome as a notice. A refusal the admin
-// can act on (409: nothing to retry, still stopping) is a notice too.
-func afterAction(c echo.Context, done string, err error) error {
-	notice := done
+// does not post again) saying what was done. A refusal the admin can act
+// on (nothing to retry, still stopping) is answered with the batch page
+// itself, 409, the reason as its notice.
+func (h *handlers) afterAction(c echo.Context, done string, err error) error {
 	switch {
 	case errors.Is(err, service.ErrConflict):
-		notice = err.Error()
+		return h.renderBatch(c, http.StatusConflict, err.Error())
 	case err != nil:
 		return err
 	}
-	return c.Redirect(http.StatusSeeOther, uiPrefix+"/batches/"+url.PathEscape(c.Param("batchId"))+"?"+url.Values{"notice": {notice}}.Encode())
+	return c.Redirect(http.StatusSeeOther, uiPrefix+"/batches/"+url.PathEscape(c.Param("batchId"))+"?done="+done)
 }
 
 // render executes a page template into a buffer first, so a template error
 // is an ordinary 500 rather than half a page.
-func render(c echo.Context, name string, data any) error {
+func render(c echo.Context, code int, name string, data any) error {
 	var buf bytes.Buffer
 	if err := uiTemplates.ExecuteTemplate(&buf, name, data); err != nil {
 		return fmt.Errorf("rendering %s: %w", name, err)
 	}
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	return c.HTMLBlob(http.StatusOK, buf.Bytes())
+	return c.HTMLBlob(code, buf.Bytes())
 }
 
 // pct is done out of total as a whole percentage.

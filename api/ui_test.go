@@ -127,19 +127,21 @@ func TestDashboardAccess(t *testing.T) {
 
 	t.Run("SameOriginPosts", func(t *testing.T) {
 		// Nothing failed: the retry's 409 comes back as the page's notice.
-		resp, _ := do(t, base, http.MethodPost, page+"/retry", func(r *http.Request) {
+		resp, body := do(t, base, http.MethodPost, page+"/retry", func(r *http.Request) {
 			admin(r)
 			r.Header.Set("Origin", base)
 			r.Header.Set("Sec-Fetch-Site", "same-origin")
 		})
-		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-		require.Contains(t, resp.Header.Get("Location"), page+"?notice=conflict")
+		require.Equal(t, http.StatusConflict, resp.StatusCode)
+		require.Contains(t, body, `<p class="notice" role="status">conflict: batch `+exampleBatchID+` is running PDF_PAGES with no failed task`)
 		resp, _ = do(t, base, http.MethodPost, page+"/reset", func(r *http.Request) { admin(r); r.Header.Set("Referer", base+page) })
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-		require.Equal(t, page+"?notice=Batch+reset.", resp.Header.Get("Location"))
+		require.Equal(t, page+"?done=reset", resp.Header.Get("Location"))
 		require.Equal(t, "ERROR", env.Status(t, exampleBatchID).Status)
-		_, body := do(t, base, http.MethodGet, page+"?notice=Batch+reset.", admin)
+		_, body = do(t, base, http.MethodGet, page+"?done=reset", admin)
 		require.Contains(t, body, `<p class="notice" role="status">Batch reset.</p>`)
+		_, body = do(t, base, http.MethodGet, page+"?done=<b>phish</b>", admin)
+		require.NotContains(t, body, "phish", "a link cannot write on the page")
 		require.Contains(t, body, `id="retry"`)
 		require.NotContains(t, body, `id="reset"`)
 	})
