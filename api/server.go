@@ -68,6 +68,7 @@ func New(cfg Config) *echo.Echo {
 	admin := e.Group("/admin", h.requireAdmin)
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
+	h.mountUI(e)
 	if cfg.River != nil {
 		h.mountRiverUI(ctx, e, cfg)
 	}

@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 const batchEventInsert = `-- name: BatchEventInsert :exec
@@ -75,6 +76,50 @@ func (q *Queries) BatchEventListByBatch(ctx context.Context, arg BatchEventListB
 			&i.Data,
 			&i.CreatedAt,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const batchEventPhaseSpans = `-- name: BatchEventPhaseSpans :many
+SELECT s.phase::text AS phase, s.created_at AS started_at, c.created_at AS completed_at
+FROM batch_events s
+LEFT JOIN batch_events c ON c.id = (
+    SELECT max(e.id) FROM batch_events e
+    WHERE e.batch_id = s.batch_id AND e.type = 'phase.completed' AND e.phase = s.phase
+)
+WHERE s.id IN (
+    SELECT min(b.id) FROM batch_events b
+    WHERE b.batch_id = $1 AND b.type = 'phase.started' AND b.phase IS NOT NULL
+    GROUP BY b.phase
+)
+ORDER BY s.id
+`
+
+type BatchEventPhaseSpansRow struct {
+	Phase       string
+	StartedAt   time.Time
+	CompletedAt *time.Time
+}
+
+// BatchEventPhaseSpans is when each phase of a batch first started and last
+// completed (NULL while it runs), in the order the phases started: the
+// dashboard's timeline.
+func (q *Queries) BatchEventPhaseSpans(ctx context.Context, batchID string) ([]BatchEventPhaseSpansRow, error) {
+	rows, err := q.db.Query(ctx, batchEventPhaseSpans, batchID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []BatchEventPhaseSpansRow
+	for rows.Next() {
+		var i BatchEventPhaseSpansRow
+		if err := rows.Scan(&i.Phase, &i.StartedAt, &i.CompletedAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -128,3 +128,84 @@ func (q *Queries) FileListIDsByBatchGeneration(ctx context.Context, arg FileList
 	}
 	return items, nil
 }
+
+const fileListWithThumbnail = `-- name: FileListWithThumbnail :many
+SELECT f.id, f.logical_path, f.file_size, f.content_type,
+    EXISTS (
+        SELECT 1 FROM tasks t
+        WHERE t.file_id = f.parent_id AND t.status = 'completed'
+            AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+    ) AS has_thumbnail,
+    count(*) OVER () AS total
+FROM files f
+WHERE f.batch_id = $1 AND f.generation = $2
+ORDER BY f.ordinal
+LIMIT $3
+`
+
+type FileListWithThumbnailParams struct {
+	BatchID    string
+	Generation int32
+	Max        int32
+}
+
+type FileListWithThumbnailRow struct {
+	ID           int64
+	LogicalPath  string
+	FileSize     int64
+	ContentType  string
+	HasThumbnail bool
+	Total        int64
+}
+
+// FileListWithThumbnail is a page of a generation for the dashboard, with
+// whether each file has a thumbnail (FileThumbnailURL) and the
+// generation's size.
+func (q *Queries) FileListWithThumbnail(ctx context.Context, arg FileListWithThumbnailParams) ([]FileListWithThumbnailRow, error) {
+	rows, err := q.db.Query(ctx, fileListWithThumbnail, arg.BatchID, arg.Generation, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []FileListWithThumbnailRow
+	for rows.Next() {
+		var i FileListWithThumbnailRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.LogicalPath,
+			&i.FileSize,
+			&i.ContentType,
+			&i.HasThumbnail,
+			&i.Total,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fileThumbnailURL = `-- name: FileThumbnailURL :one
+SELECT (t.result -> 'ref_data' -> 'variants' ->> 'thumbnail')::text AS thumbnail_url
+FROM files f JOIN tasks t ON t.file_id = f.parent_id
+WHERE f.id = $1 AND f.batch_id = $2 AND t.status = 'completed'
+    AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+LIMIT 1
+`
+
+type FileThumbnailURLParams struct {
+	ID      int64
+	BatchID string
+}
+
+// FileThumbnailURL is the URL of a file's thumbnail variant: the one the
+// completed task on its parent (the image it was made from) reported.
+func (q *Queries) FileThumbnailURL(ctx context.Context, arg FileThumbnailURLParams) (string, error) {
+	row := q.db.QueryRow(ctx, fileThumbnailURL, arg.ID, arg.BatchID)
+	var thumbnail_url string
+	err := row.Scan(&thumbnail_url)
+	return thumbnail_url, err
+}

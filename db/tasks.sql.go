@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const phaseOpenCount = `-- name: PhaseOpenCount :one
@@ -225,6 +226,46 @@ func (q *Queries) TaskCountByBatch(ctx context.Context, batchID string) ([]TaskC
 	return items, nil
 }
 
+const taskCountByBatches = `-- name: TaskCountByBatches :many
+SELECT batch_id, phase, status, n AS count
+FROM task_counts
+WHERE batch_id = ANY($1::text[]) AND n <> 0
+`
+
+type TaskCountByBatchesRow struct {
+	BatchID string
+	Phase   string
+	Status  string
+	Count   int64
+}
+
+// TaskCountByBatches is TaskCountByBatch for several batches at once (a
+// page of the dashboard's listing).
+func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]TaskCountByBatchesRow, error) {
+	rows, err := q.db.Query(ctx, taskCountByBatches, batchIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCountByBatchesRow
+	for rows.Next() {
+		var i TaskCountByBatchesRow
+		if err := rows.Scan(
+			&i.BatchID,
+			&i.Phase,
+			&i.Status,
+			&i.Count,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskCountPending = `-- name: TaskCountPending :one
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = $1 AND phase = $2 AND status = 'pending'
@@ -422,6 +463,55 @@ func (q *Queries) TaskListExpiredUnlaunched(ctx context.Context, arg TaskListExp
 	for rows.Next() {
 		var i TaskListExpiredUnlaunchedRow
 		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskListFailedByBatch = `-- name: TaskListFailedByBatch :many
+SELECT t.id, t.phase, coalesce(f.logical_path, '')::text AS logical_path, coalesce(t.error, '')::text AS error, t.finished_at
+FROM tasks t LEFT JOIN files f ON f.id = t.file_id
+WHERE t.batch_id = $1 AND t.status = 'failed'
+ORDER BY t.finished_at NULLS LAST, t.id
+LIMIT $2
+`
+
+type TaskListFailedByBatchParams struct {
+	BatchID string
+	Max     int32
+}
+
+type TaskListFailedByBatchRow struct {
+	ID          string
+	Phase       string
+	LogicalPath string
+	Error       string
+	FinishedAt  *time.Time
+}
+
+// TaskListFailedByBatch lists a batch's failed tasks with their files'
+// paths, oldest failure first, at most max of them.
+func (q *Queries) TaskListFailedByBatch(ctx context.Context, arg TaskListFailedByBatchParams) ([]TaskListFailedByBatchRow, error) {
+	rows, err := q.db.Query(ctx, taskListFailedByBatch, arg.BatchID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListFailedByBatchRow
+	for rows.Next() {
+		var i TaskListFailedByBatchRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Phase,
+			&i.LogicalPath,
+			&i.Error,
+			&i.FinishedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -29,3 +29,28 @@ ORDER BY ordinal;
 SELECT id FROM files
 WHERE batch_id = @batch_id AND generation = @generation AND ordinal >= @min_ordinal::integer
 ORDER BY ordinal;
+
+-- FileListWithThumbnail is a page of a generation for the dashboard, with
+-- whether each file has a thumbnail (FileThumbnailURL) and the
+-- generation's size.
+-- name: FileListWithThumbnail :many
+SELECT f.id, f.logical_path, f.file_size, f.content_type,
+    EXISTS (
+        SELECT 1 FROM tasks t
+        WHERE t.file_id = f.parent_id AND t.status = 'completed'
+            AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+    ) AS has_thumbnail,
+    count(*) OVER () AS total
+FROM files f
+WHERE f.batch_id = @batch_id AND f.generation = @generation
+ORDER BY f.ordinal
+LIMIT @max;
+
+-- FileThumbnailURL is the URL of a file's thumbnail variant: the one the
+-- completed task on its parent (the image it was made from) reported.
+-- name: FileThumbnailURL :one
+SELECT (t.result -> 'ref_data' -> 'variants' ->> 'thumbnail')::text AS thumbnail_url
+FROM files f JOIN tasks t ON t.file_id = f.parent_id
+WHERE f.id = @id AND f.batch_id = @batch_id AND t.status = 'completed'
+    AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+LIMIT 1;

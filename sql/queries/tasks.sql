@@ -62,6 +62,13 @@ SELECT phase, status, n AS count
 FROM task_counts
 WHERE batch_id = @batch_id AND n <> 0;
 
+-- TaskCountByBatches is TaskCountByBatch for several batches at once (a
+-- page of the dashboard's listing).
+-- name: TaskCountByBatches :many
+SELECT batch_id, phase, status, n AS count
+FROM task_counts
+WHERE batch_id = ANY(@batch_ids::text[]) AND n <> 0;
+
 -- TaskHasOpen asks whether any task of a phase is still pending or
 -- processing: the fan-in's question. It reads the counters (task_counts),
 -- which the statements that change tasks update in their own transaction,
@@ -159,6 +166,15 @@ SET status = 'failed', ended_by = 'reset', error = @error,
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
 RETURNING id, phase, machine_id;
+
+-- TaskListFailedByBatch lists a batch's failed tasks with their files'
+-- paths, oldest failure first, at most max of them.
+-- name: TaskListFailedByBatch :many
+SELECT t.id, t.phase, coalesce(f.logical_path, '')::text AS logical_path, coalesce(t.error, '')::text AS error, t.finished_at
+FROM tasks t LEFT JOIN files f ON f.id = t.file_id
+WHERE t.batch_id = @batch_id AND t.status = 'failed'
+ORDER BY t.finished_at NULLS LAST, t.id
+LIMIT @max;
 
 -- TaskListForCallbacks reads what authenticating and classifying a group
 -- of callbacks needs.

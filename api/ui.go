@@ -1,0 +1,356 @@
+package api
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// uiPrefix is where the batch dashboard is served.
+const uiPrefix = "/ui"
+
+//go:embed ui/templates/*.html ui/static/*
+var uiFiles embed.FS
+
+// uiTemplates are the dashboard's pages, parsed once.
+var uiTemplates *template.Template
+
+func init() {
+	uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+		"pct":      pct,
+		"since":    func(t time.Time) string { return humanDuration(time.Since(t)) },
+		"elapsed":  elapsed,
+		"bytes":    humanBytes,
+		"time":     formatTime,
+		"terminal": func(s string) bool { return s == string(phases.BatchDone) || s == string(phases.BatchError) },
+		"section":  renderSection,
+	}).ParseFS(uiFiles, "ui/templates/*.html"))
+}
+
+// renderSection renders the batch page section of the named template, so
+// that the page lists its sections (batchSections) instead of naming each.
+func renderSection(name string, data any) (template.HTML, error) {
+	var buf bytes.Buffer
+	if err := uiTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		return "", err
+	}
+	// html/template escaped the section as it rendered it.
+	return template.HTML(buf.String()), nil //nolint:gosec // output of html/template
+}
+
+// formatTime formats a time or a *time.Time (nil: "").
+func formatTime(v any) string {
+	switch t := v.(type) {
+	case time.Time:
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	case *time.Time:
+		if t != nil {
+			return formatTime(*t)
+		}
+	}
+	return ""
+}
+
+// batchSection is one section of the batch page. Later views (OCR chunks,
+// documents) add an entry here and a template named after it; the page
+// renders the sections in this order, each with the page's data.
+type batchSection struct {
+	ID, Title string
+	// Template is the name of the template that renders the section.
+	Template string
+}
+
+// batchSections are the batch page's sections, in page order.
+var batchSections = []batchSection{
+	{ID: "progress", Title: "Progress", Template: "section-progress"},
+	{ID: "timeline", Title: "Phases", Template: "section-timeline"},
+	{ID: "failed", Title: "Failed tasks", Template: "section-failed"},
+	{ID: "files", Title: "Files", Template: "section-files"},
+	{ID: "ingest", Title: "Ingest delivery", Template: "section-ingest"},
+}
+
+// viewer is who is looking at the dashboard.
+type viewer struct {
+	// Admin may reset and retry batches.
+	Admin bool
+}
+
+// dashboardViewer is the one place that decides who may see the dashboard
+// and what they may do: today only the admin credential (basic auth as
+// River UI, or a bearer token) is let in. With no ADMIN_TOKEN configured
+// everyone is refused.
+func (h *handlers) dashboardViewer(r *http.Request) (viewer, error) {
+	if h.adminToken == "" {
+		return viewer{}, echo.NewHTTPError(http.StatusUnauthorized, "the dashboard is disabled: ADMIN_TOKEN is not set")
+	}
+	if !h.isAdmin(r) {
+		return viewer{}, echo.NewHTTPError(http.StatusUnauthorized, "missing or wrong admin credential")
+	}
+	return viewer{Admin: true}, nil
+}
+
+// viewerKey is where requireViewer leaves the viewer in the context.
+const viewerKey = "ui.viewer"
+
+// requireViewer admits the dashboard's viewers; a refusal carries a
+// basic-auth challenge so that the browser prompts.
+func (h *handlers) requireViewer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		v, err := h.dashboardViewer(c.Request())
+		if err != nil {
+			if h.adminToken != "" {
+				c.Response().Header().Set(echo.HeaderWWWAuthenticate, adminRealm)
+			}
+			return err
+		}
+		c.Set(viewerKey, v)
+		// Scripts only from /ui/static, no framing.
+		c.Response().Header().Set("Content-Security-Policy",
+			"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self'; frame-ancestors 'none'; form-action 'self'")
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		return next(c)
+	}
+}
+
+// sameOrigin refuses a state-changing request that does not come from a
+// page of this server: the Origin (or, without one, the Referer) must name
+// the request's own host, and Sec-Fetch-Site, when the browser sends it,
+// must be same-origin. Basic auth credentials are sent by the browser on
+// any site's form, so this is the dashboard's CSRF defence.
+func sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+			return echo.NewHTTPError(http.StatusForbidden, "cross-site request refused (Sec-Fetch-Site: "+site+")")
+		}
+		from := r.Header.Get(echo.HeaderOrigin)
+		if from == "" || from == "null" {
+			from = r.Header.Get("Referer")
+		}
+		if from == "" {
+			return echo.NewHTTPError(http.StatusForbidden, "cross-site request refused: no Origin or Referer")
+		}
+		u, err := url.Parse(from)
+		if err != nil || u.Host != r.Host {
+			return echo.NewHTTPError(http.StatusForbidden, "cross-site request refused: the request does not come from this site")
+		}
+		return next(c)
+	}
+}
+
+// mountUI registers the dashboard's routes under /ui.
+func (h *handlers) mountUI(e *echo.Echo) {
+	static, err := fs.Sub(uiFiles, "ui/static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	g := e.Group(uiPrefix, h.requireViewer)
+	g.GET("", h.uiBatchList)
+	g.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, uiPrefix) })
+	g.GET("/batches/:batchId", h.uiBatch)
+	g.GET("/batches/:batchId/files/:fileId/thumbnail", h.uiThumbnail)
+	g.POST("/batches/:batchId/reset", h.uiReset, sameOrigin)
+	g.POST("/batches/:batchId/retry", h.uiRetry, sameOrigin)
+	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(static))))
+}
+
+// listPage is the data of the batch list.
+type listPage struct {
+	Viewer   viewer
+	Status   string
+	Statuses []string
+	Page     service.DashboardPage
+	// Next is the query of the next page, "" on the last.
+	Next string
+}
+
+// uiBatchList is GET /ui: batches newest first, filtered by ?status=.
+func (h *handlers) uiBatchList(c echo.Context) error {
+	f := service.BatchFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
+	page, err := h.svc.DashboardList(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	data := listPage{Viewer: c.Get(viewerKey).(viewer), Status: f.Status, Page: page}
+	for _, st := range phases.Statuses() {
+		data.Statuses = append(data.Statuses, string(st))
+	}
+	if page.NextCursor != nil {
+		q := url.Values{"cursor": {*page.NextCursor}}
+		if f.Status != "" {
+			q.Set("status", f.Status)
+		}
+		data.Next = q.Encode()
+	}
+	return render(c, http.StatusOK, "list.html", data)
+}
+
+// batchPage is the data of the batch page.
+type batchPage struct {
+	Viewer   viewer
+	Detail   service.DashboardDetail
+	Sections []batchSection
+	// Notice is the outcome of the last reset or retry.
+	Notice string
+}
+
+// notices are what ?done= on the batch page may say: fixed texts, so a
+// link cannot put words of its own on the admin's page.
+var notices = map[string]string{"reset": "Batch reset.", "retry": "Batch retried."}
+
+// timelineRow is a phase in the batch page's timeline.
+type timelineRow struct {
+	Phase string
+	Start time.Time
+	End   *time.Time
+	Tasks service.PhaseProgress
+}
+
+// Timeline joins each phase's span with its task counts.
+func (p batchPage) Timeline() []timelineRow {
+	counts := map[string]service.PhaseProgress{}
+	for _, pp := range p.Detail.Status.Phases {
+		counts[pp.Phase] = pp
+	}
+	var out []timelineRow
+	for _, span := range p.Detail.Timeline {
+		out = append(out, timelineRow{Phase: span.Phase, Start: span.Start, End: span.End, Tasks: counts[span.Phase]})
+	}
+	return out
+}
+
+// uiBatch is GET /ui/batches/:batchId.
+func (h *handlers) uiBatch(c echo.Context) error {
+	return h.renderBatch(c, http.StatusOK, notices[c.QueryParam("done")])
+}
+
+// renderBatch renders the batch page with a notice.
+func (h *handlers) renderBatch(c echo.Context, code int, notice string) error {
+	d, err := h.svc.DashboardDetail(c.Request().Context(), c.Param("batchId"))
+	if err != nil {
+		return err
+	}
+	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: batchSections, Notice: notice})
+}
+
+// uiThumbnail is GET /ui/batches/:batchId/files/:fileId/thumbnail: the
+// file's thumbnail variant, read from the CDN bucket.
+func (h *handlers) uiThumbnail(c echo.Context) error {
+	id, err := strconv.ParseInt(c.Param("fileId"), 10, 64)
+	if err != nil {
+		return &service.InputError{Msg: fmt.Sprintf("fileId must be an integer, got %q", c.Param("fileId"))}
+	}
+	r, size, err := h.svc.DashboardThumbnail(c.Request().Context(), c.Param("batchId"), id)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w := c.Response()
+	w.Header().Set(echo.HeaderCacheControl, "private, max-age=300")
+	if size >= 0 {
+		w.Header().Set(echo.HeaderContentLength, strconv.FormatInt(size, 10))
+	}
+	return c.Stream(http.StatusOK, "image/jpeg", r)
+}
+
+// uiReset is POST /ui/batches/:batchId/reset, the reset button.
+func (h *handlers) uiReset(c echo.Context) error {
+	if !c.Get(viewerKey).(viewer).Admin {
+		return echo.NewHTTPError(http.StatusForbidden, "only the admin may reset batches")
+	}
+	_, err := h.svc.Reset(c.Request().Context(), c.Param("batchId"))
+	return h.afterAction(c, "reset", err)
+}
+
+// uiRetry is POST /ui/batches/:batchId/retry, the retry button.
+func (h *handlers) uiRetry(c echo.Context) error {
+	if !c.Get(viewerKey).(viewer).Admin {
+		return echo.NewHTTPError(http.StatusForbidden, "only the admin may retry batches")
+	}
+	_, err := h.svc.Retry(c.Request().Context(), c.Param("batchId"))
+	return h.afterAction(c, "retry", err)
+}
+
+// afterAction sends the browser back to the batch page (303, so a reload
+// does not post again) saying what was done. A refusal the admin can act
+// on (nothing to retry, still stopping) is answered with the batch page
+// itself, 409, the reason as its notice.
+func (h *handlers) afterAction(c echo.Context, done string, err error) error {
+	switch {
+	case errors.Is(err, service.ErrConflict):
+		return h.renderBatch(c, http.StatusConflict, err.Error())
+	case err != nil:
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, uiPrefix+"/batches/"+url.PathEscape(c.Param("batchId"))+"?done="+done)
+}
+
+// render executes a page template into a buffer first, so a template error
+// is an ordinary 500 rather than half a page.
+func render(c echo.Context, code int, name string, data any) error {
+	var buf bytes.Buffer
+	if err := uiTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		return fmt.Errorf("rendering %s: %w", name, err)
+	}
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+	return c.HTMLBlob(code, buf.Bytes())
+}
+
+// pct is done out of total as a whole percentage.
+func pct(done, total int64) int64 {
+	if total <= 0 {
+		return 0
+	}
+	return done * 100 / total
+}
+
+// elapsed is how long a batch ran: to its completion, or until now.
+func elapsed(start time.Time, end *time.Time) string {
+	if end != nil {
+		return humanDuration(end.Sub(start))
+	}
+	return humanDuration(time.Since(start))
+}
+
+// humanDuration is d rounded for people: 45s, 12m 5s, 3h 20m, 2d 4h.
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+// humanBytes is n in B, KiB, MiB or GiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 2; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMG"[exp])
+}

@@ -1,0 +1,96 @@
+// The batch dashboard's scripts: a live progress section fed by the
+// batch's Server-Sent Events stream, and confirmations on buttons. The
+// pages work without them.
+"use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (ev) => {
+      if (!window.confirm(form.dataset.confirm)) ev.preventDefault();
+    });
+  }
+  const live = document.getElementById("live");
+  // A finished batch changes only by a retry, which reloads the page.
+  if (live && window.EventSource && !live.dataset.terminal) follow(live);
+});
+
+// follow keeps the progress section up to date from the stream until the
+// batch ends.
+function follow(live) {
+  const state = document.getElementById("live-state");
+  const status = document.querySelector("#batch-status .badge");
+  const started = live.dataset.status;
+  const es = new EventSource(live.dataset.stream, { withCredentials: true });
+  es.addEventListener("open", () => {
+    state.textContent = "Live.";
+    live.dataset.connected = "true";
+  });
+  es.addEventListener("status", (ev) => {
+    const st = JSON.parse(ev.data);
+    render(document.getElementById("live-phases"), st.phases || []);
+    const none = document.getElementById("no-tasks");
+    if (none && st.phases && st.phases.length) none.remove();
+    status.textContent = st.status;
+    status.className = "badge s-" + st.status;
+    live.dataset.status = st.status;
+    if (st.status !== started) {
+      state.textContent = "Now " + st.status + ". ";
+      const a = document.createElement("a");
+      a.href = window.location.pathname;
+      a.textContent = "Reload for the details.";
+      state.append(a);
+    }
+  });
+  es.addEventListener("end", () => {
+    es.close();
+    live.dataset.ended = "true";
+    if (live.dataset.status === started) state.textContent = "Finished.";
+  });
+  es.addEventListener("error", () => {
+    if (es.readyState === EventSource.CONNECTING) state.textContent = "Reconnecting…";
+  });
+}
+
+// render makes the phase bars match the phases of a status document.
+function render(container, phases) {
+  for (const p of phases) {
+    let row = container.querySelector('.phase[data-phase="' + CSS.escape(p.phase) + '"]');
+    if (!row) {
+      row = document.createElement("div");
+      row.className = "phase";
+      row.dataset.phase = p.phase;
+      const head = document.createElement("div");
+      head.className = "phase-head";
+      const name = document.createElement("span");
+      name.className = "phase-name";
+      name.textContent = p.phase;
+      const count = document.createElement("span");
+      count.className = "phase-count";
+      head.append(name, " ", count);
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      bar.setAttribute("role", "progressbar");
+      bar.setAttribute("aria-label", p.phase);
+      bar.setAttribute("aria-valuemin", "0");
+      const done = document.createElement("span");
+      done.className = "done";
+      const failed = document.createElement("span");
+      failed.className = "failed";
+      bar.append(done, failed);
+      row.append(head, bar);
+      container.append(row);
+    }
+    const total = p.tasks_total;
+    const bar = row.querySelector(".bar");
+    bar.setAttribute("aria-valuemax", String(total));
+    bar.setAttribute("aria-valuenow", String(p.tasks_completed));
+    bar.querySelector(".done").style.width = pct(p.tasks_completed, total) + "%";
+    bar.querySelector(".failed").style.width = pct(p.tasks_failed, total) + "%";
+    row.querySelector(".phase-count").textContent =
+      p.tasks_completed + " / " + total + " done" + (p.tasks_failed ? ", " + p.tasks_failed + " failed" : "");
+  }
+}
+
+function pct(n, total) {
+  return total > 0 ? Math.floor((n * 100) / total) : 0;
+}

@@ -1,0 +1,290 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// chromiumPath is Debian's Chromium, which CI installs.
+const chromiumPath = "/usr/bin/chromium"
+
+// wire records the request headers Chromium sent, as they went over the
+// wire (auth headers included), by URL.
+type wire struct {
+	mu      sync.Mutex
+	urls    map[network.RequestID]string
+	headers map[network.RequestID]network.Headers
+}
+
+// authorization is the Authorization header of the requests sent to URLs
+// ending in suffix, one per request whose headers are known.
+func (w *wire) authorization(suffix string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for id, u := range w.urls {
+		if h, ok := w.headers[id]; ok && strings.HasSuffix(u, suffix) {
+			v, _ := h["Authorization"].(string)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// browser starts a headless Chromium for the test, answering the server's
+// basic-auth challenges as the admin (the Fetch domain's auth handling, so
+// the browser's own auth cache covers the page's requests) and accepting
+// confirmation dialogs. It fails the test when Chromium is missing: CI
+// installs it, so a missing browser is a broken setup, not a skip.
+func browser(t *testing.T) (context.Context, *wire) {
+	t.Helper()
+	bin := chromiumPath
+	if _, err := os.Stat(bin); err != nil {
+		found, lerr := exec.LookPath("chromium")
+		if lerr != nil {
+			t.Fatalf("Chromium is needed for the dashboard's browser test and was not found at %s or on PATH: "+
+				"install it (apt-get install -y chromium)", chromiumPath)
+		}
+		bin = found
+	}
+	// Not t.TempDir: Chromium's helper processes may still be writing to
+	// it for a moment after the browser has gone.
+	profile, err := os.MkdirTemp("", "dashboard-chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond) // cleanup, not synchronisation
+		}
+	})
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin),
+		chromedp.UserDataDir(profile),
+		chromedp.Headless,
+		chromedp.NoSandbox, // Chromium refuses to run as root with its sandbox
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.WindowSize(1280, 900),
+		// No internet here: keep Chromium from calling Google.
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("metrics-recording-only", true),
+		chromedp.Flag("no-pings", true),
+		chromedp.Flag("safebrowsing-disable-auto-update", true),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for it
+		cancel()
+	})
+
+	sent := &wire{urls: map[network.RequestID]string{}, headers: map[network.RequestID]network.Headers{}}
+	chromedp.ListenTarget(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			sent.mu.Lock()
+			sent.urls[ev.RequestID] = ev.Request.URL
+			sent.mu.Unlock()
+		case *network.EventRequestWillBeSentExtraInfo:
+			sent.mu.Lock()
+			sent.headers[ev.RequestID] = ev.Headers
+			sent.mu.Unlock()
+		case *fetch.EventAuthRequired:
+			go func() {
+				_ = chromedp.Run(ctx, fetch.ContinueWithAuth(ev.RequestID, &fetch.AuthChallengeResponse{
+					Response: fetch.AuthChallengeResponseResponseProvideCredentials, Username: "admin", Password: testenv.AdminToken,
+				}))
+			}()
+		case *fetch.EventRequestPaused:
+			go func() { _ = chromedp.Run(ctx, fetch.ContinueRequest(ev.RequestID)) }()
+		case *page.EventJavascriptDialogOpening:
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
+		}
+	})
+	require.NoError(t, chromedp.Run(ctx, network.Enable(), fetch.Enable().WithHandleAuthRequests(true)), "starting Chromium (%s)", bin)
+	return ctx, sent
+}
+
+// awaitJS evaluates expr in the page until it yields want, for up to 30 s.
+// Errors while a navigation replaces the page are retried.
+func awaitJS(ctx context.Context, t *testing.T, what, expr, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var got string
+	var err error
+	for time.Now().Before(deadline) {
+		got = ""
+		err = chromedp.Run(ctx, chromedp.Evaluate(`String(`+expr+`)`, &got))
+		if err == nil && got == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var html string
+	_ = chromedp.Run(ctx, chromedp.Evaluate(`document.documentElement.outerHTML`, &html))
+	t.Fatalf("%s: %s is %q, want %q (last error: %v); the page:\n%s", what, expr, got, want, err, html)
+}
+
+// screenshot saves the whole page as a PNG in the test's artifact
+// directory (kept with go test -artifacts).
+func screenshot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	awaitJS(ctx, t, "the page loaded", `document.readyState`, "complete")
+	var png []byte
+	require.NoError(t, chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)))
+	p := filepath.Join(t.ArtifactDir(), name)
+	require.NoError(t, os.WriteFile(p, png, 0o644))
+	t.Logf("screenshot: %s", p)
+}
+
+// thumbnailJPEG is a small image of one colour, standing in for a variant.
+func thumbnailJPEG(t *testing.T, c color.RGBA) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, 64, 64))
+	for y := range 64 {
+		for x := range 64 {
+			img.Set(x, y, color.RGBA{R: c.R, G: c.G, B: uint8(int(c.B) + x), A: 255})
+		}
+	}
+	var buf bytes.Buffer
+	require.NoError(t, jpeg.Encode(&buf, img, nil))
+	return buf.Bytes()
+}
+
+// imageCallback is the image worker's success callback for l, with a
+// thumbnail variant on the CDN (CDN_PUBLIC_URL is https://cdn.test in
+// tests), and the key it names in the CDN bucket.
+func imageCallback(l fakefly.Launch) (body, thumbKey string) {
+	key := l.Env["INPUT_R2_KEY"]
+	thumbKey = "variants/" + strings.TrimPrefix(key, "staging/") + "/thumbnail.jpg"
+	b, _ := json.Marshal(map[string]any{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
+		"ref_json_r2_key": key + ".ref.json", "archive_r2_key": key, "ref_json_size": 300,
+		"ref_data": map[string]any{"url": "https://cdn.test/" + thumbKey, "type": "image/jpeg", "size": 4242, "filename": path.Base(key),
+			"variants": map[string]string{"thumbnail": "https://cdn.test/" + thumbKey}}})
+	return string(b), thumbKey
+}
+
+// TestDashboardInBrowser drives the dashboard in headless Chromium against
+// the whole orchestrator: the list shows a running batch; its page's
+// progress bar follows the callbacks live (no reload); the page's reset
+// button stops it and its retry button resumes it; once DONE, the page
+// shows the final files with their thumbnails, read through the API.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx, sent := browser(t)
+	opts, launches := heldLaunches()
+	opts.Settings = map[string]string{"CDN_BUCKET": "dashboard-cdn"}
+	env := testenv.New(t, opts)
+	require.NoError(t, env.Store.EnsureBucket(context.Background(), env.Config.CDNBucket))
+
+	const id = "01KDASHBOARD0BROWSER0TEST1"
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/photos/harbour.jpg", Size: 2 << 20, ContentType: "image/jpeg"},
+		{LogicalPath: "/photos/lighthouse.jpg", Size: 3 << 20, ContentType: "image/jpeg"},
+		{LogicalPath: "/photos/market.jpg", Size: 1 << 20, ContentType: "image/jpeg"},
+	})
+	byName := map[string]fakefly.Launch{}
+	for range 3 {
+		l := nextLaunch(t, launches)
+		byName[path.Base(l.Env["INPUT_R2_KEY"])] = l
+	}
+	colours := map[string]color.RGBA{"harbour.jpg": {40, 90, 160, 0}, "lighthouse.jpg": {200, 80, 40, 0}, "market.jpg": {60, 150, 70, 0}}
+	answer := func(l fakefly.Launch) {
+		body, key := imageCallback(l)
+		require.NoError(t, env.Store.Put(context.Background(), env.Config.CDNBucket, key,
+			bytes.NewReader(thumbnailJPEG(t, colours[path.Base(key[:len(key)-len("/thumbnail.jpg")])])), -1, "image/jpeg"))
+		postCallback(t, env, l, body)
+	}
+	start := time.Now()
+
+	// The list shows the batch, with its phase's progress.
+	bar := `document.querySelector('#live .phase[data-phase="IMAGE_PROCESSING"] .bar')`
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(env.Server.URL+"/ui"),
+		chromedp.WaitVisible(`li.batch[data-batch="`+id+`"] .phase[data-phase="IMAGE_PROCESSING"]`, chromedp.ByQuery),
+	))
+	screenshot(ctx, t, "list.png")
+
+	// The batch page follows callbacks over its event stream.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(env.Server.URL+"/ui/batches/"+id),
+		chromedp.WaitVisible(`#live[data-connected="true"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded = true`, nil),
+	))
+	// The page's EventSource sent the credential the browser was given.
+	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+testenv.AdminToken))
+	stream := "/batches/" + id + "/stream"
+	require.Eventually(t, func() bool { return len(sent.authorization(stream)) > 0 }, 10*time.Second, 20*time.Millisecond,
+		"the stream's request headers were not seen")
+	require.Equal(t, []string{wantAuth}, sent.authorization(stream))
+	awaitJS(ctx, t, "progress before any callback", bar+`.getAttribute('aria-valuenow')`, "0")
+	answer(byName["harbour.jpg"])
+	awaitJS(ctx, t, "progress after one callback", bar+`.getAttribute('aria-valuenow')`, "1")
+	answer(byName["lighthouse.jpg"])
+	awaitJS(ctx, t, "progress after two callbacks", bar+`.getAttribute('aria-valuenow')`, "2")
+	awaitJS(ctx, t, "the bar's text", `document.querySelector('#live .phase[data-phase="IMAGE_PROCESSING"] .phase-count').textContent`, "2 / 3 done")
+	awaitJS(ctx, t, "the page was updated in place", `window.notReloaded`, "true")
+
+	// Reset from the page (the confirmation is accepted), then retry.
+	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`#reset`, chromedp.ByQuery)))
+	awaitJS(ctx, t, "notice after reset", `document.querySelector('.notice')?.textContent`, "Batch reset.")
+	awaitJS(ctx, t, "status after reset", `document.querySelector('#batch-status .badge').textContent`, "ERROR")
+	require.Equal(t, "ERROR", env.Status(t, id).Status)
+	screenshot(ctx, t, "batch-error.png")
+	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible(`#retry`, chromedp.ByQuery), chromedp.Click(`#retry`, chromedp.ByQuery)))
+	awaitJS(ctx, t, "notice after retry", `document.querySelector('.notice')?.textContent`, "Batch retried.")
+	awaitJS(ctx, t, "status after retry", `document.querySelector('#batch-status .badge').textContent`, "IMAGE_PROCESSING")
+
+	// The task the reset ended runs again; its callback finishes the batch,
+	// and the page's stream sees it to the end.
+	again := nextLaunch(t, launches)
+	require.Equal(t, byName["market.jpg"].TaskID, again.TaskID)
+	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible(`#live[data-connected="true"]`, chromedp.ByQuery)))
+	answer(again)
+	awaitJS(ctx, t, "progress after the retried task", bar+`.getAttribute('aria-valuenow')`, "3")
+	awaitJS(ctx, t, "status at the end", `document.querySelector('#batch-status .badge').textContent`, "DONE")
+	env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" })
+
+	// Reloaded, the page shows the final files with their thumbnails.
+	require.NoError(t, chromedp.Run(ctx, chromedp.Reload(), chromedp.WaitVisible(`#files img.thumb`, chromedp.ByQuery)))
+	awaitJS(ctx, t, "thumbnails loaded", `[...document.querySelectorAll('#files img.thumb')].filter(i => i.complete && i.naturalWidth === 64).length`, "3")
+	awaitJS(ctx, t, "ingest state", `document.querySelector('#ingest-status').textContent.trim()`, "delivered")
+	screenshot(ctx, t, "batch.png")
+	// The same page on a phone's screen.
+	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
+	screenshot(ctx, t, "batch-phone.png")
+	t.Logf("the browser part took %s", time.Since(start).Round(time.Millisecond))
+}

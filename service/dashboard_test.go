@@ -1,0 +1,35 @@
+package service
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCDNKey: only URLs under CDN_PUBLIC_URL name keys of the CDN bucket,
+// unescaped segment by segment; nothing climbs out of it.
+func TestCDNKey(t *testing.T) {
+	t.Parallel()
+	s := &Service{cdnPublicURL: "https://cdn.test"}
+	tests := []struct {
+		name, url, key string
+		ok             bool
+	}{
+		{"Plain", "https://cdn.test/variants/B/a.jpg/thumbnail.jpg", "variants/B/a.jpg/thumbnail.jpg", true},
+		{"Escaped", "https://cdn.test/variants/B/my%20photo.jpg/thumbnail.jpg", "variants/B/my photo.jpg/thumbnail.jpg", true},
+		{"OtherHost", "https://elsewhere.test/variants/B/a.jpg/thumbnail.jpg", "", false},
+		{"HostPrefix", "https://cdn.test.evil/variants/a.jpg", "", false},
+		{"DotDot", "https://cdn.test/variants/../secrets", "", false},
+		{"Empty", "https://cdn.test/", "", false},
+		{"BadEscape", "https://cdn.test/variants/%zz", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key, ok := s.cdnKey(tt.url)
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.key, key)
+		})
+	}
+	_, ok := (&Service{}).cdnKey("/variants/a.jpg")
+	require.False(t, ok, "no CDN_PUBLIC_URL: no key")
+}
