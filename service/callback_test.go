@@ -30,7 +30,7 @@ func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool
 	require.NoError(t, err)
 	dbtest.SeedProcessingTasks(t, pool, batchID, n)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return New(pool, rc, &config.Config{}, logger, nil), pool
+	return New(pool, rc, &config.Config{}, nil, logger, nil), pool
 }
 
 func token(taskID string) string { return dbtest.Token(taskID) }

@@ -42,34 +42,23 @@ type Service struct {
 	// metrics counts batches started and ended here; nil counts nothing.
 	metrics *metrics.Metrics
 	// store reads image variants from cdnBucket for the dashboard; nil
-	// without storage settings. cdnPublicURL maps variant URLs to keys.
+	// serves no thumbnail. cdnPublicURL maps variant URLs to keys.
 	store        blob.Store
 	cdnBucket    string
 	cdnPublicURL string
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
-// be started in processes that do not work jobs. m may be nil. The object
-// store (for the dashboard's thumbnails) is made from cfg's R2 settings,
-// which must be final by now (serve points them at the local S3 server
-// before this).
-func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, logger *slog.Logger, m *metrics.Metrics) *Service {
+// be started in processes that do not work jobs. m may be nil. store reads
+// the dashboard's thumbnails from CDN_BUCKET; nil serves none.
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, store blob.Store, logger *slog.Logger, m *metrics.Metrics) *Service {
 	apps := make(map[phases.Name]string, len(cfg.Phases))
 	for name, p := range cfg.Phases {
 		apps[name] = p.FlyAppName
 	}
 	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
 		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, Logger: logger, Metrics: m}),
-		cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL}
-	if cfg.R2AccessKeyID != "" {
-		store, err := blob.NewS3(blob.S3Config{AccountID: cfg.R2AccountID, Endpoint: cfg.R2Endpoint,
-			AccessKeyID: cfg.R2AccessKeyID, SecretAccessKey: cfg.R2SecretAccessKey})
-		if err != nil {
-			logger.Warn("no object storage for the dashboard's thumbnails", "error", err)
-		} else {
-			s.store = store
-		}
-	}
+		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL}
 	return s
 }
 

@@ -119,7 +119,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Warn("ADMIN_TOKEN is not set: admin routes refuse every request")
 	}
 	e := api.New(api.Config{
-		Service: service.New(pool, riverClient, cfg, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		Service: service.New(pool, riverClient, cfg, store, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
 		River: riverClient, Context: ctx, Metrics: m,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)

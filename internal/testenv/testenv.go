@@ -172,7 +172,7 @@ func New(t *testing.T, opts Options) *Env {
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
-		Service: service.New(pool, client, cfg, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		Service: service.New(pool, client, cfg, store, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
 		River: client, Context: apiCtx, Metrics: m,
 	})
 	handler.Store(&h)
