@@ -77,9 +77,15 @@ type File struct {
 }
 
 type RateLimit struct {
-	Key       string
-	Tokens    float64
-	UpdatedAt time.Time
+	Key                  string
+	Tokens               float64
+	UpdatedAt            time.Time
+	MaxTokens            *float64
+	RefillRate           *float64
+	ConsecutiveSuccesses int32
+	Consecutive429s      int32
+	BackoffUntil         *time.Time
+	SlowedAt             *time.Time
 }
 
 type RiverJob struct {

@@ -7,7 +7,69 @@ package db
 
 import (
 	"context"
+	"time"
 )
+
+const rateLimitAdaptiveCreate = `-- name: RateLimitAdaptiveCreate :exec
+INSERT INTO rate_limits (key, tokens, max_tokens, refill_rate)
+VALUES ($1, $2::float8, $2::float8, $3::float8)
+ON CONFLICT (key) DO NOTHING
+`
+
+type RateLimitAdaptiveCreateParams struct {
+	Key        string
+	MaxTokens  float64
+	RefillRate float64
+}
+
+// RateLimitAdaptiveCreate creates an adaptive bucket, full at its initial
+// shape, the first time its key is used.
+func (q *Queries) RateLimitAdaptiveCreate(ctx context.Context, arg RateLimitAdaptiveCreateParams) error {
+	_, err := q.db.Exec(ctx, rateLimitAdaptiveCreate, arg.Key, arg.MaxTokens, arg.RefillRate)
+	return err
+}
+
+const rateLimitAdaptiveSet = `-- name: RateLimitAdaptiveSet :exec
+UPDATE rate_limits SET
+    tokens = $1,
+    max_tokens = $2,
+    refill_rate = $3,
+    updated_at = $4,
+    consecutive_successes = $5,
+    consecutive_429s = $6,
+    backoff_until = $7,
+    slowed_at = $8
+WHERE key = $9
+`
+
+type RateLimitAdaptiveSetParams struct {
+	Tokens               float64
+	MaxTokens            *float64
+	RefillRate           *float64
+	UpdatedAt            time.Time
+	ConsecutiveSuccesses int32
+	Consecutive429s      int32
+	BackoffUntil         *time.Time
+	SlowedAt             *time.Time
+	Key                  string
+}
+
+// RateLimitAdaptiveSet writes an adaptive bucket's new state, computed by
+// ratelimit while the row is locked (RateLimitGetForUpdate).
+func (q *Queries) RateLimitAdaptiveSet(ctx context.Context, arg RateLimitAdaptiveSetParams) error {
+	_, err := q.db.Exec(ctx, rateLimitAdaptiveSet,
+		arg.Tokens,
+		arg.MaxTokens,
+		arg.RefillRate,
+		arg.UpdatedAt,
+		arg.ConsecutiveSuccesses,
+		arg.Consecutive429s,
+		arg.BackoffUntil,
+		arg.SlowedAt,
+		arg.Key,
+	)
+	return err
+}
 
 const rateLimitEnsure = `-- name: RateLimitEnsure :exec
 INSERT INTO rate_limits (key, tokens) VALUES ($1, $2::float8)
@@ -23,6 +85,68 @@ type RateLimitEnsureParams struct {
 func (q *Queries) RateLimitEnsure(ctx context.Context, arg RateLimitEnsureParams) error {
 	_, err := q.db.Exec(ctx, rateLimitEnsure, arg.Key, arg.Burst)
 	return err
+}
+
+const rateLimitGet = `-- name: RateLimitGet :one
+SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = $1
+`
+
+type RateLimitGetRow struct {
+	RateLimit RateLimit
+	Now       time.Time
+}
+
+// RateLimitGet reads a bucket and the database's clock, which is the one
+// clock every process shares.
+func (q *Queries) RateLimitGet(ctx context.Context, key string) (RateLimitGetRow, error) {
+	row := q.db.QueryRow(ctx, rateLimitGet, key)
+	var i RateLimitGetRow
+	err := row.Scan(
+		&i.RateLimit.Key,
+		&i.RateLimit.Tokens,
+		&i.RateLimit.UpdatedAt,
+		&i.RateLimit.MaxTokens,
+		&i.RateLimit.RefillRate,
+		&i.RateLimit.ConsecutiveSuccesses,
+		&i.RateLimit.Consecutive429s,
+		&i.RateLimit.BackoffUntil,
+		&i.RateLimit.SlowedAt,
+		&i.Now,
+	)
+	return i, err
+}
+
+const rateLimitGetForUpdate = `-- name: RateLimitGetForUpdate :one
+SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = $1
+FOR UPDATE
+`
+
+type RateLimitGetForUpdateRow struct {
+	RateLimit RateLimit
+	Now       time.Time
+}
+
+// RateLimitGetForUpdate is RateLimitGet with the row locked until the
+// transaction ends, so that concurrent takers and reporters, in any
+// process, apply their changes one after another.
+func (q *Queries) RateLimitGetForUpdate(ctx context.Context, key string) (RateLimitGetForUpdateRow, error) {
+	row := q.db.QueryRow(ctx, rateLimitGetForUpdate, key)
+	var i RateLimitGetForUpdateRow
+	err := row.Scan(
+		&i.RateLimit.Key,
+		&i.RateLimit.Tokens,
+		&i.RateLimit.UpdatedAt,
+		&i.RateLimit.MaxTokens,
+		&i.RateLimit.RefillRate,
+		&i.RateLimit.ConsecutiveSuccesses,
+		&i.RateLimit.Consecutive429s,
+		&i.RateLimit.BackoffUntil,
+		&i.RateLimit.SlowedAt,
+		&i.Now,
+	)
+	return i, err
 }
 
 const rateLimitTake = `-- name: RateLimitTake :one

@@ -1,7 +1,16 @@
-// Package ratelimit is a token bucket kept in Postgres, so that every
-// orchestrator process on one database shares one limit: Fly allows about
-// one machine launch per second per app with bursts of 3, however many
-// orchestrators are launching.
+// Package ratelimit keeps token buckets in Postgres, so that every
+// orchestrator process on one database shares one limit per key. There are
+// two kinds, in one table:
+//
+//   - A fixed bucket (Take, with a Limit): Fly allows about one machine
+//     launch per second per app with bursts of 3, however many orchestrators
+//     are launching.
+//   - An adaptive bucket (TakeAdaptive and Report, with an Adaptive): an
+//     external API whose limit is unknown, such as the OCR provider's. Its
+//     shape follows the outcomes every process reports (spec 004: faster
+//     after runs of successes, slower and backing off on 429s), so the fleet
+//     as a whole converges on what the provider takes, where one bucket per
+//     worker would send the sum of their rates.
 package ratelimit
 
 import (

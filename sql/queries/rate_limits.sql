@@ -1,7 +1,42 @@
+-- RateLimitAdaptiveCreate creates an adaptive bucket, full at its initial
+-- shape, the first time its key is used.
+-- name: RateLimitAdaptiveCreate :exec
+INSERT INTO rate_limits (key, tokens, max_tokens, refill_rate)
+VALUES (@key, @max_tokens::float8, @max_tokens::float8, @refill_rate::float8)
+ON CONFLICT (key) DO NOTHING;
+
+-- RateLimitAdaptiveSet writes an adaptive bucket's new state, computed by
+-- ratelimit while the row is locked (RateLimitGetForUpdate).
+-- name: RateLimitAdaptiveSet :exec
+UPDATE rate_limits SET
+    tokens = @tokens,
+    max_tokens = @max_tokens,
+    refill_rate = @refill_rate,
+    updated_at = @updated_at,
+    consecutive_successes = @consecutive_successes,
+    consecutive_429s = @consecutive_429s,
+    backoff_until = @backoff_until,
+    slowed_at = @slowed_at
+WHERE key = @key;
+
 -- RateLimitEnsure creates a full bucket the first time a key is used.
 -- name: RateLimitEnsure :exec
 INSERT INTO rate_limits (key, tokens) VALUES (@key, @burst::float8)
 ON CONFLICT (key) DO NOTHING;
+
+-- RateLimitGet reads a bucket and the database's clock, which is the one
+-- clock every process shares.
+-- name: RateLimitGet :one
+SELECT sqlc.embed(rate_limits), clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = @key;
+
+-- RateLimitGetForUpdate is RateLimitGet with the row locked until the
+-- transaction ends, so that concurrent takers and reporters, in any
+-- process, apply their changes one after another.
+-- name: RateLimitGetForUpdate :one
+SELECT sqlc.embed(rate_limits), clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = @key
+FOR UPDATE;
 
 -- RateLimitTake refills the bucket for the time elapsed (at @rate tokens per
 -- second, up to @burst), takes up to @want whole tokens, and returns how many

@@ -1,0 +1,144 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arke-institute/orchestrator/db"
+)
+
+// Grant is the answer of TakeAdaptive.
+type Grant struct {
+	// Granted reports that a token was taken: make the request, then
+	// Report its outcome with TakenAt set to At.
+	Granted bool
+	// Wait, when nothing was granted, is how long until a token may be:
+	// snooze the job that long rather than hold a worker slot sleeping.
+	Wait time.Duration
+	// At is the database's time of the take.
+	At time.Time
+	// Bucket is the state after the take.
+	Bucket Bucket
+}
+
+// TakeAdaptive takes one token from the adaptive bucket named key, creating
+// it at p's initial shape the first time. Every process on the database
+// shares the bucket: the take happens with its row locked, on the
+// database's clock.
+func (l *Limiter) TakeAdaptive(ctx context.Context, key string, p Adaptive) (Grant, error) {
+	var g Grant
+	err := l.update(ctx, key, p, func(b Bucket, now time.Time) Bucket {
+		g.At = now
+		g.Bucket, g.Granted, g.Wait = b.Take(now)
+		return g.Bucket
+	})
+	if err != nil {
+		return Grant{}, fmt.Errorf("taking a token from %s: %w", key, err)
+	}
+	return g, nil
+}
+
+// Report applies one request's outcome to the adaptive bucket named key
+// (see Bucket.Apply) and returns the bucket's new state and whether its
+// limits changed. Each call applies its outcome exactly once, however many
+// processes report at the same time.
+func (l *Limiter) Report(ctx context.Context, key string, p Adaptive, r Result) (b Bucket, changed bool, err error) {
+	err = l.update(ctx, key, p, func(cur Bucket, now time.Time) Bucket {
+		b, changed = cur.Apply(p, r, now)
+		return b
+	})
+	if err != nil {
+		return Bucket{}, false, fmt.Errorf("reporting to %s: %w", key, err)
+	}
+	return b, changed, nil
+}
+
+// State is the adaptive bucket named key as of now, its tokens refilled to
+// now, for status pages; it writes nothing. found is false for a key that
+// no one has taken from yet.
+func (l *Limiter) State(ctx context.Context, key string) (b Bucket, found bool, err error) {
+	row, err := db.New(l.pool).RateLimitGet(ctx, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Bucket{}, false, nil
+	}
+	if err != nil {
+		return Bucket{}, false, fmt.Errorf("reading rate limit %s: %w", key, err)
+	}
+	b, err = bucketFromRow(row.RateLimit)
+	if err != nil {
+		return Bucket{}, false, err
+	}
+	return b.Refill(row.Now), true, nil
+}
+
+// update runs change on the bucket named key with its row locked, creating
+// the bucket first if need be, and writes back what change returns.
+func (l *Limiter) update(ctx context.Context, key string, p Adaptive, change func(b Bucket, now time.Time) Bucket) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		row, err := q.RateLimitGetForUpdate(ctx, key)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = q.RateLimitAdaptiveCreate(ctx, db.RateLimitAdaptiveCreateParams{Key: key, MaxTokens: p.InitialMaxTokens, RefillRate: p.InitialRefillRate})
+			if err != nil {
+				return err
+			}
+			row, err = q.RateLimitGetForUpdate(ctx, key)
+		}
+		if err != nil {
+			return err
+		}
+		b, err := bucketFromRow(row.RateLimit)
+		if err != nil {
+			return err
+		}
+		b = change(b.Clamp(p), row.Now)
+		return q.RateLimitAdaptiveSet(ctx, db.RateLimitAdaptiveSetParams{
+			Key:                  key,
+			Tokens:               b.Tokens,
+			MaxTokens:            &b.MaxTokens,
+			RefillRate:           &b.RefillRate,
+			UpdatedAt:            b.LastRefill,
+			ConsecutiveSuccesses: int32(b.Successes),
+			Consecutive429s:      int32(b.RateLimits),
+			BackoffUntil:         optionalTime(b.BackoffUntil),
+			SlowedAt:             optionalTime(b.SlowedAt),
+		})
+	})
+}
+
+// bucketFromRow reads an adaptive bucket from its row; a fixed bucket's
+// row (no stored shape) is an error, since its shape is its caller's.
+func bucketFromRow(r db.RateLimit) (Bucket, error) {
+	if r.MaxTokens == nil || r.RefillRate == nil {
+		return Bucket{}, fmt.Errorf("rate limit %s is a fixed bucket, not an adaptive one", r.Key)
+	}
+	b := Bucket{
+		Tokens:     r.Tokens,
+		MaxTokens:  *r.MaxTokens,
+		RefillRate: *r.RefillRate,
+		LastRefill: r.UpdatedAt,
+		Successes:  int(r.ConsecutiveSuccesses),
+		RateLimits: int(r.Consecutive429s),
+	}
+	if r.BackoffUntil != nil {
+		b.BackoffUntil = *r.BackoffUntil
+	}
+	if r.SlowedAt != nil {
+		b.SlowedAt = *r.SlowedAt
+	}
+	return b, nil
+}
+
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

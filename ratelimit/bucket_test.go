@@ -1,0 +1,196 @@
+package ratelimit_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/ratelimit"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestAdaptiveValidate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, ratelimit.DefaultAdaptive().Validate())
+	for name, tc := range map[string]struct {
+		change func(*ratelimit.Adaptive)
+		msg    string
+	}{
+		"ZeroRate":           {func(p *ratelimit.Adaptive) { p.MinRefillRate = 0 }, "min refill rate must be a positive number"},
+		"NegativeTokens":     {func(p *ratelimit.Adaptive) { p.MaxMaxTokens = -1 }, "max max tokens must be a positive number"},
+		"TokenFloorBelowOne": {func(p *ratelimit.Adaptive) { p.MinMaxTokens = 0.5 }, "min max tokens must be at least 1"},
+		"InitialAboveMax":    {func(p *ratelimit.Adaptive) { p.InitialMaxTokens = 20 }, "min <= initial <= max"},
+		"RateMinAboveInit":   {func(p *ratelimit.Adaptive) { p.MinRefillRate = 4 }, "min <= initial <= max"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := ratelimit.DefaultAdaptive()
+			tc.change(&p)
+			require.ErrorContains(t, p.Validate(), tc.msg)
+		})
+	}
+}
+
+func TestBucketTake(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	full := ratelimit.NewBucket(p, t0)
+	for name, tc := range map[string]struct {
+		b       ratelimit.Bucket
+		now     time.Time
+		granted bool
+		wait    time.Duration
+		tokens  float64
+	}{
+		"FullBucket":         {b: full, now: t0, granted: true, tokens: 4},
+		"RefillsForElapsed":  {b: with(full, func(b *ratelimit.Bucket) { b.Tokens = 0 }), now: t0.Add(500 * time.Millisecond), granted: true, tokens: 0.5},
+		"RefillCapsAtMax":    {b: with(full, func(b *ratelimit.Bucket) { b.Tokens = 1 }), now: t0.Add(time.Hour), granted: true, tokens: 4},
+		"WaitsForNextToken":  {b: with(full, func(b *ratelimit.Bucket) { b.Tokens = 0.25 }), now: t0, wait: 250 * time.Millisecond, tokens: 0.25},
+		"ClockBehindRefill":  {b: with(full, func(b *ratelimit.Bucket) { b.Tokens = 0 }), now: t0.Add(-time.Second), wait: time.Second / 3, tokens: 0},
+		"BackoffWaitsForEnd": {b: with(full, func(b *ratelimit.Bucket) { b.BackoffUntil = t0.Add(2 * time.Second) }), now: t0, wait: 2 * time.Second, tokens: 5},
+		"BackoffOver":        {b: with(full, func(b *ratelimit.Bucket) { b.BackoffUntil = t0 }), now: t0, granted: true, tokens: 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			next, granted, wait := tc.b.Take(tc.now)
+			require.Equal(t, tc.granted, granted)
+			require.InDelta(t, tc.wait, wait, float64(time.Millisecond))
+			require.InDelta(t, tc.tokens, next.Tokens, 1e-9)
+			require.False(t, next.LastRefill.Before(tc.b.LastRefill), "the last refill never goes back")
+		})
+	}
+}
+
+func TestBucketApply(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	start := ratelimit.NewBucket(p, t0)
+	type want struct {
+		maxTokens, rate   float64
+		successes, streak int
+		backoff           time.Duration // BackoffUntil - t0; 0 for none
+		changed           bool
+	}
+	for name, tc := range map[string]struct {
+		b   ratelimit.Bucket
+		r   ratelimit.Result
+		out want
+	}{
+		"SuccessCounts": {b: start, r: success(), out: want{maxTokens: 5, rate: 3, successes: 1}},
+		"TenthSuccessSpeedsUp": {b: with(start, func(b *ratelimit.Bucket) { b.Successes = 9 }), r: success(),
+			out: want{maxTokens: 6, rate: 3.5, changed: true}},
+		"SpeedUpCapped": {b: with(start, func(b *ratelimit.Bucket) { b.Successes, b.MaxTokens, b.RefillRate = 9, 15, 9.8 }), r: success(),
+			out: want{maxTokens: 15, rate: 10, changed: true}},
+		"AtCapsNoChange": {b: with(start, func(b *ratelimit.Bucket) { b.Successes, b.MaxTokens, b.RefillRate = 9, 15, 10 }), r: success(),
+			out: want{maxTokens: 15, rate: 10}},
+		"SuccessEndsRateLimitRun": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 3 }), r: success(),
+			out: want{maxTokens: 5, rate: 3, successes: 1}},
+		"RateLimitSlowsDown": {b: with(start, func(b *ratelimit.Bucket) { b.Successes = 7 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 2 * time.Second, changed: true}},
+		"SlowDownFloored": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate = 3, 1.5 }), r: limited(0),
+			out: want{maxTokens: 2, rate: 1, streak: 1, backoff: 2 * time.Second, changed: true}},
+		"AtFloorsNoChange": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate, b.RateLimits = 2, 1, 1 }), r: limited(0),
+			out: want{maxTokens: 2, rate: 1, streak: 2, backoff: 4 * time.Second}},
+		"BackoffGrows": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 4 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 5, backoff: 32 * time.Second, changed: true}},
+		"BackoffCapped": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 5 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 6, backoff: time.Minute, changed: true}},
+		"BackoffCappedLongRun": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 100 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 101, backoff: time.Minute, changed: true}},
+		"RetryAfterLonger": {b: start, r: limited(10 * time.Second),
+			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 10 * time.Second, changed: true}},
+		"RetryAfterShorter": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 3 }), r: limited(time.Second),
+			out: want{maxTokens: 3, rate: 2, streak: 4, backoff: 16 * time.Second, changed: true}},
+		"RetryAfterBeyondCap": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 9 }), r: limited(2 * time.Minute),
+			out: want{maxTokens: 3, rate: 2, streak: 10, backoff: 2 * time.Minute, changed: true}},
+		"BackoffNeverShortened": {b: with(start, func(b *ratelimit.Bucket) { b.BackoffUntil = t0.Add(50 * time.Second) }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 50 * time.Second, changed: true}},
+		"StaleRateLimitOnlyEndsSuccesses": {
+			b: with(start, func(b *ratelimit.Bucket) {
+				b.MaxTokens, b.RefillRate, b.RateLimits, b.Successes, b.SlowedAt = 3, 2, 1, 4, t0
+			}),
+			r:   ratelimit.Result{Outcome: ratelimit.RateLimited, TakenAt: t0.Add(-time.Second)},
+			out: want{maxTokens: 3, rate: 2, streak: 1}},
+		"StaleRateLimitHonoursRetryAfter": {
+			b:   with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate, b.RateLimits, b.SlowedAt = 3, 2, 1, t0 }),
+			r:   ratelimit.Result{Outcome: ratelimit.RateLimited, RetryAfter: 5 * time.Second, TakenAt: t0.Add(-time.Second)},
+			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 5 * time.Second}},
+		"FreshRateLimitAfterSlowDown": {
+			b: with(start, func(b *ratelimit.Bucket) {
+				b.MaxTokens, b.RefillRate, b.RateLimits, b.SlowedAt = 3, 2, 1, t0.Add(-time.Minute)
+			}),
+			r:   ratelimit.Result{Outcome: ratelimit.RateLimited, TakenAt: t0.Add(-time.Second)},
+			out: want{maxTokens: 2, rate: 1, streak: 2, backoff: 4 * time.Second, changed: true}},
+		"NeutralChangesNothing": {b: with(start, func(b *ratelimit.Bucket) { b.Successes, b.RateLimits = 4, 2 }), r: ratelimit.Result{},
+			out: want{maxTokens: 5, rate: 3, successes: 4, streak: 2}},
+		"ClampsToNewSettings": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate = 40, 0.1 }), r: ratelimit.Result{},
+			out: want{maxTokens: 15, rate: 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			next, changed := tc.b.Apply(p, tc.r, t0)
+			got := want{maxTokens: next.MaxTokens, rate: next.RefillRate, successes: next.Successes, streak: next.RateLimits, changed: changed}
+			if !next.BackoffUntil.IsZero() {
+				got.backoff = next.BackoffUntil.Sub(t0)
+			}
+			require.Equal(t, tc.out, got)
+			require.LessOrEqual(t, next.Tokens, next.MaxTokens)
+		})
+	}
+}
+
+// TestBucketApplyRefillsAtOldRate checks that tokens earned before a change
+// are counted at the rate they were earned at.
+func TestBucketApplyRefillsAtOldRate(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.Tokens = 0 })
+	b, changed := b.Apply(p, ratelimit.Result{Outcome: ratelimit.RateLimited}, t0.Add(time.Second))
+	require.True(t, changed)
+	require.InDelta(t, 3, b.Tokens, 1e-9, "one second at 3/s, capped by the new burst of 3")
+	require.Equal(t, t0.Add(time.Second), b.LastRefill)
+}
+
+// TestBucketConverges runs the arithmetic to its ends: 429s in a row reach
+// the floors, successes in a row the caps, by spec 004's steps.
+func TestBucketConverges(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	b := ratelimit.NewBucket(p, t0)
+	changes := 0
+	for range 10 {
+		var changed bool
+		b, changed = b.Apply(p, ratelimit.Result{Outcome: ratelimit.RateLimited}, t0)
+		if changed {
+			changes++
+		}
+	}
+	require.Equal(t, []float64{2, 1}, []float64{b.MaxTokens, b.RefillRate})
+	require.Equal(t, 2, changes, "5 -> 3 -> 2 tokens, 3 -> 2 -> 1 per second")
+	require.Equal(t, t0.Add(time.Minute), b.BackoffUntil)
+
+	changes = 0
+	for range 180 {
+		var changed bool
+		b, changed = b.Apply(p, success(), t0)
+		if changed {
+			changes++
+		}
+	}
+	require.Equal(t, []float64{15, 10}, []float64{b.MaxTokens, b.RefillRate})
+	require.Equal(t, 18, changes, "the rate needs 18 steps of 0.5 from 1 to 10")
+	require.Zero(t, b.RateLimits)
+}
+
+func with(b ratelimit.Bucket, change func(*ratelimit.Bucket)) ratelimit.Bucket {
+	change(&b)
+	return b
+}
+
+func success() ratelimit.Result { return ratelimit.Result{Outcome: ratelimit.Success} }
+
+func limited(retryAfter time.Duration) ratelimit.Result {
+	return ratelimit.Result{Outcome: ratelimit.RateLimited, RetryAfter: retryAfter}
+}
