@@ -85,6 +85,11 @@ type Config struct {
 	// bursts of 3).
 	FlyLaunchRate  float64
 	FlyLaunchBurst int
+	// OCRLimit shapes the OCR provider's adaptive rate limit, one bucket
+	// shared by every process (spec 004's INITIAL_MAX_TOKENS,
+	// INITIAL_REFILL_RATE, MAX_MAX_TOKENS, MAX_REFILL_RATE, MIN_MAX_TOKENS,
+	// MIN_REFILL_RATE).
+	OCRLimit AdaptiveLimit
 	// LaunchConcurrency is how many launch requests one launcher has in flight.
 	LaunchConcurrency int
 	// SweepInterval is how often timed-out tasks are failed and stalled
@@ -136,6 +141,34 @@ type Config struct {
 	MetricsAddr string
 }
 
+// AdaptiveLimit is the range of an adaptive rate limit on an external API:
+// a burst of tokens (requests) and a refill rate (requests per second), each
+// starting at its initial value and moving between its minimum and maximum
+// as the provider answers. Its fields are ratelimit.Adaptive's, so the caller
+// converts it with ratelimit.Adaptive(c.OCRLimit); config stays apart from
+// the database.
+type AdaptiveLimit struct {
+	InitialMaxTokens  float64
+	InitialRefillRate float64
+	MaxMaxTokens      float64
+	MaxRefillRate     float64
+	MinMaxTokens      float64
+	MinRefillRate     float64
+}
+
+// DefaultAdaptiveLimit is spec 004's: start at 5 tokens and 3 requests/s,
+// between 2 tokens at 1/s and 15 tokens at 10/s.
+func DefaultAdaptiveLimit() AdaptiveLimit {
+	return AdaptiveLimit{
+		InitialMaxTokens:  5,
+		InitialRefillRate: 3,
+		MaxMaxTokens:      15,
+		MaxRefillRate:     10,
+		MinMaxTokens:      2,
+		MinRefillRate:     1,
+	}
+}
+
 // DefaultCallbackCommitters is CallbackCommitters unless CALLBACK_COMMITTERS
 // says otherwise. On 2 cores one committer, whose groups grow while it
 // commits, gave more callbacks a second than 2, 4 or 8 (larger groups,
@@ -174,6 +207,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		FlyFlapsBaseURL:      strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),
 		FlyLaunchRate:        r.positiveFloat("FLY_LAUNCH_RATE", 1),
 		FlyLaunchBurst:       r.positiveInt("FLY_LAUNCH_BURST", 3),
+		OCRLimit:             r.adaptiveLimit("", DefaultAdaptiveLimit()),
 		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
 		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),
 		LocalDataDir:         r.str("LOCAL_DATA_DIR", ".data"),
@@ -428,7 +462,7 @@ func (r *reader) positiveFloat(name string, def float64) float64 {
 		return def
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) {
+	if err != nil || !(f > 0) || math.IsInf(f, 0) { // !(f > 0) refuses NaN too
 		r.problems = append(r.problems, fmt.Sprintf("%s must be a positive number, got %q", name, v))
 		return def
 	}
@@ -447,6 +481,30 @@ func (r *reader) intIn(name string, def, lo, hi int) int {
 		return def
 	}
 	return n
+}
+
+// adaptiveLimit reads an adaptive limit from spec 004's six settings, their
+// names after prefix (e.g. "EMBEDDINGS_" for EMBEDDINGS_INITIAL_MAX_TOKENS),
+// and checks that each initial value lies between its minimum and maximum.
+func (r *reader) adaptiveLimit(prefix string, def AdaptiveLimit) AdaptiveLimit {
+	l := AdaptiveLimit{
+		InitialMaxTokens:  r.positiveFloat(prefix+"INITIAL_MAX_TOKENS", def.InitialMaxTokens),
+		InitialRefillRate: r.positiveFloat(prefix+"INITIAL_REFILL_RATE", def.InitialRefillRate),
+		MaxMaxTokens:      r.positiveFloat(prefix+"MAX_MAX_TOKENS", def.MaxMaxTokens),
+		MaxRefillRate:     r.positiveFloat(prefix+"MAX_REFILL_RATE", def.MaxRefillRate),
+		MinMaxTokens:      r.positiveFloat(prefix+"MIN_MAX_TOKENS", def.MinMaxTokens),
+		MinRefillRate:     r.positiveFloat(prefix+"MIN_REFILL_RATE", def.MinRefillRate),
+	}
+	if l.MinMaxTokens < 1 {
+		r.problems = append(r.problems, fmt.Sprintf("%sMIN_MAX_TOKENS must be at least 1 (a bucket holding less never grants a token), got %v", prefix, l.MinMaxTokens))
+	}
+	if l.MinMaxTokens > l.InitialMaxTokens || l.InitialMaxTokens > l.MaxMaxTokens {
+		r.problems = append(r.problems, fmt.Sprintf("%[1]sMIN_MAX_TOKENS <= %[1]sINITIAL_MAX_TOKENS <= %[1]sMAX_MAX_TOKENS must hold, got %[2]v, %[3]v, %[4]v", prefix, l.MinMaxTokens, l.InitialMaxTokens, l.MaxMaxTokens))
+	}
+	if l.MinRefillRate > l.InitialRefillRate || l.InitialRefillRate > l.MaxRefillRate {
+		r.problems = append(r.problems, fmt.Sprintf("%[1]sMIN_REFILL_RATE <= %[1]sINITIAL_REFILL_RATE <= %[1]sMAX_REFILL_RATE must hold, got %[2]v, %[3]v, %[4]v", prefix, l.MinRefillRate, l.InitialRefillRate, l.MaxRefillRate))
+	}
+	return l
 }
 
 func (r *reader) positiveInt(name string, def int) int {

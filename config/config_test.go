@@ -197,3 +197,40 @@ func TestPhasesNeedAppsOfTheirOwn(t *testing.T) {
 	_, err := Load(lookup(map[string]string{"FLY_" + second.Short + "_APP_NAME": first.Defaults.FlyAppName}))
 	require.ErrorContains(t, err, fmt.Sprintf("FLY_%s_APP_NAME and FLY_%s_APP_NAME are both %q", first.Short, second.Short, first.Defaults.FlyAppName))
 }
+
+func TestAdaptiveLimit(t *testing.T) {
+	c, err := Load(lookup(nil))
+	require.NoError(t, err)
+	require.Equal(t, DefaultAdaptiveLimit(), c.OCRLimit, "spec 004's constants")
+
+	c, err = Load(lookup(map[string]string{
+		"INITIAL_MAX_TOKENS": "8", "INITIAL_REFILL_RATE": "2.5", "MAX_MAX_TOKENS": "20",
+		"MAX_REFILL_RATE": "12", "MIN_MAX_TOKENS": "1", "MIN_REFILL_RATE": "0.5",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, AdaptiveLimit{InitialMaxTokens: 8, InitialRefillRate: 2.5, MaxMaxTokens: 20, MaxRefillRate: 12, MinMaxTokens: 1, MinRefillRate: 0.5}, c.OCRLimit)
+
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"NotANumber":      {map[string]string{"MAX_REFILL_RATE": "NaN"}, `MAX_REFILL_RATE must be a positive number, got "NaN"`},
+		"Zero":            {map[string]string{"MIN_REFILL_RATE": "0"}, `MIN_REFILL_RATE must be a positive number, got "0"`},
+		"TokenFloor":      {map[string]string{"MIN_MAX_TOKENS": "0.5"}, "MIN_MAX_TOKENS must be at least 1"},
+		"InitialAboveMax": {map[string]string{"INITIAL_MAX_TOKENS": "16"}, "MIN_MAX_TOKENS <= INITIAL_MAX_TOKENS <= MAX_MAX_TOKENS must hold, got 2, 16, 15"},
+		"InitialBelowMin": {map[string]string{"INITIAL_REFILL_RATE": "0.5"}, "MIN_REFILL_RATE <= INITIAL_REFILL_RATE <= MAX_REFILL_RATE must hold, got 1, 0.5, 10"},
+		"MaxBelowInitial": {map[string]string{"MAX_REFILL_RATE": "2"}, "got 1, 3, 2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(lookup(tc.env))
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestAdaptiveLimitPrefix(t *testing.T) {
+	r := reader{lookup: lookup(map[string]string{"EMBEDDINGS_MAX_REFILL_RATE": "40", "MAX_REFILL_RATE": "7", "EMBEDDINGS_MIN_MAX_TOKENS": "9"})}
+	l := r.adaptiveLimit("EMBEDDINGS_", DefaultAdaptiveLimit())
+	require.Equal(t, 40.0, l.MaxRefillRate, "a prefixed name is read, not the OCR provider's")
+	require.Equal(t, []string{"EMBEDDINGS_MIN_MAX_TOKENS <= EMBEDDINGS_INITIAL_MAX_TOKENS <= EMBEDDINGS_MAX_MAX_TOKENS must hold, got 9, 5, 15"}, r.problems)
+}
