@@ -76,7 +76,10 @@ func (l *Limiter) State(ctx context.Context, key string) (b Bucket, found bool, 
 }
 
 // update runs change on the bucket named key with its row locked, creating
-// the bucket first if need be, and writes back what change returns.
+// the bucket first if need be, and writes back what change returns. The
+// arithmetic runs here rather than in SQL so that spec 004's rules live in
+// one place, Bucket, tested without a database; the lock makes each change
+// see the one before it, in whichever process it ran.
 func (l *Limiter) update(ctx context.Context, key string, p Adaptive, change func(b Bucket, now time.Time) Bucket) error {
 	if err := p.Validate(); err != nil {
 		return err

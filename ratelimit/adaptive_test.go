@@ -171,3 +171,19 @@ func TestAdaptiveConcurrentReports(t *testing.T) {
 	require.Equal(t, []float64{15, 10}, []float64{b.MaxTokens, b.RefillRate})
 	require.Equal(t, 18, changes, "1/s to 10/s in steps of 0.5")
 }
+
+// BenchmarkAdaptiveTake measures takes from one contended bucket: the cost
+// every provider request pays, and the ceiling of one key's throughput.
+func BenchmarkAdaptiveTake(b *testing.B) {
+	l := ratelimit.New(dbtest.New(b))
+	ctx := context.Background()
+	p := ratelimit.Adaptive{InitialMaxTokens: 1e9, MaxMaxTokens: 1e9, MinMaxTokens: 1e9, InitialRefillRate: 1e9, MaxRefillRate: 1e9, MinRefillRate: 1e9}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := l.TakeAdaptive(ctx, "bench", p); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
