@@ -191,6 +191,19 @@ func TestOpenAIConnectionErrorIsTransient(t *testing.T) {
 	require.NotContains(t, err.Error(), fake.Key)
 }
 
+func TestOpenAIHangupIsTransient(t *testing.T) {
+	t.Parallel()
+	fake := fakeocr.New(t, fakeocr.Options{Behave: func(fakeocr.Request) fakeocr.Behavior {
+		return fakeocr.Behavior{Hangup: true}
+	}})
+	e := newEngine(t, fake)
+
+	_, err := e.Transcribe(t.Context(), page(t))
+	require.Equal(t, ocr.Transient, ocr.ClassOf(err), "%v", err)
+	require.Equal(t, 1, fake.Counts().Injected)
+	require.Equal(t, 0, fake.Requests()[0].Status)
+}
+
 func TestNewOpenAIValidates(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []ocr.OpenAIConfig{

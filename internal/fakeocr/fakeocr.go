@@ -76,7 +76,8 @@ type Request struct {
 	Image []byte
 	// Text is what a successful answer carries: TextFor(Image).
 	Text string
-	// Status is the HTTP status the fake answered.
+	// Status is the HTTP status the fake answered: 0 when it hung up, 499
+	// when the client went away during Behavior.Delay.
 	Status int
 }
 
@@ -97,6 +98,9 @@ type Behavior struct {
 	Body []byte
 	// Text replaces the answer's text when not empty.
 	Text string
+	// Hangup closes the connection without an answer (after Delay), as a
+	// provider's crashed proxy does; the request is recorded with Status 0.
+	Hangup bool
 }
 
 // Counts are exact totals by outcome.
@@ -272,6 +276,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.Text != "" {
 		req.Text = b.Text
+	}
+	if b.Hangup {
+		s.record(req, 0, func(c *Counts) { c.Injected++ })
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
 	}
 	status := cmp.Or(b.Status, http.StatusOK)
 	injected := b.Status != 0 && b.Status != http.StatusOK || b.Body != nil
