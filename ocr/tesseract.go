@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -73,6 +74,9 @@ func (t *Tesseract) Transcribe(ctx context.Context, img Image) (Result, error) {
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, t.path, "-", "-", "-l", t.cfg.Language)
 	cmd.Stdin = bytes.NewReader(img.Data)
+	// One thread per run: callers run several pages at once, and OpenMP
+	// threads contending for the same cores make each run slower.
+	cmd.Env = append(os.Environ(), "OMP_THREAD_LIMIT=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
