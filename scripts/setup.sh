@@ -4,8 +4,9 @@
 # so the Makefile calls it every time.
 #
 #   scripts/setup.sh run    PostgreSQL server programs, libvips (headers,
-#                           pkg-config, gcc, make) and poppler: building and
-#                           running the orchestrator and its workers
+#                           pkg-config, gcc, make), poppler and tesseract:
+#                           building and running the orchestrator and its
+#                           workers
 #   scripts/setup.sh test   all of run, plus the vips command-line tools and
 #                           Chromium: the tests and make bench
 #
@@ -43,6 +44,7 @@ Darwin)
   command -v pkg-config >/dev/null 2>&1 || want pkg-config "finds libvips for the workers' cgo build"
   pkg-config --exists vips 2>/dev/null || want vips "libvips, which the workers use through cgo (and its command-line tools, for the tests)"
   command -v pdftotext >/dev/null 2>&1 || want poppler "pdfinfo and pdftotext, for the PDF worker"
+  command -v tesseract >/dev/null 2>&1 || want tesseract "the local OCR engine (with English data) of make run, used when no OCR_API_URL is set"
   if [[ "$level" == test ]] && ! command -v chromium >/dev/null 2>&1 && [[ ! -d /Applications/Chromium.app ]]; then
     want chromium "headless Chromium, for the dashboard's browser test (installed with --cask)"
   fi
@@ -79,6 +81,11 @@ if ! pkg-config --exists vips 2>/dev/null; then
 fi
 command -v pdfinfo >/dev/null 2>&1 && command -v pdftotext >/dev/null 2>&1 ||
   want poppler-utils "pdfinfo and pdftotext, for the PDF worker"
+if ! command -v tesseract >/dev/null 2>&1; then
+  want tesseract-ocr "tesseract and its English data: the local OCR engine of make run, used when no OCR_API_URL is set"
+elif ! tesseract --list-langs 2>/dev/null | grep -qx eng; then
+  want tesseract-ocr-eng "tesseract's English data, for the local OCR engine"
+fi
 if [[ "$level" == test ]]; then
   command -v vipsthumbnail >/dev/null 2>&1 ||
     want libvips-tools "the vips command-line tools, which the tests and make bench compare the workers with"

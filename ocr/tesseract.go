@@ -1,0 +1,99 @@
+package ocr
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// DefaultTesseractTimeout bounds one tesseract run when
+// TesseractConfig.Timeout is zero.
+const DefaultTesseractTimeout = 2 * time.Minute
+
+// TesseractConfig configures the local engine.
+type TesseractConfig struct {
+	// Command is the tesseract program ("tesseract" on PATH if empty).
+	Command string
+	// Language is tesseract's -l argument ("eng" if empty; Debian's
+	// tesseract-ocr-eng).
+	Language string
+	// Timeout bounds one run (DefaultTesseractTimeout if zero).
+	Timeout time.Duration
+}
+
+// Tesseract is an Engine running the tesseract command on the image bytes
+// (stdin to stdout, no temporary files): real OCR offline, for the
+// embedded default with no provider. It suits the large variant or the
+// original; small images read poorly.
+type Tesseract struct {
+	cfg   TesseractConfig
+	path  string
+	model string
+}
+
+var _ Engine = (*Tesseract)(nil)
+
+// NewTesseract finds the command and its version, so that a machine
+// without tesseract fails at start-up rather than on every page.
+func NewTesseract(cfg TesseractConfig) (*Tesseract, error) {
+	if cfg.Command == "" {
+		cfg.Command = "tesseract"
+	}
+	if cfg.Language == "" {
+		cfg.Language = "eng"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTesseractTimeout
+	}
+	path, err := exec.LookPath(cfg.Command)
+	if err != nil {
+		return nil, fmt.Errorf("ocr: the local engine needs the tesseract command (Debian: apt-get install tesseract-ocr; scripts/setup.sh run installs it): %w", err)
+	}
+	out, err := exec.Command(path, "--version").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ocr: running %s --version: %w: %s", path, err, bytes.TrimSpace(out))
+	}
+	version, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return &Tesseract{cfg: cfg, path: path, model: strings.TrimSpace(version)}, nil
+}
+
+// Transcribe runs tesseract on img. An image tesseract cannot read is a
+// permanent error with its own message; a run past the timeout is transient.
+func (t *Tesseract) Transcribe(ctx context.Context, img Image) (Result, error) {
+	// tesseract reads a non-image input as a list of file names to OCR, so
+	// only what sniffs as an image is given to it.
+	if _, err := imageType(Image{Data: img.Data}); err != nil {
+		return Result{}, err
+	}
+	runCtx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, t.path, "-", "-", "-l", t.cfg.Language)
+	cmd.Stdin = bytes.NewReader(img.Data)
+	// One thread per run: callers run several pages at once, and OpenMP
+	// threads contending for the same cores make each run slower.
+	cmd.Env = append(os.Environ(), "OMP_THREAD_LIMIT=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	switch {
+	case ctx.Err() != nil:
+		return Result{}, fmt.Errorf("ocr: running tesseract: %w", ctx.Err())
+	case runCtx.Err() != nil:
+		return Result{}, &Error{Class: Transient, Message: fmt.Sprintf("tesseract did not finish within %s", t.cfg.Timeout), Err: err}
+	case err != nil:
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		if _, ok := errors.AsType[*exec.ExitError](err); ok {
+			return Result{}, &Error{Class: Permanent, Message: "tesseract could not read the image: " + msg, Err: err}
+		}
+		return Result{}, &Error{Class: Transient, Message: "running tesseract: " + msg, Err: err}
+	}
+	return Result{Text: strings.TrimSpace(stdout.String()), Model: t.model, Provider: "tesseract"}, nil
+}
