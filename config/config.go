@@ -184,6 +184,16 @@ const DefaultDatabaseMaxConns = 40
 // settings are checked separately by CheckServe, because `migrate` needs less
 // than `serve`.
 func Load(lookup func(string) (string, bool)) (*Config, error) {
+	specs := make([]phases.Spec, 0, len(phases.All()))
+	for _, p := range phases.All() {
+		specs = append(specs, p.Spec())
+	}
+	return load(lookup, specs)
+}
+
+// load is Load for the phases of specs, so tests can load a phase that is
+// not registered.
+func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, error) {
 	r := reader{lookup: lookup}
 	c := &Config{
 		DatabaseURL:          r.str("DATABASE_URL", ""),
@@ -229,12 +239,9 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 		Phases:               make(map[phases.Name]Phase),
 	}
 	apps := make(map[string]string) // Fly app -> the Short of the phase using it
-	for _, p := range phases.All() {
-		spec := p.Spec()
+	for _, spec := range specs {
 		name, def := string(spec.Name), spec.Defaults
 		pc := Phase{
-			FlyAppName:  r.str("FLY_"+spec.Short+"_APP_NAME", def.FlyAppName),
-			WorkerImage: r.str("FLY_"+spec.Short+"_WORKER_IMAGE", def.WorkerImage),
 			BatchSize:   r.positiveInt("BATCH_SIZE_"+name, def.BatchSize),
 			AlarmDelay:  r.millis("ALARM_DELAY_"+name, def.AlarmDelay),
 			TaskTimeout: r.millis("TASK_TIMEOUT_"+name, def.TaskTimeout),
@@ -251,6 +258,13 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 				r.problems = append(r.problems, fmt.Sprintf("phase %s passes %s to its machines, which is no setting", name, env))
 			}
 		}
+		if spec.Executor != phases.Machine {
+			// No machines: no Fly app, image or app of its own to check.
+			c.Phases[spec.Name] = pc
+			continue
+		}
+		pc.FlyAppName = r.str("FLY_"+spec.Short+"_APP_NAME", def.FlyAppName)
+		pc.WorkerImage = r.str("FLY_"+spec.Short+"_WORKER_IMAGE", def.WorkerImage)
 		c.Phases[spec.Name] = pc
 		// Machines are told apart by their app (the local runner picks the
 		// worker program by it), so each phase needs an app of its own.

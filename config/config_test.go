@@ -234,3 +234,19 @@ func TestAdaptiveLimitPrefix(t *testing.T) {
 	require.Equal(t, 40.0, l.MaxRefillRate, "a prefixed name is read, not the OCR provider's")
 	require.Equal(t, []string{"EMBEDDINGS_MIN_MAX_TOKENS <= EMBEDDINGS_INITIAL_MAX_TOKENS <= EMBEDDINGS_MAX_MAX_TOKENS must hold, got 9, 5, 15"}, r.problems)
 }
+
+// TestChunkedPhaseHasNoFlySettings: a chunked phase runs no machines, so
+// config reads no Fly app or image for it, and two of them never share an
+// app.
+func TestChunkedPhaseHasNoFlySettings(t *testing.T) {
+	t.Parallel()
+	chunked := func(name phases.Name, short string) phases.Spec {
+		return phases.Spec{Name: name, TaskPrefix: string(name), Short: short, Executor: phases.Chunked, Defaults: phases.Defaults{ChunkSize: 10}}
+	}
+	specs := []phases.Spec{phases.All()[0].Spec(), chunked("CHUNKY", "CHUNKY"), chunked("LUMPY", "LUMPY")}
+	c, err := load(lookup(map[string]string{"FLY_CHUNKY_APP_NAME": specs[0].Defaults.FlyAppName}), specs)
+	require.NoError(t, err)
+	require.Empty(t, c.Phases["CHUNKY"].FlyAppName)
+	require.Empty(t, c.Phases["CHUNKY"].WorkerImage)
+	require.Equal(t, specs[0].Defaults.FlyAppName, c.Phases[specs[0].Name].FlyAppName)
+}

@@ -69,7 +69,7 @@ func TestRegistry(t *testing.T) {
 	}
 	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing}, names)
 	require.Equal(t, PDFPages, First())
-	require.NoError(t, checkRegistry(All()))
+	require.NoError(t, checkRegistry(All(), runnable))
 
 	tests := []struct {
 		name     string
@@ -137,10 +137,51 @@ func TestCheckRegistryRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}), tt.want)
+			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}, runnable), tt.want)
 		})
 	}
-	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, with(func(*Spec) {})}))
+	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, with(func(*Spec) {})}, runnable))
+}
+
+// TestCheckRegistryChunked: a chunked phase needs no worker, Fly app,
+// image or guest, but passes only once the jobs run chunked phases.
+func TestCheckRegistryChunked(t *testing.T) {
+	t.Parallel()
+
+	chunked := func(name Name, prefix, short string, edit func(*Spec)) Phase {
+		s := Spec{Name: name, TaskPrefix: prefix, Short: short, Title: "chunks", Executor: Chunked, Defaults: Defaults{ChunkSize: 10}}
+		edit(&s)
+		return renamed{Phase: tiffConversion{}, spec: s}
+	}
+	keep := func(*Spec) {}
+	withChunks := []Executor{Machine, Chunked}
+
+	require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "CHUNKY", keep)}, runnable),
+		`executor "chunked" of CHUNKY is not one the jobs run`)
+	require.NotContains(t, runnable, Chunked, "no chunked phase may be registered before the jobs run them")
+
+	require.NoError(t, checkRegistry([]Phase{
+		tiffConversion{},
+		chunked("CHUNKY", "chunky", "CHUNKY", keep),
+		chunked("LUMPY", "lumpy", "LUMPY", keep), // two phases without a worker are no duplicate
+	}, withChunks))
+
+	tests := []struct {
+		name  string
+		other Phase
+		want  string
+	}{
+		{"NoChunkSize", chunked("CHUNKY", "chunky", "CHUNKY", func(s *Spec) { s.Defaults.ChunkSize = 0 }), "CHUNKY lacks a short name, worker or default"},
+		{"DuplicatePrefix", chunked("CHUNKY", "tiff", "CHUNKY", keep), `task prefix "tiff" of CHUNKY is also TIFF_CONVERSION's`},
+		{"NoShort", chunked("CHUNKY", "chunky", "", keep), "CHUNKY lacks a short name"},
+		{"MachineWithoutApp", chunked("CHUNKY", "chunky", "CHUNKY", func(s *Spec) { s.Executor = Machine }), "CHUNKY lacks a short name, worker or default"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}, withChunks), tt.want)
+		})
+	}
 }
 
 // TestSampleResults: every phase's sample body is one its own Transform

@@ -30,9 +30,20 @@ var registry = []Phase{
 // own that the jobs package runs.
 type Executor string
 
-// Machine runs one short-lived machine per task; the machine reports with
-// one callback (spec 000).
-const Machine Executor = "machine"
+// The executor kinds.
+const (
+	// Machine runs one short-lived machine per task; the machine reports
+	// with one callback (spec 000).
+	Machine Executor = "machine"
+	// Chunked processes items in-process by River jobs in chunks (spec
+	// 004): no machine, worker program or Fly app.
+	Chunked Executor = "chunked"
+)
+
+// runnable are the executors the jobs package runs. checkRegistry refuses
+// a registered phase of any other executor: a batch would otherwise enter
+// a phase nothing advances. A kind joins this list with its jobs.
+var runnable = []Executor{Machine}
 
 // Guest sizes a phase's machines (spec 000 §4.3).
 type Guest struct {
@@ -46,6 +57,7 @@ type Defaults struct {
 	FlyAppName  string        // FLY_<SHORT>_APP_NAME
 	WorkerImage string        // FLY_<SHORT>_WORKER_IMAGE
 	BatchSize   int           // BATCH_SIZE_<PHASE>: tasks one launch round claims
+	ChunkSize   int           // chunked phases: directory groups per chunk
 	AlarmDelay  time.Duration // ALARM_DELAY_<PHASE>: pause between launch rounds
 	TaskTimeout time.Duration // TASK_TIMEOUT_<PHASE>: how long a task may run
 	Guest       Guest
@@ -79,7 +91,7 @@ type Spec struct {
 	// Executor is how the phase's tasks run.
 	Executor Executor
 	// Worker is the worker program's kind: the cmd/worker subcommand and
-	// the package worker/<Worker>worker.
+	// the package worker/<Worker>worker. Empty for a chunked phase.
 	Worker   string
 	Defaults Defaults
 	// Settings are the phase's own settings, passed to its machines.
@@ -198,9 +210,10 @@ var reservedShort = []string{
 }
 
 // checkRegistry refuses a registry that would mix phases up: duplicate
-// names, task-id prefixes, short names or worker kinds, or a spec missing
-// what config, the launcher and cmd/worker derive from it.
-func checkRegistry(ps []Phase) error {
+// names, task-id prefixes, short names or worker kinds, a spec missing
+// what config, the launcher and cmd/worker derive from it, or an executor
+// not in run.
+func checkRegistry(ps []Phase, run []Executor) error {
 	var problems []string
 	seen := map[string]Name{}
 	unique := func(what, v string, n Name) {
@@ -218,20 +231,21 @@ func checkRegistry(ps []Phase) error {
 		if !taskPrefix.MatchString(s.TaskPrefix) {
 			problems = append(problems, fmt.Sprintf("task prefix %q of %s must be lower-case letters and digits", s.TaskPrefix, s.Name))
 		}
-		if s.Executor != Machine {
+		if !slices.Contains(run, s.Executor) {
 			problems = append(problems, fmt.Sprintf("executor %q of %s is not one the jobs run", s.Executor, s.Name))
 		}
 		if slices.Contains(reservedShort, s.Short) || strings.ToUpper(s.Short) != s.Short || strings.Contains(s.Short, "_") {
 			problems = append(problems, fmt.Sprintf("short name %q of %s is reserved or not one upper-case word", s.Short, s.Name))
 		}
-		if s.Short == "" || s.Worker == "" || s.Defaults.FlyAppName == "" || s.Defaults.WorkerImage == "" ||
-			s.Defaults.BatchSize <= 0 || s.Defaults.AlarmDelay <= 0 || s.Defaults.TaskTimeout <= 0 || s.Defaults.Guest.MemoryMB <= 0 {
+		if s.Short == "" || !s.complete() {
 			problems = append(problems, fmt.Sprintf("%s lacks a short name, worker or default", s.Name))
 		}
 		unique("name", string(s.Name), s.Name)
 		unique("task prefix", s.TaskPrefix, s.Name)
 		unique("short name", s.Short, s.Name)
-		unique("worker", s.Worker, s.Name)
+		if s.Worker != "" {
+			unique("worker", s.Worker, s.Name)
+		}
 		for _, st := range s.Settings {
 			unique("setting", st.Name, s.Name)
 			if !strings.HasPrefix(st.Name, s.Short+"_") {
@@ -248,6 +262,20 @@ func checkRegistry(ps []Phase) error {
 	return nil
 }
 
+// complete reports whether s has the defaults its executor needs: a
+// machine phase a worker, Fly app, image, guest and launch pacing; a
+// chunked phase only a chunk size (its items run in-process).
+func (s Spec) complete() bool {
+	d := s.Defaults
+	switch s.Executor {
+	case Chunked:
+		return d.ChunkSize > 0
+	default:
+		return s.Worker != "" && d.FlyAppName != "" && d.WorkerImage != "" &&
+			d.BatchSize > 0 && d.AlarmDelay > 0 && d.TaskTimeout > 0 && d.Guest.MemoryMB > 0
+	}
+}
+
 // builtin reports whether s is one of the statuses that are not phases.
 func (s BatchStatus) builtin() bool {
 	return s == BatchPending || s == BatchDone || s == BatchError
@@ -256,7 +284,7 @@ func (s BatchStatus) builtin() bool {
 func init() {
 	// A registry that mixes phases up would corrupt task ids and settings:
 	// refuse to start rather than run with it.
-	if err := checkRegistry(registry); err != nil {
+	if err := checkRegistry(registry, runnable); err != nil {
 		panic(err)
 	}
 }

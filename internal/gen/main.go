@@ -138,21 +138,32 @@ func readmeSettings(old []byte) ([]byte, error) {
 	if i < 0 || j < i {
 		return nil, fmt.Errorf("markers %q and %q not found", strings.TrimSpace(settingsBegin), strings.TrimSpace(settingsEnd))
 	}
+	specs := make([]phases.Spec, 0, len(phases.All()))
+	for _, p := range phases.All() {
+		specs = append(specs, p.Spec())
+	}
+	return []byte(s[:i+len(settingsBegin)] + settingsTable(specs) + s[j:]), nil
+}
+
+// settingsTable is the README table of the settings of specs' phases. Only
+// machine phases have Fly rows: config reads no Fly settings for others.
+func settingsTable(specs []phases.Spec) string {
 	var b strings.Builder
 	b.WriteString("| phase | setting | default | meaning |\n| --- | --- | --- | --- |\n")
 	row := func(phase, name, def, meaning string) {
 		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", phase, name, def, meaning)
 	}
-	for _, p := range phases.All() {
-		sp := p.Spec()
+	for _, sp := range specs {
 		n, d := string(sp.Name), sp.Defaults
 		ph := "`" + n + "`"
-		machines := fmt.Sprintf("Fly app of its machines: %s, `worker %s`, %d MB, %d %s CPUs", sp.Title, sp.Worker, d.Guest.MemoryMB, d.Guest.CPUs, d.Guest.CPUKind)
-		if len(sp.SharedEnv) > 0 {
-			machines += "; they also get " + strings.Join(backquote(sp.SharedEnv), ", ")
+		if sp.Executor == phases.Machine {
+			machines := fmt.Sprintf("Fly app of its machines: %s, `worker %s`, %d MB, %d %s CPUs", sp.Title, sp.Worker, d.Guest.MemoryMB, d.Guest.CPUs, d.Guest.CPUKind)
+			if len(sp.SharedEnv) > 0 {
+				machines += "; they also get " + strings.Join(backquote(sp.SharedEnv), ", ")
+			}
+			row(ph, "FLY_"+sp.Short+"_APP_NAME", "`"+d.FlyAppName+"`", machines)
+			row(ph, "FLY_"+sp.Short+"_WORKER_IMAGE", "`"+d.WorkerImage+"`", "image its machines run")
 		}
-		row(ph, "FLY_"+sp.Short+"_APP_NAME", "`"+d.FlyAppName+"`", machines)
-		row(ph, "FLY_"+sp.Short+"_WORKER_IMAGE", "`"+d.WorkerImage+"`", "image its machines run")
 		row(ph, "BATCH_SIZE_"+n, fmt.Sprintf("`%d`", d.BatchSize), "tasks launched per round")
 		row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
 		row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "a task still processing after this fails (ms)")
@@ -160,7 +171,7 @@ func readmeSettings(old []byte) ([]byte, error) {
 			row(ph, st.Name, fmt.Sprintf("`%d`", st.Default), fmt.Sprintf("%s (%d to %d; passed to its machines)", st.Doc, st.Min, st.Max))
 		}
 	}
-	return []byte(s[:i+len(settingsBegin)] + b.String() + s[j:]), nil
+	return b.String()
 }
 
 func millis(d time.Duration) string { return fmt.Sprintf("`%d`", d.Milliseconds()) }

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// TestSettingsTableChunked: a chunked phase gets no Fly rows (config reads
+// none for it) and no worker program.
+func TestSettingsTableChunked(t *testing.T) {
+	t.Parallel()
+	machine := phases.All()[0].Spec()
+	chunked := phases.Spec{Name: "CHUNKY", TaskPrefix: "chunky", Short: "CHUNKY", Executor: phases.Chunked, Defaults: phases.Defaults{ChunkSize: 10}}
+	table := settingsTable([]phases.Spec{machine, chunked})
+	require.Contains(t, table, "FLY_"+machine.Short+"_APP_NAME")
+	require.NotContains(t, table, "FLY_CHUNKY_")
+	require.Contains(t, table, "BATCH_SIZE_CHUNKY")
+	for _, s := range machineSpecs() {
+		require.Equal(t, phases.Machine, s.Executor)
+	}
+}
