@@ -1,0 +1,192 @@
+package phases
+
+import (
+	"encoding/json"
+	"errors"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// OCR transcribes the text of image refs whose directory asked for OCR
+// (spec 004), after IMAGE_PROCESSING made the refs.
+const OCR Name = "OCR"
+
+// TagOCR marks a ref whose published version carries its OCR text.
+const TagOCR = "OCR"
+
+// DefaultOCRChunkSize is how many directory groups (spec 004's PIs) one
+// chunk holds unless OCR_CHUNK_SIZE says otherwise.
+const DefaultOCRChunkSize = 10
+
+// OCRItemStatus is the state of one item of a chunk, as stored (spec 004).
+// Only OCRItemDone changes the file list.
+type OCRItemStatus string
+
+// The OCR item states.
+const (
+	// OCRItemPending waits for a chunk job to claim it.
+	OCRItemPending OCRItemStatus = "pending"
+	// OCRItemProcessing is claimed by a chunk job.
+	OCRItemProcessing OCRItemStatus = "processing"
+	// OCRItemDone has its text published in a new ref.
+	OCRItemDone OCRItemStatus = "done"
+	// OCRItemSkipped needs no OCR (see OCRSkipped).
+	OCRItemSkipped OCRItemStatus = "skipped"
+	// OCRItemError failed for good.
+	OCRItemError OCRItemStatus = "error"
+)
+
+// SkipTextLayer is why a PDF page is skipped: the PDF phase already wrote
+// its text layer next to it.
+const SkipTextLayer = "page has a text layer"
+
+// OCRResult is the outcome of one OCR item: the body Transform reads from
+// a done item's task. Error is set instead of the ref fields when the item
+// failed.
+type OCRResult struct {
+	TextLength int    `json:"text_length"`
+	RefR2Key   string `json:"ref_r2_key,omitempty"` // the published ref, a new object
+	RefSize    int64  `json:"ref_size,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// OCRItem is one ref of a chunk. Index is its position in the file list
+// it was chunked from; SkipReason, when set, means it is not sent.
+type OCRItem struct {
+	Index      int
+	Ref        File
+	SkipReason string
+}
+
+// OCRChunk is one chunk of a batch's OCR phase: ID is its index ("0",
+// "1", ...), Groups the directory paths it holds, Items their refs in
+// list order.
+type OCRChunk struct {
+	ID     string
+	Groups []string
+	Items  []OCRItem
+}
+
+// ocr runs in-process in chunks: it is not registered until the jobs run
+// chunked phases.
+type ocr struct{}
+
+var _ Phase = ocr{}
+
+// Spec: chunks of DefaultOCRChunkSize directory groups, no machines.
+func (ocr) Spec() Spec {
+	return Spec{
+		Name:       OCR,
+		TaskPrefix: "ocr",
+		Short:      "OCR",
+		Title:      "OCR of image refs",
+		Executor:   Chunked,
+		Defaults:   Defaults{ChunkSize: DefaultOCRChunkSize},
+	}
+}
+
+// Discover finds image refs (PDF pages included) whose directory asked
+// for OCR and that carry no OCR yet, so a re-run never sends a ref twice.
+func (ocr) Discover(files []File) []File {
+	var out []File
+	for _, f := range files {
+		if isOCRRef(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func isOCRRef(f File) bool {
+	return f.ProcessingConfig.OCR && hasTag(f, TagImageProcessor) && !hasTag(f, TagOCR) &&
+		strings.HasSuffix(f.FileName, ".ref.json")
+}
+
+// pdfPageRef matches a PDF page's ref name, capturing "{stem}-p{N}".
+var pdfPageRef = regexp.MustCompile(`^(.+-p[0-9]+)\.jpg\.ref\.json$`)
+
+// OCRSkipped returns, by index into files, the refs Discover finds that
+// need no OCR and why: a PDF page {stem}-p{N}.jpg.ref.json whose text
+// {stem}-p{N}.txt, tagged PdfPages:text, lies in the same directory.
+func OCRSkipped(files []File) map[int]string {
+	texts := map[string]bool{}
+	for _, f := range files {
+		if hasTag(f, TagPDFText) {
+			texts[path.Join(path.Dir(f.LogicalPath), f.FileName)] = true
+		}
+	}
+	out := map[int]string{}
+	for i, f := range files {
+		if !isOCRRef(f) {
+			continue
+		}
+		m := pdfPageRef.FindStringSubmatch(f.FileName)
+		if m != nil && texts[path.Join(path.Dir(f.LogicalPath), m[1]+".txt")] {
+			out[i] = SkipTextLayer
+		}
+	}
+	return out
+}
+
+// OCRChunks groups the refs Discover finds by their manifest directory
+// (DirectoryPath), in order of first appearance, and packs the groups into
+// chunks of groupsPerChunk (at least 1) with ids "0", "1", ... in order,
+// as spec 004 chunks PIs. Skipped refs are items too, marked.
+func OCRChunks(files []File, groupsPerChunk int) []OCRChunk {
+	groupsPerChunk = max(groupsPerChunk, 1)
+	skipped := OCRSkipped(files)
+	var order []string
+	groups := map[string][]OCRItem{}
+	for i, f := range files {
+		if !isOCRRef(f) {
+			continue
+		}
+		if _, ok := groups[f.DirectoryPath]; !ok {
+			order = append(order, f.DirectoryPath)
+		}
+		groups[f.DirectoryPath] = append(groups[f.DirectoryPath], OCRItem{Index: i, Ref: f, SkipReason: skipped[i]})
+	}
+	var chunks []OCRChunk
+	for start := 0; start < len(order); start += groupsPerChunk {
+		c := OCRChunk{ID: strconv.Itoa(len(chunks)), Groups: order[start:min(start+groupsPerChunk, len(order))]}
+		for _, g := range c.Groups {
+			c.Items = append(c.Items, groups[g]...)
+		}
+		chunks = append(chunks, c)
+	}
+	return chunks
+}
+
+// Transform replaces a done item's ref by its published version: the new
+// object and size, tagged OCR. A failed or skipped item (no completed
+// task) passes through unchanged.
+func (ocr) Transform(file File, task *Task) ([]File, error) {
+	var res OCRResult
+	ok, err := completedResult(task, &res)
+	if !ok {
+		return []File{file}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != "" {
+		return []File{file}, nil
+	}
+	if res.RefR2Key == "" || res.RefSize <= 0 {
+		return nil, errors.New("done OCR item lacks ref_r2_key or ref_size")
+	}
+	out := file
+	out.R2Key, out.FileSize = res.RefR2Key, res.RefSize
+	out.Tags = withTag(file.Tags, TagOCR)
+	return []File{out}, nil
+}
+
+// SampleResult is the input's ref published with its text, as a new
+// object next to it whose name still ends in .ref.json.
+func (ocr) SampleResult(in File) json.RawMessage {
+	key := strings.TrimSuffix(in.R2Key, ".ref.json") + ".ocr.ref.json"
+	b, _ := json.Marshal(OCRResult{TextLength: 42, RefR2Key: key, RefSize: in.FileSize + 100})
+	return b
+}
