@@ -9,10 +9,71 @@ import (
 	"context"
 )
 
+const chunkCountOpen = `-- name: ChunkCountOpen :one
+SELECT count(*) FROM chunks
+WHERE batch_id = $1 AND phase = $2 AND state NOT IN ('DONE', 'ERROR')
+`
+
+type ChunkCountOpenParams struct {
+	BatchID string
+	Phase   string
+}
+
+// ChunkCountOpen counts the chunks of a batch's phase that are not DONE or
+// ERROR (chunks_open_idx): zero means the phase's chunks are all terminal.
+func (q *Queries) ChunkCountOpen(ctx context.Context, arg ChunkCountOpenParams) (int64, error) {
+	row := q.db.QueryRow(ctx, chunkCountOpen, arg.BatchID, arg.Phase)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const chunkGet = `-- name: ChunkGet :one
+SELECT batch_id, phase, chunk_id, state, total_refs, completed, failed, skipped, global_retry_count, error, processing_time_ms, created_at, started_at, finished_at FROM chunks
+WHERE batch_id = $1 AND phase = $2 AND chunk_id = $3
+`
+
+type ChunkGetParams struct {
+	BatchID string
+	Phase   string
+	ChunkID string
+}
+
+// ChunkGet is a chunk with its counters, for spec 004's chunk status.
+func (q *Queries) ChunkGet(ctx context.Context, arg ChunkGetParams) (Chunk, error) {
+	row := q.db.QueryRow(ctx, chunkGet, arg.BatchID, arg.Phase, arg.ChunkID)
+	var i Chunk
+	err := row.Scan(
+		&i.BatchID,
+		&i.Phase,
+		&i.ChunkID,
+		&i.State,
+		&i.TotalRefs,
+		&i.Completed,
+		&i.Failed,
+		&i.Skipped,
+		&i.GlobalRetryCount,
+		&i.Error,
+		&i.ProcessingTimeMs,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
+type ChunkInsertManyParams struct {
+	BatchID   string
+	Phase     string
+	ChunkID   string
+	TotalRefs int32
+	Skipped   int32
+}
+
 const chunkListByBatchPhase = `-- name: ChunkListByBatchPhase :many
-SELECT id, batch_id, phase, task_id, chunk_index, status, items, items_total, items_done, items_failed, rate_limiter, error, created_at, updated_at, completed_at FROM chunks
+SELECT batch_id, phase, chunk_id, state, total_refs, completed, failed, skipped, global_retry_count, error, processing_time_ms, created_at, started_at, finished_at FROM chunks
 WHERE batch_id = $1 AND phase = $2
-ORDER BY chunk_index
+ORDER BY length(chunk_id), chunk_id
 `
 
 type ChunkListByBatchPhaseParams struct {
@@ -30,21 +91,20 @@ func (q *Queries) ChunkListByBatchPhase(ctx context.Context, arg ChunkListByBatc
 	for rows.Next() {
 		var i Chunk
 		if err := rows.Scan(
-			&i.ID,
 			&i.BatchID,
 			&i.Phase,
-			&i.TaskID,
-			&i.ChunkIndex,
-			&i.Status,
-			&i.Items,
-			&i.ItemsTotal,
-			&i.ItemsDone,
-			&i.ItemsFailed,
-			&i.RateLimiter,
+			&i.ChunkID,
+			&i.State,
+			&i.TotalRefs,
+			&i.Completed,
+			&i.Failed,
+			&i.Skipped,
+			&i.GlobalRetryCount,
 			&i.Error,
+			&i.ProcessingTimeMs,
 			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.CompletedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -45,6 +45,81 @@ func (q *Queries) BatchEventInsertMany(ctx context.Context, arg []BatchEventInse
 	return q.db.CopyFrom(ctx, []string{"batch_events"}, []string{"batch_id", "type", "phase", "task_id", "data"}, &iteratorForBatchEventInsertMany{rows: arg})
 }
 
+// iteratorForChunkInsertMany implements pgx.CopyFromSource.
+type iteratorForChunkInsertMany struct {
+	rows                 []ChunkInsertManyParams
+	skippedFirstNextCall bool
+}
+
+func (r *iteratorForChunkInsertMany) Next() bool {
+	if len(r.rows) == 0 {
+		return false
+	}
+	if !r.skippedFirstNextCall {
+		r.skippedFirstNextCall = true
+		return true
+	}
+	r.rows = r.rows[1:]
+	return len(r.rows) > 0
+}
+
+func (r iteratorForChunkInsertMany) Values() ([]interface{}, error) {
+	return []interface{}{
+		r.rows[0].BatchID,
+		r.rows[0].Phase,
+		r.rows[0].ChunkID,
+		r.rows[0].TotalRefs,
+		r.rows[0].Skipped,
+	}, nil
+}
+
+func (r iteratorForChunkInsertMany) Err() error {
+	return nil
+}
+
+func (q *Queries) ChunkInsertMany(ctx context.Context, arg []ChunkInsertManyParams) (int64, error) {
+	return q.db.CopyFrom(ctx, []string{"chunks"}, []string{"batch_id", "phase", "chunk_id", "total_refs", "skipped"}, &iteratorForChunkInsertMany{rows: arg})
+}
+
+// iteratorForChunkItemInsertMany implements pgx.CopyFromSource.
+type iteratorForChunkItemInsertMany struct {
+	rows                 []ChunkItemInsertManyParams
+	skippedFirstNextCall bool
+}
+
+func (r *iteratorForChunkItemInsertMany) Next() bool {
+	if len(r.rows) == 0 {
+		return false
+	}
+	if !r.skippedFirstNextCall {
+		r.skippedFirstNextCall = true
+		return true
+	}
+	r.rows = r.rows[1:]
+	return len(r.rows) > 0
+}
+
+func (r iteratorForChunkItemInsertMany) Values() ([]interface{}, error) {
+	return []interface{}{
+		r.rows[0].BatchID,
+		r.rows[0].Phase,
+		r.rows[0].ChunkID,
+		r.rows[0].ItemIndex,
+		r.rows[0].DirectoryPath,
+		r.rows[0].FileID,
+		r.rows[0].R2Key,
+		r.rows[0].Status,
+	}, nil
+}
+
+func (r iteratorForChunkItemInsertMany) Err() error {
+	return nil
+}
+
+func (q *Queries) ChunkItemInsertMany(ctx context.Context, arg []ChunkItemInsertManyParams) (int64, error) {
+	return q.db.CopyFrom(ctx, []string{"chunk_items"}, []string{"batch_id", "phase", "chunk_id", "item_index", "directory_path", "file_id", "r2_key", "status"}, &iteratorForChunkItemInsertMany{rows: arg})
+}
+
 // iteratorForFileInsertMany implements pgx.CopyFromSource.
 type iteratorForFileInsertMany struct {
 	rows                 []FileInsertManyParams

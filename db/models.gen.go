@@ -40,21 +40,38 @@ type BatchEvent struct {
 }
 
 type Chunk struct {
-	ID          int64
-	BatchID     string
-	Phase       string
-	TaskID      *string
-	ChunkIndex  int32
-	Status      string
-	Items       json.RawMessage
-	ItemsTotal  int32
-	ItemsDone   int32
-	ItemsFailed int32
-	RateLimiter json.RawMessage
-	Error       *string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	CompletedAt *time.Time
+	BatchID          string
+	Phase            string
+	ChunkID          string
+	State            string
+	TotalRefs        int32
+	Completed        int32
+	Failed           int32
+	Skipped          int32
+	GlobalRetryCount int32
+	Error            *string
+	ProcessingTimeMs int64
+	CreatedAt        time.Time
+	StartedAt        *time.Time
+	FinishedAt       *time.Time
+}
+
+type ChunkItem struct {
+	BatchID       string
+	Phase         string
+	ChunkID       string
+	ItemIndex     int32
+	DirectoryPath string
+	FileID        int64
+	R2Key         string
+	Status        string
+	RetryCount    int32
+	Error         *string
+	TextLength    *int32
+	Text          *string
+	PublishedKey  *string
+	PublishedSize *int64
+	UpdatedAt     time.Time
 }
 
 type File struct {

@@ -1,0 +1,73 @@
+-- name: ChunkItemClaimPending :many
+-- ChunkItemClaimPending claims up to max_items pending items of a chunk,
+-- lowest index first, setting them processing. SKIP LOCKED: concurrent
+-- claimers of one chunk get disjoint items. The claim is a CTE so that it
+-- runs once (a subquery may be rescanned and claim past the limit).
+WITH claimed AS MATERIALIZED (
+    SELECT p.batch_id, p.phase, p.chunk_id, p.item_index FROM chunk_items p
+    WHERE p.batch_id = @batch_id AND p.phase = @phase AND p.chunk_id = @chunk_id AND p.status = 'pending'
+    ORDER BY p.item_index
+    LIMIT @max_items
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE chunk_items i SET status = 'processing', updated_at = now()
+FROM claimed
+WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id = claimed.chunk_id
+    AND i.item_index = claimed.item_index
+RETURNING i.*;
+
+-- name: ChunkItemInsertMany :copyfrom
+INSERT INTO chunk_items (batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status)
+VALUES (@batch_id, @phase, @chunk_id, @item_index, @directory_path, @file_id, @r2_key, @status);
+
+-- name: ChunkItemSetDone :execrows
+-- ChunkItemSetDone records a processing item's text and published ref and
+-- counts it in its chunk, in one statement so the counters always match
+-- the items. Like every ChunkItemSet query it moves only a processing
+-- item: settling twice (a job retried after its commit) changes nothing.
+WITH item AS (
+    UPDATE chunk_items ci SET status = 'done', error = NULL, text_length = @text_length, text = @text,
+        published_key = @published_key, published_size = @published_size, updated_at = now()
+    WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id AND ci.item_index = @item_index
+        AND ci.status = 'processing'
+    RETURNING ci.batch_id, ci.phase, ci.chunk_id
+)
+UPDATE chunks c SET completed = c.completed + 1
+FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_id = item.chunk_id;
+
+-- name: ChunkItemSetError :execrows
+-- ChunkItemSetError fails a processing item for good and counts it.
+WITH item AS (
+    UPDATE chunk_items ci SET status = 'error', error = @error, updated_at = now()
+    WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id AND ci.item_index = @item_index
+        AND ci.status = 'processing'
+    RETURNING ci.batch_id, ci.phase, ci.chunk_id
+)
+UPDATE chunks c SET failed = c.failed + 1
+FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_id = item.chunk_id;
+
+-- name: ChunkItemSetPending :execrows
+-- ChunkItemSetPending puts a processing item back without using a retry:
+-- back-pressure (a 429) or a job that stopped before sending it.
+UPDATE chunk_items SET status = 'pending', updated_at = now()
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND item_index = @item_index
+    AND status = 'processing';
+
+-- name: ChunkItemSetRetry :execrows
+-- ChunkItemSetRetry puts a processing item back after a transient error,
+-- using one of its retries.
+UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = @error, updated_at = now()
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND item_index = @item_index
+    AND status = 'processing';
+
+-- name: ChunkItemSetSkipped :execrows
+-- ChunkItemSetSkipped marks a processing item as needing no OCR and
+-- counts it.
+WITH item AS (
+    UPDATE chunk_items ci SET status = 'skipped', error = @reason, updated_at = now()
+    WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id AND ci.item_index = @item_index
+        AND ci.status = 'processing'
+    RETURNING ci.batch_id, ci.phase, ci.chunk_id
+)
+UPDATE chunks c SET skipped = c.skipped + 1
+FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_id = item.chunk_id;
