@@ -150,7 +150,8 @@ func OCRChunks(files []File, groupsPerChunk int) []OCRChunk {
 	}
 	var chunks []OCRChunk
 	for start := 0; start < len(order); start += groupsPerChunk {
-		c := OCRChunk{ID: strconv.Itoa(len(chunks)), Groups: order[start:min(start+groupsPerChunk, len(order))]}
+		end := min(start+groupsPerChunk, len(order))
+		c := OCRChunk{ID: strconv.Itoa(len(chunks)), Groups: order[start:end:end]} // clipped: chunks share no spare capacity
 		for _, g := range c.Groups {
 			c.Items = append(c.Items, groups[g]...)
 		}
