@@ -87,6 +87,68 @@ type ChunkItemInsertManyParams struct {
 	Status        string
 }
 
+const chunkItemListByBatchPhase = `-- name: ChunkItemListByBatchPhase :many
+SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at FROM chunk_items
+WHERE batch_id = $1 AND phase = $2
+    AND (chunk_id, item_index) > ($3::text, $4::int)
+ORDER BY chunk_id, item_index
+LIMIT $5
+`
+
+type ChunkItemListByBatchPhaseParams struct {
+	BatchID        string
+	Phase          string
+	AfterChunkID   string
+	AfterItemIndex int32
+	MaxItems       int32
+}
+
+// ChunkItemListByBatchPhase is up to max_items items of a batch's phase
+// after (after_chunk_id, after_item_index), in primary-key order (chunk
+// ids as text: "10" before "9"), so each page is a range of the key: the
+// phase's transform reads done items' published refs page by page.
+func (q *Queries) ChunkItemListByBatchPhase(ctx context.Context, arg ChunkItemListByBatchPhaseParams) ([]ChunkItem, error) {
+	rows, err := q.db.Query(ctx, chunkItemListByBatchPhase,
+		arg.BatchID,
+		arg.Phase,
+		arg.AfterChunkID,
+		arg.AfterItemIndex,
+		arg.MaxItems,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkItem
+	for rows.Next() {
+		var i ChunkItem
+		if err := rows.Scan(
+			&i.BatchID,
+			&i.Phase,
+			&i.ChunkID,
+			&i.ItemIndex,
+			&i.DirectoryPath,
+			&i.FileID,
+			&i.R2Key,
+			&i.Status,
+			&i.RetryCount,
+			&i.Error,
+			&i.TextLength,
+			&i.Text,
+			&i.PublishedKey,
+			&i.PublishedSize,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chunkItemSetDone = `-- name: ChunkItemSetDone :execrows
 WITH item AS (
     UPDATE chunk_items ci SET status = 'done', error = NULL, text_length = $1, text = $2,

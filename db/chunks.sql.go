@@ -115,3 +115,39 @@ func (q *Queries) ChunkListByBatchPhase(ctx context.Context, arg ChunkListByBatc
 	}
 	return items, nil
 }
+
+const chunkSetState = `-- name: ChunkSetState :execrows
+UPDATE chunks SET state = $1,
+    started_at = coalesce(started_at, now()),
+    finished_at = CASE WHEN $1 IN ('DONE', 'ERROR') THEN now() END,
+    error = coalesce($2, error),
+    processing_time_ms = CASE WHEN $1 IN ('DONE', 'ERROR')
+        THEN (extract(epoch FROM now() - coalesce(started_at, now())) * 1000)::bigint ELSE processing_time_ms END
+WHERE batch_id = $3 AND phase = $4 AND chunk_id = $5 AND state NOT IN ('DONE', 'ERROR')
+`
+
+type ChunkSetStateParams struct {
+	State   string
+	Error   *string
+	BatchID string
+	Phase   string
+	ChunkID string
+}
+
+// ChunkSetState moves a chunk that is not terminal to state (spec 004's
+// chunk phase), stamping started_at on its first move and finished_at,
+// error and processing_time_ms when state is DONE or ERROR. A terminal
+// chunk is left as it is.
+func (q *Queries) ChunkSetState(ctx context.Context, arg ChunkSetStateParams) (int64, error) {
+	result, err := q.db.Exec(ctx, chunkSetState,
+		arg.State,
+		arg.Error,
+		arg.BatchID,
+		arg.Phase,
+		arg.ChunkID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -158,3 +158,62 @@ func TestChunkItemSettle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(0), open())
 }
+
+// A chunk's state moves until it is terminal, stamping its times; items
+// are listed in key order page by page.
+func TestChunkSetStateAndList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	q := db.New(pool)
+	seedChunk(t, q, "b1", 3)
+	chunks := []db.ChunkInsertManyParams{{BatchID: "b1", Phase: "OCR", ChunkID: "10", TotalRefs: 1}, {BatchID: "b1", Phase: "OCR", ChunkID: "9", TotalRefs: 1}}
+	_, err := q.ChunkInsertMany(ctx, chunks)
+	require.NoError(t, err)
+	_, err = q.ChunkItemInsertMany(ctx, []db.ChunkItemInsertManyParams{
+		{BatchID: "b1", Phase: "OCR", ChunkID: "10", ItemIndex: 0, DirectoryPath: "/z", FileID: 9, R2Key: "k10", Status: "pending"},
+		{BatchID: "b1", Phase: "OCR", ChunkID: "9", ItemIndex: 0, DirectoryPath: "/y", FileID: 8, R2Key: "k9", Status: "pending"},
+	})
+	require.NoError(t, err)
+
+	var got []string
+	after, afterIdx := "", int32(-1)
+	for {
+		page, err := q.ChunkItemListByBatchPhase(ctx, db.ChunkItemListByBatchPhaseParams{BatchID: "b1", Phase: "OCR", AfterChunkID: after, AfterItemIndex: afterIdx, MaxItems: 2})
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		for _, it := range page {
+			got = append(got, fmt.Sprintf("%s/%d", it.ChunkID, it.ItemIndex))
+		}
+		last := page[len(page)-1]
+		after, afterIdx = last.ChunkID, last.ItemIndex
+	}
+	require.Equal(t, []string{"0/0", "0/1", "0/2", "10/0", "9/0"}, got)
+
+	set := func(state string, errMsg *string) int64 {
+		n, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: "b1", Phase: "OCR", ChunkID: "0", State: state, Error: errMsg})
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, int64(1), set("FETCHING", nil))
+	require.Equal(t, int64(1), set("PROCESSING", nil))
+	c, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: "b1", Phase: "OCR", ChunkID: "0"})
+	require.NoError(t, err)
+	require.NotNil(t, c.StartedAt)
+	require.Nil(t, c.FinishedAt)
+	msg := "too many failed items"
+	require.Equal(t, int64(1), set("ERROR", &msg))
+	require.Equal(t, int64(0), set("PROCESSING", nil), "a terminal chunk stays terminal")
+	c, err = q.ChunkGet(ctx, db.ChunkGetParams{BatchID: "b1", Phase: "OCR", ChunkID: "0"})
+	require.NoError(t, err)
+	require.Equal(t, "ERROR", c.State)
+	require.NotNil(t, c.FinishedAt)
+	require.Equal(t, &msg, c.Error)
+	require.GreaterOrEqual(t, c.ProcessingTimeMs, int64(0))
+
+	open, err := q.ChunkCountOpen(ctx, db.ChunkCountOpenParams{BatchID: "b1", Phase: "OCR"})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), open)
+}

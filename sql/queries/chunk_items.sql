@@ -20,6 +20,17 @@ RETURNING i.*;
 INSERT INTO chunk_items (batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status)
 VALUES (@batch_id, @phase, @chunk_id, @item_index, @directory_path, @file_id, @r2_key, @status);
 
+-- name: ChunkItemListByBatchPhase :many
+-- ChunkItemListByBatchPhase is up to max_items items of a batch's phase
+-- after (after_chunk_id, after_item_index), in primary-key order (chunk
+-- ids as text: "10" before "9"), so each page is a range of the key: the
+-- phase's transform reads done items' published refs page by page.
+SELECT * FROM chunk_items
+WHERE batch_id = @batch_id AND phase = @phase
+    AND (chunk_id, item_index) > (@after_chunk_id::text, @after_item_index::int)
+ORDER BY chunk_id, item_index
+LIMIT @max_items;
+
 -- name: ChunkItemSetDone :execrows
 -- ChunkItemSetDone records a processing item's text and published ref and
 -- counts it in its chunk, in one statement so the counters always match
