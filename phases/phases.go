@@ -123,7 +123,7 @@ func NextWithWork(from Name, files []File) (Phase, []File) {
 	if from == "" {
 		from = First()
 	}
-	i := slices.IndexFunc(registry, func(p Phase) bool { return p.Spec().Name == from })
+	i := slices.Index(names, from)
 	if i < 0 {
 		return nil, nil
 	}

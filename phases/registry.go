@@ -111,10 +111,8 @@ func All() []Phase {
 // turn a stored batch status back into behaviour; false means the status is
 // not a phase (e.g. a terminal batch status).
 func Get(name Name) (Phase, bool) {
-	for _, p := range registry {
-		if p.Spec().Name == name {
-			return p, true
-		}
+	if i := slices.Index(names, name); i >= 0 {
+		return registry[i], true
 	}
 	return nil, false
 }
@@ -122,16 +120,14 @@ func Get(name Name) (Phase, bool) {
 // First returns the name of the first phase of the pipeline, where a newly
 // finalized batch starts looking for work.
 func First() Name {
-	return registry[0].Spec().Name
+	return names[0]
 }
 
 // Next is the phase after name in the pipeline, or "" when name is the
 // last (the batch is then done) or not a phase.
 func Next(name Name) Name {
-	for i, p := range registry {
-		if p.Spec().Name == name && i+1 < len(registry) {
-			return registry[i+1].Spec().Name
-		}
+	if i := slices.Index(names, name); i >= 0 && i+1 < len(names) {
+		return names[i+1]
 	}
 	return ""
 }
@@ -144,18 +140,16 @@ func OfTask(taskID string) Name {
 	if !ok {
 		return ""
 	}
-	for _, p := range registry {
-		if s := p.Spec(); s.TaskPrefix == prefix {
-			return s.Name
-		}
+	if i := slices.Index(prefixes, prefix); i >= 0 {
+		return names[i]
 	}
 	return ""
 }
 
 // TaskIDPrefix is the prefix of phase name's task ids, "" for no phase.
 func TaskIDPrefix(name Name) string {
-	if p, ok := Get(name); ok {
-		return p.Spec().TaskPrefix
+	if i := slices.Index(names, name); i >= 0 {
+		return prefixes[i]
 	}
 	return ""
 }
@@ -280,6 +274,20 @@ func (s Spec) complete() bool {
 func (s BatchStatus) builtin() bool {
 	return s == BatchPending || s == BatchDone || s == BatchError
 }
+
+// names and prefixes are the registered phases' names and task-id
+// prefixes, in registry order: the lookups by name and by task id (the
+// callback path makes one per callback) read them instead of building
+// every phase's Spec each time.
+var names, prefixes = func() ([]Name, []string) {
+	var n []Name
+	var p []string
+	for _, ph := range registry {
+		s := ph.Spec()
+		n, p = append(n, s.Name), append(p, s.TaskPrefix)
+	}
+	return n, p
+}()
 
 func init() {
 	// A registry that mixes phases up would corrupt task ids and settings:
