@@ -40,6 +40,9 @@ type Phase struct {
 	MemoryMB int
 	CPUs     int
 	CPUKind  string
+	// ChunkSize is how many directory groups one chunk of a chunked phase
+	// holds (<SHORT>_CHUNK_SIZE, e.g. OCR_CHUNK_SIZE).
+	ChunkSize int
 	// Env holds the phase's own settings (phases.Spec.Settings) by name,
 	// passed to its machines as they are.
 	Env map[string]string
@@ -90,6 +93,8 @@ type Config struct {
 	// INITIAL_REFILL_RATE, MAX_MAX_TOKENS, MAX_REFILL_RATE, MIN_MAX_TOKENS,
 	// MIN_REFILL_RATE).
 	OCRLimit AdaptiveLimit
+	// OCR is the OCR phase's provider and chunk processing (spec 004).
+	OCR OCR
 	// LaunchConcurrency is how many launch requests one launcher has in flight.
 	LaunchConcurrency int
 	// SweepInterval is how often timed-out tasks are failed and stalled
@@ -139,6 +144,42 @@ type Config struct {
 	// metrics at /metrics there, on a listener of its own apart from the
 	// API, which workers and ingest reach. Off by default.
 	MetricsAddr string
+}
+
+// OCR configures the OCR phase: its provider and how its chunk jobs work.
+type OCR struct {
+	// APIURL is the OpenAI-compatible provider's base (OCR_API_URL, e.g.
+	// https://api.deepinfra.com/v1/openai); empty runs the local tesseract
+	// command instead. APIKey (OCR_API_KEY) is required with it, and never
+	// logged. Model is OCR_MODEL.
+	APIURL string
+	APIKey string
+	Model  string
+	// Timeout bounds one call to the engine (OCR_TIMEOUT_MS). A chunk
+	// job's run lasts a little longer, and River rescues a crashed
+	// process's chunk jobs once that has passed.
+	Timeout time.Duration
+	// MaxConcurrentPerAlarm is how many items one run of a chunk job sends
+	// at once (MAX_CONCURRENT_PER_ALARM); AlarmInterval the pause before
+	// its next run while items remain (ALARM_INTERVAL_MS).
+	MaxConcurrentPerAlarm int
+	AlarmInterval         time.Duration
+	// MaxRetriesPerRef bounds the retries of one item after transient
+	// errors (MAX_RETRIES_PER_REF; a 429 uses none); MaxGlobalRetries
+	// those of a chunk after its job failed (MAX_GLOBAL_RETRIES).
+	MaxRetriesPerRef int
+	MaxGlobalRetries int
+	// MaxFailedFraction ends a chunk ERROR when more than this share of
+	// its items failed (OCR_MAX_FAILED_FRACTION).
+	MaxFailedFraction float64
+	// LimitPerChunk gives every chunk its own bucket, as spec 004 does,
+	// instead of one per provider (OCR_LIMIT_PER_CHUNK; for comparison:
+	// the fleet then sends as many times the provider's rate as it has
+	// chunks).
+	LimitPerChunk bool
+	// Workers is how many chunk jobs one process runs at once: the
+	// workers of its "ocr" queue (OCR_WORKERS).
+	Workers int
 }
 
 // AdaptiveLimit is the range of an adaptive rate limit on an external API:
@@ -196,28 +237,41 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, error) {
 	r := reader{lookup: lookup}
 	c := &Config{
-		DatabaseURL:          r.str("DATABASE_URL", ""),
-		DatabaseMaxConns:     r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
-		CallbackCommitters:   r.positiveInt("CALLBACK_COMMITTERS", DefaultCallbackCommitters),
-		ListenAddr:           r.str("LISTEN_ADDR", ":8080"),
-		AdminToken:           r.str("ADMIN_TOKEN", ""),
-		OrchestratorURL:      strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),
-		WorkerURL:            strings.TrimRight(r.str("WORKER_URL", ""), "/"),
-		CDNPublicURL:         strings.TrimRight(r.str("CDN_PUBLIC_URL", ""), "/"),
-		CDNAPIURL:            strings.TrimRight(r.str("CDN_API_URL", ""), "/"),
-		R2AccountID:          r.str("R2_ACCOUNT_ID", ""),
-		R2AccessKeyID:        r.str("R2_ACCESS_KEY_ID", ""),
-		R2SecretAccessKey:    r.str("R2_SECRET_ACCESS_KEY", ""),
-		R2Endpoint:           strings.TrimRight(r.str("R2_ENDPOINT", ""), "/"),
-		R2Bucket:             r.str("R2_BUCKET", "arke-staging"),
-		ArchiveBucket:        r.str("ARCHIVE_BUCKET", "arke-archive"),
-		CDNBucket:            r.str("CDN_BUCKET", "arke-cdn"),
-		FlyAPIToken:          r.str("FLY_API_TOKEN", ""),
-		FlyRegion:            r.str("FLY_REGION", "ord"),
-		FlyFlapsBaseURL:      strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),
-		FlyLaunchRate:        r.positiveFloat("FLY_LAUNCH_RATE", 1),
-		FlyLaunchBurst:       r.positiveInt("FLY_LAUNCH_BURST", 3),
-		OCRLimit:             r.adaptiveLimit("", DefaultAdaptiveLimit()),
+		DatabaseURL:        r.str("DATABASE_URL", ""),
+		DatabaseMaxConns:   r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
+		CallbackCommitters: r.positiveInt("CALLBACK_COMMITTERS", DefaultCallbackCommitters),
+		ListenAddr:         r.str("LISTEN_ADDR", ":8080"),
+		AdminToken:         r.str("ADMIN_TOKEN", ""),
+		OrchestratorURL:    strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),
+		WorkerURL:          strings.TrimRight(r.str("WORKER_URL", ""), "/"),
+		CDNPublicURL:       strings.TrimRight(r.str("CDN_PUBLIC_URL", ""), "/"),
+		CDNAPIURL:          strings.TrimRight(r.str("CDN_API_URL", ""), "/"),
+		R2AccountID:        r.str("R2_ACCOUNT_ID", ""),
+		R2AccessKeyID:      r.str("R2_ACCESS_KEY_ID", ""),
+		R2SecretAccessKey:  r.str("R2_SECRET_ACCESS_KEY", ""),
+		R2Endpoint:         strings.TrimRight(r.str("R2_ENDPOINT", ""), "/"),
+		R2Bucket:           r.str("R2_BUCKET", "arke-staging"),
+		ArchiveBucket:      r.str("ARCHIVE_BUCKET", "arke-archive"),
+		CDNBucket:          r.str("CDN_BUCKET", "arke-cdn"),
+		FlyAPIToken:        r.str("FLY_API_TOKEN", ""),
+		FlyRegion:          r.str("FLY_REGION", "ord"),
+		FlyFlapsBaseURL:    strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),
+		FlyLaunchRate:      r.positiveFloat("FLY_LAUNCH_RATE", 1),
+		FlyLaunchBurst:     r.positiveInt("FLY_LAUNCH_BURST", 3),
+		OCRLimit:           r.adaptiveLimit("", DefaultAdaptiveLimit()),
+		OCR: OCR{
+			APIURL:                strings.TrimRight(r.str("OCR_API_URL", ""), "/"),
+			APIKey:                r.str("OCR_API_KEY", ""),
+			Model:                 r.str("OCR_MODEL", "allenai/olmOCR-2-7B-1025"),
+			Timeout:               r.millis("OCR_TIMEOUT_MS", 45*time.Second),
+			MaxConcurrentPerAlarm: r.intIn("MAX_CONCURRENT_PER_ALARM", 5, 1, 100),
+			AlarmInterval:         r.millis("ALARM_INTERVAL_MS", 300*time.Millisecond),
+			MaxRetriesPerRef:      r.intIn("MAX_RETRIES_PER_REF", 3, 0, 100),
+			MaxGlobalRetries:      r.intIn("MAX_GLOBAL_RETRIES", 5, 0, 100),
+			MaxFailedFraction:     r.fraction("OCR_MAX_FAILED_FRACTION", 0.5),
+			LimitPerChunk:         r.boolean("OCR_LIMIT_PER_CHUNK", false),
+			Workers:               r.intIn("OCR_WORKERS", 50, 1, 1000),
+		},
 		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
 		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),
 		LocalDataDir:         r.str("LOCAL_DATA_DIR", ".data"),
@@ -260,6 +314,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		}
 		if spec.Executor != phases.Machine {
 			// No machines: no Fly app, image or app of its own to check.
+			pc.ChunkSize = r.intIn(spec.Short+"_CHUNK_SIZE", def.ChunkSize, 1, 10000)
 			c.Phases[spec.Name] = pc
 			continue
 		}
@@ -328,6 +383,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("fly_api_token", set(c.FlyAPIToken)),
 		slog.String("fly_region", c.FlyRegion),
 		slog.String("fly_flaps_base_url", redactURL(c.FlyFlapsBaseURL)),
+		slog.String("ocr_api_url", redactURL(c.OCR.APIURL)),
+		slog.String("ocr_api_key", set(c.OCR.APIKey)),
+		slog.String("ocr_model", c.OCR.Model),
 		slog.String("local_s3_access_key", set(c.LocalS3AccessKey)),
 		slog.String("local_s3_secret_key", set(c.LocalS3SecretKey)),
 		slog.String("log_format", c.LogFormat),
@@ -406,6 +464,9 @@ func (c *Config) CheckServe() error {
 	var missing []string
 	if c.DatabaseURL == "" {
 		missing = append(missing, "DATABASE_URL")
+	}
+	if c.OCR.APIURL != "" && c.OCR.APIKey == "" {
+		missing = append(missing, "OCR_API_KEY (OCR_API_URL is set)")
 	}
 	return missingSettings(append(missing, c.missingStorage()...))
 }
@@ -519,6 +580,35 @@ func (r *reader) adaptiveLimit(prefix string, def AdaptiveLimit) AdaptiveLimit {
 		r.problems = append(r.problems, fmt.Sprintf("%[1]sMIN_REFILL_RATE <= %[1]sINITIAL_REFILL_RATE <= %[1]sMAX_REFILL_RATE must hold, got %[2]v, %[3]v, %[4]v", prefix, l.MinRefillRate, l.InitialRefillRate, l.MaxRefillRate))
 	}
 	return l
+}
+
+// fraction reads a number in [0, 1].
+func (r *reader) fraction(name string, def float64) float64 {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= 0 && f <= 1) {
+		r.problems = append(r.problems, fmt.Sprintf("%s must be a number from 0 to 1, got %q", name, v))
+		return def
+	}
+	return f
+}
+
+// boolean reads true/false (also 1/0, yes/no, on/off).
+func (r *reader) boolean(name string, def bool) bool {
+	switch v := strings.ToLower(r.str(name, "")); v {
+	case "":
+		return def
+	case "1", "true", "yes", "on":
+		return true
+	case "0", "false", "no", "off":
+		return false
+	default:
+		r.problems = append(r.problems, fmt.Sprintf("%s must be true or false, got %q", name, v))
+		return def
+	}
 }
 
 func (r *reader) positiveInt(name string, def int) int {

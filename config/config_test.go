@@ -172,12 +172,48 @@ func TestPhasesFromRegistry(t *testing.T) {
 			_, ok := c.Shared(name)
 			require.True(t, ok, name)
 		}
+		if spec.Executor == phases.Chunked {
+			require.Equal(t, spec.Defaults.ChunkSize, pc.ChunkSize)
+			c2, err := Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "3"}))
+			require.NoError(t, err)
+			require.Equal(t, 3, c2.Phases[spec.Name].ChunkSize)
+			_, err = Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "0"}))
+			require.ErrorContains(t, err, spec.Short+"_CHUNK_SIZE must be a whole number")
+			continue
+		}
 		env := map[string]string{"FLY_" + spec.Short + "_APP_NAME": "app-x", "TASK_TIMEOUT_" + string(spec.Name): "1234"}
 		c2, err := Load(lookup(env))
 		require.NoError(t, err)
 		require.Equal(t, "app-x", c2.Phases[spec.Name].FlyAppName)
 		require.Equal(t, 1234*time.Millisecond, c2.Phases[spec.Name].TaskTimeout)
 	}
+}
+
+func TestOCR(t *testing.T) {
+	t.Parallel()
+	c, err := Load(lookup(map[string]string{}))
+	require.NoError(t, err)
+	require.Equal(t, OCR{Model: "allenai/olmOCR-2-7B-1025", Timeout: 45 * time.Second, MaxConcurrentPerAlarm: 5, AlarmInterval: 300 * time.Millisecond,
+		MaxRetriesPerRef: 3, MaxGlobalRetries: 5, MaxFailedFraction: 0.5, Workers: 50}, c.OCR, "spec 004's defaults, tesseract")
+
+	c, err = Load(lookup(map[string]string{
+		"OCR_API_URL": "https://api.example/v1/openai/", "OCR_API_KEY": "sk-secret", "OCR_MODEL": "m",
+		"MAX_CONCURRENT_PER_ALARM": "8", "ALARM_INTERVAL_MS": "150", "MAX_RETRIES_PER_REF": "0", "MAX_GLOBAL_RETRIES": "2",
+		"OCR_MAX_FAILED_FRACTION": "1", "OCR_LIMIT_PER_CHUNK": "true", "OCR_WORKERS": "7", "OCR_TIMEOUT_MS": "2000",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, OCR{APIURL: "https://api.example/v1/openai", APIKey: "sk-secret", Model: "m", Timeout: 2 * time.Second, MaxConcurrentPerAlarm: 8,
+		AlarmInterval: 150 * time.Millisecond, MaxFailedFraction: 1, MaxGlobalRetries: 2, LimitPerChunk: true, Workers: 7}, c.OCR)
+	require.NotContains(t, c.String(), "sk-secret")
+
+	_, err = Load(lookup(map[string]string{"OCR_MAX_FAILED_FRACTION": "1.5", "OCR_LIMIT_PER_CHUNK": "maybe", "MAX_CONCURRENT_PER_ALARM": "0"}))
+	require.ErrorContains(t, err, "OCR_MAX_FAILED_FRACTION must be a number from 0 to 1")
+	require.ErrorContains(t, err, "OCR_LIMIT_PER_CHUNK must be true or false")
+	require.ErrorContains(t, err, "MAX_CONCURRENT_PER_ALARM must be a whole number from 1 to 100")
+
+	c, err = Load(lookup(map[string]string{"DATABASE_URL": "postgres://x/y", "OCR_API_URL": "https://api.example"}))
+	require.NoError(t, err)
+	require.ErrorContains(t, c.CheckServe(), "OCR_API_KEY (OCR_API_URL is set)")
 }
 
 func TestIntIn(t *testing.T) {

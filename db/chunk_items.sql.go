@@ -7,12 +7,14 @@ package db
 
 import (
 	"context"
+	"encoding/json"
+	"time"
 )
 
 const chunkItemClaimPending = `-- name: ChunkItemClaimPending :many
 WITH claimed AS MATERIALIZED (
     SELECT p.batch_id, p.phase, p.chunk_id, p.item_index FROM chunk_items p
-    WHERE p.batch_id = $1 AND p.phase = $2 AND p.chunk_id = $3 AND p.status = 'pending'
+    WHERE p.batch_id = $1 AND p.phase = $2 AND p.chunk_id = $3 AND p.status = 'pending' AND coalesce(p.not_before, '-infinity') <= now()
     ORDER BY p.item_index
     LIMIT $4
     FOR UPDATE SKIP LOCKED
@@ -21,7 +23,7 @@ UPDATE chunk_items i SET status = 'processing', updated_at = now()
 FROM claimed
 WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id = claimed.chunk_id
     AND i.item_index = claimed.item_index
-RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at
+RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before
 `
 
 type ChunkItemClaimPendingParams struct {
@@ -31,8 +33,8 @@ type ChunkItemClaimPendingParams struct {
 	MaxItems int32
 }
 
-// ChunkItemClaimPending claims up to max_items pending items of a chunk,
-// lowest index first, setting them processing. SKIP LOCKED: concurrent
+// ChunkItemClaimPending claims up to max_items pending items of a chunk
+// whose backoff is over, lowest index first, setting them processing. SKIP LOCKED: concurrent
 // claimers of one chunk get disjoint items. The claim is a CTE so that it
 // runs once (a subquery may be rescanned and claim past the limit).
 func (q *Queries) ChunkItemClaimPending(ctx context.Context, arg ChunkItemClaimPendingParams) ([]ChunkItem, error) {
@@ -65,6 +67,67 @@ func (q *Queries) ChunkItemClaimPending(ctx context.Context, arg ChunkItemClaimP
 			&i.PublishedKey,
 			&i.PublishedSize,
 			&i.UpdatedAt,
+			&i.NotBefore,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const chunkItemGroupResults = `-- name: ChunkItemGroupResults :many
+SELECT ci.directory_path,
+    count(*) AS total,
+    count(*) FILTER (WHERE ci.status = 'done') AS completed,
+    count(*) FILTER (WHERE ci.status = 'error') AS failed,
+    count(*) FILTER (WHERE ci.status = 'skipped') AS skipped,
+    coalesce(jsonb_agg(jsonb_build_object('filename', f.file_name, 'error', ci.error) ORDER BY ci.item_index)
+        FILTER (WHERE ci.status = 'error'), '[]')::jsonb AS failed_refs
+FROM chunk_items ci
+LEFT JOIN files f ON f.id = ci.file_id
+WHERE ci.batch_id = $1 AND ci.phase = $2 AND ci.chunk_id = $3
+GROUP BY ci.directory_path
+ORDER BY min(ci.item_index)
+`
+
+type ChunkItemGroupResultsParams struct {
+	BatchID string
+	Phase   string
+	ChunkID string
+}
+
+type ChunkItemGroupResultsRow struct {
+	DirectoryPath string
+	Total         int64
+	Completed     int64
+	Failed        int64
+	Skipped       int64
+	FailedRefs    json.RawMessage
+}
+
+// ChunkItemGroupResults is a chunk's outcome per directory group (spec
+// 004's per-PI results): its items by state, and the failed ones with the
+// file names and errors.
+func (q *Queries) ChunkItemGroupResults(ctx context.Context, arg ChunkItemGroupResultsParams) ([]ChunkItemGroupResultsRow, error) {
+	rows, err := q.db.Query(ctx, chunkItemGroupResults, arg.BatchID, arg.Phase, arg.ChunkID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkItemGroupResultsRow
+	for rows.Next() {
+		var i ChunkItemGroupResultsRow
+		if err := rows.Scan(
+			&i.DirectoryPath,
+			&i.Total,
+			&i.Completed,
+			&i.Failed,
+			&i.Skipped,
+			&i.FailedRefs,
 		); err != nil {
 			return nil, err
 		}
@@ -85,10 +148,11 @@ type ChunkItemInsertManyParams struct {
 	FileID        int64
 	R2Key         string
 	Status        string
+	Error         *string
 }
 
 const chunkItemListByBatchPhase = `-- name: ChunkItemListByBatchPhase :many
-SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at FROM chunk_items
+SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before FROM chunk_items
 WHERE batch_id = $1 AND phase = $2
     AND (chunk_id, item_index) > ($3::text, $4::int)
 ORDER BY chunk_id, item_index
@@ -138,7 +202,115 @@ func (q *Queries) ChunkItemListByBatchPhase(ctx context.Context, arg ChunkItemLi
 			&i.PublishedKey,
 			&i.PublishedSize,
 			&i.UpdatedAt,
+			&i.NotBefore,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const chunkItemProgress = `-- name: ChunkItemProgress :one
+SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+    count(*) FILTER (WHERE status = 'processing') AS processing,
+    coalesce(min(coalesce(not_before, now())) FILTER (WHERE status = 'pending'), now())::timestamptz AS next_due,
+    now()::timestamptz AS now
+FROM chunk_items
+WHERE batch_id = $1 AND phase = $2 AND chunk_id = $3 AND status IN ('pending', 'processing')
+`
+
+type ChunkItemProgressParams struct {
+	BatchID string
+	Phase   string
+	ChunkID string
+}
+
+type ChunkItemProgressRow struct {
+	Pending    int64
+	Processing int64
+	NextDue    time.Time
+	Now        time.Time
+}
+
+// ChunkItemProgress is what is left of a chunk: its pending and processing
+// items, and when the first pending item may be claimed (NULL: now).
+func (q *Queries) ChunkItemProgress(ctx context.Context, arg ChunkItemProgressParams) (ChunkItemProgressRow, error) {
+	row := q.db.QueryRow(ctx, chunkItemProgress, arg.BatchID, arg.Phase, arg.ChunkID)
+	var i ChunkItemProgressRow
+	err := row.Scan(
+		&i.Pending,
+		&i.Processing,
+		&i.NextDue,
+		&i.Now,
+	)
+	return i, err
+}
+
+const chunkItemReleaseClaims = `-- name: ChunkItemReleaseClaims :execrows
+UPDATE chunk_items SET status = 'pending', updated_at = now()
+WHERE batch_id = $1 AND phase = $2 AND chunk_id = $3 AND status = 'processing'
+`
+
+type ChunkItemReleaseClaimsParams struct {
+	BatchID string
+	Phase   string
+	ChunkID string
+}
+
+// ChunkItemReleaseClaims puts back the items of a chunk left processing by
+// a run of its job that ended without settling them (a crash, a timeout):
+// only one run of a chunk's job is under way at a time, so at the start of
+// a run every processing item is such a leftover. No retry is used.
+func (q *Queries) ChunkItemReleaseClaims(ctx context.Context, arg ChunkItemReleaseClaimsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, chunkItemReleaseClaims, arg.BatchID, arg.Phase, arg.ChunkID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const chunkItemRequeueFailed = `-- name: ChunkItemRequeueFailed :many
+WITH items AS (
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, updated_at = now()
+    WHERE ci.batch_id = $1 AND ci.phase = $2 AND ci.status = 'error'
+    RETURNING ci.batch_id, ci.phase, ci.chunk_id
+), per_chunk AS (
+    SELECT i.batch_id, i.phase, i.chunk_id, count(*) AS n FROM items i GROUP BY i.batch_id, i.phase, i.chunk_id
+)
+UPDATE chunks c SET failed = c.failed - per_chunk.n, state = 'PROCESSING', error = NULL, finished_at = NULL
+FROM per_chunk
+WHERE c.batch_id = per_chunk.batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
+RETURNING c.chunk_id, per_chunk.n::int AS requeued
+`
+
+type ChunkItemRequeueFailedParams struct {
+	BatchID string
+	Phase   string
+}
+
+type ChunkItemRequeueFailedRow struct {
+	ChunkID  string
+	Requeued int32
+}
+
+// ChunkItemRequeueFailed puts a batch phase's failed items back to pending
+// with their retries restored, reopens their chunks (uncounting the
+// failures) and returns the chunks reopened. An admin's retry; the caller
+// holds the batch's exclusive fan-in lock.
+func (q *Queries) ChunkItemRequeueFailed(ctx context.Context, arg ChunkItemRequeueFailedParams) ([]ChunkItemRequeueFailedRow, error) {
+	rows, err := q.db.Query(ctx, chunkItemRequeueFailed, arg.BatchID, arg.Phase)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkItemRequeueFailedRow
+	for rows.Next() {
+		var i ChunkItemRequeueFailedRow
+		if err := rows.Scan(&i.ChunkID, &i.Requeued); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -256,24 +428,27 @@ func (q *Queries) ChunkItemSetPending(ctx context.Context, arg ChunkItemSetPendi
 }
 
 const chunkItemSetRetry = `-- name: ChunkItemSetRetry :execrows
-UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = $1, updated_at = now()
-WHERE batch_id = $2 AND phase = $3 AND chunk_id = $4 AND item_index = $5
+UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = $1, updated_at = now(),
+    not_before = now() + make_interval(secs => $2::float8)
+WHERE batch_id = $3 AND phase = $4 AND chunk_id = $5 AND item_index = $6
     AND status = 'processing'
 `
 
 type ChunkItemSetRetryParams struct {
-	Error     *string
-	BatchID   string
-	Phase     string
-	ChunkID   string
-	ItemIndex int32
+	Error       *string
+	BackoffSecs float64
+	BatchID     string
+	Phase       string
+	ChunkID     string
+	ItemIndex   int32
 }
 
 // ChunkItemSetRetry puts a processing item back after a transient error,
-// using one of its retries.
+// using one of its retries; it is not claimed again for backoff_secs.
 func (q *Queries) ChunkItemSetRetry(ctx context.Context, arg ChunkItemSetRetryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, chunkItemSetRetry,
 		arg.Error,
+		arg.BackoffSecs,
 		arg.BatchID,
 		arg.Phase,
 		arg.ChunkID,

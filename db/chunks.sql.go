@@ -9,6 +9,30 @@ import (
 	"context"
 )
 
+const chunkCountFailure = `-- name: ChunkCountFailure :exec
+UPDATE chunks SET global_retry_count = global_retry_count + 1, error = $1
+WHERE batch_id = $2 AND phase = $3 AND chunk_id = $4
+`
+
+type ChunkCountFailureParams struct {
+	Error   *string
+	BatchID string
+	Phase   string
+	ChunkID string
+}
+
+// ChunkCountFailure counts a failed run of a chunk's job (spec 004's
+// global retries), with its error.
+func (q *Queries) ChunkCountFailure(ctx context.Context, arg ChunkCountFailureParams) error {
+	_, err := q.db.Exec(ctx, chunkCountFailure,
+		arg.Error,
+		arg.BatchID,
+		arg.Phase,
+		arg.ChunkID,
+	)
+	return err
+}
+
 const chunkCountOpen = `-- name: ChunkCountOpen :one
 SELECT count(*) FROM chunks
 WHERE batch_id = $1 AND phase = $2 AND state NOT IN ('DONE', 'ERROR')
@@ -116,6 +140,61 @@ func (q *Queries) ChunkListByBatchPhase(ctx context.Context, arg ChunkListByBatc
 	return items, nil
 }
 
+const chunkListOpen = `-- name: ChunkListOpen :many
+SELECT chunk_id FROM chunks
+WHERE batch_id = $1 AND phase = $2 AND state NOT IN ('DONE', 'ERROR')
+ORDER BY length(chunk_id), chunk_id
+`
+
+type ChunkListOpenParams struct {
+	BatchID string
+	Phase   string
+}
+
+// ChunkListOpen is the ids of a batch phase's chunks that are not
+// terminal: the chunks whose jobs must exist.
+func (q *Queries) ChunkListOpen(ctx context.Context, arg ChunkListOpenParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, chunkListOpen, arg.BatchID, arg.Phase)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var chunk_id string
+		if err := rows.Scan(&chunk_id); err != nil {
+			return nil, err
+		}
+		items = append(items, chunk_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const chunkReopen = `-- name: ChunkReopen :execrows
+UPDATE chunks c SET state = 'PROCESSING', error = NULL, finished_at = NULL
+WHERE c.batch_id = $1 AND c.phase = $2 AND c.state = 'ERROR'
+    AND EXISTS (SELECT 1 FROM chunk_items ci WHERE ci.batch_id = c.batch_id AND ci.phase = c.phase
+        AND ci.chunk_id = c.chunk_id AND ci.status = 'pending')
+`
+
+type ChunkReopenParams struct {
+	BatchID string
+	Phase   string
+}
+
+// ChunkReopen moves a chunk that ended ERROR with items still pending (a
+// provider that refused the key) back to PROCESSING, for an admin's retry.
+func (q *Queries) ChunkReopen(ctx context.Context, arg ChunkReopenParams) (int64, error) {
+	result, err := q.db.Exec(ctx, chunkReopen, arg.BatchID, arg.Phase)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const chunkSetState = `-- name: ChunkSetState :execrows
 UPDATE chunks SET state = $1,
     started_at = coalesce(started_at, now()),
@@ -150,4 +229,48 @@ func (q *Queries) ChunkSetState(ctx context.Context, arg ChunkSetStateParams) (i
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const chunkSummary = `-- name: ChunkSummary :one
+SELECT count(*)::int AS chunks_total,
+    (count(*) FILTER (WHERE state = 'DONE'))::int AS chunks_done,
+    (count(*) FILTER (WHERE state = 'ERROR'))::int AS chunks_error,
+    coalesce(sum(total_refs), 0)::int AS refs_total,
+    coalesce(sum(completed), 0)::int AS refs_done,
+    coalesce(sum(failed), 0)::int AS refs_failed,
+    coalesce(sum(skipped), 0)::int AS refs_skipped
+FROM chunks
+WHERE batch_id = $1 AND phase = $2
+`
+
+type ChunkSummaryParams struct {
+	BatchID string
+	Phase   string
+}
+
+type ChunkSummaryRow struct {
+	ChunksTotal int32
+	ChunksDone  int32
+	ChunksError int32
+	RefsTotal   int32
+	RefsDone    int32
+	RefsFailed  int32
+	RefsSkipped int32
+}
+
+// ChunkSummary is a batch phase's chunks and items by outcome, for the
+// batch's status.
+func (q *Queries) ChunkSummary(ctx context.Context, arg ChunkSummaryParams) (ChunkSummaryRow, error) {
+	row := q.db.QueryRow(ctx, chunkSummary, arg.BatchID, arg.Phase)
+	var i ChunkSummaryRow
+	err := row.Scan(
+		&i.ChunksTotal,
+		&i.ChunksDone,
+		&i.ChunksError,
+		&i.RefsTotal,
+		&i.RefsDone,
+		&i.RefsFailed,
+		&i.RefsSkipped,
+	)
+	return i, err
 }

@@ -109,6 +109,7 @@ func (r iteratorForChunkItemInsertMany) Values() ([]interface{}, error) {
 		r.rows[0].FileID,
 		r.rows[0].R2Key,
 		r.rows[0].Status,
+		r.rows[0].Error,
 	}, nil
 }
 
@@ -117,7 +118,7 @@ func (r iteratorForChunkItemInsertMany) Err() error {
 }
 
 func (q *Queries) ChunkItemInsertMany(ctx context.Context, arg []ChunkItemInsertManyParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"chunk_items"}, []string{"batch_id", "phase", "chunk_id", "item_index", "directory_path", "file_id", "r2_key", "status"}, &iteratorForChunkItemInsertMany{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"chunk_items"}, []string{"batch_id", "phase", "chunk_id", "item_index", "directory_path", "file_id", "r2_key", "status", "error"}, &iteratorForChunkItemInsertMany{rows: arg})
 }
 
 // iteratorForFileInsertMany implements pgx.CopyFromSource.

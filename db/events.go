@@ -31,6 +31,11 @@ const (
 	EventAdminReset       = "admin.reset"
 	EventAdminRetry       = "admin.retry"
 	EventTaskRequeued     = "task.requeued"
+	EventChunkStarted     = "chunk.started"
+	EventChunkCompleted   = "chunk.completed"
+	EventChunkFailed      = "chunk.failed"
+	EventRateLimitChanged = "rate_limit.changed"
+	EventItemsRequeued    = "chunk.items_requeued"
 )
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test

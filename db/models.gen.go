@@ -72,6 +72,7 @@ type ChunkItem struct {
 	PublishedKey  *string
 	PublishedSize *int64
 	UpdatedAt     time.Time
+	NotBefore     *time.Time
 }
 
 type File struct {

@@ -45,7 +45,7 @@ func (BatchFinalizeArgs) InsertOpts() river.InsertOpts {
 
 // BatchFinalizeWorker works BatchFinalizeArgs.
 type BatchFinalizeWorker struct {
-	river.WorkerDefaults[BatchFinalizeArgs]
+	jobDefaults[BatchFinalizeArgs]
 	deps Deps
 }
 

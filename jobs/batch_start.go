@@ -42,7 +42,7 @@ func (BatchStartArgs) InsertOpts() river.InsertOpts {
 
 // BatchStartWorker works BatchStartArgs.
 type BatchStartWorker struct {
-	river.WorkerDefaults[BatchStartArgs]
+	jobDefaults[BatchStartArgs]
 	deps Deps
 }
 
@@ -126,7 +126,7 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		if err != nil {
 			return err
 		}
-		if finished, err = enterNextPhase(ctx, tx, id, phases.First(), 0, files); err != nil {
+		if finished, err = enterNextPhase(ctx, tx, w.deps, id, phases.First(), 0, files); err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {

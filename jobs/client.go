@@ -26,8 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +45,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/ocr"
 	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
@@ -62,6 +66,9 @@ type Deps struct {
 	// Metrics counts batches, tasks, launches and deliveries; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
+	// OCR is the OCR phase's engine; nil makes the one Config asks for
+	// (NewOCREngine).
+	OCR ocr.Engine
 }
 
 // ClientConfig tunes the River client.
@@ -79,6 +86,10 @@ type ClientConfig struct {
 	Build BuildSizes
 	// TestHooks, for tests only, watch and steer this client's workers.
 	TestHooks *TestHooks
+	// Queues, when set, are the only queues this client works (e.g. "ocr":
+	// a process that works chunks and nothing else). Jobs of other queues
+	// are left to other processes.
+	Queues []string
 }
 
 // BuildSizes decide when a phase transition writes the next file
@@ -142,6 +153,15 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})
+	if deps.OCR == nil {
+		var err error
+		if deps.OCR, err = NewOCREngine(deps.Config); err != nil {
+			deps.Logger.Warn("the OCR phase has no engine: its chunks will stop with this error", "error", err)
+		}
+	}
+	river.AddWorker(workers, &ChunkWorker{deps: deps, limiter: limiter, ocr: ocrEngine{
+		engine: deps.OCR, variants: ocrVariants(deps.OCR), store: deps.Store, cfg: deps.Config,
+	}})
 
 	var periodic []*river.PeriodicJob
 	if !cfg.NoSweep {
@@ -151,22 +171,52 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "task_sweep"},
 		))
 	}
+	queues := map[string]river.QueueConfig{
+		river.QueueDefault: {MaxWorkers: cfg.MaxWorkers},
+		BuildQueue:         {MaxWorkers: buildWorkers},
+	}
+	for _, q := range ChunkQueues() {
+		queues[q] = river.QueueConfig{MaxWorkers: deps.Config.OCR.Workers}
+	}
+	if len(cfg.Queues) > 0 {
+		only := make(map[string]river.QueueConfig, len(cfg.Queues))
+		for _, q := range cfg.Queues {
+			qc, ok := queues[q]
+			if !ok {
+				return nil, fmt.Errorf("jobs: no queue %q (the queues are %s)", q, strings.Join(slices.Sorted(maps.Keys(queues)), ", "))
+			}
+			only[q] = qc
+		}
+		queues = only
+	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
-		Logger: deps.Logger,
-		Queues: map[string]river.QueueConfig{
-			river.QueueDefault: {MaxWorkers: cfg.MaxWorkers},
-			BuildQueue:         {MaxWorkers: buildWorkers},
-		},
+		Logger:            deps.Logger,
+		Queues:            queues,
 		Workers:           workers,
 		ErrorHandler:      jobErrorLogger{deps.Logger},
 		PeriodicJobs:      periodic,
 		FetchPollInterval: cfg.FetchPollInterval,
 		// Our jobs are short; a worker killed mid-job must not hold a unique
-		// slot (phase_check above all) for River's default hour.
-		JobTimeout:           5 * time.Minute,
-		RescueStuckJobsAfter: 6 * time.Minute,
+		// slot (phase_check above all) for River's default hour. River
+		// rescues a job only once its own Timeout has passed too, so the
+		// chunk jobs' short runs set how soon a dead process's chunks are
+		// picked up again (within a minute and River's 30 s rescue
+		// interval), and every other job keeps its longer timeout.
+		JobTimeout:           chunkTimeout(deps.Config.OCR.Timeout),
+		RescueStuckJobsAfter: chunkTimeout(deps.Config.OCR.Timeout),
 	})
 }
+
+// jobDefaults is river.WorkerDefaults with our jobs' usual timeout,
+// defaultJobTimeout. The client's JobTimeout is the chunk jobs' shorter
+// one: River refuses a RescueStuckJobsAfter below JobTimeout, and the
+// rescue of a dead process's chunks should not wait on the other jobs'.
+type jobDefaults[T river.JobArgs] struct{ river.WorkerDefaults[T] }
+
+// Timeout is defaultJobTimeout.
+func (jobDefaults[T]) Timeout(*river.Job[T]) time.Duration { return defaultJobTimeout }
+
+const defaultJobTimeout = 5 * time.Minute
 
 // jobErrorLogger logs a job's error or panic with the batch_id and phase
 // of its args, which River's own line about it lacks, so that everything

@@ -30,6 +30,22 @@ LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
 ORDER BY f.ordinal, t.id`
 
+// generationItemsSQL is generationTasksSQL for a chunked phase: beside
+// each file, its chunk item as the task the transform reads. A done
+// item is a completed task whose result is the published ref
+// (phases.OCRResult); any other item (failed, skipped, or left pending by
+// a chunk that ended early) is a failed task, which leaves the file as it
+// was.
+const generationItemsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags,
+	CASE WHEN t.file_id IS NOT NULL THEN t.chunk_id || '/' || t.item_index END,
+	CASE WHEN t.status = 'done' THEN 'completed' WHEN t.file_id IS NOT NULL THEN 'failed' END,
+	CASE WHEN t.status = 'done' THEN jsonb_build_object('text_length', t.text_length, 'ref_r2_key', t.published_key, 'ref_size', t.published_size) END
+FROM files f
+LEFT JOIN chunk_items t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
+WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
+ORDER BY f.ordinal, t.chunk_id, t.item_index`
+
 // transformProblem is a file whose transform failed, with the task it
 // failed on ("" if none), for the transform_failed event.
 type transformProblem struct {
@@ -67,7 +83,11 @@ func readGeneration(ctx context.Context, tx pgx.Tx, p phases.Phase, batchID stri
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_nestloop = off"); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, generationTasksSQL, batchID, gen, string(p.Spec().Name), after, upTo)
+	query := generationTasksSQL
+	if p.Spec().Executor == phases.Chunked {
+		query = generationItemsSQL
+	}
+	rows, err := tx.Query(ctx, query, batchID, gen, string(p.Spec().Name), after, upTo)
 	if err != nil {
 		return nil, fmt.Errorf("reading generation %d of batch %s: %w", gen, batchID, err)
 	}

@@ -28,7 +28,7 @@ func (MachineDestroyArgs) InsertOpts() river.InsertOpts { return river.InsertOpt
 
 // MachineDestroyWorker works MachineDestroyArgs.
 type MachineDestroyWorker struct {
-	river.WorkerDefaults[MachineDestroyArgs]
+	jobDefaults[MachineDestroyArgs]
 	deps Deps
 }
 

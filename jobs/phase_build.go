@@ -50,7 +50,7 @@ const buildWorkers = 4
 
 // PhaseBuildWorker works PhaseBuildArgs.
 type PhaseBuildWorker struct {
-	river.WorkerDefaults[PhaseBuildArgs]
+	jobDefaults[PhaseBuildArgs]
 	deps  Deps
 	build BuildSizes
 	hooks *TestHooks

@@ -40,7 +40,7 @@ func (PhaseCheckArgs) InsertOpts() river.InsertOpts {
 
 // PhaseCheckWorker works PhaseCheckArgs.
 type PhaseCheckWorker struct {
-	river.WorkerDefaults[PhaseCheckArgs]
+	jobDefaults[PhaseCheckArgs]
 	deps  Deps
 	build BuildSizes
 	hooks *TestHooks
@@ -102,7 +102,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 			// chunk makes sure a check runs after it.
 			return done()
 		}
-		hasOpen, err := q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: args.BatchID, Phase: args.Phase})
+		hasOpen, err := phaseHasOpen(ctx, q, args.BatchID, args.Phase)
 		if err != nil {
 			return err
 		}
@@ -125,6 +125,16 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		w.deps.batchFinished(finished)
 	}
 	return err
+}
+
+// phaseHasOpen reports whether a batch's phase has work still open: tasks,
+// or for a chunked phase chunks that are not DONE or ERROR.
+func phaseHasOpen(ctx context.Context, q *db.Queries, batchID, phase string) (bool, error) {
+	if chunked(phase) {
+		n, err := q.ChunkCountOpen(ctx, db.ChunkCountOpenParams{BatchID: batchID, Phase: phase})
+		return n > 0, err
+	}
+	return q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: batchID, Phase: phase})
 }
 
 // Waiting out an open phase.
@@ -164,6 +174,9 @@ const waitOutAbove = 1000
 // or 0 when it should look under the lock now: the phase has at most
 // waitOutAbove tasks open, or the batch is no longer simply in it.
 func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (time.Duration, error) {
+	if chunked(args.Phase) {
+		return 0, nil // a few chunks, each ending once: nothing to wait out
+	}
 	open, err := db.New(w.deps.Pool).PhaseOpenCount(ctx, db.PhaseOpenCountParams{BatchID: args.BatchID, Phase: args.Phase})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
@@ -219,6 +232,9 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// the whole generation needs this one; the generation is then read to
 	// its end first, as a small one is.)
 	candidate, _ := phases.Get(phases.Next(p.Spec().Name))
+	if candidate != nil && candidate.Spec().Executor != phases.Machine {
+		candidate = nil // chunks group the whole generation: it is read first
+	}
 	n, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
 	if err != nil {
 		return nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
@@ -261,7 +277,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	dInsert := lap()
 	var finished *db.Batch
 	if complete {
-		finished, err = enterNextPhase(ctx, tx, batch.ID, phases.Next(p.Spec().Name), next, stored)
+		finished, err = enterNextPhase(ctx, tx, w.deps, batch.ID, phases.Next(p.Spec().Name), next, stored)
 	} else {
 		err = startBuild(ctx, tx, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}

@@ -32,7 +32,7 @@ func (PhaseLaunchArgs) InsertOpts() river.InsertOpts {
 
 // PhaseLaunchWorker works PhaseLaunchArgs.
 type PhaseLaunchWorker struct {
-	river.WorkerDefaults[PhaseLaunchArgs]
+	jobDefaults[PhaseLaunchArgs]
 	deps    Deps
 	limiter *ratelimit.Limiter
 }

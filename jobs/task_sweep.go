@@ -31,7 +31,7 @@ func (TaskSweepArgs) InsertOpts() river.InsertOpts {
 
 // TaskSweepWorker works TaskSweepArgs.
 type TaskSweepWorker struct {
-	river.WorkerDefaults[TaskSweepArgs]
+	jobDefaults[TaskSweepArgs]
 	deps Deps
 }
 
@@ -201,6 +201,23 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	for _, b := range stalled {
 		ids = append(ids, b.ID)
 		switch {
+		case chunked(b.Phase):
+			// No tasks: the chunks' jobs (unique: kept when they exist)
+			// and a check, which finds the phase over when they all are.
+			if err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+				n, err := EnsureChunkJobs(ctx, tx, client, w.deps.chunkMaxAttempts(), b.ID, phases.Name(b.Phase))
+				if n > 0 {
+					w.deps.Logger.Warn("backstop re-enqueued lost chunk jobs", "batch_id", b.ID, "phase", b.Phase, "chunks", n)
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			if open, err := phaseHasOpen(ctx, q, b.ID, b.Phase); err != nil {
+				return err
+			} else if !open {
+				params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})
+			}
 		case b.BuildFrom != nil:
 			params = append(params, river.InsertManyParams{Args: PhaseBuildArgs{BatchID: b.ID, Phase: b.Phase, From: *b.BuildFrom, Generation: b.Generation}})
 		case !b.HasOpen:

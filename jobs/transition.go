@@ -29,13 +29,13 @@ func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message strin
 }
 
 // enterNextPhase finds the first phase from `from` (inclusive) that has work
-// in files, creates its tasks, moves the batch into it and enqueues its
-// launcher. When from is "" or no phase has work, the batch is DONE with
+// in files, creates its tasks (or chunks: enterChunkedPhase), moves the
+// batch into it and enqueues its launcher. When from is "" or no phase has work, the batch is DONE with
 // this generation as its final file list, and delivery to ingest is queued;
 // the batch is then returned, for the caller to count once its transaction
 // has committed (Deps.batchFinished). Runs inside a job, in the job's
 // transaction.
-func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
+func enterNextPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
 	q := db.New(tx)
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	var p phases.Phase
@@ -58,6 +58,9 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, batchID string, from phases.
 			return nil, fmt.Errorf("enqueueing batch_finalize for %s: %w", batchID, err)
 		}
 		return &b, nil
+	}
+	if c, ok := p.(phases.Chunker); ok && p.Spec().Executor == phases.Chunked {
+		return nil, enterChunkedPhase(ctx, tx, d, batchID, c, generation, files)
 	}
 	name := string(p.Spec().Name)
 	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {

@@ -122,7 +122,27 @@ type Metrics struct {
 	callbacksRejected *prometheus.CounterVec
 	ingestAttempts    prometheus.Counter
 	ingestFailures    prometheus.Counter
+	providerRequests  *prometheus.CounterVec
+	providerRate      *prometheus.GaugeVec
+	providerTokens    *prometheus.GaugeVec
+	chunkItems        *prometheus.CounterVec
 }
+
+// Outcomes of a call to an external provider (ProviderRequest).
+const (
+	ProviderSuccess     = "success"
+	ProviderRateLimited = "rate_limited" // a 429
+	ProviderTransient   = "transient"
+	ProviderPermanent   = "permanent"
+	ProviderAuth        = "auth"
+)
+
+// Outcomes of a chunk item (ChunkItemsFinished).
+const (
+	ItemDone    = "done"
+	ItemFailed  = "failed"
+	ItemSkipped = "skipped"
+)
 
 // New returns a Metrics with a fresh registry.
 func New(cfg Config) *Metrics {
@@ -176,8 +196,25 @@ func New(cfg Config) *Metrics {
 			Help: "Failed attempts to deliver a finished batch's manifest to ingest (each is retried with backoff).",
 		}),
 	}
+	m.providerRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_provider_requests_total",
+		Help: "Requests to an external provider (the OCR engine), by provider and outcome (success, rate_limited: a 429, transient, permanent, auth).",
+	}, []string{"provider", "outcome"})
+	m.providerRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "orchestrator_provider_rate_limit_rps",
+		Help: "The adaptive rate limit's current refill rate (requests a second), by limiter key, as this process last saw it.",
+	}, []string{"key"})
+	m.providerTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "orchestrator_provider_rate_limit_max_tokens",
+		Help: "The adaptive rate limit's current burst (max tokens), by limiter key, as this process last saw it.",
+	}, []string{"key"})
+	m.chunkItems = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_chunk_items_finished_total",
+		Help: "Items of chunked phases (OCR refs) that ended, by phase and outcome (done, failed, skipped).",
+	}, []string{"phase", "outcome"})
 	m.reg.MustRegister(m.batchesStarted, m.batchesFinished, m.batchDuration, m.tasksFinished, m.launches,
-		m.launchFailures, m.phaseRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures)
+		m.launchFailures, m.phaseRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
+		m.providerRequests, m.providerRate, m.providerTokens, m.chunkItems)
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {
@@ -227,6 +264,33 @@ func (m *Metrics) BatchFinished(status string, took time.Duration) {
 	}
 	m.batchesFinished.WithLabelValues(status).Inc()
 	m.batchDuration.WithLabelValues(status).Observe(max(took, 0).Seconds())
+}
+
+// ProviderRequest counts a request to provider that ended with outcome
+// (ProviderSuccess, ProviderRateLimited, ...).
+func (m *Metrics) ProviderRequest(provider, outcome string) {
+	if m == nil {
+		return
+	}
+	m.providerRequests.WithLabelValues(provider, outcome).Inc()
+}
+
+// RateLimitShape records an adaptive limit's current shape.
+func (m *Metrics) RateLimitShape(key string, rps, maxTokens float64) {
+	if m == nil {
+		return
+	}
+	m.providerRate.WithLabelValues(key).Set(rps)
+	m.providerTokens.WithLabelValues(key).Set(maxTokens)
+}
+
+// ChunkItemsFinished counts n items of phase that ended with outcome
+// (ItemDone, ItemFailed, ItemSkipped).
+func (m *Metrics) ChunkItemsFinished(phase, outcome string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.chunkItems.WithLabelValues(phase, outcome).Add(float64(n))
 }
 
 // TasksFinished counts n tasks of phase that ended with outcome (TaskCompleted,

@@ -20,7 +20,26 @@ import (
 // cancelled ctx yields an error wrapping ctx.Err().
 type Engine interface {
 	Transcribe(ctx context.Context, img Image) (Result, error)
+	// Provider names the engine's provider (its API's host, or
+	// "tesseract"): what its rate limit is keyed by.
+	Provider() string
 }
+
+// Unavailable is an Engine that cannot run (the local engine's command is
+// missing, say): every call fails as Auth with its message, so a chunk
+// stops at once with it instead of failing its items one by one.
+type Unavailable struct {
+	Name    string // its Provider
+	Message string
+}
+
+// Transcribe fails.
+func (u Unavailable) Transcribe(context.Context, Image) (Result, error) {
+	return Result{}, &Error{Class: Auth, Message: u.Message}
+}
+
+// Provider is u.Name.
+func (u Unavailable) Provider() string { return u.Name }
 
 // Image is one page image: its encoded bytes and their media type
 // ("image/jpeg", "image/png", ...).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -24,6 +25,10 @@ type TesseractConfig struct {
 	Language string
 	// Timeout bounds one run (DefaultTesseractTimeout if zero).
 	Timeout time.Duration
+	// Concurrency bounds the runs at once (the number of CPUs if zero):
+	// each run takes a core, and a chunked phase asks for many pages at
+	// once. A call waiting for its turn waits within its context.
+	Concurrency int
 }
 
 // Tesseract is an Engine running the tesseract command on the image bytes
@@ -34,6 +39,7 @@ type Tesseract struct {
 	cfg   TesseractConfig
 	path  string
 	model string
+	slots chan struct{}
 }
 
 var _ Engine = (*Tesseract)(nil)
@@ -50,6 +56,9 @@ func NewTesseract(cfg TesseractConfig) (*Tesseract, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTesseractTimeout
 	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = runtime.NumCPU()
+	}
 	path, err := exec.LookPath(cfg.Command)
 	if err != nil {
 		return nil, fmt.Errorf("ocr: the local engine needs the tesseract command (Debian: apt-get install tesseract-ocr; scripts/setup.sh run installs it): %w", err)
@@ -59,8 +68,11 @@ func NewTesseract(cfg TesseractConfig) (*Tesseract, error) {
 		return nil, fmt.Errorf("ocr: running %s --version: %w: %s", path, err, bytes.TrimSpace(out))
 	}
 	version, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	return &Tesseract{cfg: cfg, path: path, model: strings.TrimSpace(version)}, nil
+	return &Tesseract{cfg: cfg, path: path, model: strings.TrimSpace(version), slots: make(chan struct{}, cfg.Concurrency)}, nil
 }
+
+// Provider is the name results carry: "tesseract".
+func (t *Tesseract) Provider() string { return "tesseract" }
 
 // Transcribe runs tesseract on img. An image tesseract cannot read is a
 // permanent error with its own message; a run past the timeout is transient.
@@ -69,6 +81,12 @@ func (t *Tesseract) Transcribe(ctx context.Context, img Image) (Result, error) {
 	// only what sniffs as an image is given to it.
 	if _, err := imageType(Image{Data: img.Data}); err != nil {
 		return Result{}, err
+	}
+	select {
+	case t.slots <- struct{}{}:
+		defer func() { <-t.slots }()
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("ocr: waiting for tesseract: %w", ctx.Err())
 	}
 	runCtx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
 	defer cancel()

@@ -52,28 +52,27 @@ type OCRResult struct {
 	Error      string `json:"error,omitempty"`
 }
 
-// OCRItem is one ref of a chunk. Index is its position in the file list
+// ChunkItem is one ref of a chunk. Index is its position in the file list
 // it was chunked from; SkipReason, when set, means it is not sent.
-type OCRItem struct {
+type ChunkItem struct {
 	Index      int
 	Ref        File
 	SkipReason string
 }
 
-// OCRChunk is one chunk of a batch's OCR phase: ID is its index ("0",
+// Chunk is one chunk of a batch's OCR phase: ID is its index ("0",
 // "1", ...), Groups the directory paths it holds, Items their refs in
 // list order.
-type OCRChunk struct {
+type Chunk struct {
 	ID     string
 	Groups []string
-	Items  []OCRItem
+	Items  []ChunkItem
 }
 
-// ocr runs in-process in chunks: it is not registered until the jobs run
-// chunked phases.
+// ocr runs in-process in chunks (jobs' ocr_chunk).
 type ocr struct{}
 
-var _ Phase = ocr{}
+var _ Chunker = ocr{}
 
 // Spec: chunks of DefaultOCRChunkSize directory groups, no machines.
 func (ocr) Spec() Spec {
@@ -134,11 +133,11 @@ func OCRSkipped(files []File) map[int]string {
 // (DirectoryPath), in order of first appearance, and packs the groups into
 // chunks of groupsPerChunk (at least 1) with ids "0", "1", ... in order,
 // as spec 004 chunks PIs. Skipped refs are items too, marked.
-func OCRChunks(files []File, groupsPerChunk int) []OCRChunk {
+func OCRChunks(files []File, groupsPerChunk int) []Chunk {
 	groupsPerChunk = max(groupsPerChunk, 1)
 	skipped := OCRSkipped(files)
 	var order []string
-	groups := map[string][]OCRItem{}
+	groups := map[string][]ChunkItem{}
 	for i, f := range files {
 		if !isOCRRef(f) {
 			continue
@@ -146,12 +145,12 @@ func OCRChunks(files []File, groupsPerChunk int) []OCRChunk {
 		if _, ok := groups[f.DirectoryPath]; !ok {
 			order = append(order, f.DirectoryPath)
 		}
-		groups[f.DirectoryPath] = append(groups[f.DirectoryPath], OCRItem{Index: i, Ref: f, SkipReason: skipped[i]})
+		groups[f.DirectoryPath] = append(groups[f.DirectoryPath], ChunkItem{Index: i, Ref: f, SkipReason: skipped[i]})
 	}
-	var chunks []OCRChunk
+	var chunks []Chunk
 	for start := 0; start < len(order); start += groupsPerChunk {
 		end := min(start+groupsPerChunk, len(order))
-		c := OCRChunk{ID: strconv.Itoa(len(chunks)), Groups: order[start:end:end]} // clipped: chunks share no spare capacity
+		c := Chunk{ID: strconv.Itoa(len(chunks)), Groups: order[start:end:end]} // clipped: chunks share no spare capacity
 		for _, g := range c.Groups {
 			c.Items = append(c.Items, groups[g]...)
 		}
@@ -159,6 +158,9 @@ func OCRChunks(files []File, groupsPerChunk int) []OCRChunk {
 	}
 	return chunks
 }
+
+// Chunks is OCRChunks.
+func (ocr) Chunks(files []File, size int) []Chunk { return OCRChunks(files, size) }
 
 // Transform replaces a done item's ref by its published version: the new
 // object and size, tagged OCR. A failed or skipped item (no completed

@@ -29,10 +29,9 @@ func TestOCRSpec(t *testing.T) {
 	require.Equal(t, OCR, s.Name)
 	require.Equal(t, Chunked, s.Executor)
 	require.Equal(t, DefaultOCRChunkSize, s.Defaults.ChunkSize)
-	_, registered := Get(OCR)
-	require.False(t, registered, "OCR is registered only once the jobs run chunked phases")
-	require.ErrorContains(t, checkRegistry(append(All(), ocr{}), runnable), `executor "chunked" of OCR`)
-	require.NoError(t, checkRegistry(append(All(), ocr{}), []Executor{Machine, Chunked}))
+	require.Equal(t, OCR, Next(ImageProcessing), "OCR reads the refs IMAGE_PROCESSING makes")
+	require.ErrorContains(t, checkRegistry(All(), []Executor{Machine}), `executor "chunked" of OCR`)
+	require.NoError(t, checkRegistry(All(), runnable))
 }
 
 func TestOCRDiscover(t *testing.T) {
@@ -93,10 +92,10 @@ func TestOCRChunks(t *testing.T) {
 		ref(6, "/d", "/d/1.jpg.ref.json", true),
 		ref(7, "/e", "/e/1.jpg.ref.json", true),
 	}
-	items := func(idx ...int) []OCRItem {
-		var out []OCRItem
+	items := func(idx ...int) []ChunkItem {
+		var out []ChunkItem
 		for _, i := range idx {
-			it := OCRItem{Index: i, Ref: files[i]}
+			it := ChunkItem{Index: i, Ref: files[i]}
 			if i == 3 {
 				it.SkipReason = SkipTextLayer
 			}
@@ -107,14 +106,14 @@ func TestOCRChunks(t *testing.T) {
 	tests := []struct {
 		name string
 		size int
-		want []OCRChunk
+		want []Chunk
 	}{
-		{"TwoGroupsEach", 2, []OCRChunk{
+		{"TwoGroupsEach", 2, []Chunk{
 			{ID: "0", Groups: []string{"/a", "/b"}, Items: items(0, 3, 1)},
 			{ID: "1", Groups: []string{"/d", "/e"}, Items: items(5, 6)},
 		}},
-		{"AllInOne", DefaultOCRChunkSize, []OCRChunk{{ID: "0", Groups: []string{"/a", "/b", "/d", "/e"}, Items: items(0, 3, 1, 5, 6)}}},
-		{"OneGroupEach", 1, []OCRChunk{
+		{"AllInOne", DefaultOCRChunkSize, []Chunk{{ID: "0", Groups: []string{"/a", "/b", "/d", "/e"}, Items: items(0, 3, 1, 5, 6)}}},
+		{"OneGroupEach", 1, []Chunk{
 			{ID: "0", Groups: []string{"/a"}, Items: items(0, 3)},
 			{ID: "1", Groups: []string{"/b"}, Items: items(1)},
 			{ID: "2", Groups: []string{"/d"}, Items: items(5)},

@@ -238,6 +238,9 @@ func ValidateResult(name Name, result json.RawMessage) error {
 	if !ok {
 		return fmt.Errorf("unknown phase %q", name)
 	}
+	if p.Spec().Executor != Machine {
+		return fmt.Errorf("phase %s runs no machines and takes no callbacks", name)
+	}
 	_, err := p.Transform(File{FileName: "probe", LogicalPath: "/probe"}, &Task{Status: TaskCompleted, Result: result})
 	return err
 }

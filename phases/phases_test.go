@@ -67,7 +67,7 @@ func TestRegistry(t *testing.T) {
 	for _, p := range All() {
 		names = append(names, p.Spec().Name)
 	}
-	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing}, names)
+	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing, OCR}, names)
 	require.Equal(t, PDFPages, First())
 	require.NoError(t, checkRegistry(All(), runnable))
 
@@ -79,7 +79,8 @@ func TestRegistry(t *testing.T) {
 	}{
 		{name: "PDFPages", phase: PDFPages, wantOK: true, wantNext: TIFFConversion},
 		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: ImageProcessing},
-		{name: "ImageProcessing", phase: ImageProcessing, wantOK: true, wantNext: ""},
+		{name: "ImageProcessing", phase: ImageProcessing, wantOK: true, wantNext: OCR},
+		{name: "OCR", phase: OCR, wantOK: true, wantNext: ""},
 		{name: "Unknown", phase: "DONE", wantOK: false},
 		{name: "Empty", phase: "", wantOK: false},
 	}
@@ -105,6 +106,14 @@ type renamed struct {
 }
 
 func (r renamed) Spec() Spec { return r.spec }
+
+// renamedChunker is renamed for a chunked phase.
+type renamedChunker struct {
+	Chunker
+	spec Spec
+}
+
+func (r renamedChunker) Spec() Spec { return r.spec }
 
 func TestCheckRegistryRefuses(t *testing.T) {
 	t.Parallel()
@@ -151,14 +160,15 @@ func TestCheckRegistryChunked(t *testing.T) {
 	chunked := func(name Name, prefix, short string, edit func(*Spec)) Phase {
 		s := Spec{Name: name, TaskPrefix: prefix, Short: short, Title: "chunks", Executor: Chunked, Defaults: Defaults{ChunkSize: 10}}
 		edit(&s)
-		return renamed{Phase: tiffConversion{}, spec: s}
+		return renamedChunker{Chunker: ocr{}, spec: s}
 	}
 	keep := func(*Spec) {}
 	withChunks := []Executor{Machine, Chunked}
 
-	require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "CHUNKY", keep)}, runnable),
+	require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "CHUNKY", keep)}, []Executor{Machine}),
 		`executor "chunked" of CHUNKY is not one the jobs run`)
-	require.NotContains(t, runnable, Chunked, "no chunked phase may be registered before the jobs run them")
+	notChunker := renamed{Phase: tiffConversion{}, spec: chunked("CHUNKY", "chunky", "CHUNKY", keep).Spec()}
+	require.ErrorContains(t, checkRegistry([]Phase{notChunker}, withChunks), "chunked phase CHUNKY does not make chunks")
 
 	require.NoError(t, checkRegistry([]Phase{
 		tiffConversion{},
@@ -196,7 +206,9 @@ func TestSampleResults(t *testing.T) {
 			out, err := p.Transform(in, &Task{FileID: 3, Status: TaskCompleted, Result: p.SampleResult(in)})
 			require.NoError(t, err)
 			require.NotEqual(t, []File{in}, out)
-			require.NoError(t, ValidateResult(p.Spec().Name, p.SampleResult(in)))
+			if p.Spec().Executor == Machine {
+				require.NoError(t, ValidateResult(p.Spec().Name, p.SampleResult(in)))
+			}
 		})
 	}
 }
@@ -215,7 +227,7 @@ func TestOfTask(t *testing.T) {
 
 func TestStatuses(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []BatchStatus{"PENDING", "PDF_PAGES", "TIFF_CONVERSION", "IMAGE_PROCESSING", "DONE", "ERROR"}, Statuses())
+	require.Equal(t, []BatchStatus{"PENDING", "PDF_PAGES", "TIFF_CONVERSION", "IMAGE_PROCESSING", "OCR", "DONE", "ERROR"}, Statuses())
 	require.True(t, BatchDone.Terminal())
 	require.True(t, BatchError.Terminal())
 	require.False(t, ImageProcessing.Status().Terminal())
@@ -794,6 +806,23 @@ func TestWorkedExample(t *testing.T) {
 	}, next)
 	gen = store(next)
 
+	// Phase 4: the directory asked for OCR, so the ref is transcribed in
+	// one chunk, and its published version replaces it, tagged.
+	p, work = NextWithWork(Next(p.Spec().Name), gen)
+	require.NotNil(t, p)
+	require.Equal(t, OCR, p.Spec().Name)
+	require.Equal(t, []string{"photo.jpg.ref.json"}, fileNames(work))
+	chunks := p.(Chunker).Chunks(gen, DefaultOCRChunkSize)
+	require.Len(t, chunks, 1)
+	require.Equal(t, []ChunkItem{{Index: 1, Ref: gen[1]}}, chunks[0].Items)
+	tasks = map[int64]Task{gen[1].ID: {FileID: gen[1].ID, Status: TaskCompleted,
+		Result: mustJSON(t, OCRResult{TextLength: 12, RefR2Key: "staging/b1/photo.jpg.ocr.ref.json", RefSize: 400})}}
+	next, problems = Apply(p, gen, tasks)
+	require.Empty(t, problems)
+	require.Equal(t, File{ParentID: gen[1].ID, R2Key: "staging/b1/photo.jpg.ocr.ref.json", LogicalPath: "/photo.jpg.ref.json", FileName: "photo.jpg.ref.json",
+		FileSize: 400, ContentType: "application/json", ProcessingConfig: cfg, Tags: []string{TagImageProcessor, TagOCR}}, next[1])
+	gen = store(next)
+
 	// No phase follows and none has work left: the batch goes to ingest.
 	require.Equal(t, Name(""), Next(p.Spec().Name))
 	p, work = NextWithWork(TIFFConversion, gen)
@@ -814,7 +843,8 @@ func TestValidateResult(t *testing.T) {
 		{"TIFFWrongType", TIFFConversion, `{"status":"success","output_r2_key":5}`, "output_r2_key"},
 		{"ImageSuccess", ImageProcessing, `{"status":"success","ref_json_r2_key":"s/a.jpg.ref.json","ref_data":{"url":"https://cdn/a.jpg"},"archive_r2_key":"a.jpg"}`, ""},
 		{"ImageMissingRef", ImageProcessing, `{"status":"success","ref_data":{}}`, "ref_json_r2_key"},
-		{"UnknownPhase", Name("OCR"), `{}`, "unknown phase"},
+		{"UnknownPhase", Name("NOPE"), `{}`, "unknown phase"},
+		{"ChunkedPhase", OCR, `{"text_length":1,"ref_r2_key":"s/a.ocr.ref.json","ref_size":9}`, "takes no callbacks"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,12 +22,13 @@ var registry = []Phase{
 	pdfPages{},
 	tiffConversion{},
 	imageProcessing{},
+	ocr{},
 }
 
-// Executor is how a phase's tasks run. Only Machine exists today; the
-// second wave adds chunks processed in-process (spec 004's OCR), step
-// pipelines (spec 003's documents) and machine pools, each a kind of its
-// own that the jobs package runs.
+// Executor is how a phase's tasks run: machines (spec 000) or chunks
+// processed in-process (spec 004's OCR). Step pipelines (spec 003's
+// documents) and machine pools are to come, each a kind of its own that
+// the jobs package runs.
 type Executor string
 
 // The executor kinds.
@@ -43,7 +44,14 @@ const (
 // runnable are the executors the jobs package runs. checkRegistry refuses
 // a registered phase of any other executor: a batch would otherwise enter
 // a phase nothing advances. A kind joins this list with its jobs.
-var runnable = []Executor{Machine}
+var runnable = []Executor{Machine, Chunked}
+
+// Chunker is a Chunked phase: it packs the files its Discover finds into
+// chunks of size groups, which River jobs then process item by item.
+type Chunker interface {
+	Phase
+	Chunks(files []File, size int) []Chunk
+}
 
 // Guest sizes a phase's machines (spec 000 §4.3).
 type Guest struct {
@@ -227,6 +235,9 @@ func checkRegistry(ps []Phase, run []Executor) error {
 		}
 		if !slices.Contains(run, s.Executor) {
 			problems = append(problems, fmt.Sprintf("executor %q of %s is not one the jobs run", s.Executor, s.Name))
+		}
+		if _, ok := p.(Chunker); s.Executor == Chunked && !ok {
+			problems = append(problems, fmt.Sprintf("chunked phase %s does not make chunks (Chunker)", s.Name))
 		}
 		if slices.Contains(reservedShort, s.Short) || strings.ToUpper(s.Short) != s.Short || strings.Contains(s.Short, "_") {
 			problems = append(problems, fmt.Sprintf("short name %q of %s is reserved or not one upper-case word", s.Short, s.Name))

@@ -107,6 +107,11 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			phase = b.Status
 		}
 
+		if p, _ := phases.Get(phases.Name(phase)); p.Spec().Executor == phases.Chunked {
+			attrs, err := s.retryChunks(ctx, tx, b, phase, data)
+			logAttrs = attrs
+			return err
+		}
 		requeued, err := q.TaskRequeueFailed(ctx, db.TaskRequeueFailedParams{BatchID: batchID, Phase: phase})
 		if err != nil {
 			return fmt.Errorf("requeueing failed tasks of %s: %w", batchID, err)
@@ -182,3 +187,53 @@ func (s *Service) awaitJobsStopped(ctx context.Context, batchID string, limit ti
 
 // runningJobsSQL counts the batch's River jobs that are running.
 const runningJobsSQL = `SELECT count(*) FROM river_job WHERE state = 'running' AND args @> jsonb_build_object('batch_id', $1::text)`
+
+// retryChunks is Retry for a chunked phase (OCR): its failed items go back
+// to pending with their retries restored, chunks that stopped early (a
+// provider that refused the key) reopen, and every open chunk gets its job
+// again. The caller holds the batch's exclusive lock.
+func (s *Service) retryChunks(ctx context.Context, tx pgx.Tx, b db.Batch, phase string, data map[string]any) ([]any, error) {
+	q := db.New(tx)
+	requeued, err := q.ChunkItemRequeueFailed(ctx, db.ChunkItemRequeueFailedParams{BatchID: b.ID, Phase: phase})
+	if err != nil {
+		return nil, fmt.Errorf("requeueing failed items of %s: %w", b.ID, err)
+	}
+	reopened, err := q.ChunkReopen(ctx, db.ChunkReopenParams{BatchID: b.ID, Phase: phase})
+	if err != nil {
+		return nil, fmt.Errorf("reopening chunks of %s: %w", b.ID, err)
+	}
+	items := 0
+	perChunk := map[string]int32{}
+	for _, r := range requeued {
+		items += int(r.Requeued)
+		perChunk[r.ChunkID] = r.Requeued
+	}
+	wasError := phases.BatchStatus(b.Status) == phases.BatchError
+	if len(requeued) == 0 && reopened == 0 && !wasError {
+		return nil, fmt.Errorf("%w: batch %s is running %s with no failed item; there is nothing to retry", ErrConflict, b.ID, phase)
+	}
+	enqueued, err := jobs.EnsureChunkJobs(ctx, tx, s.river, s.chunkAttempts, b.ID, phases.Name(phase))
+	if err != nil {
+		return nil, err
+	}
+	// With nothing open (the phase stopped between its last chunk and its
+	// transition) the check moves the batch on; otherwise the chunks' ends
+	// make sure of one.
+	if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: b.ID, Phase: phase}); err != nil {
+		return nil, err
+	}
+	if !wasError {
+		if err := q.BatchRetryTouch(ctx, b.ID); err != nil {
+			return nil, err
+		}
+	}
+	data["resumed_status"], data["phase"], data["items_requeued"], data["chunks_reopened"] = phase, phase, items, int(reopened)+len(requeued)
+	events := []db.BatchEventInsertManyParams{db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: phase, Data: data}.Row()}
+	if items > 0 {
+		events = append(events, db.Event{BatchID: b.ID, Type: db.EventItemsRequeued, Phase: phase, Data: map[string]any{"items": items, "by_chunk": perChunk}}.Row())
+	}
+	if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+		return nil, fmt.Errorf("recording retry events: %w", err)
+	}
+	return []any{"phase", phase, "items_requeued", items, "chunk_jobs", enqueued, "previous_status", b.Status}, nil
+}

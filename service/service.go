@@ -46,6 +46,9 @@ type Service struct {
 	store        blob.Store
 	cdnBucket    string
 	cdnPublicURL string
+	// chunkAttempts is a chunk job's attempts (MAX_GLOBAL_RETRIES + 1),
+	// for the jobs a retry enqueues.
+	chunkAttempts int
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
@@ -58,7 +61,7 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	}
 	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
 		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, Logger: logger, Metrics: m}),
-		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL}
+		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1}
 	return s
 }
 

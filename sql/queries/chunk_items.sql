@@ -1,11 +1,11 @@
 -- name: ChunkItemClaimPending :many
--- ChunkItemClaimPending claims up to max_items pending items of a chunk,
--- lowest index first, setting them processing. SKIP LOCKED: concurrent
+-- ChunkItemClaimPending claims up to max_items pending items of a chunk
+-- whose backoff is over, lowest index first, setting them processing. SKIP LOCKED: concurrent
 -- claimers of one chunk get disjoint items. The claim is a CTE so that it
 -- runs once (a subquery may be rescanned and claim past the limit).
 WITH claimed AS MATERIALIZED (
     SELECT p.batch_id, p.phase, p.chunk_id, p.item_index FROM chunk_items p
-    WHERE p.batch_id = @batch_id AND p.phase = @phase AND p.chunk_id = @chunk_id AND p.status = 'pending'
+    WHERE p.batch_id = @batch_id AND p.phase = @phase AND p.chunk_id = @chunk_id AND p.status = 'pending' AND coalesce(p.not_before, '-infinity') <= now()
     ORDER BY p.item_index
     LIMIT @max_items
     FOR UPDATE SKIP LOCKED
@@ -17,8 +17,8 @@ WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id =
 RETURNING i.*;
 
 -- name: ChunkItemInsertMany :copyfrom
-INSERT INTO chunk_items (batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status)
-VALUES (@batch_id, @phase, @chunk_id, @item_index, @directory_path, @file_id, @r2_key, @status);
+INSERT INTO chunk_items (batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, error)
+VALUES (@batch_id, @phase, @chunk_id, @item_index, @directory_path, @file_id, @r2_key, @status, sqlc.narg(error));
 
 -- name: ChunkItemListByBatchPhase :many
 -- ChunkItemListByBatchPhase is up to max_items items of a batch's phase
@@ -66,8 +66,9 @@ WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND item_
 
 -- name: ChunkItemSetRetry :execrows
 -- ChunkItemSetRetry puts a processing item back after a transient error,
--- using one of its retries.
-UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = @error, updated_at = now()
+-- using one of its retries; it is not claimed again for backoff_secs.
+UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = @error, updated_at = now(),
+    not_before = now() + make_interval(secs => @backoff_secs::float8)
 WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND item_index = @item_index
     AND status = 'processing';
 
@@ -82,3 +83,55 @@ WITH item AS (
 )
 UPDATE chunks c SET skipped = c.skipped + 1
 FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_id = item.chunk_id;
+
+-- name: ChunkItemReleaseClaims :execrows
+-- ChunkItemReleaseClaims puts back the items of a chunk left processing by
+-- a run of its job that ended without settling them (a crash, a timeout):
+-- only one run of a chunk's job is under way at a time, so at the start of
+-- a run every processing item is such a leftover. No retry is used.
+UPDATE chunk_items SET status = 'pending', updated_at = now()
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND status = 'processing';
+
+-- name: ChunkItemProgress :one
+-- ChunkItemProgress is what is left of a chunk: its pending and processing
+-- items, and when the first pending item may be claimed (NULL: now).
+SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+    count(*) FILTER (WHERE status = 'processing') AS processing,
+    coalesce(min(coalesce(not_before, now())) FILTER (WHERE status = 'pending'), now())::timestamptz AS next_due,
+    now()::timestamptz AS now
+FROM chunk_items
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND status IN ('pending', 'processing');
+
+-- name: ChunkItemGroupResults :many
+-- ChunkItemGroupResults is a chunk's outcome per directory group (spec
+-- 004's per-PI results): its items by state, and the failed ones with the
+-- file names and errors.
+SELECT ci.directory_path,
+    count(*) AS total,
+    count(*) FILTER (WHERE ci.status = 'done') AS completed,
+    count(*) FILTER (WHERE ci.status = 'error') AS failed,
+    count(*) FILTER (WHERE ci.status = 'skipped') AS skipped,
+    coalesce(jsonb_agg(jsonb_build_object('filename', f.file_name, 'error', ci.error) ORDER BY ci.item_index)
+        FILTER (WHERE ci.status = 'error'), '[]')::jsonb AS failed_refs
+FROM chunk_items ci
+LEFT JOIN files f ON f.id = ci.file_id
+WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id
+GROUP BY ci.directory_path
+ORDER BY min(ci.item_index);
+
+-- name: ChunkItemRequeueFailed :many
+-- ChunkItemRequeueFailed puts a batch phase's failed items back to pending
+-- with their retries restored, reopens their chunks (uncounting the
+-- failures) and returns the chunks reopened. An admin's retry; the caller
+-- holds the batch's exclusive fan-in lock.
+WITH items AS (
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, updated_at = now()
+    WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.status = 'error'
+    RETURNING ci.batch_id, ci.phase, ci.chunk_id
+), per_chunk AS (
+    SELECT i.batch_id, i.phase, i.chunk_id, count(*) AS n FROM items i GROUP BY i.batch_id, i.phase, i.chunk_id
+)
+UPDATE chunks c SET failed = c.failed - per_chunk.n, state = 'PROCESSING', error = NULL, finished_at = NULL
+FROM per_chunk
+WHERE c.batch_id = per_chunk.batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
+RETURNING c.chunk_id, per_chunk.n::int AS requeued;

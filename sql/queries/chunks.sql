@@ -30,3 +30,37 @@ UPDATE chunks SET state = @state,
     processing_time_ms = CASE WHEN @state IN ('DONE', 'ERROR')
         THEN (extract(epoch FROM now() - coalesce(started_at, now())) * 1000)::bigint ELSE processing_time_ms END
 WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND state NOT IN ('DONE', 'ERROR');
+
+-- name: ChunkListOpen :many
+-- ChunkListOpen is the ids of a batch phase's chunks that are not
+-- terminal: the chunks whose jobs must exist.
+SELECT chunk_id FROM chunks
+WHERE batch_id = @batch_id AND phase = @phase AND state NOT IN ('DONE', 'ERROR')
+ORDER BY length(chunk_id), chunk_id;
+
+-- name: ChunkReopen :execrows
+-- ChunkReopen moves a chunk that ended ERROR with items still pending (a
+-- provider that refused the key) back to PROCESSING, for an admin's retry.
+UPDATE chunks c SET state = 'PROCESSING', error = NULL, finished_at = NULL
+WHERE c.batch_id = @batch_id AND c.phase = @phase AND c.state = 'ERROR'
+    AND EXISTS (SELECT 1 FROM chunk_items ci WHERE ci.batch_id = c.batch_id AND ci.phase = c.phase
+        AND ci.chunk_id = c.chunk_id AND ci.status = 'pending');
+
+-- name: ChunkCountFailure :exec
+-- ChunkCountFailure counts a failed run of a chunk's job (spec 004's
+-- global retries), with its error.
+UPDATE chunks SET global_retry_count = global_retry_count + 1, error = @error
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id;
+
+-- name: ChunkSummary :one
+-- ChunkSummary is a batch phase's chunks and items by outcome, for the
+-- batch's status.
+SELECT count(*)::int AS chunks_total,
+    (count(*) FILTER (WHERE state = 'DONE'))::int AS chunks_done,
+    (count(*) FILTER (WHERE state = 'ERROR'))::int AS chunks_error,
+    coalesce(sum(total_refs), 0)::int AS refs_total,
+    coalesce(sum(completed), 0)::int AS refs_done,
+    coalesce(sum(failed), 0)::int AS refs_failed,
+    coalesce(sum(skipped), 0)::int AS refs_skipped
+FROM chunks
+WHERE batch_id = @batch_id AND phase = @phase;

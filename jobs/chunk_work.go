@@ -1,0 +1,456 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/ocr"
+	"github.com/arke-institute/orchestrator/ratelimit"
+)
+
+// ChunkWorker works ChunkArgs: one run is spec 004's alarm. It takes up
+// to MAX_CONCURRENT_PER_ALARM tokens from the provider's shared limiter,
+// claims as many items, processes them at once, commits each item's
+// outcome as it ends, and snoozes ALARM_INTERVAL_MS (or until the limiter
+// has a token) while items remain. A snooze is not an attempt: the job's
+// attempts count only failed runs, the chunk's global retries.
+//
+// A crashed run (kill -9) leaves its claimed items processing and its job
+// running; River rescues the job once its Timeout has passed, and the next
+// run puts those items back first (ChunkItemReleaseClaims). An item whose
+// outcome was committed is never claimed again.
+type ChunkWorker struct {
+	river.WorkerDefaults[ChunkArgs]
+	deps    Deps
+	limiter *ratelimit.Limiter
+	ocr     ocrEngine
+}
+
+// Timeout bounds a run: its items' calls (OCR_TIMEOUT_MS) and their
+// reads and writes. It is also how soon River rescues the job of a process
+// that died (NewClient sets RescueStuckJobsAfter to it).
+func (w *ChunkWorker) Timeout(*river.Job[ChunkArgs]) time.Duration {
+	return chunkTimeout(w.deps.Config.OCR.Timeout)
+}
+
+// chunkTimeout is a chunk run's bound for an engine call timeout.
+func chunkTimeout(call time.Duration) time.Duration { return call + 15*time.Second }
+
+// NextRetry retries a failed run within seconds (2, 4, 8, 16, 30 s).
+func (w *ChunkWorker) NextRetry(job *river.Job[ChunkArgs]) time.Time {
+	return time.Now().Add(backoff(job.Attempt, 30*time.Second))
+}
+
+// chunkRun is one run of a chunk's job.
+type chunkRun struct {
+	w     *ChunkWorker
+	args  ChunkArgs
+	key   string // the limiter's key
+	limit ratelimit.Adaptive
+}
+
+func (r chunkRun) params() (batchID, phase, chunkID string) {
+	return r.args.BatchID, r.args.Phase, r.args.ChunkID
+}
+
+// Work runs the chunk once. A run that fails counts against the chunk's
+// global retries; the last one ends the chunk ERROR, its settled items
+// kept.
+func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) error {
+	run := chunkRun{w: w, args: job.Args, key: w.limitKey(job.Args), limit: ratelimit.Adaptive(w.deps.Config.OCRLimit)}
+	err := run.work(ctx)
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*river.JobSnoozeError](err); ok {
+		return err
+	}
+	a := job.Args
+	msg := err.Error()
+	if cerr := db.New(w.deps.Pool).ChunkCountFailure(context.WithoutCancel(ctx), db.ChunkCountFailureParams{
+		BatchID: a.BatchID, Phase: a.Phase, ChunkID: a.ChunkID, Error: &msg,
+	}); cerr != nil {
+		w.deps.Logger.Warn("counting a chunk's failure", "batch_id", a.BatchID, "chunk_id", a.ChunkID, "error", cerr)
+	}
+	if job.Attempt < job.MaxAttempts {
+		return err
+	}
+	if ferr := run.finish(ctx, fmt.Sprintf("chunk failed after %d attempts: %v", job.Attempt, err)); ferr != nil {
+		return ferr
+	}
+	return nil
+}
+
+// limitKey is the limiter bucket of a's chunk: one per provider, or with
+// OCR_LIMIT_PER_CHUNK one per chunk as spec 004 has it.
+func (w *ChunkWorker) limitKey(a ChunkArgs) string {
+	key := "ocr:" + w.ocr.engine.Provider()
+	if w.deps.Config.OCR.LimitPerChunk {
+		key += ":" + a.BatchID + ":" + a.ChunkID
+	}
+	return key
+}
+
+func (r chunkRun) work(ctx context.Context) error {
+	batchID, phase, chunkID := r.params()
+	q := db.New(r.w.deps.Pool)
+	chunk, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the batch is gone
+	}
+	if err != nil {
+		return fmt.Errorf("loading chunk %s of %s: %w", chunkID, batchID, err)
+	}
+	if chunkTerminal(chunk.State) {
+		return nil
+	}
+	batch, err := r.w.deps.jobBatch(ctx, batchID)
+	if err != nil {
+		return err
+	}
+	if batch.Status != phase {
+		return nil // reset or failed: the chunk waits for a retry to enqueue it again
+	}
+	if chunk.State == chunkPending {
+		if err := r.start(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := q.ChunkItemReleaseClaims(ctx, db.ChunkItemReleaseClaimsParams{BatchID: batchID, Phase: phase, ChunkID: chunkID}); err != nil {
+		return fmt.Errorf("releasing chunk %s's claims: %w", chunkID, err)
+	}
+	prog, err := q.ChunkItemProgress(ctx, db.ChunkItemProgressParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	if prog.Pending == 0 {
+		return r.finish(ctx, "")
+	}
+	if prog.NextDue.After(prog.Now) {
+		return river.JobSnooze(prog.NextDue.Sub(prog.Now)) // every pending item is backing off
+	}
+
+	cfg := r.w.deps.Config.OCR
+	want := min(int64(cfg.MaxConcurrentPerAlarm), prog.Pending)
+	grants := make([]ratelimit.Grant, 0, want)
+	var wait time.Duration
+	for int64(len(grants)) < want {
+		g, err := r.w.limiter.TakeAdaptive(ctx, r.key, r.limit)
+		if err != nil {
+			return err
+		}
+		if !g.Granted {
+			wait = g.Wait
+			break
+		}
+		grants = append(grants, g)
+	}
+	if len(grants) == 0 {
+		return river.JobSnooze(jitter(wait, cfg.AlarmInterval))
+	}
+	items, err := q.ChunkItemClaimPending(ctx, db.ChunkItemClaimPendingParams{
+		BatchID: batchID, Phase: phase, ChunkID: chunkID, MaxItems: int32(len(grants)),
+	})
+	if err != nil {
+		return fmt.Errorf("claiming items of chunk %s: %w", chunkID, err)
+	}
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		fatal    error // a database failure: the run fails
+		stopWith string
+	)
+	for i, it := range items {
+		wg.Go(func() {
+			stop, err := r.item(ctx, it, grants[i])
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && fatal == nil {
+				fatal = err
+			}
+			if stop != "" && stopWith == "" {
+				stopWith = stop
+			}
+		})
+	}
+	wg.Wait()
+	if fatal != nil {
+		return fatal
+	}
+	if stopWith != "" {
+		return r.finish(ctx, stopWith)
+	}
+	prog, err = q.ChunkItemProgress(ctx, db.ChunkItemProgressParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	if prog.Pending+prog.Processing == 0 {
+		return r.finish(ctx, "")
+	}
+	next := cfg.AlarmInterval
+	if wait > 0 {
+		next = jitter(wait, cfg.AlarmInterval)
+	}
+	return river.JobSnooze(next)
+}
+
+// jitter is wait, at least min, plus up to half of min at random: the
+// chunks that found the limiter empty do not all come back at once.
+func jitter(wait, least time.Duration) time.Duration {
+	return max(wait, least) + time.Duration(rand.Int64N(int64(least)/2+1))
+}
+
+// The chunk states (spec 004's chunk phase).
+const (
+	chunkPending    = "PENDING"
+	chunkFetching   = "FETCHING"
+	chunkProcessing = "PROCESSING"
+	chunkPublishing = "PUBLISHING"
+	chunkDone       = "DONE"
+	chunkError      = "ERROR"
+)
+
+func chunkTerminal(state string) bool { return state == chunkDone || state == chunkError }
+
+// start moves a new chunk through FETCHING (its items are rows already:
+// nothing to fetch; each item's ref is read as it is processed) to
+// PROCESSING, and records that it started.
+func (r chunkRun) start(ctx context.Context) error {
+	batchID, phase, chunkID := r.params()
+	return pgx.BeginFunc(ctx, r.w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		for _, state := range []string{chunkFetching, chunkProcessing} {
+			if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: state}); err != nil {
+				return fmt.Errorf("starting chunk %s: %w", chunkID, err)
+			}
+		}
+		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventChunkStarted, Phase: phase, TaskID: chunkID,
+			Data: map[string]any{"chunk_id": chunkID, "limiter": r.key}})
+	})
+}
+
+// item processes one claimed item with its token and commits its outcome.
+// stop is set when the whole chunk must stop (the provider refused the
+// key); err only for a failure to commit.
+func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Grant) (stop string, err error) {
+	batchID, phase, chunkID := r.params()
+	w := r.w
+	out := w.ocr.process(ctx, it)
+	cut := ctx.Err() != nil // the run was cut short (timeout, shutdown): not the item's fault
+	if out.called && !cut {
+		outcome := ratelimit.Result{TakenAt: grant.At}
+		switch ocr.ClassOf(out.err) {
+		case 0:
+			outcome.Outcome = ratelimit.Success
+		case ocr.RateLimited:
+			outcome.Outcome = ratelimit.RateLimited
+			outcome.RetryAfter = out.retryAfter
+		}
+		w.deps.Metrics.ProviderRequest(w.ocr.engine.Provider(), providerOutcome(out.err))
+		if err := r.report(ctx, outcome); err != nil {
+			return "", err
+		}
+	}
+	ctx = context.WithoutCancel(ctx) // the outcome is committed even if the run is cut short now
+	q := db.New(w.deps.Pool)
+	key := db.ChunkItemSetPendingParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex}
+	msg := ""
+	if out.err != nil {
+		msg = out.err.Error()
+	}
+	switch class := ocr.ClassOf(out.err); {
+	case out.err != nil && cut:
+		_, err = q.ChunkItemSetPending(ctx, key)
+	case out.err == nil:
+		n := int32(out.textLength)
+		_, err = q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
+			TextLength: &n, PublishedKey: &out.publishedKey, PublishedSize: &out.publishedSize})
+		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemDone, 1)
+	case class == ocr.RateLimited:
+		_, err = q.ChunkItemSetPending(ctx, key)
+	case class == ocr.Auth:
+		_, err = q.ChunkItemSetPending(ctx, key)
+		stop = "the OCR provider refused the request: " + msg
+	case class == ocr.Transient && int(it.RetryCount) < w.deps.Config.OCR.MaxRetriesPerRef:
+		_, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
+			Error: &msg, BackoffSecs: backoff(int(it.RetryCount), 30*time.Second).Seconds()})
+	default:
+		if class == ocr.Transient {
+			msg = fmt.Sprintf("gave up after %d retries: %s", it.RetryCount, msg)
+		}
+		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg})
+		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)
+	}
+	if err != nil {
+		return "", fmt.Errorf("recording item %d of chunk %s: %w", it.ItemIndex, chunkID, err)
+	}
+	return stop, nil
+}
+
+// report tells the limiter how a request went; a change of its shape is
+// recorded as an event of this chunk's batch (one per change, not one per
+// request) and in the metrics.
+func (r chunkRun) report(ctx context.Context, res ratelimit.Result) error {
+	b, changed, err := r.w.limiter.Report(ctx, r.key, r.limit, res)
+	if err != nil {
+		return err
+	}
+	r.w.deps.Metrics.RateLimitShape(r.key, b.RefillRate, b.MaxTokens)
+	if !changed {
+		return nil
+	}
+	batchID, phase, chunkID := r.params()
+	data := map[string]any{"key": r.key, "max_tokens": b.MaxTokens, "rps": b.RefillRate, "chunk_id": chunkID}
+	if res.Outcome == ratelimit.RateLimited {
+		data["cause"], data["backoff_until"] = "rate_limited", b.BackoffUntil
+	} else {
+		data["cause"] = "successes"
+	}
+	r.w.deps.Logger.Info("rate limit changed", "key", r.key, "max_tokens", b.MaxTokens, "rps", b.RefillRate, "cause", data["cause"])
+	return db.New(r.w.deps.Pool).EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventRateLimitChanged, Phase: phase, TaskID: chunkID, Data: data})
+}
+
+func providerOutcome(err error) string {
+	switch ocr.ClassOf(err) {
+	case 0:
+		return metrics.ProviderSuccess
+	case ocr.RateLimited:
+		return metrics.ProviderRateLimited
+	case ocr.Auth:
+		return metrics.ProviderAuth
+	case ocr.Permanent:
+		return metrics.ProviderPermanent
+	default:
+		return metrics.ProviderTransient
+	}
+}
+
+// finish ends the chunk: PUBLISHING (each done item's ref was written as
+// it ended; this records the chunk's outcome, spec 004's callback body, as
+// its chunk.completed event), then DONE, or ERROR when stopWith says why
+// the chunk stopped or more than OCR_MAX_FAILED_FRACTION of its items
+// failed. The end joins the fan-in as a task's callback does (EndTasks):
+// under the batch's shared lock, it makes sure a phase_check runs.
+func (r chunkRun) finish(ctx context.Context, stopWith string) error {
+	batchID, phase, chunkID := r.params()
+	w := r.w
+	q := db.New(w.deps.Pool)
+	if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: chunkPublishing}); err != nil {
+		return err
+	}
+	chunk, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	groups, err := q.ChunkItemGroupResults(ctx, db.ChunkItemGroupResultsParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	state, errMsg := chunkDone, stopWith
+	if errMsg == "" && chunk.TotalRefs > 0 && float64(chunk.Failed) > w.deps.Config.OCR.MaxFailedFraction*float64(chunk.TotalRefs) {
+		errMsg = fmt.Sprintf("%d of %d refs failed (more than OCR_MAX_FAILED_FRACTION %g)", chunk.Failed, chunk.TotalRefs, w.deps.Config.OCR.MaxFailedFraction)
+	}
+	if errMsg != "" {
+		state = chunkError
+	}
+	body := chunkCallback(chunk, groups, errMsg)
+	return EndTasks(ctx, w.deps.Pool, river.ClientFromContext[pgx.Tx](ctx), PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
+		var e *string
+		if errMsg != "" {
+			e = &errMsg
+		}
+		n, err := db.New(tx).ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: state, Error: e})
+		if err != nil || n == 0 {
+			return false, err
+		}
+		typ := db.EventChunkCompleted
+		if state == chunkError {
+			typ = db.EventChunkFailed
+		}
+		body.Summary.ProcessingTimeMS = time.Since(derefTime(chunk.StartedAt)).Milliseconds()
+		return true, db.New(tx).EventRecord(ctx, db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: chunkID, Data: body})
+	})
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Now()
+	}
+	return *t
+}
+
+// ChunkCallback is spec 004's chunk callback body, which our chunks record
+// as their chunk.completed (or chunk.failed) event: per directory group
+// (spec 004's PI) the refs completed and failed, and a summary.
+type ChunkCallback struct {
+	BatchID string        `json:"batch_id"`
+	ChunkID string        `json:"chunk_id"`
+	Status  string        `json:"status"` // success | partial | error
+	Results []GroupResult `json:"results"`
+	Summary ChunkSummary  `json:"summary"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// GroupResult is one directory group's outcome in a chunk.
+type GroupResult struct {
+	PI            string      `json:"pi"` // the directory path
+	Status        string      `json:"status"`
+	RefsCompleted int64       `json:"refs_completed"`
+	RefsFailed    int64       `json:"refs_failed"`
+	RefsSkipped   int64       `json:"refs_skipped"`
+	FailedRefs    []FailedRef `json:"failed_refs,omitempty"`
+}
+
+// FailedRef is a ref that failed, with why.
+type FailedRef struct {
+	Filename string `json:"filename"`
+	Error    string `json:"error"`
+}
+
+// ChunkSummary counts a chunk's refs.
+type ChunkSummary struct {
+	TotalRefs        int32 `json:"total_refs"`
+	Completed        int32 `json:"completed"`
+	Failed           int32 `json:"failed"`
+	Skipped          int32 `json:"skipped"`
+	ProcessingTimeMS int64 `json:"processing_time_ms"`
+}
+
+func chunkCallback(c db.Chunk, groups []db.ChunkItemGroupResultsRow, errMsg string) ChunkCallback {
+	out := ChunkCallback{BatchID: c.BatchID, ChunkID: c.ChunkID, Status: resultStatus(int64(c.Failed), int64(c.TotalRefs-c.Skipped)),
+		Summary: ChunkSummary{TotalRefs: c.TotalRefs, Completed: c.Completed, Failed: c.Failed, Skipped: c.Skipped}, Error: errMsg}
+	if errMsg != "" {
+		out.Status = "error"
+	}
+	for _, g := range groups {
+		gr := GroupResult{PI: g.DirectoryPath, Status: resultStatus(g.Failed, g.Total-g.Skipped),
+			RefsCompleted: g.Completed, RefsFailed: g.Failed, RefsSkipped: g.Skipped}
+		_ = json.Unmarshal(g.FailedRefs, &gr.FailedRefs)
+		out.Results = append(out.Results, gr)
+	}
+	return out
+}
+
+// resultStatus is spec 004's status of a group of sent refs: success when
+// none failed, error when all did, partial in between.
+func resultStatus(failed, sent int64) string {
+	switch {
+	case failed == 0:
+		return "success"
+	case failed >= sent:
+		return "error"
+	default:
+		return "partial"
+	}
+}
