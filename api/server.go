@@ -64,6 +64,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/batches/:batchId/events", h.listEvents)
 	e.GET("/batches/:batchId/stream", h.streamBatch)
 	e.GET("/status/:batchId", h.getStatus)
+	e.GET("/status/:batchId/:chunkId", h.getChunkStatus)
 	e.POST("/callback/:batchId/:taskId", h.callback)
 	admin := e.Group("/admin", h.requireAdmin)
 	admin.POST("/reset/:batchId", h.resetBatch)

@@ -14,3 +14,12 @@ func (h *handlers) getStatus(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, st)
 }
+
+// getChunkStatus is GET /status/:batchId/:chunkId: spec 004's chunk status.
+func (h *handlers) getChunkStatus(c echo.Context) error {
+	st, err := h.svc.ChunkStatus(c.Request().Context(), c.Param("batchId"), c.Param("chunkId"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, st)
+}

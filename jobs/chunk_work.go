@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/ocr"
@@ -91,12 +93,23 @@ func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) error
 	return nil
 }
 
-// limitKey is the limiter bucket of a's chunk: one per provider, or with
-// OCR_LIMIT_PER_CHUNK one per chunk as spec 004 has it.
+// limitKey is the limiter bucket of a's chunk (OCRLimitKey).
 func (w *ChunkWorker) limitKey(a ChunkArgs) string {
-	key := "ocr:" + w.ocr.engine.Provider()
-	if w.deps.Config.OCR.LimitPerChunk {
-		key += ":" + a.BatchID + ":" + a.ChunkID
+	return OCRLimitKey(w.deps.Config, a.BatchID, a.ChunkID)
+}
+
+// OCRLimitKey is the limiter bucket a batch's OCR chunk takes its tokens
+// from: "ocr:" and the provider (OCR_API_URL's host, or "tesseract"), one
+// for every chunk of every process; with OCR_LIMIT_PER_CHUNK, one per
+// chunk as spec 004 has it ("ocr:<provider>:<batch>:<chunk>").
+func OCRLimitKey(cfg *config.Config, batchID, chunkID string) string {
+	provider := "tesseract"
+	if u, err := url.Parse(cfg.OCR.APIURL); err == nil && cfg.OCR.APIURL != "" {
+		provider = u.Host
+	}
+	key := "ocr:" + provider
+	if cfg.OCR.LimitPerChunk {
+		key += ":" + batchID + ":" + chunkID
 	}
 	return key
 }

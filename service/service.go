@@ -49,6 +49,8 @@ type Service struct {
 	// chunkAttempts is a chunk job's attempts (MAX_GLOBAL_RETRIES + 1),
 	// for the jobs a retry enqueues.
 	chunkAttempts int
+	// cfg names the OCR limiter's bucket and shape, for chunk status.
+	cfg *config.Config
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
@@ -61,7 +63,7 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	}
 	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
 		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, Logger: logger, Metrics: m}),
-		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1}
+		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
 	return s
 }
 
@@ -153,6 +155,8 @@ type Status struct {
 	Phases      []PhaseProgress `json:"phases"`
 	// Ingest is the delivery of the final manifest to the ingest service.
 	Ingest Ingest `json:"ingest"`
+	// OCR is the batch's OCR phase, while it has one (chunks written).
+	OCR *OCRProgress `json:"ocr,omitempty"`
 }
 
 // Ingest reports delivery of a finished batch to the ingest service.
@@ -185,6 +189,13 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
 		}
+	}
+	if st.OCR, err = ocrProgress(ctx, q, batchID); err != nil {
+		return Status{}, err
+	}
+	if st.OCR != nil && b.Phase != nil && *b.Phase == string(phases.OCR) {
+		// The phase's progress is its refs: it has no tasks.
+		st.Progress = Progress{TasksTotal: int64(st.OCR.RefsTotal), TasksCompleted: int64(st.OCR.RefsDone), TasksFailed: int64(st.OCR.RefsFailed)}
 	}
 	return st, nil
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/ocrfixture"
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -59,6 +61,9 @@ type Env struct {
 	// Metrics is the orchestrator's metrics, on a registry of this Env's
 	// own.
 	Metrics *metrics.Metrics
+
+	deps     jobs.Deps
+	settings map[string]string
 }
 
 // Options adjust an Env.
@@ -83,6 +88,16 @@ type Options struct {
 	Build jobs.BuildSizes
 	// Hooks are the River client's test hooks (jobs.ClientConfig.TestHooks).
 	Hooks *jobs.TestHooks
+	// ImageRefs makes the image phase's fake workers write each image's
+	// variants and ref (ocrfixture.ImageWorker), so the OCR phase has real
+	// objects to read; Behave is then unused. CDN_BUCKET is the test's
+	// bucket.
+	ImageRefs bool
+	// Queues limits the orchestrator's River client to these queues
+	// (jobs.ClientConfig.Queues); empty works them all.
+	Queues []string
+	// EditRef is ocrfixture.Stores.Edit for ImageRefs: hostile refs.
+	EditRef func(inputKey string, variants map[string]string) (writeVariants bool)
 }
 
 // testSettings make batches move fast in tests.
@@ -104,7 +119,7 @@ var testSettings = func() map[string]string {
 // New starts an orchestrator for the test and stops it when the test ends.
 func New(t *testing.T, opts Options) *Env {
 	t.Helper()
-	pool := dbtest.New(t)
+	pool, dbURL := dbtest.NewWithURL(t)
 	// Runs after every other cleanup (the orchestrator has stopped).
 	t.Cleanup(func() { requireTaskCountsExact(t, pool) })
 	s3 := s3test.Start(t)
@@ -116,7 +131,11 @@ func New(t *testing.T, opts Options) *Env {
 	store, err := blob.NewS3(scfg)
 	require.NoError(t, err)
 
-	fly := fakefly.New(t, fakefly.Options{Token: flyToken, Behave: opts.Behave})
+	behave := opts.Behave
+	if opts.ImageRefs {
+		behave = ocrfixture.ImageWorker(ocrfixture.Stores{Store: store, StagingBucket: bucket, CDNBucket: bucket, CDNPublicURL: testSettings["CDN_PUBLIC_URL"], Edit: opts.EditRef})
+	}
+	fly := fakefly.New(t, fakefly.Options{Token: flyToken, Behave: behave})
 	ingest := newIngest(t)
 
 	// The API's URL must be known before the configuration (workers call
@@ -128,7 +147,7 @@ func New(t *testing.T, opts Options) *Env {
 	t.Cleanup(srv.Close)
 
 	settings := map[string]string{
-		"DATABASE_URL":         "unused: tests pass the pool",
+		"DATABASE_URL":         dbURL, // for child processes: the Env's own client is given the pool
 		"ORCHESTRATOR_URL":     srv.URL,
 		"WORKER_URL":           ingest.URL,
 		"R2_ENDPOINT":          scfg.Endpoint,
@@ -137,6 +156,9 @@ func New(t *testing.T, opts Options) *Env {
 		"R2_BUCKET":            bucket,
 		"FLY_API_TOKEN":        flyToken,
 		"FLY_FLAPS_BASE_URL":   fly.URL,
+	}
+	if opts.ImageRefs {
+		settings["CDN_BUCKET"] = bucket
 	}
 	for k, v := range testSettings {
 		settings[k] = v
@@ -154,19 +176,11 @@ func New(t *testing.T, opts Options) *Env {
 	m := metrics.New(metrics.Config{Pool: pool, Logger: logger})
 	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
 	require.NoError(t, err)
-	client, err := jobs.NewClient(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
-	}, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks})
+	deps := jobs.Deps{Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m}
+	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks, Queues: opts.Queues})
 	require.NoError(t, err)
 	if !opts.NoWorkers {
-		ctx, cancel := context.WithCancel(context.Background())
-		require.NoError(t, client.Start(ctx))
-		t.Cleanup(func() {
-			stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer stopCancel()
-			_ = client.Stop(stopCtx)
-			cancel()
-		})
+		startClient(t, client)
 	}
 
 	apiCtx, apiCancel := context.WithCancel(context.Background())
@@ -179,8 +193,38 @@ func New(t *testing.T, opts Options) *Env {
 	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken})
 	require.NoError(t, err)
 	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv,
-		Client: apiClient, Metrics: m}
+		Client: apiClient, Metrics: m, deps: deps, settings: settings}
 }
+
+// startClient starts a River client until the test ends.
+func startClient(t *testing.T, client *river.Client[pgx.Tx]) {
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stopCancel()
+		_ = client.Stop(stopCtx)
+		cancel()
+	})
+}
+
+// StartClient starts another River client on the same database, store
+// and configuration, as a second orchestrator process would (e.g. with
+// cfg.Queues ["ocr"]), until the test ends.
+func (e *Env) StartClient(t *testing.T, cfg jobs.ClientConfig) *river.Client[pgx.Tx] {
+	t.Helper()
+	if cfg.FetchPollInterval == 0 {
+		cfg.FetchPollInterval = 100 * time.Millisecond
+	}
+	client, err := jobs.NewClient(e.deps, cfg)
+	require.NoError(t, err)
+	startClient(t, client)
+	return client
+}
+
+// Settings are the environment the Env's configuration was loaded from,
+// for a child process that should run as this orchestrator does.
+func (e *Env) Settings() map[string]string { return maps.Clone(e.settings) }
 
 // PutObject stores body at key in the test's bucket.
 func (e *Env) PutObject(t *testing.T, key string, body []byte) {
@@ -226,7 +270,13 @@ func (e *Env) Status(t *testing.T, id string) service.Status {
 // passes) and returns it. Polling a condition, not sleeping a guess.
 func (e *Env) AwaitStatus(t *testing.T, id string, done func(service.Status) bool) service.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return e.AwaitStatusWithin(t, id, 60*time.Second, done)
+}
+
+// AwaitStatusWithin is AwaitStatus with a deadline of limit.
+func (e *Env) AwaitStatusWithin(t *testing.T, id string, limit time.Duration, done func(service.Status) bool) service.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	st, err := e.Client.Await(ctx, id, 20*time.Millisecond, func(st apiclient.Status) bool { return done(serviceStatus(t, st)) })
 	if errors.Is(err, context.DeadlineExceeded) {
