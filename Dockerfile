@@ -17,11 +17,12 @@ RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/worker ./cmd/worke
 
 # The same Debian release as the build stage, so the libvips the worker was
 # built against (8.14) is the one it runs with. libvips42 brings its poppler
-# module (pdfload); poppler-utils brings pdfinfo and pdftotext; curl is for
-# the health check (GET /healthz).
+# module (pdfload); poppler-utils brings pdfinfo and pdftotext; tesseract-ocr
+# (with its English data) is the OCR phase's local engine when no
+# OCR_API_URL is set; curl is for the health check (GET /healthz).
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libvips42 poppler-utils ca-certificates curl \
+ && apt-get install -y --no-install-recommends libvips42 poppler-utils tesseract-ocr tesseract-ocr-eng ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/orchestrator /out/worker /usr/local/bin/
 ENV LISTEN_ADDR=:8080 \

@@ -52,6 +52,8 @@ type Status struct {
 	Phases []PhaseProgress `json:"phases"`
 	// Ingest is the delivery of the final manifest to the ingest service.
 	Ingest Ingest `json:"ingest"`
+	// OCR is the batch's OCR phase, once its chunks are written.
+	OCR *OCRProgress `json:"ocr,omitempty"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`
@@ -85,4 +87,15 @@ type Ingest struct {
 	Attempts    int32      `json:"attempts"`
 	LastError   *string    `json:"last_error"`
 	DeliveredAt *time.Time `json:"delivered_at"`
+}
+
+// OCRProgress counts a batch's OCR chunks and refs by outcome.
+type OCRProgress struct {
+	ChunksTotal int32 `json:"chunks_total"`
+	ChunksDone  int32 `json:"chunks_done"`
+	ChunksError int32 `json:"chunks_error"`
+	RefsTotal   int32 `json:"refs_total"`
+	RefsDone    int32 `json:"refs_done"`
+	RefsFailed  int32 `json:"refs_failed"`
+	RefsSkipped int32 `json:"refs_skipped"`
 }

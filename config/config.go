@@ -295,14 +295,12 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 	apps := make(map[string]string) // Fly app -> the Short of the phase using it
 	for _, spec := range specs {
 		name, def := string(spec.Name), spec.Defaults
-		pc := Phase{
-			BatchSize:   r.positiveInt("BATCH_SIZE_"+name, def.BatchSize),
-			AlarmDelay:  r.millis("ALARM_DELAY_"+name, def.AlarmDelay),
-			TaskTimeout: r.millis("TASK_TIMEOUT_"+name, def.TaskTimeout),
-			MemoryMB:    def.Guest.MemoryMB,
-			CPUs:        def.Guest.CPUs,
-			CPUKind:     def.Guest.CPUKind,
-			Env:         make(map[string]string, len(spec.Settings)),
+		pc := Phase{Env: make(map[string]string, len(spec.Settings))}
+		if spec.Executor == phases.Machine {
+			pc.BatchSize = r.positiveInt("BATCH_SIZE_"+name, def.BatchSize)
+			pc.AlarmDelay = r.millis("ALARM_DELAY_"+name, def.AlarmDelay)
+			pc.TaskTimeout = r.millis("TASK_TIMEOUT_"+name, def.TaskTimeout)
+			pc.MemoryMB, pc.CPUs, pc.CPUKind = def.Guest.MemoryMB, def.Guest.CPUs, def.Guest.CPUKind
 		}
 		for _, st := range spec.Settings {
 			pc.Env[st.Name] = strconv.Itoa(r.intIn(st.Name, st.Default, st.Min, st.Max))

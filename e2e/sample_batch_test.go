@@ -115,7 +115,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	// submit uploads the folder, posts the batch and follows it to DONE.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	submit := exec.CommandContext(ctx, orchestrator, "submit", "-url", base, "-batch-id", batchID, sample)
+	submit := exec.CommandContext(ctx, orchestrator, "submit", "-url", base, "-batch-id", batchID, "-ocr", sample)
 	submit.Env = env
 	var stdout, stderr bytes.Buffer
 	submit.Stdout, submit.Stderr = &stdout, &stderr
@@ -147,32 +147,40 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &processed))
 	got := map[string]string{}
 	var refs []string
+	refPath := map[string]string{} // ref key -> logical path
 	for _, d := range processed.Manifest.Directories {
 		for _, f := range d.Files {
 			got[f.LogicalPath] = strings.Join(f.Tags, ",")
 			if strings.HasSuffix(f.R2Key, ".ref.json") {
 				refs = append(refs, f.R2Key)
+				refPath[f.R2Key] = f.LogicalPath
 			}
 		}
 	}
+	// Submitted with -ocr: every image ref is transcribed by the local
+	// engine (tesseract), but the PDF pages that have a text layer, which
+	// are skipped.
+	const ocrDone = "ImageProcessor,OCR"
 	want := map[string]string{
-		"/scans/lzw.tif": "TiffConverter:source", "/scans/lzw.jpg.ref.json": "ImageProcessor",
-		"/scans/jpeg-ycbcr.tif": "TiffConverter:source", "/scans/jpeg-ycbcr.jpg.ref.json": "ImageProcessor",
-		"/scans/cmyk.tif": "TiffConverter:source", "/scans/cmyk.jpg.ref.json": "ImageProcessor",
-		"/scans/16bit.tif": "TiffConverter:source", "/scans/16bit.jpg.ref.json": "ImageProcessor",
+		"/scans/lzw.tif": "TiffConverter:source", "/scans/lzw.jpg.ref.json": ocrDone,
+		"/scans/jpeg-ycbcr.tif": "TiffConverter:source", "/scans/jpeg-ycbcr.jpg.ref.json": ocrDone,
+		"/scans/cmyk.tif": "TiffConverter:source", "/scans/cmyk.jpg.ref.json": ocrDone,
+		"/scans/16bit.tif": "TiffConverter:source", "/scans/16bit.jpg.ref.json": ocrDone,
 		"/scans/multipage.tif":               "TiffConverter:source",
-		"/scans/multipage-p1.jpg.ref.json":   "ImageProcessor",
-		"/scans/multipage-p2.jpg.ref.json":   "ImageProcessor",
-		"/scans/multipage-p3.jpg.ref.json":   "ImageProcessor",
-		"/photos/photo.jpg.ref.json":         "ImageProcessor",
-		"/photos/graphic.png.ref.json":       "ImageProcessor",
+		"/scans/multipage-p1.jpg.ref.json":   ocrDone,
+		"/scans/multipage-p2.jpg.ref.json":   ocrDone,
+		"/scans/multipage-p3.jpg.ref.json":   ocrDone,
+		"/scans/typed-page.tif":              "TiffConverter:source",
+		"/scans/typed-page.jpg.ref.json":     ocrDone,
+		"/photos/photo.jpg.ref.json":         ocrDone,
+		"/photos/graphic.png.ref.json":       ocrDone,
 		"/documents/letter.pdf":              "PdfPages:source",
-		"/documents/letter-p1.jpg.ref.json":  "ImageProcessor",
+		"/documents/letter-p1.jpg.ref.json":  "ImageProcessor", // skipped: the page has a text layer
 		"/documents/letter-p1.txt":           "PdfPages:text",
 		"/documents/minutes.pdf":             "PdfPages:source",
 		"/documents/minutes-p1.jpg.ref.json": "ImageProcessor",
 		"/documents/minutes-p1.txt":          "PdfPages:text",
-		"/documents/minutes-p2.jpg.ref.json": "ImageProcessor", // a scan: no text layer
+		"/documents/minutes-p2.jpg.ref.json": ocrDone, // a scan: no text layer
 		"/documents/minutes-p3.jpg.ref.json": "ImageProcessor",
 		"/documents/minutes-p3.txt":          "PdfPages:text",
 		"/metadata/record.json":              "",
@@ -209,12 +217,31 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 			Width    int               `json:"width"`
 			Height   int               `json:"height"`
 			Variants map[string]string `json:"variants"`
+			OCR      *struct {
+				Text     string `json:"text"`
+				Provider string `json:"provider"`
+				Model    string `json:"model"`
+			} `json:"ocr"`
 		}
 		require.NoError(t, json.Unmarshal(b, &ref), key)
 		require.NotEmpty(t, ref.URL, key)
 		require.Positive(t, ref.Width, key)
 		require.Positive(t, ref.Height, key)
-		require.Equal(t, strings.TrimSuffix(filepath.Base(key), ".ref.json"), ref.Filename)
+		require.Equal(t, strings.TrimSuffix(filepath.Base(refPath[key]), ".ref.json"), ref.Filename)
+		// A transcribed ref is a new object beside the image phase's, with
+		// the text; a skipped one is the image phase's own.
+		transcribed := strings.HasSuffix(got[refPath[key]], ",OCR")
+		require.Equal(t, transcribed, strings.HasSuffix(key, ".ocr.ref.json"), key)
+		require.Equal(t, transcribed, ref.OCR != nil, key)
+		if transcribed {
+			require.Equal(t, "tesseract", ref.OCR.Provider, key)
+			require.Contains(t, ref.OCR.Model, "tesseract", key)
+		}
+		if refPath[key] == "/scans/typed-page.jpg.ref.json" {
+			// The scanned page of printed text, read back by real OCR.
+			require.Contains(t, ref.OCR.Text, "ARCHIVAL INGEST SAMPLE")
+			require.Contains(t, ref.OCR.Text, "This page was printed and scanned.")
+		}
 		require.Len(t, ref.Variants, 3, key)
 		for name, u := range ref.Variants {
 			require.True(t, strings.HasPrefix(u, "http://"+s3Addr+"/arke-cdn/"), "%s variant %s: %s", key, name, u)
@@ -223,7 +250,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok, "variant %s of %s missing", name, key)
 		}
-		original := strings.TrimSuffix(key, ".ref.json")
+		original := prefix + strings.TrimSuffix(refPath[key], ".ref.json")[1:]
 		ok, err := store.Exists(ctx, "arke-archive", original)
 		require.NoError(t, err)
 		require.True(t, ok, "archive copy of %s", original)
@@ -251,9 +278,12 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	}
 	for _, line := range []string{
 		`orchestrator_batches_started_total 1`,
-		`orchestrator_tasks_finished_total{outcome="completed",phase="TIFF_CONVERSION"} 5`,
+		`orchestrator_tasks_finished_total{outcome="completed",phase="TIFF_CONVERSION"} 6`,
 		`orchestrator_tasks_finished_total{outcome="completed",phase="PDF_PAGES"} 2`,
-		`orchestrator_tasks_finished_total{outcome="completed",phase="IMAGE_PROCESSING"} 13`,
+		`orchestrator_tasks_finished_total{outcome="completed",phase="IMAGE_PROCESSING"} 14`,
+		`orchestrator_chunk_items_finished_total{outcome="done",phase="OCR"} 11`,
+		`orchestrator_chunk_items_finished_total{outcome="skipped",phase="OCR"} 3`,
+		`orchestrator_provider_requests_total{outcome="success",provider="tesseract"} 11`,
 		`orchestrator_river_jobs{queue="default",state="completed"}`,
 		`go_goroutines`,
 		`process_resident_memory_bytes`,

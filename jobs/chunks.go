@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -129,7 +130,7 @@ func enterChunkedPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, p
 	}}); err != nil {
 		return err
 	}
-	d.Metrics.ChunkItemsFinished(string(name), "skipped", skipped)
+	d.Metrics.ChunkItemsFinished(string(name), metrics.ItemSkipped, skipped)
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	if _, err := client.InsertManyTx(ctx, tx, chunkParams(batchID, name, ids, d.chunkMaxAttempts())); err != nil {
 		return fmt.Errorf("enqueueing the chunks of %s %s: %w", batchID, name, err)

@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -171,23 +170,9 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "task_sweep"},
 		))
 	}
-	queues := map[string]river.QueueConfig{
-		river.QueueDefault: {MaxWorkers: cfg.MaxWorkers},
-		BuildQueue:         {MaxWorkers: buildWorkers},
-	}
-	for _, q := range ChunkQueues() {
-		queues[q] = river.QueueConfig{MaxWorkers: deps.Config.OCR.Workers}
-	}
-	if len(cfg.Queues) > 0 {
-		only := make(map[string]river.QueueConfig, len(cfg.Queues))
-		for _, q := range cfg.Queues {
-			qc, ok := queues[q]
-			if !ok {
-				return nil, fmt.Errorf("jobs: no queue %q (the queues are %s)", q, strings.Join(slices.Sorted(maps.Keys(queues)), ", "))
-			}
-			only[q] = qc
-		}
-		queues = only
+	queues, err := queueConfigs(deps.Config, cfg.MaxWorkers, cfg.Queues)
+	if err != nil {
+		return nil, err
 	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		Logger:            deps.Logger,
@@ -205,6 +190,45 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		JobTimeout:           chunkTimeout(deps.Config.OCR.Timeout),
 		RescueStuckJobsAfter: chunkTimeout(deps.Config.OCR.Timeout),
 	})
+}
+
+// queueConfigs are the River queues a client works: every queue, or only
+// those named in only.
+func queueConfigs(c *config.Config, maxWorkers int, only []string) (map[string]river.QueueConfig, error) {
+	queues := map[string]river.QueueConfig{
+		river.QueueDefault: {MaxWorkers: maxWorkers},
+		BuildQueue:         {MaxWorkers: buildWorkers},
+	}
+	for _, q := range ChunkQueues() {
+		queues[q] = river.QueueConfig{MaxWorkers: c.OCR.Workers}
+	}
+	if len(only) == 0 {
+		return queues, nil
+	}
+	if err := CheckQueues(only); err != nil {
+		return nil, err
+	}
+	picked := make(map[string]river.QueueConfig, len(only))
+	for _, q := range only {
+		picked[q] = queues[q]
+	}
+	return picked, nil
+}
+
+// Queues names every River queue: "default" (batches, phases, launches,
+// callbacks' follow-ups), "phase_build", and each chunked phase's ("ocr").
+func Queues() []string {
+	return append([]string{river.QueueDefault, BuildQueue}, ChunkQueues()...)
+}
+
+// CheckQueues refuses a name that is not one of Queues.
+func CheckQueues(names []string) error {
+	for _, q := range names {
+		if !slices.Contains(Queues(), q) {
+			return fmt.Errorf("no job queue %q (the queues are %s)", q, strings.Join(Queues(), ", "))
+		}
+	}
+	return nil
 }
 
 // jobDefaults is river.WorkerDefaults with our jobs' usual timeout,

@@ -28,7 +28,9 @@ import (
 const usage = `orchestrator: the archival ingest preprocessing orchestrator
 
 Usage:
-  orchestrator serve [-no-migrate]   run the HTTP API and the job workers
+  orchestrator serve [-no-migrate] [-queues Q,...]
+                                     run the HTTP API and the job workers (-queues ocr:
+                                     only OCR chunks; queues: default, phase_build, ocr)
   orchestrator migrate               apply pending database migrations and exit
   orchestrator submit [flags] DIR    upload a folder as a batch and follow it (submit -h)
   orchestrator status [-json] ID     print a batch's status

@@ -43,6 +43,13 @@ func TestUnknownCommand(t *testing.T) {
 	require.Contains(t, stderr.String(), "orchestrator serve")
 }
 
+func TestServeRefusesUnknownQueue(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve", "-queues", "ocr,nope"}, io.Discard, &stderr)
+	require.ErrorAs(t, err, new(usageError))
+	require.EqualError(t, err, `no job queue "nope" (the queues are default, phase_build, ocr)`)
+}
+
 // TestServeOnEmbeddedDefaults runs `orchestrator serve` as a newcomer would:
 // an empty database (migrated on start), no R2 settings (so the local S3
 // server starts), then spec 001's example batch goes from PENDING to its

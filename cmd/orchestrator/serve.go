@@ -56,7 +56,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	noMigrate := fs.Bool("no-migrate", false, "do not apply pending migrations on start")
+	queuesFlag := fs.String("queues", "", "work only these job queues, comma-separated (e.g. ocr: a process that works OCR chunks and nothing else); default all")
 	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	var queues []string
+	for q := range strings.SplitSeq(*queuesFlag, ",") {
+		if q = strings.TrimSpace(q); q != "" {
+			queues = append(queues, q)
+		}
+	}
+	if err := jobs.CheckQueues(queues); err != nil {
 		return usageError{err.Error()}
 	}
 	cfg, logger, pool, err := begin(ctx, stderr, (*config.Config).CheckServe)
@@ -107,7 +117,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer stopMetrics()
 	riverClient, err := jobs.NewClient(jobs.Deps{
 		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
-	}, jobs.ClientConfig{})
+	}, jobs.ClientConfig{Queues: queues})
 	if err != nil {
 		return err
 	}

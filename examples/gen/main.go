@@ -114,6 +114,12 @@ func Batch() ([]File, error) {
 	}
 	files = append(files, File{"documents/minutes.pdf", "three-page PDF: text, a scanned page without text, text (becomes minutes-p1.jpg ... -p3.jpg, minutes-p1.txt and minutes-p3.txt)", minutes})
 
+	typed, err := typedPage()
+	if err != nil {
+		return nil, fmt.Errorf("typed page: %w", err)
+	}
+	files = append(files, File{"scans/typed-page.tif", "a scanned page of printed text, grey, LZW (becomes typed-page.jpg and its .ref.json; with submit -ocr the ref carries the page's text)", typed})
+
 	record, err := recordJSON(files)
 	if err != nil {
 		return nil, err
@@ -204,4 +210,52 @@ func inventoryCSV(files []File) ([]byte, error) {
 	}
 	w.Flush()
 	return b.Bytes(), w.Error()
+}
+
+// typedLines are the printed text of scans/typed-page.tif, which OCR reads
+// back (the local engine, tesseract, on the large variant).
+var typedLines = []string{
+	"ARCHIVAL INGEST SAMPLE",
+	"",
+	"This page was printed and scanned.",
+	"Submit the batch with -ocr and the OCR phase",
+	"writes this text into the page's ref.",
+}
+
+// typedPage is a scanned page of printed text: a PDF page of typed lines
+// rendered at 200 dpi by libvips' PDF loader (poppler) as a grey LZW TIFF,
+// as a scanner makes one, with no text layer.
+func typedPage() ([]byte, error) {
+	pdf, err := samples.PDF([]samples.PDFPage{{Width: 612, Height: 180, Lines: typedLines}}, samples.PDFOptions{})
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "typed-page")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "page.pdf")
+	if err := os.WriteFile(src, pdf, 0o600); err != nil {
+		return nil, err
+	}
+	if err := vips.AllowPDF(); err != nil {
+		return nil, err
+	}
+	im, err := vips.Open(src, "dpi=200")
+	if err != nil {
+		return nil, err
+	}
+	defer im.Close()
+	grey, err := im.Colourspace(vips.InterpretationBW)
+	if err != nil {
+		return nil, err
+	}
+	defer grey.Close()
+	flat, err := grey.ForJPEG() // the alpha of the render flattened onto white: one grey band
+	if err != nil {
+		return nil, err
+	}
+	defer flat.Close()
+	return flat.Save(".tif[compression=lzw]")
 }

@@ -41,6 +41,7 @@ func TestBatch(t *testing.T) {
 		"scans/cmyk.tif":       {vips.InterpretationCMYK, vips.FormatUchar, 1},
 		"scans/16bit.tif":      {vips.InterpretationRGB16, vips.FormatUshort, 1},
 		"scans/multipage.tif":  {vips.InterpretationSRGB, vips.FormatUchar, 3},
+		"scans/typed-page.tif": {vips.InterpretationBW, vips.FormatUchar, 1},
 	} {
 		im, err := vips.Open(byPath[path], "")
 		require.NoError(t, err, path)

@@ -163,10 +163,12 @@ func settingsTable(specs []phases.Spec) string {
 			}
 			row(ph, "FLY_"+sp.Short+"_APP_NAME", "`"+d.FlyAppName+"`", machines)
 			row(ph, "FLY_"+sp.Short+"_WORKER_IMAGE", "`"+d.WorkerImage+"`", "image its machines run")
+			row(ph, "BATCH_SIZE_"+n, fmt.Sprintf("`%d`", d.BatchSize), "tasks launched per round")
+			row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
+			row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "a task still processing after this fails (ms)")
+		} else {
+			row(ph, sp.Short+"_CHUNK_SIZE", fmt.Sprintf("`%d`", d.ChunkSize), fmt.Sprintf("%s in chunks, no machines: directory groups per chunk (1 to 10000)", sp.Title))
 		}
-		row(ph, "BATCH_SIZE_"+n, fmt.Sprintf("`%d`", d.BatchSize), "tasks launched per round")
-		row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
-		row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "a task still processing after this fails (ms)")
 		for _, st := range sp.Settings {
 			row(ph, st.Name, fmt.Sprintf("`%d`", st.Default), fmt.Sprintf("%s (%d to %d; passed to its machines)", st.Doc, st.Min, st.Max))
 		}

@@ -8,8 +8,8 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 )
 
-// TestSettingsTableChunked: a chunked phase gets no Fly rows (config reads
-// none for it) and no worker program.
+// TestSettingsTableChunked: a chunked phase gets no Fly or launch rows
+// (config reads none for it), its chunk size, and no worker program.
 func TestSettingsTableChunked(t *testing.T) {
 	t.Parallel()
 	machine := phases.All()[0].Spec()
@@ -17,7 +17,8 @@ func TestSettingsTableChunked(t *testing.T) {
 	table := settingsTable([]phases.Spec{machine, chunked})
 	require.Contains(t, table, "FLY_"+machine.Short+"_APP_NAME")
 	require.NotContains(t, table, "FLY_CHUNKY_")
-	require.Contains(t, table, "BATCH_SIZE_CHUNKY")
+	require.NotContains(t, table, "BATCH_SIZE_CHUNKY")
+	require.Contains(t, table, "`CHUNKY_CHUNK_SIZE` | `10`")
 	for _, s := range machineSpecs() {
 		require.Equal(t, phases.Machine, s.Executor)
 	}
