@@ -397,3 +397,50 @@ func TestOCRAdminRetryRequeuesFailedItems(t *testing.T) {
 		`SELECT (data->>'items')::int FROM batch_events WHERE batch_id = $1 AND type = 'chunk.items_requeued'`, id).Scan(&requeued))
 	require.Equal(t, 2, requeued)
 }
+
+// TestOCRResetThenRetry: an admin reset in the middle of OCR stops the
+// batch (its chunk jobs cancelled, its chunks left as they were); a retry
+// resumes OCR where it stopped, without sending a done ref again.
+func TestOCRResetThenRetry(t *testing.T) {
+	t.Parallel()
+	const id = "OCR-RESET"
+	slow := variantText("staging/" + id + "/a/p003.jpg")
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	fake := fakeocr.New(t, fakeocr.Options{Behave: func(r fakeocr.Request) fakeocr.Behavior {
+		if r.Text == slow {
+			<-gate
+		}
+		return fakeocr.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: ocrSettings(fake, map[string]string{"MAX_CONCURRENT_PER_ALARM": "1"})})
+	env.Submit(t, id, images("/a", 6, ocrOn))
+	env.AwaitStatus(t, id, func(st service.Status) bool { return st.OCR != nil && st.OCR.RefsDone == 3 })
+
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	open() // the ref in flight during the reset is answered
+	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status == "ERROR" })
+	require.Equal(t, "Manually reset by admin", *st.Error)
+
+	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+	for code == http.StatusConflict && strings.Contains(string(body), "still stopping") {
+		code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+	}
+	require.Equal(t, http.StatusOK, code, string(body))
+	st = env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 6, RefsDone: 6}, st.OCR)
+	ok := map[string]int{}
+	for _, r := range fake.Requests() {
+		if r.Status == http.StatusOK {
+			ok[r.Text]++
+		}
+	}
+	require.Len(t, ok, 6)
+	for text, n := range ok {
+		require.Equal(t, 1, n, "sent again after its result was committed: %q", text)
+	}
+}

@@ -194,8 +194,9 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 		return Status{}, err
 	}
 	if st.OCR != nil && b.Phase != nil && *b.Phase == string(phases.OCR) {
-		// The phase's progress is its refs: it has no tasks.
-		st.Progress = Progress{TasksTotal: int64(st.OCR.RefsTotal), TasksCompleted: int64(st.OCR.RefsDone), TasksFailed: int64(st.OCR.RefsFailed)}
+		// The phase's progress is its refs (it has no tasks); a skipped ref
+		// needed nothing and is complete.
+		st.Progress = Progress{TasksTotal: int64(st.OCR.RefsTotal), TasksCompleted: int64(st.OCR.RefsDone + st.OCR.RefsSkipped), TasksFailed: int64(st.OCR.RefsFailed)}
 	}
 	return st, nil
 }

@@ -711,7 +711,11 @@ func statusLine(st client.Status) string {
 	case client.StatusError:
 		return client.StatusError
 	}
-	line := fmt.Sprintf("%s %s %d/%d tasks", st.Status, bar(p.TasksCompleted+p.TasksFailed, p.TasksTotal), p.TasksCompleted+p.TasksFailed, p.TasksTotal)
+	unit := "tasks"
+	if st.OCR != nil && st.Phase != nil && *st.Phase == "OCR" {
+		unit = "refs" // the OCR phase has no tasks: progress counts its refs
+	}
+	line := fmt.Sprintf("%s %s %d/%d %s", st.Status, bar(p.TasksCompleted+p.TasksFailed, p.TasksTotal), p.TasksCompleted+p.TasksFailed, p.TasksTotal, unit)
 	if p.TasksFailed > 0 {
 		line += fmt.Sprintf(" (%d failed)", p.TasksFailed)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -624,4 +625,14 @@ func TestContentType(t *testing.T) {
 	}
 	require.Equal(t, "image/tiff", contentType("SCAN.TIFF"))
 	require.Equal(t, "text/markdown", contentType("a.md"))
+}
+
+func TestStatusLine(t *testing.T) {
+	t.Parallel()
+	ocr := "OCR"
+	image := "IMAGE_PROCESSING"
+	require.Equal(t, "IMAGE_PROCESSING [##########----------] 2/4 tasks (1 failed)",
+		statusLine(client.Status{Status: image, Phase: &image, Progress: client.Progress{TasksTotal: 4, TasksCompleted: 1, TasksFailed: 1}}))
+	require.Equal(t, "OCR [###############-----] 3/4 refs",
+		statusLine(client.Status{Status: ocr, Phase: &ocr, OCR: &client.OCRProgress{RefsTotal: 4}, Progress: client.Progress{TasksTotal: 4, TasksCompleted: 3}}))
 }
