@@ -155,24 +155,16 @@ func (r chunkRun) work(ctx context.Context) error {
 
 	cfg := r.w.deps.Config.OCR
 	want := min(int64(cfg.MaxConcurrentPerAlarm), prog.Pending)
-	grants := make([]ratelimit.Grant, 0, want)
-	var wait time.Duration
-	for int64(len(grants)) < want {
-		g, err := r.w.limiter.TakeAdaptive(ctx, r.key, r.limit)
-		if err != nil {
-			return err
-		}
-		if !g.Granted {
-			wait = g.Wait
-			break
-		}
-		grants = append(grants, g)
+	granted, grant, err := r.w.limiter.TakeAdaptiveN(ctx, r.key, r.limit, int(want))
+	if err != nil {
+		return err
 	}
-	if len(grants) == 0 {
+	wait := grant.Wait
+	if granted == 0 {
 		return river.JobSnooze(jitter(wait, cfg.AlarmInterval))
 	}
 	items, err := q.ChunkItemClaimPending(ctx, db.ChunkItemClaimPendingParams{
-		BatchID: batchID, Phase: phase, ChunkID: chunkID, MaxItems: int32(len(grants)),
+		BatchID: batchID, Phase: phase, ChunkID: chunkID, MaxItems: int32(granted),
 	})
 	if err != nil {
 		return fmt.Errorf("claiming items of chunk %s: %w", chunkID, err)
@@ -184,9 +176,9 @@ func (r chunkRun) work(ctx context.Context) error {
 		fatal    error // a database failure: the run fails
 		stopWith string
 	)
-	for i, it := range items {
+	for _, it := range items {
 		wg.Go(func() {
-			stop, err := r.item(ctx, it, grants[i])
+			stop, err := r.item(ctx, it, grant)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && fatal == nil {

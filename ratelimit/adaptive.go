@@ -42,6 +42,35 @@ func (l *Limiter) TakeAdaptive(ctx context.Context, key string, p Adaptive) (Gra
 	return g, nil
 }
 
+// TakeAdaptiveN takes up to n tokens from the adaptive bucket named key
+// in one transaction, as TakeAdaptive takes one: a caller about to make
+// several requests at once pays one round of locking for all of them.
+// Granted is how many it took (each to be reported, with TakenAt = At);
+// when fewer than n, Wait is how long until the next token may be.
+func (l *Limiter) TakeAdaptiveN(ctx context.Context, key string, p Adaptive, n int) (granted int, g Grant, err error) {
+	if n < 1 {
+		return 0, Grant{}, errors.New("rate limit: n must be positive")
+	}
+	err = l.update(ctx, key, p, func(b Bucket, now time.Time) Bucket {
+		granted, g = 0, Grant{At: now, Bucket: b}
+		for granted < n {
+			next, ok, wait := g.Bucket.Take(now)
+			g.Bucket = next
+			if !ok {
+				g.Wait = wait
+				break
+			}
+			granted++
+		}
+		g.Granted = granted > 0
+		return g.Bucket
+	})
+	if err != nil {
+		return 0, Grant{}, fmt.Errorf("taking %d tokens from %s: %w", n, key, err)
+	}
+	return granted, g, nil
+}
+
 // Report applies one request's outcome to the adaptive bucket named key
 // (see Bucket.Apply) and returns the bucket's new state and whether its
 // limits changed. Each call applies its outcome exactly once, however many

@@ -25,6 +25,30 @@ func twoProcesses(t *testing.T) []*ratelimit.Limiter {
 	return []*ratelimit.Limiter{ratelimit.New(pool), ratelimit.New(other)}
 }
 
+func TestAdaptiveTakeN(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.New(dbtest.New(t))
+	ctx := context.Background()
+	p := ratelimit.DefaultAdaptive()
+
+	n, g, err := l.TakeAdaptiveN(ctx, "ocr", p, 3)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "3 of a fresh bucket's 5")
+	require.True(t, g.Granted)
+	require.Zero(t, g.Wait)
+	n, g, err = l.TakeAdaptiveN(ctx, "ocr", p, 5)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "what was left")
+	require.Greater(t, g.Wait, time.Duration(0))
+	require.Less(t, g.Bucket.Tokens, 1.0)
+	n, g, err = l.TakeAdaptiveN(ctx, "ocr", p, 1)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.False(t, g.Granted)
+	_, _, err = l.TakeAdaptiveN(ctx, "ocr", p, 0)
+	require.Error(t, err)
+}
+
 func TestAdaptiveTakeReportState(t *testing.T) {
 	t.Parallel()
 	l := ratelimit.New(dbtest.New(t))
