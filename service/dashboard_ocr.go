@@ -83,7 +83,10 @@ func (s *Service) DashboardOCR(ctx context.Context, batchID string) (*DashboardO
 		p.RefsSkipped += c.Skipped
 		anyFailed = anyFailed || c.Failed > 0
 
-		if key := jobs.OCRLimitKey(s.cfg, batchID, c.ChunkID); !seen[key] && !(s.cfg.OCR.LimitPerChunk && chunkEnded(c.State)) {
+		// A finished chunk's own bucket is idle; the shared one is listed
+		// whatever the chunks' states.
+		idle := s.cfg.OCR.LimitPerChunk && chunkEnded(c.State)
+		if key := jobs.OCRLimitKey(s.cfg, batchID, c.ChunkID); !idle && !seen[key] {
 			seen[key] = true
 			keys = append(keys, key)
 		}
