@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,6 +37,7 @@ func init() {
 		"time":     formatTime,
 		"terminal": func(s string) bool { return s == string(phases.BatchDone) || s == string(phases.BatchError) },
 		"section":  renderSection,
+		"decimal":  decimal,
 	}).ParseFS(uiFiles, "ui/templates/*.html"))
 }
 
@@ -73,12 +75,15 @@ type batchSection struct {
 	ID, Title string
 	// Template is the name of the template that renders the section.
 	Template string
+	// Shown, when set, says whether the batch has the section at all.
+	Shown func(service.DashboardDetail) bool
 }
 
 // batchSections are the batch page's sections, in page order.
 var batchSections = []batchSection{
 	{ID: "progress", Title: "Progress", Template: "section-progress"},
 	{ID: "timeline", Title: "Phases", Template: "section-timeline"},
+	{ID: "ocr", Title: "OCR", Template: "section-ocr", Shown: func(d service.DashboardDetail) bool { return d.OCR != nil }},
 	{ID: "failed", Title: "Failed tasks", Template: "section-failed"},
 	{ID: "files", Title: "Files", Template: "section-files"},
 	{ID: "ingest", Title: "Ingest delivery", Template: "section-ingest"},
@@ -234,6 +239,13 @@ func (p batchPage) Timeline() []timelineRow {
 	return out
 }
 
+// OCRBar is the OCR phase's refs as a phase bar (the phase has no tasks,
+// so the progress section has none for it).
+func (p batchPage) OCRBar() service.PhaseProgress {
+	o := p.Detail.OCR.Progress
+	return service.PhaseProgress{Phase: "OCR", TasksTotal: int64(o.RefsTotal), TasksCompleted: int64(o.RefsDone), TasksFailed: int64(o.RefsFailed)}
+}
+
 // uiBatch is GET /ui/batches/:batchId.
 func (h *handlers) uiBatch(c echo.Context) error {
 	return h.renderBatch(c, http.StatusOK, notices[c.QueryParam("done")])
@@ -245,7 +257,13 @@ func (h *handlers) renderBatch(c echo.Context, code int, notice string) error {
 	if err != nil {
 		return err
 	}
-	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: batchSections, Notice: notice})
+	var sections []batchSection
+	for _, sec := range batchSections {
+		if sec.Shown == nil || sec.Shown(d) {
+			sections = append(sections, sec)
+		}
+	}
+	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: sections, Notice: notice})
 }
 
 // uiThumbnail is GET /ui/batches/:batchId/files/:fileId/thumbnail: the
@@ -311,12 +329,35 @@ func render(c echo.Context, code int, name string, data any) error {
 	return c.HTMLBlob(code, buf.Bytes())
 }
 
-// pct is done out of total as a whole percentage.
-func pct(done, total int64) int64 {
-	if total <= 0 {
-		return 0
+// pct is done out of total, integers of any size, as a whole percentage.
+func pct(done, total any) (int64, error) {
+	d, err := toInt64(done)
+	if err != nil {
+		return 0, err
 	}
-	return done * 100 / total
+	t, err := toInt64(total)
+	if err != nil || t <= 0 {
+		return 0, err
+	}
+	return d * 100 / t, nil
+}
+
+// toInt64 is an integer of the templates' data as an int64.
+func toInt64(v any) (int64, error) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), nil
+	case int32:
+		return int64(n), nil
+	case int64:
+		return n, nil
+	}
+	return 0, fmt.Errorf("pct: %T is not an integer", v)
+}
+
+// decimal is x to one decimal place, without a trailing ".0": 50, 12.3.
+func decimal(x float64) string {
+	return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
 }
 
 // elapsed is how long a batch ran: to its completion, or until now.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -287,4 +289,60 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
 	screenshot(ctx, t, "batch-phone.png")
 	t.Logf("the browser part took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestDashboardOCRInBrowser drives the OCR section in headless Chromium:
+// the page of a batch in OCR shows its chunks (one done with its refused
+// item named, one waiting on the provider) and the limiter's rate; the
+// section's bar and totals follow the stream, without a reload, as the
+// waiting chunk ends; reloaded, the page shows both chunks done.
+func TestDashboardOCRInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx, _ := browser(t)
+	const id = "01KDASHBOARD0OCR0BROWSER01"
+	run := startOCRBatch(t, id, true)
+	env := run.env
+	// Chunk 0 has ended; the provider holds chunk 1's requests, so the
+	// limiter hears of no outcome until they are released.
+	env.AwaitStatus(t, id, func(st service.Status) bool { return st.OCR != nil && st.OCR.ChunksDone == 1 })
+	b, found, err := ratelimit.New(env.Pool).State(context.Background(), run.limitKey)
+	require.NoError(t, err)
+	require.True(t, found)
+
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(env.Server.URL+"/ui/batches/"+id),
+		chromedp.WaitVisible(`#ocr tr[data-chunk="1"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#live[data-connected="true"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded = true`, nil),
+	))
+	chunk := func(id, sel string) string {
+		return `document.querySelector('#ocr tr[data-chunk="` + id + `"] ` + sel + `')`
+	}
+	bar := `document.querySelector('#ocr-live .phase[data-phase="OCR"] .bar')`
+	awaitJS(ctx, t, "chunk 0's state", chunk("0", ".badge")+`.textContent`, "DONE")
+	awaitJS(ctx, t, "chunk 0's refs", chunk("0", ".chunk-count")+`.textContent`, "2 / 3 done, 1 failed")
+	awaitJS(ctx, t, "chunk 0's failed item", chunk("0", ".chunk-failures .path")+`.textContent`, "/a/p001.jpg.ref.json")
+	awaitJS(ctx, t, "the provider's words, as text", chunk("0", ".chunk-failures .error")+`.textContent.endsWith(`+
+		strconv.Quote(ocrRefusal)+`) && !document.querySelector('#ocr .chunk-failures b')`, "true")
+	awaitJS(ctx, t, "chunk 1's state", chunk("1", ".badge")+`.textContent`, "PROCESSING")
+	awaitJS(ctx, t, "the limiter's key", `document.querySelector('#ocr .limiters tbody tr').dataset.key`, run.limitKey)
+	awaitJS(ctx, t, "the limiter's rate", `document.querySelector('#ocr .limiter-rps').textContent`, limiterCell(b.RefillRate)+" req/s")
+	awaitJS(ctx, t, "the limiter's max tokens", `document.querySelector('#ocr .limiter-max').textContent`, limiterCell(b.MaxTokens))
+	awaitJS(ctx, t, "OCR progress while chunk 1 waits", bar+`.getAttribute('aria-valuenow')`, "2")
+	screenshot(ctx, t, "batch-ocr-running.png")
+
+	// Chunk 1 ends: the section's bar and totals follow the stream.
+	run.release()
+	awaitJS(ctx, t, "OCR progress at the end", bar+`.getAttribute('aria-valuenow')`, "4")
+	awaitJS(ctx, t, "chunks done at the end", `document.querySelector('#ocr [data-ocr="chunks_done"]').textContent`, "2")
+	awaitJS(ctx, t, "refs failed at the end", `document.querySelector('#ocr [data-ocr="refs_failed"]').textContent`, "1")
+	awaitJS(ctx, t, "status at the end", `document.querySelector('#batch-status .badge').textContent`, "DONE")
+	awaitJS(ctx, t, "the page was updated in place", `window.notReloaded`, "true")
+
+	require.NoError(t, chromedp.Run(ctx, chromedp.Reload(), chromedp.WaitVisible(`#ocr tr[data-chunk="1"]`, chromedp.ByQuery)))
+	awaitJS(ctx, t, "chunk 1's state after a reload", chunk("1", ".badge")+`.textContent`, "DONE")
+	awaitJS(ctx, t, "chunk 1's refs after a reload", chunk("1", ".chunk-count")+`.textContent`, "2 / 2 done")
+	screenshot(ctx, t, "batch-ocr.png")
+	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
+	screenshot(ctx, t, "batch-ocr-phone.png")
 }

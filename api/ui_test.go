@@ -2,17 +2,28 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/api"
+	"github.com/arke-institute/orchestrator/internal/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/ocrfixture"
 	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/service"
 )
 
 // TestDashboardAccess: the dashboard admits the admin credential only,
@@ -56,10 +67,12 @@ func TestDashboardAccess(t *testing.T) {
 			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", p.path, body)
 			require.Contains(t, body, p.want, p.path)
 		}
+		_, body := do(t, base, http.MethodGet, page, admin)
+		require.NotContains(t, body, `id="ocr"`, "a batch without OCR chunks has no OCR section")
 		resp, _ := do(t, base, http.MethodGet, "/ui/", admin)
 		require.Equal(t, http.StatusMovedPermanently, resp.StatusCode)
 		require.Equal(t, "/ui", resp.Header.Get("Location"))
-		resp, body := do(t, base, http.MethodGet, "/ui?status=NOPE", admin)
+		resp, body = do(t, base, http.MethodGet, "/ui?status=NOPE", admin)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 		resp, _ = do(t, base, http.MethodGet, "/ui/batches/NO-SUCH-BATCH", admin)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode)
@@ -145,4 +158,103 @@ func TestDashboardAccess(t *testing.T) {
 		require.Contains(t, body, `id="retry"`)
 		require.NotContains(t, body, `id="reset"`)
 	})
+}
+
+// ocrRefusal is what the fake provider says about the image it refuses:
+// markup, which the page must show as text.
+const ocrRefusal = "image <b>could not</b> be decoded"
+
+// ocrBatch is a batch of images taken through IMAGE_PROCESSING and OCR
+// against a fake provider: /a's three images are chunk 0, /b's two chunk 1
+// (OCR_CHUNK_SIZE 1). The provider refuses /a/p001.jpg for good (422,
+// ocrRefusal). With hold, it answers nothing for /b until release.
+type ocrBatch struct {
+	env *testenv.Env
+	// limitKey is the limiter bucket every chunk draws on.
+	limitKey string
+	release  func()
+}
+
+func startOCRBatch(t *testing.T, id string, hold bool) ocrBatch {
+	t.Helper()
+	text := func(lp string) string { return fakeocr.TextFor(ocrfixture.PageImage("staging/" + id + lp)) }
+	refused := text("/a/p001.jpg")
+	held := map[string]bool{text("/b/p000.jpg"): true, text("/b/p001.jpg"): true}
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	fake := fakeocr.New(t, fakeocr.Options{Behave: func(r fakeocr.Request) fakeocr.Behavior {
+		switch {
+		case r.Text == refused:
+			return fakeocr.Behavior{Status: http.StatusUnprocessableEntity, Message: ocrRefusal}
+		case hold && held[r.Text]:
+			<-gate
+		}
+		return fakeocr.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: map[string]string{
+		"OCR_API_URL": fake.URL, "OCR_API_KEY": fake.Key, "ALARM_INTERVAL_MS": "20", "OCR_CHUNK_SIZE": "1",
+		"INITIAL_REFILL_RATE": "50", "INITIAL_MAX_TOKENS": "20", "MAX_MAX_TOKENS": "40", "MAX_REFILL_RATE": "200",
+	}})
+	t.Cleanup(release) // before the orchestrator stops and the fake closes
+	ocrOn := manifest.ProcessingConfig{OCR: true, Pinax: true}
+	var files []testenv.File
+	for dir, n := range map[string]int{"/a": 3, "/b": 2} {
+		for i := range n {
+			files = append(files, testenv.File{LogicalPath: fmt.Sprintf("%s/p%03d.jpg", dir, i), Size: 100, ContentType: "image/jpeg", Config: ocrOn})
+		}
+	}
+	slices.SortFunc(files, func(a, b testenv.File) int { return strings.Compare(a.LogicalPath, b.LogicalPath) })
+	env.Submit(t, id, files)
+	u, err := url.Parse(fake.URL)
+	require.NoError(t, err)
+	return ocrBatch{env: env, limitKey: "ocr:" + u.Host, release: release}
+}
+
+// limiterCell is how the page writes a limiter's number: one decimal
+// place at most.
+func limiterCell(x float64) string {
+	return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
+}
+
+// TestDashboardOCRSection: the page of a batch that went through OCR shows
+// the phase's totals, the limiter its chunks drew on (its rate and shape
+// as the database has them) and each chunk with its progress and failed
+// items, the provider's words escaped.
+func TestDashboardOCRSection(t *testing.T) {
+	t.Parallel()
+	const id = "01KDASHBOARD0OCR0SECTION01"
+	run := startOCRBatch(t, id, false)
+	st := run.env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" })
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.OCRProgress{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 5, RefsDone: 4, RefsFailed: 1}, st.OCR)
+	// Nothing takes from the limiter any more: its rate and shape hold still.
+	b, found, err := ratelimit.New(run.env.Pool).State(context.Background(), run.limitKey)
+	require.NoError(t, err)
+	require.True(t, found)
+
+	code, raw := run.env.DoAuth(t, http.MethodGet, "/ui/batches/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, string(raw))
+	body := string(raw)
+	for _, want := range []string{
+		`<a href="#ocr">OCR</a>`,
+		`<section id="ocr"><h2>OCR</h2>`,
+		`<div class="phase" data-phase="OCR">`,
+		`aria-label="OCR" aria-valuemin="0" aria-valuemax="5" aria-valuenow="4"`,
+		`<span data-ocr="chunks_done">2</span> done, <span data-ocr="chunks_error">0</span> error, of <span data-ocr="chunks_total">2</span>`,
+		`<span data-ocr="refs_done">4</span> done, <span data-ocr="refs_failed">1</span> failed, <span data-ocr="refs_skipped">0</span> skipped, of <span data-ocr="refs_total">5</span>`,
+		`<tr data-key="` + run.limitKey + `"><td><code>` + run.limitKey + `</code></td>`,
+		`class="limiter-rps">` + limiterCell(b.RefillRate) + ` req/s</td>`,
+		`class="limiter-max">` + limiterCell(b.MaxTokens) + `</td>`,
+		`<tr data-chunk="0"><td>0</td><td data-label="State"><span class="badge s-DONE">DONE</span></td>`,
+		`<div class="chunk-count">2 / 3 done, 1 failed</div>`,
+		`<tr data-chunk="1"><td>1</td><td data-label="State"><span class="badge s-DONE">DONE</span></td>`,
+		`<div class="chunk-count">2 / 2 done</div>`,
+		`<span class="path">/a/p001.jpg.ref.json</span>`,
+		`image &lt;b&gt;could not&lt;/b&gt; be decoded`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, ocrRefusal, "the provider's markup is text")
+	require.Equal(t, 1, strings.Count(body, `<span class="path">`), "one failed item")
 }

@@ -99,6 +99,8 @@ type DashboardDetail struct {
 	// FilesTotal how many it holds.
 	Files      []DashboardFile
 	FilesTotal int64
+	// OCR is the batch's OCR phase, nil while it has no chunks.
+	OCR *DashboardOCR
 }
 
 // DashboardDetail reads a batch for the dashboard; ErrNotFound for an
@@ -138,6 +140,10 @@ func (s *Service) DashboardDetail(ctx context.Context, batchID string) (Dashboar
 	for _, f := range files {
 		d.Files = append(d.Files, DashboardFile{ID: f.ID, LogicalPath: f.LogicalPath, Size: f.FileSize, ContentType: f.ContentType, Thumbnail: f.HasThumbnail})
 		d.FilesTotal = f.Total
+	}
+
+	if d.OCR, err = s.DashboardOCR(ctx, batchID); err != nil {
+		return DashboardDetail{}, err
 	}
 	return d, nil
 }

@@ -1,6 +1,6 @@
-// The batch dashboard's scripts: a live progress section fed by the
-// batch's Server-Sent Events stream, and confirmations on buttons. The
-// pages work without them.
+// The batch dashboard's scripts: live progress (the progress section and
+// the OCR totals) fed by the batch's Server-Sent Events stream, and
+// confirmations on buttons. The pages work without them.
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -30,6 +30,8 @@ function follow(live) {
     render(document.getElementById("live-phases"), st.phases || []);
     const none = document.getElementById("no-tasks");
     if (none && st.phases && st.phases.length) none.remove();
+    const ocr = document.getElementById("ocr-live");
+    if (ocr && st.ocr) renderOCR(ocr, st.ocr);
     status.textContent = st.status;
     status.className = "badge s-" + st.status;
     live.dataset.status = st.status;
@@ -88,6 +90,18 @@ function render(container, phases) {
     bar.querySelector(".failed").style.width = pct(p.tasks_failed, total) + "%";
     row.querySelector(".phase-count").textContent =
       p.tasks_completed + " / " + total + " done" + (p.tasks_failed ? ", " + p.tasks_failed + " failed" : "");
+  }
+}
+
+// renderOCR makes the OCR section's bar and totals match a status
+// document's ocr block; its chunks and limiter stay as loaded.
+function renderOCR(section, o) {
+  render(section.querySelector(".phases"), [
+    { phase: "OCR", tasks_total: o.refs_total, tasks_completed: o.refs_done, tasks_failed: o.refs_failed },
+  ]);
+  for (const el of section.querySelectorAll("[data-ocr]")) {
+    const v = o[el.dataset.ocr];
+    if (v !== undefined) el.textContent = String(v);
   }
 }
 
