@@ -214,6 +214,55 @@ func (q *Queries) ChunkItemListByBatchPhase(ctx context.Context, arg ChunkItemLi
 	return items, nil
 }
 
+const chunkItemListFailedByBatchPhase = `-- name: ChunkItemListFailedByBatchPhase :many
+SELECT ci.chunk_id, coalesce(f.logical_path, ci.r2_key)::text AS logical_path, coalesce(ci.error, '')::text AS error
+FROM (
+    SELECT c.chunk_id, c.item_index, c.file_id, c.r2_key, c.error,
+        row_number() OVER (PARTITION BY c.chunk_id ORDER BY c.item_index) AS n
+    FROM chunk_items c
+    WHERE c.batch_id = $1 AND c.phase = $2 AND c.status = 'error'
+) ci
+LEFT JOIN files f ON f.id = ci.file_id
+WHERE ci.n <= $3::bigint
+ORDER BY ci.chunk_id, ci.item_index
+`
+
+type ChunkItemListFailedByBatchPhaseParams struct {
+	BatchID     string
+	Phase       string
+	MaxPerChunk int64
+}
+
+type ChunkItemListFailedByBatchPhaseRow struct {
+	ChunkID     string
+	LogicalPath string
+	Error       string
+}
+
+// ChunkItemListFailedByBatchPhase is the first max_per_chunk failed items
+// of each chunk of a batch's phase, with their files' logical paths (the
+// r2_key when the file row is gone), for the dashboard. Only the narrow
+// columns are read.
+func (q *Queries) ChunkItemListFailedByBatchPhase(ctx context.Context, arg ChunkItemListFailedByBatchPhaseParams) ([]ChunkItemListFailedByBatchPhaseRow, error) {
+	rows, err := q.db.Query(ctx, chunkItemListFailedByBatchPhase, arg.BatchID, arg.Phase, arg.MaxPerChunk)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkItemListFailedByBatchPhaseRow
+	for rows.Next() {
+		var i ChunkItemListFailedByBatchPhaseRow
+		if err := rows.Scan(&i.ChunkID, &i.LogicalPath, &i.Error); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chunkItemProgress = `-- name: ChunkItemProgress :one
 SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
     count(*) FILTER (WHERE status = 'processing') AS processing,

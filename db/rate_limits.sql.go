@@ -149,6 +149,49 @@ func (q *Queries) RateLimitGetForUpdate(ctx context.Context, key string) (RateLi
 	return i, err
 }
 
+const rateLimitListByKeys = `-- name: RateLimitListByKeys :many
+SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = ANY($1::text[])
+`
+
+type RateLimitListByKeysRow struct {
+	RateLimit RateLimit
+	Now       time.Time
+}
+
+// RateLimitListByKeys reads buckets by key with the database's clock, as
+// RateLimitGet reads one.
+func (q *Queries) RateLimitListByKeys(ctx context.Context, keys []string) ([]RateLimitListByKeysRow, error) {
+	rows, err := q.db.Query(ctx, rateLimitListByKeys, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RateLimitListByKeysRow
+	for rows.Next() {
+		var i RateLimitListByKeysRow
+		if err := rows.Scan(
+			&i.RateLimit.Key,
+			&i.RateLimit.Tokens,
+			&i.RateLimit.UpdatedAt,
+			&i.RateLimit.MaxTokens,
+			&i.RateLimit.RefillRate,
+			&i.RateLimit.ConsecutiveSuccesses,
+			&i.RateLimit.Consecutive429s,
+			&i.RateLimit.BackoffUntil,
+			&i.RateLimit.SlowedAt,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rateLimitTake = `-- name: RateLimitTake :one
 WITH cur AS (
     SELECT rl.key, least($1::float8, rl.tokens + $2::float8 * extract(epoch FROM clock_timestamp() - rl.updated_at)::float8) AS avail

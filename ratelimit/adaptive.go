@@ -104,6 +104,26 @@ func (l *Limiter) State(ctx context.Context, key string) (b Bucket, found bool, 
 	return b.Refill(row.Now), true, nil
 }
 
+// States reads the adaptive buckets named keys in one query, each
+// refilled to the database's now, by key; a key no one has taken from yet
+// is absent. A fixed bucket under one of the keys is an error, as for
+// State.
+func (l *Limiter) States(ctx context.Context, keys []string) (buckets map[string]Bucket, err error) {
+	rows, err := db.New(l.pool).RateLimitListByKeys(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("reading rate limits: %w", err)
+	}
+	buckets = make(map[string]Bucket, len(rows))
+	for _, row := range rows {
+		b, err := bucketFromRow(row.RateLimit)
+		if err != nil {
+			return nil, err
+		}
+		buckets[row.RateLimit.Key] = b.Refill(row.Now)
+	}
+	return buckets, nil
+}
+
 // update runs change on the bucket named key with its row locked, creating
 // the bucket first if need be, and writes back what change returns. The
 // arithmetic runs here rather than in SQL so that spec 004's rules live in

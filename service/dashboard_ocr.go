@@ -106,55 +106,26 @@ func (s *Service) DashboardOCR(ctx context.Context, batchID string) (*DashboardO
 	if !anyFailed {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, chunkFailuresSQL, batchID, phase, dashboardMaxChunkFailures)
+	failed, err := db.New(s.pool).ChunkItemListFailedByBatchPhase(ctx, db.ChunkItemListFailedByBatchPhaseParams{
+		BatchID: batchID, Phase: phase, MaxPerChunk: dashboardMaxChunkFailures,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading failed OCR items of %s: %w", batchID, err)
 	}
-	defer rows.Close()
 	byID := make(map[string]*DashboardChunk, len(out.Chunks))
 	for i := range out.Chunks {
 		byID[out.Chunks[i].ID] = &out.Chunks[i]
 	}
-	for rows.Next() {
-		var chunkID string
-		var f ChunkFailure
-		if err := rows.Scan(&chunkID, &f.LogicalPath, &f.Error); err != nil {
-			return nil, fmt.Errorf("reading failed OCR items of %s: %w", batchID, err)
+	for _, f := range failed {
+		if c := byID[f.ChunkID]; c != nil {
+			c.Failures = append(c.Failures, ChunkFailure{LogicalPath: f.LogicalPath, Error: f.Error})
 		}
-		if c := byID[chunkID]; c != nil {
-			c.Failures = append(c.Failures, f)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading failed OCR items of %s: %w", batchID, err)
 	}
 	return out, nil
 }
 
 // chunkEnded reports whether a chunk's state is terminal.
 func chunkEnded(state string) bool { return state == "DONE" || state == "ERROR" }
-
-// chunkFailuresSQL is the first $3 failed items of each chunk of a batch's
-// phase ($1, $2), with the logical paths of their files (the r2_key when
-// the file row is gone). Only the narrow columns are read: items keep
-// their text.
-const chunkFailuresSQL = `
-SELECT ci.chunk_id, coalesce(f.logical_path, ci.r2_key), coalesce(ci.error, '')
-FROM (
-    SELECT chunk_id, item_index, file_id, r2_key, error,
-        row_number() OVER (PARTITION BY chunk_id ORDER BY item_index) AS n
-    FROM chunk_items
-    WHERE batch_id = $1 AND phase = $2 AND status = 'error'
-) ci
-LEFT JOIN files f ON f.id = ci.file_id
-WHERE ci.n <= $3
-ORDER BY ci.chunk_id, ci.item_index`
-
-// limiterStatesSQL reads adaptive buckets by key with the database's
-// clock (the one every process shares), as ratelimit's State does for one.
-const limiterStatesSQL = `
-SELECT key, tokens, updated_at, max_tokens, refill_rate, backoff_until, clock_timestamp()::timestamptz
-FROM rate_limits WHERE key = ANY($1::text[])`
 
 // limiterStates are the adaptive buckets named keys, in keys' order, their
 // tokens refilled to now, in one query. A key no one has taken from yet is
@@ -163,47 +134,27 @@ func (s *Service) limiterStates(ctx context.Context, keys []string) ([]RateLimit
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, limiterStatesSQL, keys)
+	found, err := ratelimit.New(s.pool).States(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("reading OCR rate limits: %w", err)
 	}
-	defer rows.Close()
-	found := map[string]ratelimit.Bucket{}
 	now := time.Now()
-	for rows.Next() {
-		var (
-			key                   string
-			b                     ratelimit.Bucket
-			maxTokens, refillRate *float64
-			backoffUntil          *time.Time
-		)
-		if err := rows.Scan(&key, &b.Tokens, &b.LastRefill, &maxTokens, &refillRate, &backoffUntil, &now); err != nil {
-			return nil, fmt.Errorf("reading OCR rate limits: %w", err)
-		}
-		if maxTokens == nil || refillRate == nil {
-			continue // a fixed bucket: not the OCR limiter's
-		}
-		b.MaxTokens, b.RefillRate = *maxTokens, *refillRate
-		if backoffUntil != nil {
-			b.BackoffUntil = *backoffUntil
-		}
-		found[key] = b
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading OCR rate limits: %w", err)
-	}
 	out := make([]RateLimiterState, len(keys))
 	for i, key := range keys {
 		b, ok := found[key]
-		if ok {
-			b = b.Refill(now)
-		} else {
+		if !ok {
 			b = ratelimit.NewBucket(ratelimit.Adaptive(s.cfg.OCRLimit), now)
 		}
-		out[i] = RateLimiterState{Key: key, Tokens: b.Tokens, MaxTokens: b.MaxTokens, RPS: b.RefillRate}
-		if b.BackoffUntil.After(now) {
-			out[i].BackoffUntil = &b.BackoffUntil
-		}
+		out[i] = limiterState(key, b, now)
 	}
 	return out, nil
+}
+
+// limiterState is bucket b named key as status documents show it.
+func limiterState(key string, b ratelimit.Bucket, now time.Time) RateLimiterState {
+	st := RateLimiterState{Key: key, Tokens: b.Tokens, MaxTokens: b.MaxTokens, RPS: b.RefillRate}
+	if b.BackoffUntil.After(now) {
+		st.BackoffUntil = &b.BackoffUntil
+	}
+	return st
 }

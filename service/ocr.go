@@ -8,7 +8,6 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // OCRProgress is a batch's OCR phase at a glance (its chunks and refs by
@@ -95,18 +94,10 @@ func (s *Service) ChunkStatus(ctx context.Context, batchID, chunkID string) (Chu
 	case "ERROR":
 		st.Status = "error"
 	}
-	key := jobs.OCRLimitKey(s.cfg, batchID, chunkID)
-	st.RateLimiter.Key = key
-	b, found, err := ratelimit.New(s.pool).State(ctx, key)
+	limiters, err := s.limiterStates(ctx, []string{jobs.OCRLimitKey(s.cfg, batchID, chunkID)})
 	if err != nil {
 		return ChunkStatus{}, err
 	}
-	if !found { // no request yet: the bucket as it will start
-		b = ratelimit.NewBucket(ratelimit.Adaptive(s.cfg.OCRLimit), time.Now())
-	}
-	st.RateLimiter.Tokens, st.RateLimiter.MaxTokens, st.RateLimiter.RPS = b.Tokens, b.MaxTokens, b.RefillRate
-	if b.BackoffUntil.After(time.Now()) {
-		st.RateLimiter.BackoffUntil = &b.BackoffUntil
-	}
+	st.RateLimiter = limiters[0]
 	return st, nil
 }

@@ -135,3 +135,19 @@ UPDATE chunks c SET failed = c.failed - per_chunk.n, state = 'PROCESSING', error
 FROM per_chunk
 WHERE c.batch_id = per_chunk.batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
 RETURNING c.chunk_id, per_chunk.n::int AS requeued;
+
+-- name: ChunkItemListFailedByBatchPhase :many
+-- ChunkItemListFailedByBatchPhase is the first max_per_chunk failed items
+-- of each chunk of a batch's phase, with their files' logical paths (the
+-- r2_key when the file row is gone), for the dashboard. Only the narrow
+-- columns are read.
+SELECT ci.chunk_id, coalesce(f.logical_path, ci.r2_key)::text AS logical_path, coalesce(ci.error, '')::text AS error
+FROM (
+    SELECT c.chunk_id, c.item_index, c.file_id, c.r2_key, c.error,
+        row_number() OVER (PARTITION BY c.chunk_id ORDER BY c.item_index) AS n
+    FROM chunk_items c
+    WHERE c.batch_id = @batch_id AND c.phase = @phase AND c.status = 'error'
+) ci
+LEFT JOIN files f ON f.id = ci.file_id
+WHERE ci.n <= @max_per_chunk::bigint
+ORDER BY ci.chunk_id, ci.item_index;

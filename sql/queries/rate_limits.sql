@@ -55,3 +55,9 @@ SET tokens = took.avail - took.granted, updated_at = clock_timestamp()
 FROM took
 WHERE r.key = took.key
 RETURNING took.granted::int AS granted, (took.avail - took.granted)::float8 AS remaining;
+
+-- RateLimitListByKeys reads buckets by key with the database's clock, as
+-- RateLimitGet reads one.
+-- name: RateLimitListByKeys :many
+SELECT sqlc.embed(rate_limits), clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = ANY(@keys::text[]);
