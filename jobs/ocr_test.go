@@ -68,6 +68,22 @@ func delivered(t *testing.T, env *testenv.Env) map[string]manifest.FileInfo {
 	return out
 }
 
+// requireEachAnsweredOnce requires that fake answered 200 for n distinct
+// images, each once: no ref was sent again after its text came back.
+func requireEachAnsweredOnce(t *testing.T, fake *fakeocr.Server, n int) {
+	t.Helper()
+	ok := map[string]int{}
+	for _, r := range fake.Requests() {
+		if r.Status == http.StatusOK {
+			ok[r.Text]++
+		}
+	}
+	require.Len(t, ok, n)
+	for text, count := range ok {
+		require.Equal(t, 1, count, "sent again after its result was committed: %q", text)
+	}
+}
+
 // publishedRef is the ref a done item published, with its OCR record.
 type publishedRef struct {
 	Variants map[string]string `json:"variants"`
@@ -153,16 +169,7 @@ func TestOCRPhaseEndToEnd(t *testing.T) {
 	require.Equal(t, 2, seen[flaky])
 	require.Equal(t, 4, seen[busy])
 	mu.Unlock()
-	ok := map[string]int{}
-	for _, r := range fake.Requests() {
-		if r.Status == http.StatusOK {
-			ok[r.Text]++
-		}
-	}
-	require.Len(t, ok, 4)
-	for text, n := range ok {
-		require.Equal(t, 1, n, "sent again after its result was committed: %q", text)
-	}
+	requireEachAnsweredOnce(t, fake, 4)
 
 	// The chunks' records: spec 004's counters and per-group results.
 	q := db.New(env.Pool)
@@ -324,16 +331,7 @@ func TestOCRTwoProcessesShareTheProvider(t *testing.T) {
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, &service.OCRProgress{ChunksTotal: dirs, ChunksDone: dirs, RefsTotal: dirs * per, RefsDone: dirs * per}, st.OCR)
 
-	ok := map[string]int{}
-	for _, r := range fake.Requests() {
-		if r.Status == http.StatusOK {
-			ok[r.Text]++
-		}
-	}
-	require.Len(t, ok, dirs*per)
-	for text, n := range ok {
-		require.Equal(t, 1, n, "sent again after its result was committed: %q", text)
-	}
+	requireEachAnsweredOnce(t, fake, dirs*per)
 	c := fake.Counts()
 	t.Logf("%d requests, %d answered 429 (%.1f%%)", c.Requests, c.RateLimited, 100*float64(c.RateLimited)/float64(c.Requests))
 
@@ -433,14 +431,5 @@ func TestOCRResetThenRetry(t *testing.T) {
 	st = env.AwaitStatus(t, id, isDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 6, RefsDone: 6}, st.OCR)
-	ok := map[string]int{}
-	for _, r := range fake.Requests() {
-		if r.Status == http.StatusOK {
-			ok[r.Text]++
-		}
-	}
-	require.Len(t, ok, 6)
-	for text, n := range ok {
-		require.Equal(t, 1, n, "sent again after its result was committed: %q", text)
-	}
+	requireEachAnsweredOnce(t, fake, 6)
 }
