@@ -170,7 +170,9 @@ func (b Bucket) Take(now time.Time) (next Bucket, granted bool, wait time.Durati
 // request taken before the last slow-down only ends the run of successes and
 // honours its Retry-After: every request in flight when the provider starts
 // refusing gets a 429, and counting them all would drop the limits to their
-// floors and back off a minute for one overload. changed reports whether
+// floors and back off a minute for one overload. Also unlike the spec, a
+// slow-down empties the bucket and it earns no tokens until its backoff
+// ends (see below). changed reports whether
 // MaxTokens or RefillRate moved, so callers record one event per change.
 func (b Bucket) Apply(p Adaptive, r Result, now time.Time) (next Bucket, changed bool) {
 	// Tokens accrued so far were earned at the old rate.
@@ -188,16 +190,25 @@ func (b Bucket) Apply(p Adaptive, r Result, now time.Time) (next Bucket, changed
 	case RateLimited:
 		b.Successes = 0
 		backoff := r.RetryAfter
-		if r.TakenAt.IsZero() || !r.TakenAt.Before(b.SlowedAt) {
+		slowDown := r.TakenAt.IsZero() || !r.TakenAt.Before(b.SlowedAt)
+		if slowDown {
 			b.RateLimits++
 			b.MaxTokens = max(p.MinMaxTokens, b.MaxTokens-slowDownTokens)
 			b.RefillRate = max(p.MinRefillRate, b.RefillRate-slowDownRate)
-			b.Tokens = min(b.Tokens, b.MaxTokens)
 			b.SlowedAt = now
 			backoff = max(backoff, exponentialBackoff(b.RateLimits))
 		}
 		if until := now.Add(backoff); until.After(b.BackoffUntil) {
 			b.BackoffUntil = until
+		}
+		if slowDown {
+			// The provider has no capacity left: the bucket is emptied and
+			// earns nothing while it backs off, so that it starts again at
+			// its new rate rather than with a full burst, which the
+			// provider, refilled for the same time at most, would answer
+			// with the next 429 (and a longer backoff).
+			b.Tokens = 0
+			b.LastRefill = b.BackoffUntil
 		}
 	case Neutral:
 	}

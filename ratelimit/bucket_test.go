@@ -154,11 +154,41 @@ func TestBucketApply(t *testing.T) {
 func TestBucketApplyRefillsAtOldRate(t *testing.T) {
 	t.Parallel()
 	p := ratelimit.DefaultAdaptive()
-	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.Tokens = 0 })
-	b, changed := b.Apply(p, ratelimit.Result{Outcome: ratelimit.RateLimited}, t0.Add(time.Second))
+	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.Tokens, b.Successes = 0, 9 })
+	b, changed := b.Apply(p, success(), t0.Add(time.Second))
 	require.True(t, changed)
-	require.InDelta(t, 3, b.Tokens, 1e-9, "one second at 3/s, capped by the new burst of 3")
+	require.Equal(t, 3.5, b.RefillRate)
+	require.InDelta(t, 3, b.Tokens, 1e-9, "one second at 3/s, not 3.5/s")
 	require.Equal(t, t0.Add(time.Second), b.LastRefill)
+}
+
+// TestBucketSlowDownEmptiesTheBucket: a 429 that slows the bucket down
+// empties it, and it earns nothing until its backoff ends: it starts again
+// from no token at its new rate, not with a full burst.
+func TestBucketSlowDownEmptiesTheBucket(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	b := ratelimit.NewBucket(p, t0) // 5 tokens
+	b, changed := b.Apply(p, limited(0), t0)
+	require.True(t, changed)
+	require.Zero(t, b.Tokens)
+	require.Equal(t, t0.Add(2*time.Second), b.BackoffUntil)
+
+	_, granted, wait := b.Take(t0.Add(1900 * time.Millisecond))
+	require.False(t, granted)
+	require.Equal(t, 100*time.Millisecond, wait, "the backoff's end")
+	_, granted, wait = b.Take(t0.Add(2 * time.Second))
+	require.False(t, granted, "nothing earned during the backoff")
+	require.Equal(t, time.Second/2, wait, "one token at the new 2/s")
+	next, granted, _ := b.Take(t0.Add(2500 * time.Millisecond))
+	require.True(t, granted)
+	require.InDelta(t, 0, next.Tokens, 1e-9)
+
+	// A stale 429 (sent at the old pace) changes neither the tokens nor
+	// when they accrue.
+	b.Tokens = 1
+	stale, _ := b.Apply(p, ratelimit.Result{Outcome: ratelimit.RateLimited, TakenAt: t0.Add(-time.Second)}, t0.Add(2*time.Second))
+	require.Equal(t, 1.0, stale.Tokens)
 }
 
 // TestBucketConverges runs the arithmetic to its ends: 429s in a row reach
