@@ -104,6 +104,7 @@ type RateLimit struct {
 	Consecutive429s      int32
 	BackoffUntil         *time.Time
 	SlowedAt             *time.Time
+	CeilingRate          *float64
 }
 
 type RiverJob struct {

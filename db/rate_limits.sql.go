@@ -38,8 +38,9 @@ UPDATE rate_limits SET
     consecutive_successes = $5,
     consecutive_429s = $6,
     backoff_until = $7,
-    slowed_at = $8
-WHERE key = $9
+    slowed_at = $8,
+    ceiling_rate = $9
+WHERE key = $10
 `
 
 type RateLimitAdaptiveSetParams struct {
@@ -51,6 +52,7 @@ type RateLimitAdaptiveSetParams struct {
 	Consecutive429s      int32
 	BackoffUntil         *time.Time
 	SlowedAt             *time.Time
+	CeilingRate          *float64
 	Key                  string
 }
 
@@ -66,6 +68,7 @@ func (q *Queries) RateLimitAdaptiveSet(ctx context.Context, arg RateLimitAdaptiv
 		arg.Consecutive429s,
 		arg.BackoffUntil,
 		arg.SlowedAt,
+		arg.CeilingRate,
 		arg.Key,
 	)
 	return err
@@ -88,7 +91,7 @@ func (q *Queries) RateLimitEnsure(ctx context.Context, arg RateLimitEnsureParams
 }
 
 const rateLimitGet = `-- name: RateLimitGet :one
-SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, clock_timestamp()::timestamptz AS now
+SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, rate_limits.ceiling_rate, clock_timestamp()::timestamptz AS now
 FROM rate_limits WHERE key = $1
 `
 
@@ -112,13 +115,14 @@ func (q *Queries) RateLimitGet(ctx context.Context, key string) (RateLimitGetRow
 		&i.RateLimit.Consecutive429s,
 		&i.RateLimit.BackoffUntil,
 		&i.RateLimit.SlowedAt,
+		&i.RateLimit.CeilingRate,
 		&i.Now,
 	)
 	return i, err
 }
 
 const rateLimitGetForUpdate = `-- name: RateLimitGetForUpdate :one
-SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, clock_timestamp()::timestamptz AS now
+SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, rate_limits.ceiling_rate, clock_timestamp()::timestamptz AS now
 FROM rate_limits WHERE key = $1
 FOR UPDATE
 `
@@ -144,13 +148,14 @@ func (q *Queries) RateLimitGetForUpdate(ctx context.Context, key string) (RateLi
 		&i.RateLimit.Consecutive429s,
 		&i.RateLimit.BackoffUntil,
 		&i.RateLimit.SlowedAt,
+		&i.RateLimit.CeilingRate,
 		&i.Now,
 	)
 	return i, err
 }
 
 const rateLimitListByKeys = `-- name: RateLimitListByKeys :many
-SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, clock_timestamp()::timestamptz AS now
+SELECT rate_limits.key, rate_limits.tokens, rate_limits.updated_at, rate_limits.max_tokens, rate_limits.refill_rate, rate_limits.consecutive_successes, rate_limits.consecutive_429s, rate_limits.backoff_until, rate_limits.slowed_at, rate_limits.ceiling_rate, clock_timestamp()::timestamptz AS now
 FROM rate_limits WHERE key = ANY($1::text[])
 `
 
@@ -180,6 +185,7 @@ func (q *Queries) RateLimitListByKeys(ctx context.Context, keys []string) ([]Rat
 			&i.RateLimit.Consecutive429s,
 			&i.RateLimit.BackoffUntil,
 			&i.RateLimit.SlowedAt,
+			&i.RateLimit.CeilingRate,
 			&i.Now,
 		); err != nil {
 			return nil, err

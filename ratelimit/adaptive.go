@@ -161,6 +161,7 @@ func (l *Limiter) update(ctx context.Context, key string, p Adaptive, change fun
 			Consecutive429s:      int32(b.RateLimits),
 			BackoffUntil:         optionalTime(b.BackoffUntil),
 			SlowedAt:             optionalTime(b.SlowedAt),
+			CeilingRate:          optionalRate(b.Ceiling),
 		})
 	})
 }
@@ -185,7 +186,17 @@ func bucketFromRow(r db.RateLimit) (Bucket, error) {
 	if r.SlowedAt != nil {
 		b.SlowedAt = *r.SlowedAt
 	}
+	if r.CeilingRate != nil {
+		b.Ceiling = *r.CeilingRate
+	}
 	return b, nil
+}
+
+func optionalRate(r float64) *float64 {
+	if r == 0 {
+		return nil
+	}
+	return &r
 }
 
 func optionalTime(t time.Time) *time.Time {

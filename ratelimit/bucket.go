@@ -10,6 +10,11 @@ import (
 const (
 	// speedUpAfter successes in a row raise the limits by one step.
 	speedUpAfter = 10
+	// cautiousFactor multiplies speedUpAfter for the steps from just below
+	// the rate of the last 429 (Bucket.Ceiling) to cautiousAbove past it:
+	// not spec 004's.
+	cautiousFactor = 10
+	cautiousAbove  = 1
 	// A speed-up adds these; a slow-down subtracts the slow-down steps.
 	speedUpTokens, speedUpRate   = 1, 0.5
 	slowDownTokens, slowDownRate = 2, 1
@@ -90,6 +95,9 @@ type Bucket struct {
 	BackoffUntil time.Time
 	// SlowedAt is when the bucket last slowed down (see Apply).
 	SlowedAt time.Time
+	// Ceiling is the refill rate at which the bucket last slowed down
+	// (0: never): the provider's limit as last seen (see Apply).
+	Ceiling float64
 }
 
 // NewBucket is a full bucket of p's initial shape at now.
@@ -172,7 +180,13 @@ func (b Bucket) Take(now time.Time) (next Bucket, granted bool, wait time.Durati
 // refusing gets a 429, and counting them all would drop the limits to their
 // floors and back off a minute for one overload. Also unlike the spec, a
 // slow-down empties the bucket and it earns no tokens until its backoff
-// ends (see below). changed reports whether
+// ends (see below), and it records the rate that drew the first 429 of a
+// run as the bucket's Ceiling: the speed-ups from just below it to 1/s past
+// it need ten times the successes. One bucket shared by a fleet sees successes many times
+// faster than spec 004's per-chunk buckets, so without this it climbs back
+// past the provider's limit within seconds of each slow-down, and every
+// 429 costs a backoff of two seconds or more: the ceiling makes those
+// probes rare (TCP's congestion avoidance, in spec 004's steps). changed reports whether
 // MaxTokens or RefillRate moved, so callers record one event per change.
 func (b Bucket) Apply(p Adaptive, r Result, now time.Time) (next Bucket, changed bool) {
 	// Tokens accrued so far were earned at the old rate.
@@ -182,7 +196,11 @@ func (b Bucket) Apply(p Adaptive, r Result, now time.Time) (next Bucket, changed
 	case Success:
 		b.RateLimits = 0
 		b.Successes++
-		if b.Successes >= speedUpAfter {
+		need := speedUpAfter
+		if b.Ceiling > 0 && b.RefillRate+speedUpRate >= b.Ceiling && b.RefillRate < b.Ceiling+cautiousAbove {
+			need *= cautiousFactor
+		}
+		if b.Successes >= need {
 			b.Successes = 0
 			b.MaxTokens = min(p.MaxMaxTokens, b.MaxTokens+speedUpTokens)
 			b.RefillRate = min(p.MaxRefillRate, b.RefillRate+speedUpRate)
@@ -192,6 +210,9 @@ func (b Bucket) Apply(p Adaptive, r Result, now time.Time) (next Bucket, changed
 		backoff := r.RetryAfter
 		slowDown := r.TakenAt.IsZero() || !r.TakenAt.Before(b.SlowedAt)
 		if slowDown {
+			if b.RateLimits == 0 { // a new run of 429s: its rate is the limit
+				b.Ceiling = b.RefillRate
+			}
 			b.RateLimits++
 			b.MaxTokens = max(p.MinMaxTokens, b.MaxTokens-slowDownTokens)
 			b.RefillRate = max(p.MinRefillRate, b.RefillRate-slowDownRate)

@@ -209,8 +209,12 @@ func TestBucketConverges(t *testing.T) {
 	require.Equal(t, 2, changes, "5 -> 3 -> 2 tokens, 3 -> 2 -> 1 per second")
 	require.Equal(t, t0.Add(time.Minute), b.BackoffUntil)
 
+	require.Equal(t, 3.0, b.Ceiling, "the rate at the storm's first 429")
+
+	// Back up: 10 successes a step, but the three steps from 2.5/s to 4/s
+	// around the ceiling, which take 100.
 	changes = 0
-	for range 180 {
+	for range 15*10 + 3*100 {
 		var changed bool
 		b, changed = b.Apply(p, success(), t0)
 		if changed {
@@ -220,6 +224,41 @@ func TestBucketConverges(t *testing.T) {
 	require.Equal(t, []float64{15, 10}, []float64{b.MaxTokens, b.RefillRate})
 	require.Equal(t, 18, changes, "the rate needs 18 steps of 0.5 from 1 to 10")
 	require.Zero(t, b.RateLimits)
+
+	// A fresh bucket (no 429 yet) climbs at spec 004's pace.
+	b = ratelimit.NewBucket(p, t0)
+	for range 14 * 10 {
+		b, _ = b.Apply(p, success(), t0)
+	}
+	require.Equal(t, 10.0, b.RefillRate, "3/s to 10/s in 14 steps of 10 successes")
+}
+
+// TestBucketCeiling: after a slow-down, the steps below the rate that drew
+// the 429 take spec 004's 10 successes, those from it to 1/s past it 100,
+// and the steps beyond 10 again.
+func TestBucketCeiling(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.RefillRate, b.MaxTokens = 8, 10 })
+	b, _ = b.Apply(p, limited(0), t0)
+	require.Equal(t, []float64{8, 7}, []float64{b.Ceiling, b.RefillRate})
+	b, _ = b.Apply(p, limited(0), t0.Add(10*time.Second))
+	require.Equal(t, []float64{8, 6}, []float64{b.Ceiling, b.RefillRate}, "a 429 in the same run keeps the ceiling")
+	steps := func(n int) {
+		for range n {
+			b, _ = b.Apply(p, success(), t0)
+		}
+	}
+	steps(20)
+	require.Equal(t, 7.0, b.RefillRate, "below the ceiling: 10 successes a step")
+	steps(10 + 99)
+	require.Equal(t, 7.5, b.RefillRate, "the step to the ceiling waits for 100")
+	steps(1 + 200)
+	require.Equal(t, 9.0, b.RefillRate, "to 8.5, then 9: 100 each")
+	steps(10)
+	require.Equal(t, 9.5, b.RefillRate, "past the ceiling's neighbourhood: 10 again")
+	b, _ = b.Apply(p, limited(0), t0.Add(time.Minute))
+	require.Equal(t, 9.5, b.Ceiling, "a new run of 429s moves the ceiling to its rate")
 }
 
 func with(b ratelimit.Bucket, change func(*ratelimit.Bucket)) ratelimit.Bucket {

@@ -16,7 +16,8 @@ UPDATE rate_limits SET
     consecutive_successes = @consecutive_successes,
     consecutive_429s = @consecutive_429s,
     backoff_until = @backoff_until,
-    slowed_at = @slowed_at
+    slowed_at = @slowed_at,
+    ceiling_rate = @ceiling_rate
 WHERE key = @key;
 
 -- RateLimitEnsure creates a full bucket the first time a key is used.
