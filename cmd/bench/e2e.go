@@ -495,19 +495,25 @@ func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts
 // e2eGroups are the directories of a manifest of n files under prefix:
 // every tenth a TIFF, the rest JPEGs, e2eDirFiles per directory.
 func e2eGroups(prefix string, n int) []manifest.DirectoryGroup {
+	return manifestGroups(prefix, n, e2eDirFiles, manifest.ProcessingConfig{Pinax: true}, func(i int) (string, string) {
+		if i%10 == 0 {
+			return fmt.Sprintf("scan%06d.tif", i), "image/tiff"
+		}
+		return fmt.Sprintf("img%06d.jpg", i), "image/jpeg"
+	})
+}
+
+// manifestGroups are the directories of a manifest of n files under
+// prefix, dirFiles per directory (/box0000, /box0001, ...), each with cfg;
+// file gives the i-th file's name and content type.
+func manifestGroups(prefix string, n, dirFiles int, cfg manifest.ProcessingConfig, file func(i int) (name, contentType string)) []manifest.DirectoryGroup {
 	var groups []manifest.DirectoryGroup
-	for i := 0; i < n; i++ {
-		if i%e2eDirFiles == 0 {
-			groups = append(groups, manifest.DirectoryGroup{
-				DirectoryPath:    fmt.Sprintf("/box%04d", i/e2eDirFiles),
-				ProcessingConfig: manifest.ProcessingConfig{Pinax: true},
-			})
+	for i := range n {
+		if i%dirFiles == 0 {
+			groups = append(groups, manifest.DirectoryGroup{DirectoryPath: fmt.Sprintf("/box%04d", i/dirFiles), ProcessingConfig: cfg})
 		}
 		g := &groups[len(groups)-1]
-		name, ctype := fmt.Sprintf("img%06d.jpg", i), "image/jpeg"
-		if i%10 == 0 {
-			name, ctype = fmt.Sprintf("scan%06d.tif", i), "image/tiff"
-		}
+		name, ctype := file(i)
 		logical := g.DirectoryPath + "/" + name
 		g.Files = append(g.Files, manifest.FileInfo{
 			R2Key: prefix + logical[1:], LogicalPath: logical, FileName: name, FileSize: e2eFileSize, ContentType: ctype,

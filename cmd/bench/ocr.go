@@ -78,7 +78,6 @@ type ocrRun struct {
 	counts fakeocr.Counts
 	// phase is from the OCR phase's phase.started to its phase.completed.
 	phase    time.Duration
-	wall     time.Duration // POST /batches to DONE
 	chunks   int
 	refsDone int
 	// limitChanges counts rate_limit.changed events, slowDowns those after
@@ -179,11 +178,9 @@ func (env *e2eEnv) ocrOnce(ctx context.Context, bin string, mode ocrMode, opts o
 	// Slow enough for a provider at a quarter of its capacity.
 	timeout := 3*time.Minute + time.Duration(4*float64(opts.refs)/opts.capacity*float64(time.Second))
 	// Each JPEG's ref is replaced by its OCR'd one.
-	_, wall, err := run.process(ctx, env, msg, timeout, int64(opts.refs), onPoll)
-	if err != nil {
+	if _, _, err := run.process(ctx, env, msg, timeout, int64(opts.refs), onPoll); err != nil {
 		return r, err
 	}
-	r.wall = wall
 	if _, err := run.finish(ctx, env); err != nil {
 		return r, err
 	}
@@ -299,22 +296,9 @@ func rateBetween(samples []ocrSample, from, to time.Time) float64 {
 // ocrGroups are the directories of a manifest of n JPEGs under prefix,
 // dirFiles per directory, all with OCR on.
 func ocrGroups(prefix string, n, dirFiles int) []manifest.DirectoryGroup {
-	var groups []manifest.DirectoryGroup
-	for i := range n {
-		if i%dirFiles == 0 {
-			groups = append(groups, manifest.DirectoryGroup{
-				DirectoryPath:    fmt.Sprintf("/box%04d", i/dirFiles),
-				ProcessingConfig: manifest.ProcessingConfig{OCR: true, Pinax: true},
-			})
-		}
-		g := &groups[len(groups)-1]
-		name := fmt.Sprintf("img%06d.jpg", i)
-		logical := g.DirectoryPath + "/" + name
-		g.Files = append(g.Files, manifest.FileInfo{
-			R2Key: prefix + logical[1:], LogicalPath: logical, FileName: name, FileSize: e2eFileSize, ContentType: "image/jpeg",
-		})
-	}
-	return groups
+	return manifestGroups(prefix, n, dirFiles, manifest.ProcessingConfig{OCR: true, Pinax: true}, func(i int) (string, string) {
+		return fmt.Sprintf("img%06d.jpg", i), "image/jpeg"
+	})
 }
 
 // ocrComparison is the per-chunk mode's figures set against the shared
