@@ -145,32 +145,55 @@ type e2eEnv struct {
 	store  *blob.S3
 	ingest *fakeIngest
 	tmp    string
+	stopS3 context.CancelFunc
 }
 
-// endToEnd runs every size and returns the figures.
-func endToEnd(ctx context.Context, admin *pgx.Conn, base string, opts e2eOptions) ([]e2eSize, error) {
+// newE2EEnv starts the S3 server, with the bench's buckets, and the fake
+// ingest; close stops them.
+func newE2EEnv(ctx context.Context, admin *pgx.Conn, base string, opts e2eOptions) (env *e2eEnv, err error) {
 	tmp, err := os.MkdirTemp("", "bench-e2e-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
 	s3ctx, stopS3 := context.WithCancel(ctx)
-	defer stopS3()
+	env = &e2eEnv{opts: opts, admin: admin, base: base, tmp: tmp, stopS3: stopS3}
+	defer func() {
+		if err != nil {
+			env.close()
+		}
+	}()
 	srv, err := locals3.Start(s3ctx, locals3.Options{Dir: filepath.Join(tmp, "s3"), Addr: "127.0.0.1:0", AccessKey: "bench", SecretKey: "bench-secret"})
 	if err != nil {
 		return nil, err
 	}
-	env := &e2eEnv{opts: opts, admin: admin, base: base, s3: srv.Config(), tmp: tmp}
+	env.s3 = srv.Config()
 	if env.store, err = blob.NewS3(env.s3); err != nil {
 		return nil, err
 	}
-	for _, b := range []string{benchStaging, "bench-archive", "bench-cdn"} {
+	for _, b := range []string{benchStaging, "bench-archive", e2eSettings["CDN_BUCKET"]} {
 		if err := env.store.EnsureBucket(ctx, b); err != nil {
 			return nil, err
 		}
 	}
 	env.ingest = newFakeIngest()
-	defer env.ingest.close()
+	return env, nil
+}
+
+func (env *e2eEnv) close() {
+	if env.ingest != nil {
+		env.ingest.close()
+	}
+	env.stopS3()
+	os.RemoveAll(env.tmp)
+}
+
+// endToEnd runs every size and returns the figures.
+func endToEnd(ctx context.Context, admin *pgx.Conn, base string, opts e2eOptions) ([]e2eSize, error) {
+	env, err := newE2EEnv(ctx, admin, base, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
 
 	bins := strings.Split(opts.orchestrator, ",")
 	var out []e2eSize
@@ -204,28 +227,46 @@ func endToEnd(ctx context.Context, admin *pgx.Conn, base string, opts e2eOptions
 	return out, nil
 }
 
-// runOnce takes one batch of n files through a fresh database and a fresh
-// orchestrator process.
-func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, error) {
-	r := e2eRun{files: n}
-	dbName := fmt.Sprintf("bench_e2e_%d_%d", n, i)
-	dbURL, err := freshDatabase(ctx, env.admin, env.base, dbName)
-	if err != nil {
+// orchestratorRun is one `orchestrator serve` on a fresh database, with the
+// fake Machines API it launches on.
+type orchestratorRun struct {
+	dbURL     string
+	fly       *fakefly.Server
+	tb        *benchTB // the fake's; err reports what it saw go wrong
+	proc      *orchestratorProc
+	api       *client.Client
+	pprofAddr string // "" unless -profile
+	label     string // names its log and profiles
+	cleanups  []func()
+}
+
+// startRun creates database dbName afresh and starts bin on it, against a
+// fake Machines API whose machines behave as behave says. Its settings are
+// the bench's addresses and credentials, e2eSettings, then settings.
+func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, behave func(fakefly.Launch) fakefly.Behavior,
+	settings map[string]string) (r *orchestratorRun, err error) {
+	r = &orchestratorRun{label: label}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if r.dbURL, err = freshDatabase(ctx, env.admin, env.base, dbName); err != nil {
 		return r, err
 	}
-	defer env.admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // a leftover database is dropped by the next run
-
-	tb := &benchTB{}
-	defer tb.close()
-	fly := fakefly.New(tb, fakefly.Options{Token: benchFlyToken, Behave: fakefly.Succeed, DetailLimit: 1})
+	r.cleanups = append(r.cleanups, func() {
+		env.admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // a leftover database is dropped by the next run
+	})
+	r.tb = &benchTB{}
+	r.cleanups = append(r.cleanups, r.tb.close)
+	r.fly = fakefly.New(r.tb, fakefly.Options{Token: benchFlyToken, Behave: behave, DetailLimit: 1})
 
 	addr, err := freePort()
 	if err != nil {
 		return r, err
 	}
-	pprofAddr := ""
-	settings := map[string]string{
-		"DATABASE_URL":         dbURL,
+	all := map[string]string{
+		"DATABASE_URL":         r.dbURL,
 		"LISTEN_ADDR":          addr,
 		"ORCHESTRATOR_URL":     "http://" + addr,
 		"WORKER_URL":           env.ingest.srv.URL,
@@ -233,107 +274,142 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 		"R2_ACCESS_KEY_ID":     env.s3.AccessKeyID,
 		"R2_SECRET_ACCESS_KEY": env.s3.SecretAccessKey,
 		"FLY_API_TOKEN":        benchFlyToken,
-		"FLY_FLAPS_BASE_URL":   fly.URL,
+		"FLY_FLAPS_BASE_URL":   r.fly.URL,
 	}
-	for k, v := range e2eSettings {
-		settings[k] = v
-	}
-	for k, v := range env.opts.settings {
-		settings[k] = v
-	}
-	label := fmt.Sprintf("%d-%d", n, i)
+	maps.Copy(all, e2eSettings)
+	maps.Copy(all, settings)
 	if env.opts.profileDir != "" {
 		if err := os.MkdirAll(env.opts.profileDir, 0o755); err != nil {
 			return r, err
 		}
-		if pprofAddr, err = freePort(); err != nil {
+		if r.pprofAddr, err = freePort(); err != nil {
 			return r, err
 		}
-		settings["PPROF_ADDR"] = pprofAddr
-		settings["CPU_PROFILE"] = filepath.Join(env.opts.profileDir, "cpu-"+label+".pprof")
+		all["PPROF_ADDR"] = r.pprofAddr
+		all["CPU_PROFILE"] = filepath.Join(env.opts.profileDir, "cpu-"+label+".pprof")
 	}
 	logDir := env.tmp
 	if env.opts.profileDir != "" {
 		logDir = env.opts.profileDir // kept for reading beside the profiles
 	}
-	proc, err := startOrchestrator(ctx, bin, settings, filepath.Join(logDir, "orchestrator-"+label+".log"))
-	if err != nil {
+	if r.proc, err = startOrchestrator(ctx, bin, all, filepath.Join(logDir, "orchestrator-"+label+".log")); err != nil {
 		return r, err
 	}
-	defer proc.stop() //nolint:errcheck // a failed stop is reported by the run's own checks
-	api, err := client.New(client.Config{URL: "http://" + addr})
-	if err != nil {
+	r.cleanups = append(r.cleanups, func() { r.proc.stop() }) //nolint:errcheck // a failed stop is reported by the run's own checks
+	if r.api, err = client.New(client.Config{URL: "http://" + addr}); err != nil {
 		return r, err
 	}
-	if err := proc.awaitHealthy(ctx, api); err != nil {
-		return r, err
-	}
+	return r, r.proc.awaitHealthy(ctx, r.api)
+}
 
-	batchID := ulid.Make().String()
-	msg, err := env.uploadManifest(ctx, batchID, n)
-	if err != nil {
-		return r, err
+// close stops the process and the fake and drops the database.
+func (r *orchestratorRun) close() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
 	}
+	r.cleanups = nil
+}
+
+// process submits msg and waits until its batch is DONE and its final
+// manifest, listing wantFiles files, has been delivered to ingest. wall is
+// from just before POST /batches to the first GET /status that answers
+// DONE; onPoll, when not nil, sees every status read until then.
+func (r *orchestratorRun) process(ctx context.Context, env *e2eEnv, msg manifest.QueueMessage, timeout time.Duration,
+	wantFiles int64, onPoll func(client.Status)) (start time.Time, wall time.Duration, err error) {
+	batchID := msg.BatchID
 	delivered := env.ingest.expect(batchID)
-
-	start := time.Now()
-	acc, err := api.Submit(ctx, msg)
+	start = time.Now()
+	acc, err := r.api.Submit(ctx, msg)
 	if err != nil {
-		return r, err
+		return start, 0, err
 	}
 	if !acc.Created {
-		return r, fmt.Errorf("POST /batches answered 200: batch %s was known already (status %s)", batchID, acc.Status)
+		return start, 0, fmt.Errorf("POST /batches answered 200: batch %s was known already (status %s)", batchID, acc.Status)
 	}
-	timeout := 2*time.Minute + time.Duration(n)*10*time.Millisecond
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := api.Await(waitCtx, batchID, e2ePoll, client.Status.Ended)
+	st, err := r.api.Await(waitCtx, batchID, e2ePoll, func(st client.Status) bool {
+		if onPoll != nil {
+			onPoll(st)
+		}
+		return st.Ended()
+	})
 	switch {
 	case err != nil && ctx.Err() == nil && waitCtx.Err() != nil:
-		return r, fmt.Errorf("batch %s not DONE after %s (status %s); orchestrator log: %s", batchID, timeout, st.Status, proc.logTail())
+		return start, 0, fmt.Errorf("batch %s not DONE after %s (status %s); orchestrator log: %s", batchID, timeout, st.Status, r.proc.logTail())
 	case err != nil:
-		return r, err
+		return start, 0, err
 	case st.Status == client.StatusError:
-		return r, fmt.Errorf("batch %s ended in ERROR; orchestrator log: %s", batchID, proc.logTail())
+		return start, 0, fmt.Errorf("batch %s ended in ERROR; orchestrator log: %s", batchID, r.proc.logTail())
 	}
-	r.wall = time.Since(start)
+	wall = time.Since(start)
 	var files int64
 	select {
 	case files = <-delivered:
 	case <-time.After(2 * time.Minute):
-		return r, fmt.Errorf("the final manifest of %s never reached ingest; orchestrator log: %s", batchID, proc.logTail())
+		return start, wall, fmt.Errorf("the final manifest of %s never reached ingest; orchestrator log: %s", batchID, r.proc.logTail())
 	}
-	if want := int64(n + n/10); files != want {
-		return r, fmt.Errorf("ingest received %d files, want %d (every TIFF kept beside its JPEG's ref.json)", files, want)
+	if files != wantFiles {
+		return start, wall, fmt.Errorf("ingest received %d files, want %d", files, wantFiles)
 	}
 	// The delivery is recorded after ingest answered: wait for it, so that
 	// stopping the process interrupts nothing.
-	st, err = api.Await(waitCtx, batchID, e2ePoll, func(st client.Status) bool { return st.Ingest.Status == client.IngestDelivered })
+	st, err = r.api.Await(waitCtx, batchID, e2ePoll, func(st client.Status) bool { return st.Ingest.Status == client.IngestDelivered })
 	switch {
 	case err != nil && ctx.Err() == nil && waitCtx.Err() != nil:
-		return r, fmt.Errorf("the delivery of %s was never recorded (ingest status %q)", batchID, st.Ingest.Status)
+		return start, wall, fmt.Errorf("the delivery of %s was never recorded (ingest status %q)", batchID, st.Ingest.Status)
 	case err != nil:
-		return r, err
+		return start, wall, err
 	}
-	if pprofAddr != "" {
+	return start, wall, nil
+}
+
+// finish fetches the profiles (with -profile), reads the peak RSS, stops
+// the process and reports what the fake Machines API saw go wrong.
+func (r *orchestratorRun) finish(ctx context.Context, env *e2eEnv) (peakRSS int64, err error) {
+	if r.pprofAddr != "" {
 		for _, p := range []string{"heap", "allocs", "mutex", "block", "goroutine"} {
-			if err := fetchProfile(ctx, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(env.opts.profileDir, p+"-"+label+".pprof")); err != nil {
-				return r, err
+			if err := fetchProfile(ctx, "http://"+r.pprofAddr+"/debug/pprof/"+p, filepath.Join(env.opts.profileDir, p+"-"+r.label+".pprof")); err != nil {
+				return 0, err
 			}
 		}
 	}
-	if r.peakRSS, err = proc.peakRSS(); err != nil {
+	if peakRSS, err = r.proc.peakRSS(); err != nil {
+		return 0, err
+	}
+	if err := r.proc.stop(); err != nil {
+		return 0, err
+	}
+	return peakRSS, r.tb.err()
+}
+
+// runOnce takes one batch of n files through a fresh database and a fresh
+// orchestrator process.
+func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, error) {
+	r := e2eRun{files: n}
+	run, err := env.startRun(ctx, bin, fmt.Sprintf("bench_e2e_%d_%d", n, i), fmt.Sprintf("%d-%d", n, i), fakefly.Succeed, env.opts.settings)
+	if err != nil {
 		return r, err
 	}
-	if err := proc.stop(); err != nil {
+	defer run.close()
+
+	batchID := ulid.Make().String()
+	msg, err := env.uploadManifest(ctx, batchID, e2eGroups("staging/"+batchID+"/", n))
+	if err != nil {
 		return r, err
 	}
-	counts := fly.Counts()
+	// Every TIFF is kept beside its JPEG's ref.json.
+	start, wall, err := run.process(ctx, env, msg, 2*time.Minute+time.Duration(n)*10*time.Millisecond, int64(n+n/10), nil)
+	if err != nil {
+		return r, err
+	}
+	r.wall = wall
+	if r.peakRSS, err = run.finish(ctx, env); err != nil {
+		return r, err
+	}
+	counts := run.fly.Counts()
 	r.launches = counts.Launches
-	if err := tb.err(); err != nil {
-		return r, err
-	}
-	if err := collect(ctx, dbURL, batchID, start, counts, &r); err != nil {
+	if err := collect(ctx, run.dbURL, batchID, start, counts, &r); err != nil {
 		return r, err
 	}
 	return r, nil
@@ -416,29 +492,41 @@ func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts
 	return nil
 }
 
-// uploadManifest puts a manifest of n files (every tenth a TIFF, the rest
-// JPEGs, e2eDirFiles per directory) in the staging bucket and returns the
-// queue message that names it.
-func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, n int) (manifest.QueueMessage, error) {
-	prefix := "staging/" + batchID + "/"
+// e2eGroups are the directories of a manifest of n files under prefix:
+// every tenth a TIFF, the rest JPEGs, e2eDirFiles per directory.
+func e2eGroups(prefix string, n int) []manifest.DirectoryGroup {
+	return manifestGroups(prefix, n, e2eDirFiles, manifest.ProcessingConfig{Pinax: true}, func(i int) (string, string) {
+		if i%10 == 0 {
+			return fmt.Sprintf("scan%06d.tif", i), "image/tiff"
+		}
+		return fmt.Sprintf("img%06d.jpg", i), "image/jpeg"
+	})
+}
+
+// manifestGroups are the directories of a manifest of n files under
+// prefix, dirFiles per directory (/box0000, /box0001, ...), each with cfg;
+// file gives the i-th file's name and content type.
+func manifestGroups(prefix string, n, dirFiles int, cfg manifest.ProcessingConfig, file func(i int) (name, contentType string)) []manifest.DirectoryGroup {
 	var groups []manifest.DirectoryGroup
-	for i := 0; i < n; i++ {
-		if i%e2eDirFiles == 0 {
-			groups = append(groups, manifest.DirectoryGroup{
-				DirectoryPath:    fmt.Sprintf("/box%04d", i/e2eDirFiles),
-				ProcessingConfig: manifest.ProcessingConfig{Pinax: true},
-			})
+	for i := range n {
+		if i%dirFiles == 0 {
+			groups = append(groups, manifest.DirectoryGroup{DirectoryPath: fmt.Sprintf("/box%04d", i/dirFiles), ProcessingConfig: cfg})
 		}
 		g := &groups[len(groups)-1]
-		name, ctype := fmt.Sprintf("img%06d.jpg", i), "image/jpeg"
-		if i%10 == 0 {
-			name, ctype = fmt.Sprintf("scan%06d.tif", i), "image/tiff"
-		}
+		name, ctype := file(i)
 		logical := g.DirectoryPath + "/" + name
 		g.Files = append(g.Files, manifest.FileInfo{
 			R2Key: prefix + logical[1:], LogicalPath: logical, FileName: name, FileSize: e2eFileSize, ContentType: ctype,
 		})
 	}
+	return groups
+}
+
+// uploadManifest puts a manifest of groups (whose files are under
+// staging/<batchID>/) in the staging bucket and returns the queue message
+// that names it.
+func (env *e2eEnv) uploadManifest(ctx context.Context, batchID string, groups []manifest.DirectoryGroup) (manifest.QueueMessage, error) {
+	prefix := "staging/" + batchID + "/"
 	m := manifest.Build(batchID, groups)
 	body, err := json.Marshal(m)
 	if err != nil {

@@ -15,6 +15,9 @@
 //     the fake Fly Machines API (calls back at once, no launch limit), a
 //     real S3 server and a fake ingest service (see e2e.go).
 //  4. workers: the workers' conversions against the vips CLI (workers.go).
+//  5. ocr: a batch of image refs through the OCR phase against a fake
+//     provider of capacity C, with the shared adaptive limiter and with
+//     spec 004's per-chunk limiters (see ocr.go).
 //
 // Baseline and ingest run in alternating pairs (-pairs, default 3: baseline,
 // ingest, baseline, ...), and the ratio reported is the median of the
@@ -64,7 +67,7 @@ import (
 )
 
 // allParts are the parts of the benchmark, in the order they run.
-var allParts = []string{"baseline", "ingest", "e2e", "workers"}
+var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr"}
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
@@ -75,10 +78,15 @@ func main() {
 	pairs := flag.Int("pairs", 3, "baseline and ingest: runs of each, alternating (baseline, ingest, baseline, ...); the figures are their medians")
 	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
 	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
-	orchBin := flag.String("orchestrator", "", "e2e: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns (an A/B comparison)")
-	profileDir := flag.String("profile", "", "e2e: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof")
+	orchBin := flag.String("orchestrator", "", "e2e and ocr: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns in e2e (an A/B comparison), and ocr runs the first")
+	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
+	ocrCapacity := flag.Float64("ocr-capacity", 12, "ocr: the fake provider's capacity C, requests/s")
+	ocrBurst := flag.Int("ocr-burst", 0, "ocr: the fake provider's burst, requests (default: C rounded up)")
+	ocrRefs := flag.Int("ocr-refs", 2500, "ocr: JPEGs in the batch, all with OCR on")
+	ocrDirFiles := flag.Int("ocr-dir-files", 5, "ocr: JPEGs per directory (OCR_CHUNK_SIZE directories make a chunk)")
+	ocrEnv := flag.String("ocr-env", "", "ocr: extra orchestrator settings for both modes, KEY=VALUE,... (the figures are spec 004's limiter defaults without it)")
 	flag.Parse()
 	base := os.Getenv("BENCH_DATABASE_URL")
 	if base == "" {
@@ -89,8 +97,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -pairs must be at least 1")
 		os.Exit(2)
 	}
+	if !(*ocrCapacity > 0) || *ocrRefs < 1 || *ocrDirFiles < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -ocr-capacity, -ocr-refs and -ocr-dir-files must be positive")
+		os.Exit(2)
+	}
 	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
-		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir}}
+		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
+		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}}
 	for _, p := range strings.Split(*partsFlag, ",") {
 		p = strings.TrimSpace(p)
 		if !slices.Contains(allParts, p) {
@@ -99,14 +112,14 @@ func main() {
 		}
 		r.parts = append(r.parts, p)
 	}
-	r.e2eOpts.settings = map[string]string{}
-	for _, kv := range strings.Split(*e2eEnv, ",") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-			r.e2eOpts.settings[k] = v
-		} else if kv != "" {
-			fmt.Fprintf(os.Stderr, "bench: bad -e2e-env entry %q, want KEY=VALUE\n", kv)
-			os.Exit(2)
-		}
+	var err error
+	if r.e2eOpts.settings, err = parseSettings("-e2e-env", *e2eEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if r.ocrOpts.settings, err = parseSettings("-ocr-env", *ocrEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
 	}
 	for _, v := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -118,7 +131,6 @@ func main() {
 	}
 	// Absolute before anything runs: the e2e part's S3 server changes the
 	// working directory.
-	var err error
 	if *out, err = filepath.Abs(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -143,6 +155,19 @@ func main() {
 	fmt.Println("wrote", *out)
 }
 
+// parseSettings reads KEY=VALUE,... (flag names the flag, for errors).
+func parseSettings(flag, list string) (map[string]string, error) {
+	settings := map[string]string{}
+	for _, kv := range strings.Split(list, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			settings[k] = v
+		} else if kv != "" {
+			return nil, fmt.Errorf("bad %s entry %q, want KEY=VALUE", flag, kv)
+		}
+	}
+	return settings, nil
+}
+
 type results struct {
 	parts     []string
 	pgVersion string
@@ -158,6 +183,9 @@ type results struct {
 
 	workerRuns int
 	workers    []workerFigure
+
+	ocrOpts ocrOptions
+	ocr     []ocrRun
 }
 
 // ingestRun is one callback-ingest run's figures.
@@ -217,14 +245,14 @@ func run(ctx context.Context, base string, r *results) error {
 		return fmt.Errorf("the server runs with fsync=%s synchronous_commit=%s: benchmarks need production durability", fsync, syncCommit)
 	}
 
-	// The e2e part builds the orchestrator first: building is CPU-heavy and
-	// must not overlap a measurement, and it needs the working directory
-	// that the S3 server later changes.
-	if r.has("e2e") && r.e2eOpts.orchestrator == "" {
-		fmt.Fprintln(os.Stderr, "e2e: building the orchestrator...")
+	// The e2e and ocr parts build the orchestrator first: building is
+	// CPU-heavy and must not overlap a measurement, and it needs the working
+	// directory that the S3 server later changes.
+	if (r.has("e2e") || r.has("ocr")) && r.e2eOpts.orchestrator == "" {
+		fmt.Fprintln(os.Stderr, "building the orchestrator...")
 		bin, cleanup, err := buildOrchestrator(ctx)
 		if err != nil {
-			return fmt.Errorf("e2e: %w", err)
+			return err
 		}
 		defer cleanup()
 		r.e2eOpts.orchestrator = bin
@@ -260,6 +288,12 @@ func run(ctx context.Context, base string, r *results) error {
 		fmt.Fprintf(os.Stderr, "workers: %d runs per operation...\n", r.workerRuns)
 		if r.workers, err = benchWorkers(ctx, r.workerRuns); err != nil {
 			return fmt.Errorf("workers: %w", err)
+		}
+	}
+	if r.has("ocr") {
+		bin, _, _ := strings.Cut(r.e2eOpts.orchestrator, ",")
+		if r.ocr, err = benchOCR(ctx, admin, base, bin, r.e2eOpts, r.ocrOpts); err != nil {
+			return fmt.Errorf("ocr: %w", err)
 		}
 	}
 	return nil
@@ -622,6 +656,9 @@ func (r *results) table() string {
 	if r.has("workers") {
 		b.WriteString(workersTable(r.workers))
 	}
+	if r.has("ocr") {
+		b.WriteString(ocrTable(r.ocr, r.ocrOpts))
+	}
 	return b.String()
 }
 
@@ -675,12 +712,15 @@ Parts run: %s.
   `+"`cmd/bench/workers.go`"+` for what is timed on each side).
 `, r.workerRuns)
 	}
+	if r.has("ocr") {
+		b.WriteString(ocrMarkdown(r.ocrOpts))
+	}
 	b.WriteString(r.targets())
 	b.WriteString(`
 Reproduce: ` + "`make bench`" + ` (it starts a throwaway PostgreSQL cluster with production
 durability; set BENCH_DATABASE_URL to use another server). One part alone:
 ` + "`scripts/postgres.sh bench go run ./cmd/bench -parts e2e -out /tmp/b.md`" + `
-(parts: baseline, ingest, e2e, workers).
+(parts: ` + strings.Join(allParts, ", ") + `).
 `)
 	return b.String()
 }
@@ -702,7 +742,8 @@ func memTotal() string {
 	return "unknown"
 }
 
-// targets sets this run's figures against issue 5's targets.
+// targets sets this run's figures against issue 5's targets and the OCR
+// issue's goals.
 func (r *results) targets() string {
 	var rows []string
 	row := func(figure, target, got string, met bool) {
@@ -752,8 +793,11 @@ func (r *results) targets() string {
 		}
 		row("workers vs vips CLI (the worst of the three)", "<= 1.2x", fmt.Sprintf("%.2fx", worst), worst <= 1.2)
 	}
+	if r.has("ocr") {
+		ocrTargets(r.ocr, r.ocrOpts, row)
+	}
 	if len(rows) == 0 {
 		return ""
 	}
-	return "\n## Against the targets (issue 5)\n\n| figure | target | this run | |\n| --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n"
+	return "\n## Against the targets\n\n| figure | target | this run | |\n| --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n"
 }
