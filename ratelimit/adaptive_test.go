@@ -188,12 +188,12 @@ func TestAdaptiveConcurrentReports(t *testing.T) {
 	require.Equal(t, 2, changes, "5 -> 3 -> 2 tokens: two changes")
 
 	// The storm began at 3/s, the bucket's ceiling: the three steps from
-	// 2.5/s to 4/s take 100 successes (the cautious pace), the 15 others
-	// 10, 450 in all; each reporter sends 57.
-	changes = report(ratelimit.Result{Outcome: ratelimit.Success}, 57)
+	// 2.5/s to 4/s take 300 successes (the cautious pace), the 15 others
+	// 10, 1,050 in all; each reporter sends 132.
+	changes = report(ratelimit.Result{Outcome: ratelimit.Success}, 132)
 	b, _, err = limiters[1].State(ctx, "ocr")
 	require.NoError(t, err)
-	require.Equal(t, 8*57-450, b.Successes, "every success counted once")
+	require.Equal(t, 8*132-1050, b.Successes, "every success counted once")
 	require.Zero(t, b.RateLimits)
 	require.Equal(t, []float64{15, 10}, []float64{b.MaxTokens, b.RefillRate})
 	require.Equal(t, 18, changes, "1/s to 10/s in steps of 0.5")

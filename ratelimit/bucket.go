@@ -13,7 +13,7 @@ const (
 	// cautiousFactor multiplies speedUpAfter for the steps from just below
 	// the rate of the last 429 (Bucket.Ceiling) to cautiousAbove past it:
 	// not spec 004's.
-	cautiousFactor = 10
+	cautiousFactor = 30
 	cautiousAbove  = 1
 	// A speed-up adds these; a slow-down subtracts the slow-down steps.
 	speedUpTokens, speedUpRate   = 1, 0.5
@@ -182,12 +182,13 @@ func (b Bucket) Take(now time.Time) (next Bucket, granted bool, wait time.Durati
 // slow-down empties the bucket and it earns no tokens until its backoff
 // ends (see below), and it records the rate that drew the first 429 of a
 // run as the bucket's Ceiling: the speed-ups from just below it to 1/s past
-// it need ten times the successes. One bucket shared by a fleet sees successes many times
-// faster than spec 004's per-chunk buckets, so without this it climbs back
-// past the provider's limit within seconds of each slow-down, and every
-// 429 costs a backoff of two seconds or more: the ceiling makes those
-// probes rare (TCP's congestion avoidance, in spec 004's steps). changed reports whether
-// MaxTokens or RefillRate moved, so callers record one event per change.
+// it need thirty times the successes. One bucket shared by a fleet sees
+// successes many times faster than spec 004's per-chunk buckets, so
+// without this it climbs back past the provider's limit within seconds of
+// each slow-down, and every 429 costs a backoff of two seconds or more:
+// the ceiling makes those probes rare (TCP's congestion avoidance, in spec
+// 004's steps). changed reports whether MaxTokens or RefillRate moved, so
+// callers record one event per change.
 func (b Bucket) Apply(p Adaptive, r Result, now time.Time) (next Bucket, changed bool) {
 	// Tokens accrued so far were earned at the old rate.
 	b = b.Refill(now).Clamp(p)

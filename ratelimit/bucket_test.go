@@ -212,9 +212,9 @@ func TestBucketConverges(t *testing.T) {
 	require.Equal(t, 3.0, b.Ceiling, "the rate at the storm's first 429")
 
 	// Back up: 10 successes a step, but the three steps from 2.5/s to 4/s
-	// around the ceiling, which take 100.
+	// around the ceiling, which take 300.
 	changes = 0
-	for range 15*10 + 3*100 {
+	for range 15*10 + 3*300 {
 		var changed bool
 		b, changed = b.Apply(p, success(), t0)
 		if changed {
@@ -234,7 +234,7 @@ func TestBucketConverges(t *testing.T) {
 }
 
 // TestBucketCeiling: after a slow-down, the steps below the rate that drew
-// the 429 take spec 004's 10 successes, those from it to 1/s past it 100,
+// the 429 take spec 004's 10 successes, those from it to 1/s past it 300,
 // and the steps beyond 10 again.
 func TestBucketCeiling(t *testing.T) {
 	t.Parallel()
@@ -251,10 +251,10 @@ func TestBucketCeiling(t *testing.T) {
 	}
 	steps(20)
 	require.Equal(t, 7.0, b.RefillRate, "below the ceiling: 10 successes a step")
-	steps(10 + 99)
-	require.Equal(t, 7.5, b.RefillRate, "the step to the ceiling waits for 100")
-	steps(1 + 200)
-	require.Equal(t, 9.0, b.RefillRate, "to 8.5, then 9: 100 each")
+	steps(10 + 299)
+	require.Equal(t, 7.5, b.RefillRate, "the step to the ceiling waits for 300")
+	steps(1 + 600)
+	require.Equal(t, 9.0, b.RefillRate, "to 8.5, then 9: 300 each")
 	steps(10)
 	require.Equal(t, 9.5, b.RefillRate, "past the ceiling's neighbourhood: 10 again")
 	b, _ = b.Apply(p, limited(0), t0.Add(time.Minute))

@@ -82,7 +82,7 @@ func main() {
 	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
-	ocrCapacity := flag.Float64("ocr-capacity", 12, "ocr: the fake provider's capacity C, requests/s")
+	ocrCapacity := flag.Float64("ocr-capacity", 8, "ocr: the fake provider's capacity C, requests/s (inside the OCR limiter's default range, 1 to 10/s)")
 	ocrBurst := flag.Int("ocr-burst", 0, "ocr: the fake provider's burst, requests (default: C rounded up)")
 	ocrRefs := flag.Int("ocr-refs", 2500, "ocr: JPEGs in the batch, all with OCR on")
 	ocrDirFiles := flag.Int("ocr-dir-files", 5, "ocr: JPEGs per directory (OCR_CHUNK_SIZE directories make a chunk)")
