@@ -14,7 +14,7 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: setup
-setup: ## Install what make run needs and is missing: PostgreSQL, libvips, poppler, gcc (scripts/setup.sh; apt-get or Homebrew)
+setup: ## Install what make run needs and is missing: PostgreSQL, libvips, poppler, tesseract, gcc (scripts/setup.sh; apt-get or Homebrew)
 	@scripts/setup.sh run
 
 .PHONY: setup-test
@@ -22,7 +22,7 @@ setup-test: ## Install what make test needs and is missing: setup's, plus the vi
 	@scripts/setup.sh test
 
 .PHONY: run
-run: build ## Install what is missing, then start the orchestrator on embedded defaults (local Postgres, local S3, local machine runner); prints its URLs and admin token
+run: build ## Install what is missing, then start the orchestrator on embedded defaults (local Postgres, local S3, local machine runner, tesseract for OCR); prints its URLs and admin token
 	scripts/postgres.sh dev $(BIN) serve
 
 .PHONY: test
