@@ -170,30 +170,9 @@ func (r chunkRun) work(ctx context.Context) error {
 		return fmt.Errorf("claiming items of chunk %s: %w", chunkID, err)
 	}
 
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		fatal    error // a database failure: the run fails
-		stopWith string
-	)
-	for _, it := range items {
-		wg.Go(func() {
-			stop, err := r.item(ctx, it, grant)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && fatal == nil {
-				fatal = err
-			}
-			if stop != "" && stopWith == "" {
-				stopWith = stop
-			}
-		})
-	}
-	wg.Wait()
-	if fatal != nil {
-		return fatal
-	}
-	if stopWith != "" {
+	if stopWith, err := r.items(ctx, items, grant); err != nil {
+		return err
+	} else if stopWith != "" {
 		return r.finish(ctx, stopWith)
 	}
 	prog, err = q.ChunkItemProgress(ctx, db.ChunkItemProgressParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
@@ -208,6 +187,31 @@ func (r chunkRun) work(ctx context.Context) error {
 		next = jitter(wait, cfg.AlarmInterval)
 	}
 	return river.JobSnooze(next)
+}
+
+// items processes the claimed items at once, each committing its own
+// outcome. stopWith is set when the chunk must stop (item's stop); err is
+// the first failure to commit, which fails the run.
+func (r chunkRun) items(ctx context.Context, items []db.ChunkItem, grant ratelimit.Grant) (stopWith string, err error) {
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	for _, it := range items {
+		wg.Go(func() {
+			stop, ierr := r.item(ctx, it, grant)
+			mu.Lock()
+			defer mu.Unlock()
+			if ierr != nil && err == nil {
+				err = ierr
+			}
+			if stop != "" && stopWith == "" {
+				stopWith = stop
+			}
+		})
+	}
+	wg.Wait()
+	return stopWith, err
 }
 
 // jitter is wait, at least min, plus up to half of min at random: the
