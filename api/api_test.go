@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -406,4 +407,22 @@ func TestStatusAndHealth(t *testing.T) {
 	code, body = env.Do(t, http.MethodDelete, "/batches", nil)
 	require.Equal(t, http.StatusMethodNotAllowed, code)
 	require.Contains(t, string(body), `"error"`)
+}
+
+// TestOversizedManifestIsRefusedUnread: a manifest over MANIFEST_MAX_BYTES
+// puts its batch in ERROR with its size, once, without being read (the
+// store reports the size before the body).
+func TestOversizedManifestIsRefusedUnread(t *testing.T) {
+	t.Parallel()
+	opts := hanging
+	opts.Settings = map[string]string{"MANIFEST_MAX_BYTES": "100"}
+	env := testenv.New(t, opts)
+	const id = "BATCH-HUGE"
+	m := strings.ReplaceAll(exampleManifest, exampleBatchID, id)
+	env.PutObject(t, "staging/"+id+"/_manifest.json", []byte(m))
+	code, _ := postBatch(t, env, strings.ReplaceAll(exampleMessage, exampleBatchID, id))
+	require.Equal(t, http.StatusAccepted, code)
+	st := env.AwaitStatus(t, id, notPending)
+	require.Equal(t, "ERROR", st.Status)
+	require.Equal(t, fmt.Sprintf("manifest staging/%s/_manifest.json is %d bytes, more than MANIFEST_MAX_BYTES (100)", id, len(m)), *st.Error)
 }

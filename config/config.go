@@ -127,6 +127,11 @@ type Config struct {
 
 	MaxFileSize  int64
 	MaxBatchSize int64
+	// MaxFilesPerBatch caps the files one manifest may list
+	// (MAX_FILES_PER_BATCH); ManifestMaxBytes caps the manifest's size
+	// (MANIFEST_MAX_BYTES), checked before it is read.
+	MaxFilesPerBatch int64
+	ManifestMaxBytes int64
 
 	// LogFormat is "json" or "text"; empty picks text on a terminal and JSON
 	// otherwise.
@@ -285,6 +290,8 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		MaxRetryAttempts:     r.positiveInt("MAX_RETRY_ATTEMPTS", 5),
 		MaxFileSize:          r.positiveInt64("MAX_FILE_SIZE", 5<<30),
 		MaxBatchSize:         r.positiveInt64("MAX_BATCH_SIZE", 100<<30),
+		MaxFilesPerBatch:     r.positiveInt64("MAX_FILES_PER_BATCH", 200_000),
+		ManifestMaxBytes:     r.positiveInt64("MANIFEST_MAX_BYTES", 64<<20),
 		LogFormat:            r.oneOf("LOG_FORMAT", "", "json", "text"),
 		LogLevel:             r.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		PprofAddr:            r.str("PPROF_ADDR", ""),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -75,8 +76,11 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 	}
 
 	key := msg.ManifestR2Key
-	data, err := w.deps.Store.Get(ctx, w.deps.Config.R2Bucket, key)
+	data, err := w.readManifest(ctx, key)
+	var tooLarge *manifestTooLarge
 	switch {
+	case errors.As(err, &tooLarge):
+		return w.fail(ctx, job, tooLarge.Error())
 	case errors.Is(err, blob.ErrNotFound):
 		return w.fail(ctx, job, "manifest not found: "+key)
 	case err != nil && !blob.IsTransient(err):
@@ -139,6 +143,44 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 		w.deps.batchFinished(finished)
 	}
 	return err
+}
+
+// manifestTooLarge is a manifest over MANIFEST_MAX_BYTES: refused, not
+// retried, and never read whole.
+type manifestTooLarge struct {
+	key         string
+	size, max   int64
+	sizeIsKnown bool
+}
+
+func (e *manifestTooLarge) Error() string {
+	if e.sizeIsKnown {
+		return fmt.Sprintf("manifest %s is %d bytes, more than MANIFEST_MAX_BYTES (%d)", e.key, e.size, e.max)
+	}
+	return fmt.Sprintf("manifest %s is more than MANIFEST_MAX_BYTES (%d bytes)", e.key, e.max)
+}
+
+// readManifest reads the manifest at key: its size, which the store gives
+// before the body, is checked against MANIFEST_MAX_BYTES first, and the
+// body is read through that limit too (a server that did not say).
+func (w *BatchStartWorker) readManifest(ctx context.Context, key string) ([]byte, error) {
+	limit := w.deps.Config.ManifestMaxBytes
+	rc, size, err := w.deps.Store.Open(ctx, w.deps.Config.R2Bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if size > limit {
+		return nil, &manifestTooLarge{key: key, size: size, max: limit, sizeIsKnown: true}
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, &manifestTooLarge{key: key, max: limit}
+	}
+	return data, nil
 }
 
 // fail puts the batch in ERROR with message and completes the job in the same

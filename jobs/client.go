@@ -280,7 +280,7 @@ func jobAttrs(job *rivertype.JobRow) []any {
 
 // limits returns the manifest limits from the configuration.
 func (d Deps) limits() manifest.Limits {
-	return manifest.Limits{MaxFileSize: d.Config.MaxFileSize, MaxBatchSize: d.Config.MaxBatchSize}
+	return manifest.Limits{MaxFileSize: d.Config.MaxFileSize, MaxBatchSize: d.Config.MaxBatchSize, MaxFiles: d.Config.MaxFilesPerBatch}
 }
 
 // batchFinished counts a batch that a committed transaction moved to DONE

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -133,7 +135,38 @@ func (p *problems) str(at string, obj object, name string) (string, bool) {
 		p.addf("%s%s must be a string, got %s", at, name, show(raw))
 		return "", false
 	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD silently, and a
+	// control character (NUL above all) fails the database's COPY later.
+	if !utf8.Valid(raw) {
+		p.addf("%s%s is not valid UTF-8", at, name)
+		return "", false
+	}
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		p.addf("%s%s must not contain control characters (%U at byte %d)", at, name, []rune(s[i:])[0], i)
+		return "", false
+	}
 	return s, true
+}
+
+// key checks an object key (or, with prefix, a key prefix, which ends in
+// "/"): segments separated by "/", none empty, "." or "..", no leading "/",
+// so that a key cannot climb out of the prefix it starts with.
+func (p *problems) key(at, name, key string, prefix bool) bool {
+	body := key
+	if prefix {
+		if !strings.HasSuffix(key, "/") {
+			p.addf("%s%s %s must end with \"/\"", at, name, quote(key))
+			return false
+		}
+		body = strings.TrimSuffix(key, "/")
+	}
+	for seg := range strings.SplitSeq(body, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			p.addf("%s%s %s has an empty, \".\" or \"..\" path segment", at, name, quote(key))
+			return false
+		}
+	}
+	return true
 }
 
 // text reads a required string field that must not be empty.

@@ -95,16 +95,20 @@ type Limits struct {
 	// MaxBatchSize is the largest sum of file sizes allowed, in bytes; zero
 	// or less means the default, 100 GiB.
 	MaxBatchSize int64
+	// MaxFiles is the most files a batch may list; zero or less means the
+	// default, 200,000.
+	MaxFiles int64
 }
 
 const (
 	defaultMaxFileSize  int64 = 5 << 30   // 5368709120
 	defaultMaxBatchSize int64 = 100 << 30 // 107374182400
+	defaultMaxFiles     int64 = 200_000
 )
 
 // DefaultLimits returns the spec's limits: 5 GiB per file, 100 GiB per batch.
 func DefaultLimits() Limits {
-	return Limits{MaxFileSize: defaultMaxFileSize, MaxBatchSize: defaultMaxBatchSize}
+	return Limits{MaxFileSize: defaultMaxFileSize, MaxBatchSize: defaultMaxBatchSize, MaxFiles: defaultMaxFiles}
 }
 
 // withDefaults fills unset limits, so that a zero Limits is safe to pass.
@@ -114,6 +118,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxBatchSize <= 0 {
 		l.MaxBatchSize = defaultMaxBatchSize
+	}
+	if l.MaxFiles <= 0 {
+		l.MaxFiles = defaultMaxFiles
 	}
 	return l
 }
@@ -210,6 +217,9 @@ func (v *validator) manifest(obj object) Manifest {
 	if size > v.limits.MaxBatchSize {
 		p.addf("the batch holds %d bytes, which exceeds the batch limit of %d", size, v.limits.MaxBatchSize)
 	}
+	if files > v.limits.MaxFiles {
+		p.addf("the batch lists %d files, more than MAX_FILES_PER_BATCH (%d)", files, v.limits.MaxFiles)
+	}
 	if totalFilesOK && totalFiles != v.msg.TotalFiles {
 		p.addf("total_files is %d in the message but %d in the manifest", v.msg.TotalFiles, totalFiles)
 	}
@@ -284,7 +294,7 @@ func (v *validator) file(at string, j int, raw json.RawMessage) (FileInfo, bool)
 		if v.seen[key] == 2 {
 			p.addf("%sr2_key is listed more than once", at)
 		}
-		if !strings.HasPrefix(key, v.msg.R2Prefix) {
+		if p.key(at, "r2_key", key, false) && !strings.HasPrefix(key, v.msg.R2Prefix) {
 			p.addf("%sr2_key must start with the batch's r2_prefix %s", at, quote(v.msg.R2Prefix))
 		}
 	}

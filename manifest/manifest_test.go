@@ -223,6 +223,21 @@ func TestParseManifestRejects(t *testing.T) {
 			want:   []string{"directories is required"},
 		},
 		{
+			name:   "FileKeyClimbsOut",
+			mutate: func(m map[string]any) { fileAt(m, 1, 0)["r2_key"] = prefix + "../OTHER/report.pdf" },
+			want:   []string{`file staging/01K8RNKN488RQCG3YGG72QBZS5/../OTHER/report.pdf: r2_key "staging/01K8RNKN488RQCG3YGG72QBZS5/../OTHER/report.pdf" has an empty, "." or ".." path segment`},
+		},
+		{
+			name:   "LogicalPathNUL",
+			mutate: func(m map[string]any) { fileAt(m, 1, 0)["logical_path"] = "/documents/re\x00port.pdf" },
+			want:   []string{report + "logical_path must not contain control characters (U+0000 at byte 13)"},
+		},
+		{
+			name:   "TooManyFiles",
+			limits: Limits{MaxFiles: 2},
+			want:   []string{"the batch lists 3 files, more than MAX_FILES_PER_BATCH (2)"},
+		},
+		{
 			name:   "DirectoriesNotArray",
 			mutate: func(m map[string]any) { m["directories"] = map[string]any{} },
 			want:   []string{"directories must be an array, got {}"},
@@ -551,7 +566,7 @@ func TestParseManifestSizesDoNotOverflow(t *testing.T) {
 }
 
 func TestDefaultLimits(t *testing.T) {
-	requireEqual(t, Limits{MaxFileSize: 5368709120, MaxBatchSize: 107374182400}, DefaultLimits())
+	requireEqual(t, Limits{MaxFileSize: 5368709120, MaxBatchSize: 107374182400, MaxFiles: 200_000}, DefaultLimits())
 }
 
 func TestProcessingConfigUnmarshalJSON(t *testing.T) {

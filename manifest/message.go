@@ -112,12 +112,25 @@ func ParseQueueMessage(body []byte) (QueueMessage, error) {
 	}
 
 	var m QueueMessage
+	idOK := false
 	if id, ok := p.text("", obj, "batch_id"); ok {
-		checkBatchID(&p, id)
+		idOK = checkBatchID(&p, id)
 		m.BatchID = id
 	}
-	m.ManifestR2Key, _ = p.text("", obj, "manifest_r2_key")
-	m.R2Prefix, _ = p.text("", obj, "r2_prefix") // empty would switch off the check that files lie under it
+	manifestOK, prefixOK := false, false
+	if m.ManifestR2Key, manifestOK = p.text("", obj, "manifest_r2_key"); manifestOK {
+		manifestOK = p.key("", "manifest_r2_key", m.ManifestR2Key, false)
+	}
+	// Empty would switch off the check that files lie under it.
+	if m.R2Prefix, prefixOK = p.text("", obj, "r2_prefix"); prefixOK {
+		prefixOK = p.key("", "r2_prefix", m.R2Prefix, true)
+	}
+	if want := StagingPrefix(m.BatchID); prefixOK && idOK && m.R2Prefix != want {
+		p.addf("r2_prefix must be %s, the batch's own, got %s", quote(want), quote(m.R2Prefix))
+	}
+	if manifestOK && prefixOK && !strings.HasPrefix(m.ManifestR2Key, m.R2Prefix) {
+		p.addf("manifest_r2_key %s must lie under r2_prefix %s", quote(m.ManifestR2Key), quote(m.R2Prefix))
+	}
 	m.Uploader, _ = p.str("", obj, "uploader")
 	m.RootPath, _ = p.str("", obj, "root_path")
 	m.ParentPI, _ = p.str("", obj, "parent_pi")
@@ -144,12 +157,19 @@ func ParseQueueMessage(body []byte) (QueueMessage, error) {
 	return m, nil
 }
 
-// checkBatchID enforces the batch_id alphabet. The ID becomes a path segment
+// StagingPrefix is where a batch's files are staged: "staging/{batch_id}/",
+// the only r2_prefix a queue message may name.
+func StagingPrefix(batchID string) string { return "staging/" + batchID + "/" }
+
+// checkBatchID enforces the batch_id alphabet, and reports whether id
+// passed. The ID becomes a path segment
 // of URLs and object keys, so "/", "?", "%" and friends would break or
 // redirect those, and "." and ".." would escape the batch's prefix.
-func checkBatchID(p *problems, id string) {
+func checkBatchID(p *problems, id string) bool {
+	ok := true
 	if n := utf8.RuneCountInString(id); n > maxBatchIDLength {
 		p.addf("batch_id is %d characters, the limit is %d", n, maxBatchIDLength)
+		ok = false
 	}
 	valid := strings.IndexFunc(id, func(r rune) bool {
 		return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '.' && r != '_' && r != '-'
@@ -157,9 +177,12 @@ func checkBatchID(p *problems, id string) {
 	switch {
 	case !valid:
 		p.addf("batch_id %s may contain only %s", quote(id), batchIDCharacters)
+		return false
 	case id == "." || id == "..":
 		p.addf("batch_id must not be %q", id)
+		return false
 	}
+	return ok
 }
 
 // parsePrompts validates a present, non-null custom_prompts value and

@@ -35,6 +35,12 @@ func TestParseQueueMessageExample(t *testing.T) {
 	}, msg)
 }
 
+// renameBatch gives the message batch id, with the prefix and manifest key
+// that go with it.
+func renameBatch(m map[string]any, id string) {
+	m["batch_id"], m["r2_prefix"], m["manifest_r2_key"] = id, StagingPrefix(id), StagingPrefix(id)+"_manifest.json"
+}
+
 func TestParseQueueMessageAccepts(t *testing.T) {
 	example := readTestdata(t, "queue_message.json")
 
@@ -102,12 +108,12 @@ func TestParseQueueMessageAccepts(t *testing.T) {
 		},
 		{
 			name:   "BatchIDAtLengthLimit",
-			mutate: func(m map[string]any) { m["batch_id"] = strings.Repeat("A", 128) },
+			mutate: func(m map[string]any) { renameBatch(m, strings.Repeat("A", 128)) },
 			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, 128, len(msg.BatchID)) },
 		},
 		{
 			name:   "BatchIDPunctuation",
-			mutate: func(m map[string]any) { m["batch_id"] = "batch_2025.10-29" },
+			mutate: func(m map[string]any) { renameBatch(m, "batch_2025.10-29") },
 			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, "batch_2025.10-29", msg.BatchID) },
 		},
 		{
@@ -144,6 +150,14 @@ func TestParseQueueMessageAccepts(t *testing.T) {
 	}
 }
 
+// TestParseQueueMessageInvalidUTF8: a string field holding bytes that are
+// not UTF-8 is refused by name, not turned into U+FFFD.
+func TestParseQueueMessageInvalidUTF8(t *testing.T) {
+	body := strings.Replace(string(readTestdata(t, "queue_message.json")), "john.doe@arke.institute", "john\xff@arke.institute", 1)
+	_, err := ParseQueueMessage([]byte(body))
+	requireProblems(t, err, "batch message", "uploader is not valid UTF-8")
+}
+
 func TestParseQueueMessageRejects(t *testing.T) {
 	example := readTestdata(t, "queue_message.json")
 	const allowedPrompts = "(allowed: general, reorganization, pinax, description, cheimarros)"
@@ -174,6 +188,35 @@ func TestParseQueueMessageRejects(t *testing.T) {
 		{"ManifestKeyEmpty", func(m map[string]any) { m["manifest_r2_key"] = "" }, []string{"manifest_r2_key is required"}},
 		{"R2PrefixEmpty", func(m map[string]any) { m["r2_prefix"] = "" }, []string{"r2_prefix is required"}},
 		{"R2PrefixMissing", func(m map[string]any) { delete(m, "r2_prefix") }, []string{"r2_prefix is required"}},
+		{
+			"R2PrefixOtherBatch", func(m map[string]any) { m["r2_prefix"] = "staging/OTHER/" },
+			[]string{
+				`r2_prefix must be "staging/01K8RNKN488RQCG3YGG72QBZS5/", the batch's own, got "staging/OTHER/"`,
+				`manifest_r2_key "staging/01K8RNKN488RQCG3YGG72QBZS5/_manifest.json" must lie under r2_prefix "staging/OTHER/"`,
+			},
+		},
+		{
+			"R2PrefixClimbsOut", func(m map[string]any) { m["r2_prefix"] = "staging/01K8RNKN488RQCG3YGG72QBZS5/../A/" },
+			[]string{`r2_prefix "staging/01K8RNKN488RQCG3YGG72QBZS5/../A/" has an empty, "." or ".." path segment`},
+		},
+		{
+			"R2PrefixNoSlash", func(m map[string]any) { m["r2_prefix"] = "staging/01K8RNKN488RQCG3YGG72QBZS5" },
+			[]string{`r2_prefix "staging/01K8RNKN488RQCG3YGG72QBZS5" must end with "/"`},
+		},
+		{
+			"ManifestKeyClimbsOut", func(m map[string]any) { m["manifest_r2_key"] = "staging/01K8RNKN488RQCG3YGG72QBZS5/../B/huge.tif" },
+			[]string{`manifest_r2_key "staging/01K8RNKN488RQCG3YGG72QBZS5/../B/huge.tif" has an empty, "." or ".." path segment`},
+		},
+		{
+			"ManifestKeyOutsidePrefix", func(m map[string]any) { m["manifest_r2_key"] = "staging/OTHER/_manifest.json" },
+			[]string{`manifest_r2_key "staging/OTHER/_manifest.json" must lie under r2_prefix "staging/01K8RNKN488RQCG3YGG72QBZS5/"`},
+		},
+		{
+			"ManifestKeyDoubleSlash", func(m map[string]any) { m["manifest_r2_key"] = "staging/01K8RNKN488RQCG3YGG72QBZS5//m.json" },
+			[]string{`manifest_r2_key "staging/01K8RNKN488RQCG3YGG72QBZS5//m.json" has an empty, "." or ".." path segment`},
+		},
+		{"UploaderNUL", func(m map[string]any) { m["uploader"] = "a\x00b" }, []string{"uploader must not contain control characters (U+0000 at byte 1)"}},
+		{"RootPathNewline", func(m map[string]any) { m["root_path"] = "/a\nb" }, []string{"root_path must not contain control characters (U+000A at byte 2)"}},
 		{"UploaderNotString", func(m map[string]any) { m["uploader"] = []any{"x"} }, []string{`uploader must be a string, got ["x"]`}},
 		{"RootPathNull", func(m map[string]any) { m["root_path"] = nil }, []string{"root_path is required"}},
 		{"ParentPIMissing", func(m map[string]any) { delete(m, "parent_pi") }, []string{"parent_pi is required"}},
