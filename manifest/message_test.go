@@ -155,7 +155,7 @@ func TestParseQueueMessageAccepts(t *testing.T) {
 func TestParseQueueMessageInvalidUTF8(t *testing.T) {
 	body := strings.Replace(string(readTestdata(t, "queue_message.json")), "john.doe@arke.institute", "john\xff@arke.institute", 1)
 	_, err := ParseQueueMessage([]byte(body))
-	requireProblems(t, err, "batch message", "uploader is not valid UTF-8")
+	_ = requireProblems(t, err, "batch message", "uploader is not valid UTF-8")
 }
 
 func TestParseQueueMessageRejects(t *testing.T) {
