@@ -296,6 +296,41 @@ func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledPara
 	return items, nil
 }
 
+const batchListStalledPending = `-- name: BatchListStalledPending :many
+SELECT b.id FROM batches b
+WHERE b.status = 'PENDING' AND b.completed_at IS NULL AND b.updated_at < $1
+ORDER BY b.updated_at, b.id
+LIMIT $2
+`
+
+type BatchListStalledPendingParams struct {
+	Before time.Time
+	Max    int32
+}
+
+// BatchListStalledPending lists PENDING batches untouched since @before:
+// each should have a batch_start job, which the sweep's backstop makes
+// sure of (a unique insert: an existing one is kept).
+func (q *Queries) BatchListStalledPending(ctx context.Context, arg BatchListStalledPendingParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, batchListStalledPending, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const batchLockExclusive = `-- name: BatchLockExclusive :exec
 SELECT pg_advisory_xact_lock(batch_lock_key($1::text))
 `

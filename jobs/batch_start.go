@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
@@ -58,6 +59,23 @@ func (w *BatchStartWorker) NextRetry(job *river.Job[BatchStartArgs]) time.Time {
 // phase with work, to DONE when no phase has work, or to ERROR when the
 // manifest is missing or invalid. Only transient storage errors are retried.
 func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartArgs]) error {
+	err := w.start(ctx, job)
+	if err == nil || job.Attempt < job.MaxAttempts {
+		return err
+	}
+	if _, ok := errors.AsType[*rivertype.JobCancelError](err); ok {
+		return err
+	}
+	// The last attempt failed, for whatever reason (a database failure, a
+	// file list the database refuses): the batch must not stay PENDING.
+	if ferr := w.fail(context.WithoutCancel(ctx), job, fmt.Sprintf("starting the batch failed %d times, giving up: %v", job.Attempt, err)); ferr != nil {
+		return errors.Join(err, ferr)
+	}
+	return nil
+}
+
+// start is one attempt of Work.
+func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartArgs]) error {
 	id := job.Args.BatchID
 	log := w.deps.Logger.With("batch_id", id, "job_id", job.ID)
 	q := db.New(w.deps.Pool)

@@ -195,9 +195,21 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("finding stalled batches: %w", err)
 	}
+	pending, err := q.BatchListStalledPending(ctx, db.BatchListStalledPendingParams{
+		Before: time.Now().Add(-2 * w.deps.Config.SweepInterval), Max: sweepGroupsPerRun,
+	})
+	if err != nil {
+		return fmt.Errorf("finding stalled pending batches: %w", err)
+	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	var params []river.InsertManyParams
-	ids := make([]string, 0, len(stalled))
+	ids := make([]string, 0, len(stalled)+len(pending))
+	for _, id := range pending {
+		// A start job that gave up without failing the batch (a crash
+		// between its attempts' end and the batch's) is started again.
+		ids = append(ids, id)
+		params = append(params, river.InsertManyParams{Args: BatchStartArgs{BatchID: id}})
+	}
 	for _, b := range stalled {
 		ids = append(ids, b.ID)
 		switch {

@@ -151,3 +151,12 @@ SELECT pg_advisory_xact_lock_shared(batch_lock_key(@id::text));
 -- name: BatchLockSharedMany :exec
 SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
 FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;
+
+-- BatchListStalledPending lists PENDING batches untouched since @before:
+-- each should have a batch_start job, which the sweep's backstop makes
+-- sure of (a unique insert: an existing one is kept).
+-- name: BatchListStalledPending :many
+SELECT b.id FROM batches b
+WHERE b.status = 'PENDING' AND b.completed_at IS NULL AND b.updated_at < @before
+ORDER BY b.updated_at, b.id
+LIMIT @max;
