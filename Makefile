@@ -23,7 +23,7 @@ setup-test: ## Install what make test needs and is missing: setup's, plus the vi
 
 .PHONY: run
 run: build ## Install what is missing, then start the orchestrator on embedded defaults (local Postgres, local S3, local machine runner, tesseract for OCR); prints its URLs and admin token
-	scripts/postgres.sh dev $(BIN) serve
+	LISTEN_ADDR=$${LISTEN_ADDR:-127.0.0.1:8080} scripts/postgres.sh dev $(BIN) serve
 
 .PHONY: test
 test: setup-test ## Install what is missing, then run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)

@@ -65,6 +65,12 @@ func (h *handlers) streamBatch(c echo.Context) error {
 	defer context.AfterFunc(h.ctx, cancel)()
 	w := c.Response()
 	rc := http.NewResponseController(w)
+	// A stream lives longer than the server's WriteTimeout, which bounds
+	// every other answer: its writes get no deadline. (A server without
+	// one, as in tests, has nothing to clear.)
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
 	started := false
 	var buf bytes.Buffer
 	send := func(u service.Update) error {

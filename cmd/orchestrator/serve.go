@@ -136,7 +136,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s (LISTEN_ADDR): %w", cfg.ListenAddr, err)
 	}
-	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	// Bounds on every connection: a client that sends its request or reads
+	// its answer slowly cannot hold a connection (and its goroutine) for
+	// ever. The event stream clears its own write deadline.
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("orchestrator serving", "addr", ln.Addr().String(), "bucket", cfg.R2Bucket, "callback_base", cfg.OrchestratorURL)
