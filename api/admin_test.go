@@ -89,6 +89,30 @@ func TestAdminCredential(t *testing.T) {
 		})
 	}
 
+	// River UI's unsafe requests: a cross-site form post rides on the
+	// browser's cached basic auth, and is refused; River UI's own pages
+	// (same origin) and programs with a bearer token are served.
+	t.Run("RiverUICrossSite", func(t *testing.T) {
+		const path = "/riverui/api/jobs/cancel"
+		withHeaders := func(c cred, h map[string]string) cred {
+			return func(r *http.Request) {
+				c(r)
+				for k, v := range h {
+					r.Header.Set(k, v)
+				}
+			}
+		}
+		admin := basic("admin", testenv.AdminToken)
+		resp, body := do(t, http.MethodPost, path, withHeaders(admin, map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}))
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+		resp, body = do(t, http.MethodPost, path, admin)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "no Origin, no Referer: %s", body)
+		resp, body = do(t, http.MethodPost, path, withHeaders(admin, map[string]string{"Origin": env.Server.URL, "Sec-Fetch-Site": "same-origin"}))
+		require.NotEqual(t, http.StatusForbidden, resp.StatusCode, "same origin: %s", body)
+		resp, body = do(t, http.MethodPost, path, bearer(testenv.AdminToken))
+		require.NotEqual(t, http.StatusForbidden, resp.StatusCode, "bearer: %s", body)
+	})
+
 	t.Run("NotAPrefixMatch", func(t *testing.T) {
 		resp, _ := do(t, http.MethodGet, "/riverui-other", bearer(testenv.AdminToken))
 		require.Equal(t, http.StatusNotFound, resp.StatusCode)
