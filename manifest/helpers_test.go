@@ -16,7 +16,7 @@ import (
 
 // readTestdata returns a file of testdata/, which holds the examples of
 // spec 001 verbatim.
-func readTestdata(t *testing.T, name string) []byte {
+func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {

@@ -1,0 +1,46 @@
+package service
+
+import (
+	"testing"
+
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// FuzzParseCallback: go test -fuzz=FuzzParseCallback ./service; `go test`
+// runs the seed corpus. Whatever a worker posts, the callback's parse and
+// every machine phase's result check never panic, and a body is either
+// refused with a reason or read as a success or an error.
+func FuzzParseCallback(f *testing.F) {
+	for _, s := range []string{
+		`{"task_id":"tiff_1","batch_id":"B","status":"success","output_r2_key":"staging/B/a.jpg","output_file_name":"a.jpg","output_file_size":10}`,
+		`{"task_id":"image_1","batch_id":"B","status":"success","ref_json_r2_key":"staging/B/a.jpg.ref.json","ref_data":{"url":"https://cdn/a.jpg"},"archive_r2_key":"a.jpg"}`,
+		`{"status":"success","outputs":[{"r2_key":"staging/B/a-1.jpg","file_name":"a-1.jpg","file_size":1,"page":1}]}`,
+		`{"status":"success","pages":[{"page":1,"file_size":3,"text_file_size":4}]}`,
+		`{"status":"error","error":"Failed to decode TIFF"}`,
+		`{"status":"success","output_file_name":"../../x"}`,
+		`{"status":"\u0000"}`, `[]`, `null`, ``, `{"status":5}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		status, _, errMsg, invalid := parseCallback("tiff_1", "B", body)
+		switch {
+		case invalid != "":
+			if status != "" {
+				t.Fatalf("a refused body with status %q", status)
+			}
+		case status == phases.TaskFailed:
+			if errMsg == "" {
+				t.Fatal("an error callback without a message")
+			}
+		case status == phases.TaskCompleted:
+			for _, p := range phases.All() {
+				if p.Spec().Executor == phases.Machine {
+					_ = phases.ValidateResult(p.Spec().Name, body)
+				}
+			}
+		default:
+			t.Fatalf("neither refused nor read: status %q", status)
+		}
+	})
+}
