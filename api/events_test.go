@@ -209,7 +209,7 @@ func callbackBody(l fakefly.Launch) string {
 			"output_r2_key": path.Join(path.Dir(key), name), "output_file_name": name, "output_file_size": 4242}
 	} else {
 		body = map[string]any{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
-			"ref_json_r2_key": key + ".ref.json", "archive_r2_key": "archive/" + key,
+			"ref_json_r2_key": key + ".ref.json", "archive_r2_key": key,
 			"ref_data": map[string]any{"url": "https://cdn.test/" + key, "type": "image/jpeg", "size": 4242, "filename": path.Base(key)}}
 	}
 	b, _ := json.Marshal(body)

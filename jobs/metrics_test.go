@@ -72,7 +72,7 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 	// Rejected callbacks, one per reason.
 	aTIFF, hung := launchOf(t, env, "a.tif"), launchOf(t, env, "c.tif")
 	env.Fly.Await(t, 30*time.Second, "hung machine destroyed", func() bool { return len(env.Fly.Destroyed()) > 0 })
-	success := `{"status": "success", "output_r2_key": "staging/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1}`
+	success := `{"status": "success", "output_r2_key": "staging/` + id + `/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1}`
 	for _, c := range []struct {
 		task, token, body string
 		want              int

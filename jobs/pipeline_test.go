@@ -165,7 +165,7 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		}
 		return false
 	})
-	late, _ := json.Marshal(map[string]any{"status": "success", "output_r2_key": "staging/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1})
+	late, _ := json.Marshal(map[string]any{"status": "success", "output_r2_key": "staging/" + id + "/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1})
 	code, body := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+hung.TaskID, hung.Env["CALLBACK_TOKEN"], bytes.NewReader(late))
 	require.Equal(t, http.StatusConflict, code, string(body))
 	require.Contains(t, string(body), "already timed out")

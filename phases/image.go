@@ -93,6 +93,19 @@ func (imageProcessing) Transform(file File, task *Task) ([]File, error) {
 	}}, nil
 }
 
+// ResultKeys are the ref's key and the archive copy's (KeyedResult).
+func (imageProcessing) ResultKeys(result json.RawMessage) ([]string, error) {
+	var res ImageResult
+	if err := json.Unmarshal(result, &res); err != nil {
+		return nil, err
+	}
+	keys := []string{res.RefJSONR2Key}
+	if res.ArchiveR2Key != "" {
+		keys = append(keys, res.ArchiveR2Key)
+	}
+	return keys, nil
+}
+
 // isImage reports whether a content type is one the image worker handles,
 // ignoring case and parameters such as "; charset=binary".
 func isImage(contentType string) bool {
@@ -107,7 +120,7 @@ func (imageProcessing) SampleResult(in File) json.RawMessage {
 	b, _ := json.Marshal(ImageResult{
 		RefJSONR2Key: in.R2Key + ".ref.json",
 		RefData:      ref,
-		ArchiveR2Key: "archive/" + in.R2Key,
+		ArchiveR2Key: in.R2Key, // the archive bucket keeps the original under its own key
 		RefJSONSize:  321,
 	})
 	return b

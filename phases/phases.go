@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
 )
 
 // Name is a phase's name, also the batch status while the batch is in that
@@ -243,4 +245,56 @@ func ValidateResult(name Name, result json.RawMessage) error {
 	}
 	_, err := p.Transform(File{FileName: "probe", LogicalPath: "/probe"}, &Task{Status: TaskCompleted, Result: result})
 	return err
+}
+
+// KeyedResult is a phase whose workers choose object keys in their
+// results (the TIFF phase's JPEGs, the image phase's ref and archive
+// copy): ResultKeys names them, for ValidateBatchResult to check.
+type KeyedResult interface {
+	ResultKeys(result json.RawMessage) ([]string, error)
+}
+
+// ValidateBatchResult is ValidateResult for a callback of batch batchID:
+// on top, every object key the worker chose must lie under the batch's
+// staging prefix, "staging/{batchID}/", with no empty, "." or ".." segment
+// and no control character. A result that breaks a rule is refused (and
+// the worker reports the task failed), so a worker cannot point the batch
+// at another batch's objects.
+func ValidateBatchResult(name Name, batchID string, result json.RawMessage) error {
+	if err := ValidateResult(name, result); err != nil {
+		return err
+	}
+	p, _ := Get(name)
+	k, ok := p.(KeyedResult)
+	if !ok {
+		return nil
+	}
+	keys, err := k.ResultKeys(result)
+	if err != nil {
+		return err
+	}
+	prefix := "staging/" + batchID + "/"
+	for _, key := range keys {
+		if err := checkResultKey(key, prefix); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkResultKey refuses a key outside prefix or with a path segment that
+// could climb out of it.
+func checkResultKey(key, prefix string) error {
+	if !strings.HasPrefix(key, prefix) {
+		return fmt.Errorf("key %q is not under the batch's prefix %q", key, prefix)
+	}
+	if strings.IndexFunc(key, unicode.IsControl) >= 0 {
+		return fmt.Errorf("key %q holds a control character", key)
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("key %q has an empty, \".\" or \"..\" path segment", key)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package phases
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -849,6 +850,45 @@ func TestValidateResult(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := ValidateResult(tt.phase, json.RawMessage(tt.body))
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+// TestValidateBatchResult: the keys a worker chose must lie under its
+// batch's staging prefix, without a segment that climbs out; the names it
+// chose must be plain; a TIFF may not become more than maxTIFFOutputs
+// JPEGs.
+func TestValidateBatchResult(t *testing.T) {
+	t.Parallel()
+	tiff := func(key, name string) string {
+		return fmt.Sprintf(`{"status":"success","output_r2_key":%q,"output_file_name":%q,"output_file_size":10}`, key, name)
+	}
+	image := func(ref, archive string) string {
+		return fmt.Sprintf(`{"status":"success","ref_json_r2_key":%q,"ref_data":{"url":"https://cdn/a.jpg"},"archive_r2_key":%q}`, ref, archive)
+	}
+	many := `{"status":"success","outputs":[` + strings.TrimSuffix(strings.Repeat(`{"r2_key":"staging/B/p.jpg","file_name":"p.jpg","file_size":1,"page":1},`, maxTIFFOutputs+1), ",") + `]}`
+	tests := []struct {
+		name, phase, body, wantErr string
+	}{
+		{"TIFFInBatch", string(TIFFConversion), tiff("staging/B/scans/a.jpg", "a.jpg"), ""},
+		{"TIFFOtherBatch", string(TIFFConversion), tiff("staging/OTHER/a.jpg", "a.jpg"), `key "staging/OTHER/a.jpg" is not under the batch's prefix "staging/B/"`},
+		{"TIFFClimbsOut", string(TIFFConversion), tiff("staging/B/../OTHER/a.jpg", "a.jpg"), `has an empty, "." or ".." path segment`},
+		{"TIFFNameWithSlash", string(TIFFConversion), tiff("staging/B/a.jpg", "../a.jpg"), `file_name "../a.jpg" must be a plain name`},
+		{"TIFFNameNotJPEG", string(TIFFConversion), tiff("staging/B/a.exe", "a.exe"), `file_name "a.exe" must end in .jpg`},
+		{"TIFFTooManyOutputs", string(TIFFConversion), many, "lists 4002 outputs, more than the 4001 allowed"},
+		{"ImageInBatch", string(ImageProcessing), image("staging/B/a.jpg.ref.json", "staging/B/a.jpg"), ""},
+		{"ImageRefElsewhere", string(ImageProcessing), image("staging/OTHER/a.jpg.ref.json", "staging/B/a.jpg"), "is not under the batch's prefix"},
+		{"ImageArchiveElsewhere", string(ImageProcessing), image("staging/B/a.jpg.ref.json", "staging/OTHER/a.jpg"), "is not under the batch's prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := ValidateBatchResult(Name(tt.phase), "B", json.RawMessage(tt.body))
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				return

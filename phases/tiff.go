@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // TIFFResult is the TIFF worker's success callback body (spec 000 §4.4),
@@ -93,6 +94,9 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 		slices.SortStableFunc(outputs, func(a, b TIFFOutput) int { return a.Page - b.Page })
 	}
 
+	if len(outputs) > maxTIFFOutputs {
+		return nil, fmt.Errorf("completed TIFF result lists %d outputs, more than the %d allowed", len(outputs), maxTIFFOutputs)
+	}
 	source := file
 	source.Tags = withTag(file.Tags, TagTIFFSource)
 	result := []File{source}
@@ -103,6 +107,9 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 				return nil, errors.New("completed TIFF result lacks output_r2_key or output_file_name")
 			}
 			return nil, fmt.Errorf("completed TIFF result: output %d (page %d) lacks r2_key or file_name", i, o.Page)
+		}
+		if err := checkJPEGName(o.FileName); err != nil {
+			return nil, fmt.Errorf("completed TIFF result: output %d (page %d): %w", i, o.Page, err)
 		}
 		result = append(result, File{
 			R2Key:            o.R2Key,
@@ -118,6 +125,26 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 	return result, nil
 }
 
+// maxTIFFOutputs bounds the JPEGs one TIFF may become: a result listing
+// more is refused.
+const maxTIFFOutputs = 4001
+
+// ResultKeys are the JPEGs' keys (KeyedResult).
+func (tiffConversion) ResultKeys(result json.RawMessage) ([]string, error) {
+	var res TIFFResult
+	if err := json.Unmarshal(result, &res); err != nil {
+		return nil, err
+	}
+	if len(res.Outputs) == 0 {
+		return []string{res.OutputR2Key}, nil
+	}
+	keys := make([]string, len(res.Outputs))
+	for i, o := range res.Outputs {
+		keys[i] = o.R2Key
+	}
+	return keys, nil
+}
+
 // SampleResult is a one-page conversion: the JPEG next to the TIFF.
 func (tiffConversion) SampleResult(in File) json.RawMessage {
 	name := strings.TrimSuffix(in.FileName, path.Ext(in.FileName)) + ".jpg"
@@ -127,4 +154,18 @@ func (tiffConversion) SampleResult(in File) json.RawMessage {
 		OutputFileSize: 4242,
 	})
 	return b
+}
+
+// checkJPEGName refuses an output name a worker chose that is not a plain
+// JPEG file name: it becomes the output's logical path beside its TIFF.
+func checkJPEGName(name string) error {
+	switch {
+	case strings.ContainsAny(name, "/\\") || name == "." || name == "..":
+		return fmt.Errorf("file_name %q must be a plain name", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("file_name %q holds a control character", name)
+	case !strings.EqualFold(path.Ext(name), ".jpg") && !strings.EqualFold(path.Ext(name), ".jpeg"):
+		return fmt.Errorf("file_name %q must end in .jpg", name)
+	}
+	return nil
 }

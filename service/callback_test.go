@@ -36,7 +36,7 @@ func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool
 func token(taskID string) string { return dbtest.Token(taskID) }
 
 func success(taskID string) []byte {
-	return fmt.Appendf(nil, `{"task_id":%q,"status":"success","output_r2_key":"staging/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`,
+	return fmt.Appendf(nil, `{"task_id":%q,"status":"success","output_r2_key":"staging/ANSWERS/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`,
 		taskID, taskID, taskID)
 }
 
@@ -51,7 +51,7 @@ func TestCallbackAnswers(t *testing.T) {
 	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 'tiff_t003'`)
 	require.NoError(t, err)
 	// Valid JSON that jsonb rejects (a lone surrogate).
-	poison := []byte(`{"status":"success","output_r2_key":"staging/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
+	poison := []byte(`{"status":"success","output_r2_key":"staging/ANSWERS/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
 
 	var inputErr *InputError
 	for _, tc := range []struct {

@@ -48,7 +48,7 @@ func callback(batchID, taskID, tok string, status phases.TaskStatus, body, inval
 // task's token.
 func success(batchID, taskID string) Callback {
 	return callback(batchID, taskID, token(taskID), phases.TaskCompleted,
-		fmt.Sprintf(`{"status":"success","output_r2_key":"staging/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`, taskID, taskID), "")
+		fmt.Sprintf(`{"status":"success","output_r2_key":"staging/%s/%s.jpg","output_file_name":"%s.jpg","output_file_size":5}`, batchID, taskID, taskID), "")
 }
 
 // withToken is cb presenting tok instead ("" for none).
@@ -95,7 +95,7 @@ func TestGroupOutcomes(t *testing.T) {
 
 	// Valid JSON that jsonb rejects (a lone surrogate): it fails the group's
 	// transaction, which is then applied callback by callback.
-	poison := `{"status":"success","output_r2_key":"staging/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`
+	poison := `{"status":"success","output_r2_key":"staging/GROUP/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`
 	group := requests(
 		success(batch, "tiff_t000"),
 		callback(batch, "tiff_t001", token("tiff_t001"), phases.TaskCompleted, poison, ""),

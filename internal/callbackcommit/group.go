@@ -132,7 +132,7 @@ func plausible(r *request) bool {
 	if phase == "" {
 		return false
 	}
-	return r.Status != phases.TaskCompleted || phases.ValidateResult(phase, r.Result) == nil
+	return r.Status != phases.TaskCompleted || phases.ValidateBatchResult(phase, r.BatchID, r.Result) == nil
 }
 
 // explain decides for a callback that did not end its task, from the task
@@ -159,7 +159,7 @@ func explain(ctx context.Context, q *db.Queries, r *request, current map[string]
 		return refuse(InvalidBody, "%s", r.Invalid)
 	}
 	if r.Status == phases.TaskCompleted {
-		if err := phases.ValidateResult(phases.Name(t.Phase), r.Result); err != nil {
+		if err := phases.ValidateBatchResult(phases.Name(t.Phase), r.BatchID, r.Result); err != nil {
 			return refuse(InvalidBody, "%s", err.Error())
 		}
 	}
