@@ -50,6 +50,13 @@ func (h *handlers) listEvents(c echo.Context) error {
 // rather than reconnect. A reconnecting client's Last-Event-ID header (or
 // the `last_event_id` query parameter) resumes after that event.
 func (h *handlers) streamBatch(c echo.Context) error {
+	select {
+	case h.streams <- struct{}{}:
+		defer func() { <-h.streams }()
+	default:
+		c.Response().Header().Set("Retry-After", "5")
+		return echo.NewHTTPError(http.StatusServiceUnavailable, fmt.Sprintf("too many event streams are open (MAX_STREAMS %d); try again shortly", cap(h.streams)))
+	}
 	id := c.Request().Header.Get("Last-Event-ID")
 	if id == "" {
 		id = c.QueryParam("last_event_id")

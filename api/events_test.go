@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"strconv"
@@ -355,4 +356,42 @@ func listAll(t *testing.T, env *testenv.Env, id string) []service.Event {
 	var page service.EventPage
 	require.NoError(t, json.Unmarshal(body, &page))
 	return page.Events
+}
+
+// TestStreamsAreBounded: past MAX_STREAMS open streams, one more is
+// answered 503 with Retry-After; once a stream ends, its slot is free.
+func TestStreamsAreBounded(t *testing.T) {
+	t.Parallel()
+	opts, _ := heldLaunches()
+	opts.Settings = map[string]string{"MAX_STREAMS": "2"}
+	env := testenv.New(t, opts)
+	const id = "STREAM-BOUND"
+	env.Submit(t, id, []testenv.File{{LogicalPath: "/scans/a.tif", Size: 100, ContentType: "image/tiff"}})
+	first := openStream(t, env, id, 0)
+	require.Equal(t, "status", (<-first).Event)
+	ctx, cancel := context.WithCancel(context.Background())
+	second, err := http.NewRequestWithContext(ctx, http.MethodGet, env.Server.URL+"/batches/"+id+"/stream", nil)
+	require.NoError(t, err)
+	resp2, err := http.DefaultClient.Do(second)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp2.StatusCode)
+
+	resp, err := http.Get(env.Server.URL + "/batches/" + id + "/stream")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+	require.Equal(t, "5", resp.Header.Get("Retry-After"))
+	require.Contains(t, string(body), "MAX_STREAMS 2")
+
+	cancel() // the second stream ends: its slot is free again
+	resp2.Body.Close()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(env.Server.URL + "/batches/" + id + "/stream?last_event_id=999999")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
 }

@@ -42,7 +42,13 @@ type Config struct {
 	// Metrics, when set, times callbacks and counts those rejected. The
 	// metrics are served apart from the API (see cmd/orchestrator).
 	Metrics *metrics.Metrics
+	// MaxStreams bounds the event streams open at once (MAX_STREAMS); one
+	// more is answered 503 with Retry-After. Zero means DefaultMaxStreams.
+	MaxStreams int
 }
+
+// DefaultMaxStreams is Config.MaxStreams unless set.
+const DefaultMaxStreams = 256
 
 // New builds the Echo server with every route registered.
 func New(cfg Config) *echo.Echo {
@@ -53,7 +59,11 @@ func New(cfg Config) *echo.Echo {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken, ctx: ctx, metrics: cfg.Metrics}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken, ctx: ctx, metrics: cfg.Metrics,
+		streams: make(chan struct{}, cfg.MaxStreams)}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
 
@@ -85,6 +95,8 @@ type handlers struct {
 	// with it, so a graceful shutdown does not wait for them.
 	ctx     context.Context
 	metrics *metrics.Metrics
+	// streams holds a slot per open event stream (MaxStreams of them).
+	streams chan struct{}
 }
 
 // errorBody is the shape of every error response.

@@ -62,6 +62,9 @@ type Config struct {
 	CallbackCommitters int
 	ListenAddr         string
 	AdminToken         string
+	// MaxStreams bounds the event streams (GET /batches/:id/stream) open
+	// at once (MAX_STREAMS).
+	MaxStreams int
 
 	OrchestratorURL string
 	WorkerURL       string
@@ -246,6 +249,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		DatabaseMaxConns:   r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
 		CallbackCommitters: r.positiveInt("CALLBACK_COMMITTERS", DefaultCallbackCommitters),
 		ListenAddr:         r.str("LISTEN_ADDR", ":8080"),
+		MaxStreams:         r.intIn("MAX_STREAMS", 256, 1, 100000),
 		AdminToken:         r.str("ADMIN_TOKEN", ""),
 		OrchestratorURL:    strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),
 		WorkerURL:          strings.TrimRight(r.str("WORKER_URL", ""), "/"),

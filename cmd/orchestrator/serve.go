@@ -130,7 +130,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	e := api.New(api.Config{
 		Service: service.New(pool, riverClient, cfg, store, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
-		River: riverClient, Context: ctx, Metrics: m,
+		River: riverClient, Context: ctx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {

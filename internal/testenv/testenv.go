@@ -187,7 +187,7 @@ func New(t *testing.T, opts Options) *Env {
 	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
 		Service: service.New(pool, client, cfg, store, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
-		River: client, Context: apiCtx, Metrics: m,
+		River: client, Context: apiCtx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	handler.Store(&h)
 	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken})
