@@ -129,6 +129,9 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		code, msg = http.StatusConflict, err.Error()
 	case errors.Is(err, service.ErrNotFound):
 		code, msg = http.StatusNotFound, err.Error()
+	case errors.Is(err, service.ErrBusy):
+		code, msg = http.StatusServiceUnavailable, err.Error()+"; try again shortly"
+		c.Response().Header().Set("Retry-After", "1")
 	case errors.As(err, &he):
 		code = he.Code
 		msg = http.StatusText(code)

@@ -60,8 +60,11 @@ type Config struct {
 	// are busy are applied together in the next group, one transaction for
 	// all; more committers make smaller groups and more commits.
 	CallbackCommitters int
-	ListenAddr         string
-	AdminToken         string
+	// CallbackQueueMax bounds the callbacks waiting for a group commit
+	// (CALLBACK_QUEUE_MAX); past it callbacks are answered 503.
+	CallbackQueueMax int
+	ListenAddr       string
+	AdminToken       string
 	// MaxStreams bounds the event streams (GET /batches/:id/stream) open
 	// at once (MAX_STREAMS).
 	MaxStreams int
@@ -248,6 +251,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		DatabaseURL:        r.str("DATABASE_URL", ""),
 		DatabaseMaxConns:   r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
 		CallbackCommitters: r.positiveInt("CALLBACK_COMMITTERS", DefaultCallbackCommitters),
+		CallbackQueueMax:   r.positiveInt("CALLBACK_QUEUE_MAX", 50000),
 		ListenAddr:         r.str("LISTEN_ADDR", ":8080"),
 		MaxStreams:         r.intIn("MAX_STREAMS", 256, 1, 100000),
 		AdminToken:         r.str("ADMIN_TOKEN", ""),

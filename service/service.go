@@ -29,6 +29,10 @@ import (
 // ErrNotFound is returned for an unknown batch.
 var ErrNotFound = db.ErrNotFound
 
+// ErrBusy refuses a callback while too many wait to be committed
+// (CALLBACK_QUEUE_MAX): the worker should try again shortly.
+var ErrBusy = callbackcommit.ErrBusy
+
 // Service carries out batch operations against the database and River.
 type Service struct {
 	pool   *pgxpool.Pool
@@ -62,7 +66,7 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 		apps[name] = p.FlyAppName
 	}
 	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
-		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, Logger: logger, Metrics: m}),
+		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax, Logger: logger, Metrics: m}),
 		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
 	return s
 }

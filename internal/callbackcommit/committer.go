@@ -57,7 +57,18 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts the tasks callbacks end; nil counts nothing.
 	Metrics *metrics.Metrics
+	// MaxQueued bounds the callbacks waiting for a group; one more is
+	// refused with ErrBusy. DefaultMaxQueued when not positive.
+	MaxQueued int
 }
+
+// DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
+// callbacks at the rates the bench measures.
+const DefaultMaxQueued = 50000
+
+// ErrBusy refuses a callback while MaxQueued callbacks wait: the caller
+// answers 503 and the worker tries again a moment later.
+var ErrBusy = errors.New("too many callbacks are waiting to be applied")
 
 // Committer applies callbacks in groups. Its goroutines live only while
 // there is work, so there is nothing to start or stop.
@@ -65,6 +76,7 @@ type Committer struct {
 	pool       *pgxpool.Pool
 	river      *river.Client[pgx.Tx]
 	committers int
+	maxQueued  int
 	logger     *slog.Logger
 	metrics    *metrics.Metrics
 
@@ -81,7 +93,10 @@ func New(cfg Config) *Committer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, logger: cfg.Logger, metrics: cfg.Metrics}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, maxQueued: cfg.MaxQueued, logger: cfg.Logger, metrics: cfg.Metrics}
 }
 
 // Callback is a worker's callback as far as it can be checked without the
@@ -146,6 +161,10 @@ type Outcome struct {
 func (c *Committer) Apply(ctx context.Context, cb Callback) (Outcome, error) {
 	r := newRequest(cb)
 	c.mu.Lock()
+	if len(c.pending) >= c.maxQueued {
+		c.mu.Unlock()
+		return Outcome{}, ErrBusy
+	}
 	c.pending = append(c.pending, r)
 	if c.active < c.committers {
 		c.active++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -377,4 +378,41 @@ func TestApplyConcurrent(t *testing.T) {
 	require.Equal(t, n, completed)
 	require.Equal(t, n, events)
 	require.Equal(t, 1, checks)
+}
+
+// TestQueueIsBounded: while a group cannot commit (the batch's fan-in lock
+// is held exclusively), callbacks queue up to MaxQueued; one more is
+// refused with ErrBusy at once, and the queued ones are applied once the
+// lock is let go.
+func TestQueueIsBounded(t *testing.T) {
+	t.Parallel()
+	const batch = "BUSY"
+	c, pool := newCommitter(t, batch, 4)
+	c.maxQueued = 2
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(batch_lock_key($1))`, batch)
+	require.NoError(t, err)
+
+	results := make(chan error, 3)
+	apply := func(task string) {
+		go func() {
+			_, err := c.Apply(ctx, success(batch, task))
+			results <- err
+		}()
+	}
+	pending := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.pending) }
+	apply("tiff_t000") // taken by a group, which waits for the lock
+	require.Eventually(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.pending) == 0 && c.active == 1 }, 10*time.Second, 5*time.Millisecond)
+	apply("tiff_t001")
+	apply("tiff_t002")
+	require.Eventually(t, func() bool { return pending() == 2 }, 10*time.Second, 5*time.Millisecond)
+	_, err = c.Apply(ctx, success(batch, "tiff_t003"))
+	require.ErrorIs(t, err, ErrBusy)
+
+	require.NoError(t, tx.Rollback(ctx))
+	for range 3 {
+		require.NoError(t, <-results)
+	}
 }
