@@ -93,8 +93,7 @@ func (s *Service) DashboardOCR(ctx context.Context, batchID string) (*DashboardO
 		if len(out.Chunks) < dashboardMaxChunks {
 			out.Chunks = append(out.Chunks, DashboardChunk{
 				ID: c.ChunkID, State: c.State, Error: c.Error, GlobalRetries: c.GlobalRetryCount, StartedAt: c.StartedAt, FinishedAt: c.FinishedAt,
-				Progress: ChunkProgress{TotalRefs: c.TotalRefs, Completed: c.Completed, Failed: c.Failed, Skipped: c.Skipped,
-					Pending: c.TotalRefs - c.Completed - c.Failed - c.Skipped},
+				Progress: chunkProgress(c),
 			})
 		}
 	}

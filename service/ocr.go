@@ -74,6 +74,12 @@ type RateLimiterState struct {
 	BackoffUntil *time.Time `json:"backoff_until,omitempty"`
 }
 
+// chunkProgress is c's refs by outcome; pending are those not ended.
+func chunkProgress(c db.Chunk) ChunkProgress {
+	return ChunkProgress{TotalRefs: c.TotalRefs, Completed: c.Completed, Failed: c.Failed, Skipped: c.Skipped,
+		Pending: c.TotalRefs - c.Completed - c.Failed - c.Skipped}
+}
+
 // ChunkStatus reports one OCR chunk; ErrNotFound for an unknown batch or
 // chunk.
 func (s *Service) ChunkStatus(ctx context.Context, batchID, chunkID string) (ChunkStatus, error) {
@@ -85,8 +91,7 @@ func (s *Service) ChunkStatus(ctx context.Context, batchID, chunkID string) (Chu
 	st := ChunkStatus{
 		BatchID: batchID, ChunkID: chunkID, Status: "processing", Phase: c.State, Error: c.Error, GlobalRetries: c.GlobalRetryCount,
 		StartedAt: c.StartedAt, FinishedAt: c.FinishedAt, ProcessingTimeMS: c.ProcessingTimeMs,
-		Progress: ChunkProgress{TotalRefs: c.TotalRefs, Completed: c.Completed, Failed: c.Failed, Skipped: c.Skipped,
-			Pending: c.TotalRefs - c.Completed - c.Failed - c.Skipped},
+		Progress: chunkProgress(c),
 	}
 	switch c.State {
 	case "DONE":
