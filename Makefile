@@ -22,7 +22,7 @@ setup-test: ## Install what make test needs and is missing: setup's, plus the vi
 	@scripts/setup.sh test
 
 .PHONY: run
-run: build ## Install what is missing, then start the orchestrator on embedded defaults (local Postgres, local S3, local machine runner, tesseract for OCR); prints its URLs and admin token
+run: build ## Install what is missing, then start the orchestrator on embedded defaults (local Postgres, local S3, local machine runner, tesseract for OCR); prints its URLs and tokens
 	LISTEN_ADDR=$${LISTEN_ADDR:-127.0.0.1:8080} scripts/postgres.sh dev $(BIN) serve
 
 .PHONY: test
@@ -66,5 +66,5 @@ lint: ## gofmt, then golangci-lint (errcheck, govet, staticcheck, unused, revive
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: clean
-clean: ## Remove build output (keeps the development database, token and objects of .data/)
+clean: ## Remove build output (keeps the development database, tokens and objects of .data/)
 	rm -rf bin

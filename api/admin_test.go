@@ -75,8 +75,13 @@ func TestAdminCredential(t *testing.T) {
 				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: %s", c.name, body)
 				require.JSONEq(t, `{"error": "missing or wrong admin credential"}`, body, c.name)
 				if rt.browser {
-					require.Equal(t, `Basic realm="orchestrator admin", charset="UTF-8"`, resp.Header.Get("WWW-Authenticate"), c.name)
+					require.Equal(t, `Basic realm="orchestrator", charset="UTF-8"`, resp.Header.Get("WWW-Authenticate"), c.name)
 				}
+			}
+			for _, c := range []cred{bearer(testenv.ReadToken), basic("reader", testenv.ReadToken)} {
+				resp, body := do(t, rt.method, rt.path, c)
+				require.Equal(t, http.StatusForbidden, resp.StatusCode, "the read token: %s", body)
+				require.JSONEq(t, `{"error": "the read token does not open admin routes"}`, body)
 			}
 			for _, c := range admitted {
 				resp, body := do(t, rt.method, rt.path, c.cred)

@@ -202,7 +202,13 @@ func TestConcurrentSubmissionsAcceptOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := http.Post(env.Server.URL+"/batches", "application/json", strings.NewReader(exampleMessage))
+			req, err := http.NewRequest(http.MethodPost, env.Server.URL+"/batches", strings.NewReader(exampleMessage))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+testenv.IngestToken)
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
 				return

@@ -12,12 +12,16 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
-// createBatch is POST /batches: the queue message of spec 001 as JSON. The
+// createBatch is POST /batches: the queue message of spec 001 as JSON, with
+// the ingest credential (checkIntake). The
 // first submission of a batch_id answers 202; a repeat answers 200 with the
 // batch's current status and changes nothing.
 func (h *handlers) createBatch(c echo.Context) error {
 	body, err := readBody(c)
 	if err != nil {
+		return err
+	}
+	if err := h.checkIntake(c, body); err != nil {
 		return err
 	}
 	msg, err := manifest.ParseQueueMessage(body)

@@ -102,6 +102,7 @@ func openStream(t *testing.T, env *testenv.Env, batchID string, lastEventID int6
 	t.Cleanup(cancel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.Server.URL+"/batches/"+batchID+"/stream", nil)
 	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+testenv.ReadToken)
 	if lastEventID > 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(lastEventID, 10))
 	}
@@ -372,11 +373,12 @@ func TestStreamsAreBounded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	second, err := http.NewRequestWithContext(ctx, http.MethodGet, env.Server.URL+"/batches/"+id+"/stream", nil)
 	require.NoError(t, err)
+	second.Header.Set("Authorization", "Bearer "+testenv.ReadToken)
 	resp2, err := http.DefaultClient.Do(second)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp2.StatusCode)
 
-	resp, err := http.Get(env.Server.URL + "/batches/" + id + "/stream")
+	resp, err := getAsReader(env.Server.URL + "/batches/" + id + "/stream")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -387,11 +389,21 @@ func TestStreamsAreBounded(t *testing.T) {
 	cancel() // the second stream ends: its slot is free again
 	resp2.Body.Close()
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(env.Server.URL + "/batches/" + id + "/stream?last_event_id=999999")
+		resp, err := getAsReader(env.Server.URL + "/batches/" + id + "/stream?last_event_id=999999")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// getAsReader is http.Get with the read token.
+func getAsReader(url string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+testenv.ReadToken)
+	return http.DefaultClient.Do(req)
 }

@@ -27,7 +27,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	env := testenv.New(t, testenv.Options{NoWorkers: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := api.New(api.Config{Pool: env.Pool, Logger: slog.New(slog.DiscardHandler), AdminToken: "x", River: env.River, Context: ctx})
+	e := api.New(api.Config{Pool: env.Pool, Logger: slog.New(slog.DiscardHandler), Credentials: api.Credentials{AdminToken: "x"}, River: env.River, Context: ctx})
 
 	param := regexp.MustCompile(`:([A-Za-z]+)`)
 	registered := map[string]bool{}
@@ -61,7 +61,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	require.Equal(t, sortedKeys(registered), sortedKeys(documented))
 
-	resp, err := http.Get(env.Server.URL + "/openapi.yaml")
+	resp, err := getAsReader(env.Server.URL + "/openapi.yaml")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

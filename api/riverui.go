@@ -38,8 +38,9 @@ func (h *handlers) mountRiverUI(ctx context.Context, e *echo.Echo, cfg Config) {
 		handler = ui
 	}
 	wrapped := echo.WrapHandler(handler)
-	e.Any(riverUIPrefix, wrapped, h.requireAdminBrowser, unsafeSameOrigin)
-	e.Any(riverUIPrefix+"/*", wrapped, h.requireAdminBrowser, unsafeSameOrigin)
+	admin := h.require(roleAdmin)
+	e.Any(riverUIPrefix, wrapped, admin, unsafeSameOrigin, h.logUnsafe)
+	e.Any(riverUIPrefix+"/*", wrapped, admin, unsafeSameOrigin, h.logUnsafe)
 }
 
 // unsafeSameOrigin is River UI's CSRF defence: a request that may change
@@ -58,5 +59,18 @@ func unsafeSameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		return guarded(c)
+	}
+}
+
+// logUnsafe logs River UI's state-changing requests (cancel, retry, delete
+// jobs; pause queues) as admin actions, with who made them.
+func (h *handlers) logUnsafe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		switch c.Request().Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			h.logAdmin(c, "riverui")
+		}
+		return next(c)
 	}
 }

@@ -31,8 +31,8 @@ type Config struct {
 	Service *service.Service
 	Pool    *pgxpool.Pool
 	Logger  *slog.Logger
-	// AdminToken guards the admin routes; empty disables them.
-	AdminToken string
+	// Credentials are the tokens that open the routes (see auth.go).
+	Credentials Credentials
 	// River, when set, is served as River UI at /riverui (admin only).
 	River *river.Client[pgx.Tx]
 	// Context bounds the background work of the server (River UI's caches)
@@ -62,21 +62,24 @@ func New(cfg Config) *echo.Echo {
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
-	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, adminToken: cfg.AdminToken, ctx: ctx, metrics: cfg.Metrics,
+	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams)}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
 
+	// Every route but /healthz needs a credential (auth.go): intake the
+	// ingest credential, callbacks the task's token, reads the read token.
+	read := h.require(roleReader)
 	e.GET("/healthz", h.healthz)
-	e.GET("/openapi.yaml", h.openAPI)
+	e.GET("/openapi.yaml", h.openAPI, read)
 	e.POST("/batches", h.createBatch)
-	e.GET("/batches", h.listBatches)
-	e.GET("/batches/:batchId/events", h.listEvents)
-	e.GET("/batches/:batchId/stream", h.streamBatch)
-	e.GET("/status/:batchId", h.getStatus)
-	e.GET("/status/:batchId/:chunkId", h.getChunkStatus)
+	e.GET("/batches", h.listBatches, read)
+	e.GET("/batches/:batchId/events", h.listEvents, read)
+	e.GET("/batches/:batchId/stream", h.streamBatch, read)
+	e.GET("/status/:batchId", h.getStatus, h.requireStatus)
+	e.GET("/status/:batchId/:chunkId", h.getChunkStatus, h.requireStatus)
 	e.POST("/callback/:batchId/:taskId", h.callback)
-	admin := e.Group("/admin", h.requireAdmin)
+	admin := e.Group("/admin", h.require(roleAdmin))
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
 	h.mountUI(e)
@@ -87,10 +90,10 @@ func New(cfg Config) *echo.Echo {
 }
 
 type handlers struct {
-	svc        *service.Service
-	pool       *pgxpool.Pool
-	log        *slog.Logger
-	adminToken string
+	svc   *service.Service
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	creds Credentials
 	// ctx ends with the server: long-lived responses (event streams) end
 	// with it, so a graceful shutdown does not wait for them.
 	ctx     context.Context

@@ -91,39 +91,22 @@ var batchSections = []batchSection{
 
 // viewer is who is looking at the dashboard.
 type viewer struct {
-	// Admin may reset and retry batches.
+	// Admin may reset and retry batches; a reader sees no controls.
 	Admin bool
-}
-
-// dashboardViewer is the one place that decides who may see the dashboard
-// and what they may do: today only the admin credential (basic auth as
-// River UI, or a bearer token) is let in. With no ADMIN_TOKEN configured
-// everyone is refused.
-func (h *handlers) dashboardViewer(r *http.Request) (viewer, error) {
-	if h.adminToken == "" {
-		return viewer{}, echo.NewHTTPError(http.StatusUnauthorized, "the dashboard is disabled: ADMIN_TOKEN is not set")
-	}
-	if !h.isAdmin(r) {
-		return viewer{}, echo.NewHTTPError(http.StatusUnauthorized, "missing or wrong admin credential")
-	}
-	return viewer{Admin: true}, nil
 }
 
 // viewerKey is where requireViewer leaves the viewer in the context.
 const viewerKey = "ui.viewer"
 
-// requireViewer admits the dashboard's viewers; a refusal carries a
-// basic-auth challenge so that the browser prompts.
+// requireViewer admits the dashboard's viewers: the read or the admin
+// credential (basic auth in a browser). A refusal carries a basic-auth
+// challenge so that the browser prompts.
 func (h *handlers) requireViewer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		v, err := h.dashboardViewer(c.Request())
-		if err != nil {
-			if h.adminToken != "" {
-				c.Response().Header().Set(echo.HeaderWWWAuthenticate, adminRealm)
-			}
+		if err := h.admit(c, roleReader); err != nil {
 			return err
 		}
-		c.Set(viewerKey, v)
+		c.Set(viewerKey, viewer{Admin: callerOf(c).role == roleAdmin})
 		// Scripts only from /ui/static, no framing.
 		c.Response().Header().Set("Content-Security-Policy",
 			"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self'; frame-ancestors 'none'; form-action 'self'")
@@ -291,6 +274,7 @@ func (h *handlers) uiReset(c echo.Context) error {
 	if !c.Get(viewerKey).(viewer).Admin {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may reset batches")
 	}
+	h.logAdmin(c, "reset")
 	_, err := h.svc.Reset(c.Request().Context(), c.Param("batchId"))
 	return h.afterAction(c, "reset", err)
 }
@@ -300,6 +284,7 @@ func (h *handlers) uiRetry(c echo.Context) error {
 	if !c.Get(viewerKey).(viewer).Admin {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may retry batches")
 	}
+	h.logAdmin(c, "retry")
 	_, err := h.svc.Retry(c.Request().Context(), c.Param("batchId"))
 	return h.afterAction(c, "retry", err)
 }

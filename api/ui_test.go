@@ -26,9 +26,10 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
-// TestDashboardAccess: the dashboard admits the admin credential only,
-// prompts browsers for it, refuses everyone when no ADMIN_TOKEN is set,
-// and takes its POSTs from its own pages only (CSRF).
+// TestDashboardAccess: the dashboard admits the admin and read credentials
+// (controls for the admin only), prompts browsers for them, refuses
+// everyone when no token is set, and takes its POSTs from its own pages
+// only (CSRF).
 func TestDashboardAccess(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, hanging)
@@ -91,12 +92,36 @@ func TestDashboardAccess(t *testing.T) {
 			} {
 				resp, body := do(t, base, http.MethodGet, path, set)
 				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: %s", path, body)
-				require.Equal(t, `Basic realm="orchestrator admin", charset="UTF-8"`, resp.Header.Get("WWW-Authenticate"))
+				require.Equal(t, `Basic realm="orchestrator", charset="UTF-8"`, resp.Header.Get("WWW-Authenticate"))
 			}
 		}
 	})
 
-	t.Run("NoAdminToken", func(t *testing.T) {
+	// A reader sees every page, with no controls, and cannot post them.
+	t.Run("Reader", func(t *testing.T) {
+		reader := func(r *http.Request) { r.SetBasicAuth("reader", testenv.ReadToken) }
+		for _, path := range []string{"/ui", page, "/ui/static/app.js"} {
+			resp, body := do(t, base, http.MethodGet, path, reader)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+		}
+		_, body := do(t, base, http.MethodGet, page, reader)
+		require.Contains(t, body, `data-phase="PDF_PAGES"`)
+		require.NotContains(t, body, `class="actions"`, "a reader is shown no controls")
+		_, body = do(t, base, http.MethodGet, page, admin)
+		require.Contains(t, body, `class="actions"`, "the admin is")
+		for _, action := range []string{"reset", "retry"} {
+			resp, body := do(t, base, http.MethodPost, page+"/"+action, func(r *http.Request) {
+				reader(r)
+				r.Header.Set("Origin", base)
+			})
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s: %s", action, body)
+		}
+		require.Equal(t, "PDF_PAGES", env.Status(t, exampleBatchID).Status, "refused posts changed nothing")
+		resp, _ := do(t, base, http.MethodGet, "/ui", func(r *http.Request) { r.SetBasicAuth("admin", testenv.ReadToken) })
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the read token is the reader's password, not the admin's")
+	})
+
+	t.Run("NoToken", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		srv := httptest.NewServer(api.New(api.Config{Pool: env.Pool, Logger: slog.New(slog.DiscardHandler), Context: ctx}))
@@ -104,7 +129,7 @@ func TestDashboardAccess(t *testing.T) {
 		for _, set := range []func(*http.Request){func(*http.Request) {}, func(r *http.Request) { r.SetBasicAuth("admin", "") }} {
 			resp, body := do(t, srv.URL, http.MethodGet, "/ui", set)
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-			require.JSONEq(t, `{"error": "the dashboard is disabled: ADMIN_TOKEN is not set"}`, body)
+			require.JSONEq(t, `{"error": "reads are disabled: neither READ_TOKEN nor ADMIN_TOKEN is set"}`, body)
 		}
 	})
 

@@ -10,6 +10,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arke-institute/orchestrator/internal/intakesig"
 	"github.com/arke-institute/orchestrator/manifest"
 )
 
@@ -38,18 +40,24 @@ type Config struct {
 	// kept as the prefix of every route.
 	URL string
 	// AdminToken is sent as "Authorization: Bearer <AdminToken>" to the
-	// admin routes (Reset, Retry), and to no other; empty sends none, and
-	// the server answers 401.
+	// admin routes (Reset, Retry), and to the reads when ReadToken is
+	// empty; empty sends none, and the server answers 401.
 	AdminToken string
+	// ReadToken is sent as the bearer token of the reads (Status, Await).
+	ReadToken string
+	// IngestToken is sent as the bearer token of Submit. Without it, Submit
+	// signs its body with IngestSigningSecret (X-Signature) if that is set.
+	IngestToken         string
+	IngestSigningSecret string
 	// HTTPClient sends the requests; nil means a client with DefaultTimeout.
 	HTTPClient *http.Client
 }
 
 // Client calls the orchestrator's API. It is safe for concurrent use.
 type Client struct {
-	url        string
-	adminToken string
-	http       *http.Client
+	url  string
+	cfg  Config
+	http *http.Client
 }
 
 // New returns a Client for cfg. It fails only when cfg.URL is not an
@@ -63,7 +71,28 @@ func New(cfg Config) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: DefaultTimeout}
 	}
-	return &Client{url: base, adminToken: cfg.AdminToken, http: hc}, nil
+	return &Client{url: base, cfg: cfg, http: hc}, nil
+}
+
+// authorize sets the request's credential: the token of its kind, the
+// admin token for reads without a read token, or for intake without an
+// ingest token the signature of body.
+func (c *Client) authorize(req *http.Request, body []byte, as credential) {
+	token := ""
+	switch as {
+	case asReader:
+		token = cmp.Or(c.cfg.ReadToken, c.cfg.AdminToken)
+	case asAdmin:
+		token = c.cfg.AdminToken
+	case asIngest:
+		token = c.cfg.IngestToken
+		if token == "" && c.cfg.IngestSigningSecret != "" {
+			req.Header.Set(intakesig.Header, intakesig.Sign(c.cfg.IngestSigningSecret, body, time.Now()))
+		}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 }
 
 // URL is the orchestrator's base URL, without a trailing slash.
@@ -72,7 +101,7 @@ func (c *Client) URL() string { return c.url }
 // Health is GET /healthz: nil once the orchestrator answers 200, which it
 // does when its database answers.
 func (c *Client) Health(ctx context.Context) error {
-	resp, data, err := c.do(ctx, http.MethodGet, "/healthz", nil, false)
+	resp, data, err := c.do(ctx, http.MethodGet, "/healthz", nil, asNobody)
 	if err != nil {
 		return err
 	}
@@ -87,7 +116,7 @@ func (c *Client) Health(ctx context.Context) error {
 // batch the orchestrator knew already is not an error (see
 // Accepted.Created).
 func (c *Client) Submit(ctx context.Context, msg manifest.QueueMessage) (Accepted, error) {
-	resp, data, err := c.do(ctx, http.MethodPost, "/batches", msg, false)
+	resp, data, err := c.do(ctx, http.MethodPost, "/batches", msg, asIngest)
 	if err != nil {
 		return Accepted{}, err
 	}
@@ -105,14 +134,14 @@ func (c *Client) Submit(ctx context.Context, msg manifest.QueueMessage) (Accepte
 // Status is GET /status/:batchId, the batch's status document. An unknown
 // batch is an *Error with StatusCode 404.
 func (c *Client) Status(ctx context.Context, batchID string) (Status, error) {
-	return c.statusDoc(ctx, http.MethodGet, "/status/"+url.PathEscape(batchID), false)
+	return c.statusDoc(ctx, http.MethodGet, "/status/"+url.PathEscape(batchID), asReader)
 }
 
 // Reset is POST /admin/reset/:batchId (admin): the batch goes to ERROR, its
 // open tasks end and their machines are destroyed. It returns the batch's
 // status after. A batch that has ended is an *Error with StatusCode 409.
 func (c *Client) Reset(ctx context.Context, batchID string) (Status, error) {
-	return c.statusDoc(ctx, http.MethodPost, "/admin/reset/"+url.PathEscape(batchID), true)
+	return c.statusDoc(ctx, http.MethodPost, "/admin/reset/"+url.PathEscape(batchID), asAdmin)
 }
 
 // Retry is POST /admin/retry/:batchId (admin): the failed tasks of the
@@ -120,7 +149,7 @@ func (c *Client) Reset(ctx context.Context, batchID string) (Status, error) {
 // failed; completed work is never redone. It returns the batch's status
 // after. A batch with nothing to retry is an *Error with StatusCode 409.
 func (c *Client) Retry(ctx context.Context, batchID string) (Status, error) {
-	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID), true)
+	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID), asAdmin)
 }
 
 // Await reads the batch's status at once, then again interval after each
@@ -150,8 +179,8 @@ func (c *Client) Await(ctx context.Context, batchID string, interval time.Durati
 }
 
 // statusDoc calls a route that answers a status document.
-func (c *Client) statusDoc(ctx context.Context, method, path string, admin bool) (Status, error) {
-	resp, data, err := c.do(ctx, method, path, nil, admin)
+func (c *Client) statusDoc(ctx context.Context, method, path string, as credential) (Status, error) {
+	resp, data, err := c.do(ctx, method, path, nil, as)
 	if err != nil {
 		return Status{}, err
 	}
@@ -166,27 +195,35 @@ func (c *Client) statusDoc(ctx context.Context, method, path string, admin bool)
 	return st, nil
 }
 
-// do sends a request, with in as its JSON body unless nil and the admin
-// token if admin, and reads the answer.
-func (c *Client) do(ctx context.Context, method, path string, in any, admin bool) (*http.Response, []byte, error) {
-	var body io.Reader
+// credential is which credential a request carries.
+type credential int
+
+const (
+	asNobody credential = iota
+	asReader
+	asAdmin
+	asIngest
+)
+
+// do sends a request, with in as its JSON body unless nil and the
+// credential as, and reads the answer.
+func (c *Client) do(ctx context.Context, method, path string, in any, as credential) (*http.Response, []byte, error) {
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding the body of %s %s: %w", method, path, err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if admin && c.adminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.adminToken)
-	}
+	c.authorize(req, body, as)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, nil, err

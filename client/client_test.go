@@ -18,6 +18,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/intakesig"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/manifest"
 )
@@ -64,7 +65,7 @@ func requireAPIError(t *testing.T, err error, code int, msg string) *client.Erro
 func TestClientAgainstOrchestrator(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{Behave: func(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }})
-	c, err := client.New(client.Config{URL: env.Server.URL + "/", AdminToken: testenv.AdminToken})
+	c, err := client.New(client.Config{URL: env.Server.URL + "/", AdminToken: testenv.AdminToken, ReadToken: testenv.ReadToken, IngestToken: testenv.IngestToken})
 	require.NoError(t, err)
 	require.Equal(t, env.Server.URL, c.URL())
 	ctx := context.Background()
@@ -153,6 +154,12 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		require.NoError(t, err)
 		_, err = noToken.Reset(ctx, "SCAN")
 		_ = requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong admin credential")
+		_, err = noToken.Status(ctx, "SCAN")
+		_ = requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong read credential (READ_TOKEN or ADMIN_TOKEN)")
+		adminOnly, err := client.New(client.Config{URL: env.Server.URL, AdminToken: testenv.AdminToken})
+		require.NoError(t, err)
+		_, err = adminOnly.Submit(ctx, queueMessage(t, env, "BY-ADMIN", manifest.FileInfo{FileName: "a.txt", FileSize: 1, ContentType: "text/plain"}))
+		_ = requireAPIError(t, err, http.StatusUnauthorized, "missing or wrong ingest credential: send the ingest token (Authorization: Bearer) or sign the body (X-Signature); the admin and read tokens do not open intake")
 
 		bad := queueMessage(t, env, "BAD", manifest.FileInfo{FileName: "a.txt", FileSize: 1, ContentType: "text/plain"})
 		bad.ManifestR2Key, bad.TotalFiles = "", -1
@@ -166,18 +173,20 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 // requests.
 type fakeAPI struct {
 	*httptest.Server
-	mu   sync.Mutex
-	reqs []*http.Request
-	code int
-	body string
+	mu     sync.Mutex
+	reqs   []*http.Request
+	bodies [][]byte
+	code   int
+	body   string
 }
 
 func newFakeAPI(t *testing.T, code int, body string) *fakeAPI {
 	f := &fakeAPI{code: code, body: body}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		b, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.reqs = append(f.reqs, r)
+		f.bodies = append(f.bodies, b)
 		code, body := f.code, f.body
 		f.mu.Unlock()
 		w.WriteHeader(code)
@@ -261,13 +270,13 @@ func TestErrors(t *testing.T) {
 }
 
 // TestRequests: the routes, under the base URL's path, with the batch ID
-// escaped; the admin token on the admin routes only; the queue message as
-// the JSON body of POST /batches.
+// escaped; each route with its credential (ingest, read, admin) and no
+// other; the queue message as the JSON body of POST /batches.
 func TestRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	api := newFakeAPI(t, http.StatusAccepted, `{"batch_id": "a/b", "status": "PENDING"}`)
-	c, err := client.New(client.Config{URL: api.URL + "/orch/", AdminToken: "tok"})
+	c, err := client.New(client.Config{URL: api.URL + "/orch/", AdminToken: "tok", ReadToken: "read-tok", IngestToken: "ingest-tok"})
 	require.NoError(t, err)
 
 	acc, err := c.Submit(ctx, manifest.QueueMessage{BatchID: "a/b", Metadata: map[string]any{}})
@@ -276,18 +285,18 @@ func TestRequests(t *testing.T) {
 	r := api.last()
 	require.Equal(t, "POST /orch/batches", r.Method+" "+r.URL.EscapedPath())
 	require.Equal(t, "application/json", r.Header.Get("Content-Type"))
-	require.Empty(t, r.Header.Get("Authorization"))
+	require.Equal(t, "Bearer ingest-tok", r.Header.Get("Authorization"))
+	require.Empty(t, r.Header.Get(intakesig.Header))
 
 	doc := `{"batch_id": "a/b", "status": "DONE", "ingest": {"status": "delivered"}}`
 	api.answer(http.StatusOK, doc)
 	for _, call := range []struct {
-		route string
-		admin bool
-		fn    func(context.Context, string) (client.Status, error)
+		route, auth string
+		fn          func(context.Context, string) (client.Status, error)
 	}{
-		{"GET /orch/status/a%2Fb", false, c.Status},
-		{"POST /orch/admin/reset/a%2Fb", true, c.Reset},
-		{"POST /orch/admin/retry/a%2Fb", true, c.Retry},
+		{"GET /orch/status/a%2Fb", "Bearer read-tok", c.Status},
+		{"POST /orch/admin/reset/a%2Fb", "Bearer tok", c.Reset},
+		{"POST /orch/admin/retry/a%2Fb", "Bearer tok", c.Retry},
 	} {
 		st, err := call.fn(ctx, "a/b")
 		require.NoError(t, err)
@@ -296,15 +305,30 @@ func TestRequests(t *testing.T) {
 		require.Equal(t, doc, string(st.Raw))
 		r := api.last()
 		require.Equal(t, call.route, r.Method+" "+r.URL.EscapedPath())
-		if call.admin {
-			require.Equal(t, "Bearer tok", r.Header.Get("Authorization"))
-		} else {
-			require.Empty(t, r.Header.Get("Authorization"))
-		}
+		require.Equal(t, call.auth, r.Header.Get("Authorization"))
 	}
 
 	require.NoError(t, c.Health(ctx))
 	require.Equal(t, "/orch/healthz", api.last().URL.Path)
+	require.Empty(t, api.last().Header.Get("Authorization"))
+
+	// Reads fall back on the admin token; intake without the ingest token
+	// signs its body with the signing secret.
+	signer, err := client.New(client.Config{URL: api.URL, AdminToken: "tok", IngestSigningSecret: "secret"})
+	require.NoError(t, err)
+	_, err = signer.Status(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, "Bearer tok", api.last().Header.Get("Authorization"))
+	api.answer(http.StatusAccepted, `{"batch_id": "a", "status": "PENDING"}`)
+	_, err = signer.Submit(ctx, manifest.QueueMessage{BatchID: "a"})
+	require.NoError(t, err)
+	r = api.last()
+	require.Empty(t, r.Header.Get("Authorization"))
+	api.mu.Lock()
+	body := api.bodies[len(api.bodies)-1]
+	api.mu.Unlock()
+	_, err = intakesig.Verify("secret", r.Header.Get(intakesig.Header), body, time.Now())
+	require.NoError(t, err, "the signature is of the body sent")
 }
 
 func TestNew(t *testing.T) {

@@ -64,7 +64,20 @@ type Config struct {
 	// (CALLBACK_QUEUE_MAX); past it callbacks are answered 503.
 	CallbackQueueMax int
 	ListenAddr       string
-	AdminToken       string
+	// AdminToken opens the admin routes, River UI and the dashboard with
+	// its controls, and every read (ADMIN_TOKEN).
+	AdminToken string
+	// ReadToken opens the reads: status, listings, events, streams and the
+	// dashboard without its controls (READ_TOKEN).
+	ReadToken string
+	// IngestToken opens intake, POST /batches (INGEST_TOKEN).
+	IngestToken string
+	// IngestSigningSecret keys the HMAC-SHA256 signature (X-Signature)
+	// that also opens intake (INGEST_SIGNING_SECRET).
+	IngestSigningSecret string
+	// StatusPublic opens GET /status/:batchId and its chunk status to
+	// everyone, as spec 000 has it (STATUS_PUBLIC).
+	StatusPublic bool
 	// MaxStreams bounds the event streams (GET /batches/:id/stream) open
 	// at once (MAX_STREAMS).
 	MaxStreams int
@@ -248,30 +261,34 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, error) {
 	r := reader{lookup: lookup}
 	c := &Config{
-		DatabaseURL:        r.str("DATABASE_URL", ""),
-		DatabaseMaxConns:   r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
-		CallbackCommitters: r.positiveInt("CALLBACK_COMMITTERS", DefaultCallbackCommitters),
-		CallbackQueueMax:   r.positiveInt("CALLBACK_QUEUE_MAX", 50000),
-		ListenAddr:         r.str("LISTEN_ADDR", ":8080"),
-		MaxStreams:         r.intIn("MAX_STREAMS", 256, 1, 100000),
-		AdminToken:         r.str("ADMIN_TOKEN", ""),
-		OrchestratorURL:    strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),
-		WorkerURL:          strings.TrimRight(r.str("WORKER_URL", ""), "/"),
-		CDNPublicURL:       strings.TrimRight(r.str("CDN_PUBLIC_URL", ""), "/"),
-		CDNAPIURL:          strings.TrimRight(r.str("CDN_API_URL", ""), "/"),
-		R2AccountID:        r.str("R2_ACCOUNT_ID", ""),
-		R2AccessKeyID:      r.str("R2_ACCESS_KEY_ID", ""),
-		R2SecretAccessKey:  r.str("R2_SECRET_ACCESS_KEY", ""),
-		R2Endpoint:         strings.TrimRight(r.str("R2_ENDPOINT", ""), "/"),
-		R2Bucket:           r.str("R2_BUCKET", "arke-staging"),
-		ArchiveBucket:      r.str("ARCHIVE_BUCKET", "arke-archive"),
-		CDNBucket:          r.str("CDN_BUCKET", "arke-cdn"),
-		FlyAPIToken:        r.str("FLY_API_TOKEN", ""),
-		FlyRegion:          r.str("FLY_REGION", "ord"),
-		FlyFlapsBaseURL:    strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),
-		FlyLaunchRate:      r.positiveFloat("FLY_LAUNCH_RATE", 1),
-		FlyLaunchBurst:     r.positiveInt("FLY_LAUNCH_BURST", 3),
-		OCRLimit:           r.adaptiveLimit("", DefaultAdaptiveLimit()),
+		DatabaseURL:         r.str("DATABASE_URL", ""),
+		DatabaseMaxConns:    r.positiveInt("DATABASE_MAX_CONNS", DefaultDatabaseMaxConns),
+		CallbackCommitters:  r.positiveInt("CALLBACK_COMMITTERS", DefaultCallbackCommitters),
+		CallbackQueueMax:    r.positiveInt("CALLBACK_QUEUE_MAX", 50000),
+		ListenAddr:          r.str("LISTEN_ADDR", ":8080"),
+		MaxStreams:          r.intIn("MAX_STREAMS", 256, 1, 100000),
+		AdminToken:          r.str("ADMIN_TOKEN", ""),
+		ReadToken:           r.str("READ_TOKEN", ""),
+		IngestToken:         r.str("INGEST_TOKEN", ""),
+		IngestSigningSecret: r.str("INGEST_SIGNING_SECRET", ""),
+		StatusPublic:        r.boolean("STATUS_PUBLIC", false),
+		OrchestratorURL:     strings.TrimRight(r.str("ORCHESTRATOR_URL", ""), "/"),
+		WorkerURL:           strings.TrimRight(r.str("WORKER_URL", ""), "/"),
+		CDNPublicURL:        strings.TrimRight(r.str("CDN_PUBLIC_URL", ""), "/"),
+		CDNAPIURL:           strings.TrimRight(r.str("CDN_API_URL", ""), "/"),
+		R2AccountID:         r.str("R2_ACCOUNT_ID", ""),
+		R2AccessKeyID:       r.str("R2_ACCESS_KEY_ID", ""),
+		R2SecretAccessKey:   r.str("R2_SECRET_ACCESS_KEY", ""),
+		R2Endpoint:          strings.TrimRight(r.str("R2_ENDPOINT", ""), "/"),
+		R2Bucket:            r.str("R2_BUCKET", "arke-staging"),
+		ArchiveBucket:       r.str("ARCHIVE_BUCKET", "arke-archive"),
+		CDNBucket:           r.str("CDN_BUCKET", "arke-cdn"),
+		FlyAPIToken:         r.str("FLY_API_TOKEN", ""),
+		FlyRegion:           r.str("FLY_REGION", "ord"),
+		FlyFlapsBaseURL:     strings.TrimRight(r.str("FLY_FLAPS_BASE_URL", ""), "/"),
+		FlyLaunchRate:       r.positiveFloat("FLY_LAUNCH_RATE", 1),
+		FlyLaunchBurst:      r.positiveInt("FLY_LAUNCH_BURST", 3),
+		OCRLimit:            r.adaptiveLimit("", DefaultAdaptiveLimit()),
 		OCR: OCR{
 			APIURL:                strings.TrimRight(r.str("OCR_API_URL", ""), "/"),
 			APIKey:                r.str("OCR_API_KEY", ""),
@@ -383,6 +400,10 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("callback_committers", c.CallbackCommitters),
 		slog.String("listen_addr", c.ListenAddr),
 		slog.String("admin_token", set(c.AdminToken)),
+		slog.String("read_token", set(c.ReadToken)),
+		slog.String("ingest_token", set(c.IngestToken)),
+		slog.String("ingest_signing_secret", set(c.IngestSigningSecret)),
+		slog.Bool("status_public", c.StatusPublic),
 		slog.String("orchestrator_url", redactURL(c.OrchestratorURL)),
 		slog.String("worker_url", redactURL(c.WorkerURL)),
 		slog.String("cdn_public_url", redactURL(c.CDNPublicURL)),
@@ -481,8 +502,43 @@ func (c *Config) CheckServe() error {
 	if c.OCR.APIURL != "" && c.OCR.APIKey == "" {
 		missing = append(missing, "OCR_API_KEY (OCR_API_URL is set)")
 	}
-	return missingSettings(append(missing, c.missingStorage()...))
+	if err := missingSettings(append(missing, c.missingStorage()...)); err != nil {
+		return err
+	}
+	if problems := c.credentialProblems(); len(problems) > 0 {
+		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
+	}
+	return nil
 }
+
+// credentialProblems refuses credentials that would open more than their
+// own routes: each token is for one kind of caller, so no two may be equal
+// (an admin token that is also the ingest token would open intake to
+// admins), and a secret too short to resist guessing is refused.
+func (c *Config) credentialProblems() []string {
+	creds := []struct{ name, value string }{
+		{"ADMIN_TOKEN", c.AdminToken}, {"READ_TOKEN", c.ReadToken},
+		{"INGEST_TOKEN", c.IngestToken}, {"INGEST_SIGNING_SECRET", c.IngestSigningSecret},
+	}
+	var problems []string
+	for i, a := range creds {
+		if a.value == "" {
+			continue
+		}
+		if len(a.value) < MinSecretLength {
+			problems = append(problems, fmt.Sprintf("%s must be at least %d characters (e.g. openssl rand -hex 24)", a.name, MinSecretLength))
+		}
+		for _, b := range creds[i+1:] {
+			if a.value == b.value {
+				problems = append(problems, fmt.Sprintf("%s and %s must differ: each opens different routes", a.name, b.name))
+			}
+		}
+	}
+	return problems
+}
+
+// MinSecretLength is the shortest token or signing secret accepted.
+const MinSecretLength = 16
 
 // CheckStorage reports a partial set of R2 settings (none at all means the
 // local S3 server), for commands that only touch storage, like submit.

@@ -121,15 +121,18 @@ func TestCheckServe(t *testing.T) {
 // whether each secret is set but never its value.
 func TestLoggingHidesSecrets(t *testing.T) {
 	env := map[string]string{
-		"DATABASE_URL":         "postgres://orch:db-password-1@db.internal:5432/orch?sslmode=disable",
-		"ADMIN_TOKEN":          "admin-token-2",
-		"R2_ACCESS_KEY_ID":     "access-key-3",
-		"R2_SECRET_ACCESS_KEY": "secret-key-4",
-		"FLY_API_TOKEN":        "fly-token-5",
-		"LOCAL_S3_SECRET_KEY":  "local-secret-6",
-		"WORKER_URL":           "https://ingest:ingest-password-7@ingest.example",
-		"R2_ENDPOINT":          "https://r2.example?X-Amz-Signature=sig-8&region=auto",
-		"CDN_PUBLIC_URL":       "https://cdn.example/?token=cdn-token-9",
+		"DATABASE_URL":          "postgres://orch:db-password-1@db.internal:5432/orch?sslmode=disable",
+		"ADMIN_TOKEN":           "the-admin-token-2",
+		"READ_TOKEN":            "the-read-token-10",
+		"INGEST_TOKEN":          "the-ingest-token-11",
+		"INGEST_SIGNING_SECRET": "the-signing-secret-12",
+		"R2_ACCESS_KEY_ID":      "access-key-3",
+		"R2_SECRET_ACCESS_KEY":  "secret-key-4",
+		"FLY_API_TOKEN":         "fly-token-5",
+		"LOCAL_S3_SECRET_KEY":   "local-secret-6",
+		"WORKER_URL":            "https://ingest:ingest-password-7@ingest.example",
+		"R2_ENDPOINT":           "https://r2.example?X-Amz-Signature=sig-8&region=auto",
+		"CDN_PUBLIC_URL":        "https://cdn.example/?token=cdn-token-9",
 	}
 	c, err := Load(lookup(env))
 	require.NoError(t, err)
@@ -140,7 +143,7 @@ func TestLoggingHidesSecrets(t *testing.T) {
 	out := buf.String() + fmt.Sprint(c) + fmt.Sprintf("%v %+v %#v %s", c, c, c, c) + fmt.Sprintf("%v %+v", *c, *c)
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", *c)
 	out += buf.String()
-	for _, secret := range []string{"password-1", "token-2", "key-3", "key-4", "token-5", "secret-6", "password-7", "sig-8", "cdn-token-9"} {
+	for _, secret := range []string{"password-1", "token-2", "key-3", "key-4", "token-5", "secret-6", "password-7", "sig-8", "cdn-token-9", "token-10", "token-11", "secret-12"} {
 		require.NotContains(t, out, secret)
 	}
 	require.Contains(t, out, "db.internal:5432")
@@ -285,4 +288,28 @@ func TestChunkedPhaseHasNoFlySettings(t *testing.T) {
 	require.Empty(t, c.Phases["CHUNKY"].FlyAppName)
 	require.Empty(t, c.Phases["CHUNKY"].WorkerImage)
 	require.Equal(t, specs[0].Defaults.FlyAppName, c.Phases[specs[0].Name].FlyAppName)
+}
+
+// TestCredentialsMustDiffer: serve refuses two equal tokens (each opens its
+// own routes: an ingest token equal to the admin token would open intake to
+// the admin) and a token too short to resist guessing.
+func TestCredentialsMustDiffer(t *testing.T) {
+	t.Parallel()
+	serve := func(env map[string]string) (*Config, error) {
+		env["DATABASE_URL"] = "postgres://db/x"
+		c, err := Load(lookup(env))
+		require.NoError(t, err, "the operator commands, which send tokens, take any")
+		return c, c.CheckServe()
+	}
+	_, err := serve(map[string]string{"ADMIN_TOKEN": "same-token-for-both", "INGEST_TOKEN": "same-token-for-both"})
+	require.EqualError(t, err, "invalid configuration: ADMIN_TOKEN and INGEST_TOKEN must differ: each opens different routes")
+	_, err = serve(map[string]string{"READ_TOKEN": "short"})
+	require.EqualError(t, err, "invalid configuration: READ_TOKEN must be at least 16 characters (e.g. openssl rand -hex 24)")
+	c, err := serve(map[string]string{"ADMIN_TOKEN": "admin-token-long-enough", "READ_TOKEN": "read-token-long-enough",
+		"INGEST_TOKEN": "ingest-token-long-enough", "INGEST_SIGNING_SECRET": "signing-secret-long-enough", "STATUS_PUBLIC": "true"})
+	require.NoError(t, err)
+	require.Equal(t, "read-token-long-enough", c.ReadToken)
+	require.Equal(t, "ingest-token-long-enough", c.IngestToken)
+	require.Equal(t, "signing-secret-long-enough", c.IngestSigningSecret)
+	require.True(t, c.StatusPublic)
 }

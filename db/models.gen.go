@@ -94,6 +94,11 @@ type File struct {
 	CreatedAt        time.Time
 }
 
+type IntakeSignature struct {
+	Signature []byte
+	SeenAt    time.Time
+}
+
 type RateLimit struct {
 	Key                  string
 	Tokens               float64

@@ -62,12 +62,13 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	require.NoError(t, err)
 	_, dbURL := dbtest.NewEmpty(t)
 	listen, s3Addr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	dataDir := t.TempDir()
 	env := append(os.Environ(),
 		"DATABASE_URL="+dbURL,
 		"LISTEN_ADDR="+listen,
 		"METRICS_ADDR="+metricsAddr,
 		"LOCAL_S3_DIR="+t.TempDir(),
-		"LOCAL_DATA_DIR="+t.TempDir(),
+		"LOCAL_DATA_DIR="+dataDir,
 		"LOCAL_S3_ADDR="+s3Addr,
 		"LOCAL_WORKER_BIN="+worker,
 		"LOG_FORMAT=text",
@@ -290,11 +291,15 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	} {
 		require.Contains(t, metrics, line)
 	}
-	// The workers got the storage secret; neither they nor serve logged it,
-	// nor the admin token serve generated, which its banner shows on a
-	// terminal only.
+	// Neither the workers nor serve logged the storage secret, nor the
+	// tokens serve generated, which its banner shows on a terminal only.
 	require.NotContains(t, serveLog.String(), "localsecret")
-	require.Contains(t, serveLog.String(), "Admin token    in ")
+	require.Contains(t, serveLog.String(), "(shown here on a terminal only)")
+	for _, name := range []string{"admin-token", "read-token", "ingest-token"} {
+		token, err := os.ReadFile(filepath.Join(dataDir, name))
+		require.NoError(t, err, "serve generated %s", name)
+		require.NotContains(t, serveLog.String(), strings.TrimSpace(string(token)))
+	}
 }
 
 func unescape(t *testing.T, s string) string {

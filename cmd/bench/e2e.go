@@ -66,6 +66,8 @@ var e2eSettings = func() map[string]string {
 		"LOG_FORMAT":       "json",
 		"CDN_PUBLIC_URL":   "https://cdn.bench.invalid",
 		"ADMIN_TOKEN":      "bench-admin-token",
+		"READ_TOKEN":       "bench-read-token",
+		"INGEST_TOKEN":     "bench-ingest-token",
 		"R2_BUCKET":        benchStaging,
 		"ARCHIVE_BUCKET":   "bench-archive",
 		"CDN_BUCKET":       "bench-cdn",
@@ -296,7 +298,7 @@ func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, beha
 		return r, err
 	}
 	r.cleanups = append(r.cleanups, func() { r.proc.stop() }) //nolint:errcheck // a failed stop is reported by the run's own checks
-	if r.api, err = client.New(client.Config{URL: "http://" + addr}); err != nil {
+	if r.api, err = client.New(client.Config{URL: "http://" + addr, AdminToken: all["ADMIN_TOKEN"], ReadToken: all["READ_TOKEN"], IngestToken: all["INGEST_TOKEN"]}); err != nil {
 		return r, err
 	}
 	return r, r.proc.awaitHealthy(ctx, r.api)

@@ -62,7 +62,7 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 	// bad setting in the operator's shell does not stop them.
 	cfg, err := config.Load(func(k string) (string, bool) {
 		switch k {
-		case "ORCHESTRATOR_URL", "LISTEN_ADDR", "ADMIN_TOKEN":
+		case "ORCHESTRATOR_URL", "LISTEN_ADDR", "ADMIN_TOKEN", "READ_TOKEN":
 			return lookup(k)
 		}
 		return "", false
@@ -73,7 +73,7 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 	flags := flag.NewFlagSet(name, flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.Usage = func() {
-		token := ""
+		token := " The read token is read from\nREAD_TOKEN (else ADMIN_TOKEN), as the server's, else from the token files\nof .data/run.env."
 		if cmd.admin {
 			token = " The admin token is read from\nADMIN_TOKEN, as the server's, else from the token file of .data/run.env."
 		}
@@ -94,12 +94,15 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 		return usageError{fmt.Sprintf("%s takes one batch ID, got %d", name, len(ids))}
 	}
 	id := ids[0]
-	c, err := client.New(client.Config{URL: *base, AdminToken: cfg.AdminToken, HTTPClient: &http.Client{Timeout: time.Minute}})
+	c, err := client.New(client.Config{URL: *base, AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, HTTPClient: &http.Client{Timeout: time.Minute}})
 	if err != nil {
 		return usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", strings.TrimRight(*base, "/"))}
 	}
 	if cmd.admin && cfg.AdminToken == "" {
 		return fmt.Errorf("%s needs the admin token: set ADMIN_TOKEN to the orchestrator's ADMIN_TOKEN (next to a `make run`, run this from its folder: its .data/run.env leads to the token)", name)
+	}
+	if !cmd.admin && cfg.ReadToken == "" && cfg.AdminToken == "" {
+		return fmt.Errorf("%s needs the read token: set READ_TOKEN to the orchestrator's READ_TOKEN (or ADMIN_TOKEN; next to a `make run`, run this from its folder: its .data/run.env leads to the tokens)", name)
 	}
 
 	st, err := cmd.call(c, ctx, id)
@@ -107,7 +110,7 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 	var urlErr *url.Error
 	switch {
 	case errors.As(err, &apiErr):
-		return apiError(name, id, c.URL(), apiErr)
+		return apiError(name, id, c.URL(), cmd.admin, apiErr)
 	case errors.As(err, &urlErr):
 		return fmt.Errorf("cannot reach the orchestrator at %s: %w", c.URL(), err)
 	case err != nil:
@@ -129,10 +132,14 @@ func runBatchCommand(ctx context.Context, name string, args []string, lookup fun
 }
 
 // apiError turns a refusal of the API into a message saying what to do.
-func apiError(name, id, base string, err *client.Error) error {
+func apiError(name, id, base string, admin bool, err *client.Error) error {
+	switch {
+	case (err.StatusCode == http.StatusUnauthorized || err.StatusCode == http.StatusForbidden) && admin:
+		return fmt.Errorf("the orchestrator at %s refused the admin token (%d): ADMIN_TOKEN must be the server's ADMIN_TOKEN", base, err.StatusCode)
+	case err.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("the orchestrator at %s refused the read token (401): READ_TOKEN (or ADMIN_TOKEN) must be the server's", base)
+	}
 	switch err.StatusCode {
-	case http.StatusUnauthorized:
-		return fmt.Errorf("the orchestrator at %s refused the admin token (401): ADMIN_TOKEN must be the server's ADMIN_TOKEN", base)
 	case http.StatusNotFound:
 		return fmt.Errorf("batch %s not found at %s (404): %s", id, base, err.Message)
 	case http.StatusConflict:

@@ -42,7 +42,7 @@ func TestBatchCommands(t *testing.T) {
 
 	cli := func(token string, args ...string) (stdout, stderr string, err error) {
 		// A setting these commands do not use is invalid: they still run.
-		env := map[string]string{"ADMIN_TOKEN": token, "ORCHESTRATOR_URL": env.Server.URL, "LOG_LEVEL": "trace"}
+		env := map[string]string{"ADMIN_TOKEN": token, "READ_TOKEN": testenv.ReadToken, "ORCHESTRATOR_URL": env.Server.URL, "LOG_LEVEL": "trace"}
 		lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 		var out, errOut bytes.Buffer
 		err = runBatchCommand(ctx, args[0], args[1:], lookup, &out, &errOut)
@@ -94,6 +94,7 @@ func TestBatchCommands(t *testing.T) {
 			{"UnknownReset", token, []string{"reset", "NOPE"}, "batch NOPE not found at " + env.Server.URL + " (404): batch NOPE: not found"},
 			{"WrongToken", "wrong", []string{"retry", "RUN"}, "the orchestrator at " + env.Server.URL + " refused the admin token (401): ADMIN_TOKEN must be the server's ADMIN_TOKEN"},
 			{"NoToken", "", []string{"reset", "RUN"}, "reset needs the admin token: set ADMIN_TOKEN to the orchestrator's ADMIN_TOKEN"},
+			{"ReadTokenForAdmin", testenv.ReadToken, []string{"reset", "RUN"}, "the orchestrator at " + env.Server.URL + " refused the admin token"},
 			{"ResetDone", token, []string{"reset", "FIN"}, "cannot reset batch FIN (409): conflict: batch FIN is DONE; there is nothing to reset"},
 			{"RetryDone", token, []string{"retry", "FIN"}, "cannot retry batch FIN (409): conflict: batch FIN is DONE; completed work is never redone"},
 			{"Unreachable", "", []string{"status", "-url", "http://127.0.0.1:1", "RUN"}, "cannot reach the orchestrator at http://127.0.0.1:1"},

@@ -99,7 +99,9 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 	tok := strings.TrimSpace(string(token))
 	banner := stderr.String()
 	// Not a terminal: the banner says where the token is, not what.
-	require.Contains(t, banner, "Admin token    in "+filepath.Join(dataDir, "admin-token")+" (shown here on a terminal only)\n")
+	for _, name := range []string{"admin-token", "read-token", "ingest-token"} {
+		require.Contains(t, banner, "                 in "+filepath.Join(dataDir, name)+" (shown here on a terminal only)\n")
+	}
 	require.Contains(t, banner, "Dashboard      "+base+"/ui\n")
 	require.Contains(t, banner, "S3             http://"+s3Addr+"   access key local, secret key in ")
 	require.NotContains(t, banner, tok, "the token is never logged")
@@ -108,6 +110,7 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 	require.Contains(t, string(runEnv), "ORCHESTRATOR_URL="+base+"\n")
 	require.Contains(t, string(runEnv), "DATABASE_URL="+dbURL+"\n")
 	require.Contains(t, string(runEnv), "LOCAL_S3_ADDR="+s3Addr+"\n")
+	require.Contains(t, string(runEnv), "INGEST_TOKEN_FILE="+filepath.Join(dataDir, "ingest-token")+"\n")
 	req, err := http.NewRequest(http.MethodPost, base+"/admin/reset/NOPE", nil)
 	require.NoError(t, err)
 	req.SetBasicAuth("admin", tok)
@@ -129,6 +132,17 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 	require.NoError(t, err)
 	resp, err = http.Post(base+"/batches", "application/json", bytes.NewReader(msg))
 	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "intake needs the ingest token")
+	ingestToken, err := os.ReadFile(filepath.Join(dataDir, "ingest-token"))
+	require.NoError(t, err)
+	readToken, err := os.ReadFile(filepath.Join(dataDir, "read-token"))
+	require.NoError(t, err)
+	req, err = http.NewRequest(http.MethodPost, base+"/batches", bytes.NewReader(msg))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(ingestToken)))
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, string(body))
@@ -141,7 +155,10 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 		Error    *string        `json:"error"`
 	}
 	for {
-		resp, err := http.Get(base + "/status/01K8RNKN488RQCG3YGG72QBZS5")
+		req, err := http.NewRequest(http.MethodGet, base+"/status/01K8RNKN488RQCG3YGG72QBZS5", nil)
+		require.NoError(t, err)
+		req.SetBasicAuth("reader", strings.TrimSpace(string(readToken)))
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
 		resp.Body.Close()

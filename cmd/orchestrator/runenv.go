@@ -19,15 +19,22 @@ import (
 
 // The embedded default (`make run`: local storage, local machines) keeps its
 // state in LOCAL_DATA_DIR (.data), beside the local S3 server's objects:
-//   - admin-token, the admin token generated on the first start and reused
-//     after: the one place generated credentials live;
+//   - admin-token, read-token and ingest-token, the tokens generated on the
+//     first start (for those not set in the environment) and reused after:
+//     the one place generated credentials live;
 //   - run.env, where the running instance is (DATABASE_URL, ORCHESTRATOR_URL,
-//     and ADMIN_TOKEN_FILE when it uses the generated token), which the
-//     operator commands read beneath the environment.
-const (
-	adminTokenName = "admin-token"
-	runEnvName     = "run.env"
-)
+//     and ADMIN_TOKEN_FILE, READ_TOKEN_FILE, INGEST_TOKEN_FILE for the
+//     generated tokens it uses), which the operator commands read beneath
+//     the environment.
+const runEnvName = "run.env"
+
+// localTokens are the tokens the embedded default generates: the setting
+// and the file in LOCAL_DATA_DIR that keeps it.
+var localTokens = []struct{ Setting, File string }{
+	{"ADMIN_TOKEN", "admin-token"},
+	{"READ_TOKEN", "read-token"},
+	{"INGEST_TOKEN", "ingest-token"},
+}
 
 // embeddedDefault tells whether serve runs on the embedded default: no
 // storage and no compute settings.
@@ -35,17 +42,17 @@ func embeddedDefault(cfg *config.Config) bool {
 	return cfg.LocalStorage() && cfg.FlyAPIToken == ""
 }
 
-// localAdminToken returns the admin token kept in dir/admin-token, creating
-// the file (mode 0600) with a new random token when there is none.
-func localAdminToken(dir string) (token, path string, err error) {
-	path = filepath.Join(dir, adminTokenName)
+// localToken returns the token kept in dir/name, creating the file (mode
+// 0600) with a new random token when there is none.
+func localToken(dir, name string) (token, path string, err error) {
+	path = filepath.Join(dir, name)
 	if b, err := os.ReadFile(path); err == nil {
 		if t := strings.TrimSpace(string(b)); t != "" {
 			return t, path, nil
 		}
-		return "", path, fmt.Errorf("%s is empty: delete it to have a new admin token generated", path)
+		return "", path, fmt.Errorf("%s is empty: delete it to have a new token generated", path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", path, fmt.Errorf("reading the admin token: %w", err)
+		return "", path, fmt.Errorf("reading a generated token: %w", err)
 	}
 	buf := make([]byte, 24)
 	if _, err := rand.Read(buf); err != nil {
@@ -56,7 +63,7 @@ func localAdminToken(dir string) (token, path string, err error) {
 		return "", path, err
 	}
 	if err := writePrivate(path, []byte(token+"\n")); err != nil {
-		return "", path, fmt.Errorf("keeping the admin token: %w", err)
+		return "", path, fmt.Errorf("keeping a generated token: %w", err)
 	}
 	return token, path, nil
 }
@@ -64,9 +71,9 @@ func localAdminToken(dir string) (token, path string, err error) {
 // runInstance is what run.env says of the running instance.
 type runInstance struct {
 	DatabaseURL, OrchestratorURL string
-	// TokenFile is the file of the generated admin token, empty when the
-	// server uses ADMIN_TOKEN from its environment.
-	TokenFile string
+	// TokenFiles are the files of the generated tokens the server uses, by
+	// setting (ADMIN_TOKEN, ...); a token from the environment has none.
+	TokenFiles map[string]string
 	// The local S3 server, for submit.
 	S3Addr, S3AccessKey, S3SecretKey string
 }
@@ -74,7 +81,7 @@ type runInstance struct {
 // writeRunEnv writes dir/run.env (mode 0600) for the operator commands: the
 // database (unless its URL carries a password, which is no generated
 // credential and stays where the operator put it), the API, the local S3
-// server, and the file of the generated admin token when the server uses it.
+// server, and the files of the generated tokens the server uses.
 func writeRunEnv(dir string, in runInstance) (string, error) {
 	databaseURL := in.DatabaseURL
 	var b bytes.Buffer
@@ -90,8 +97,10 @@ func writeRunEnv(dir string, in runInstance) (string, error) {
 		fmt.Fprintf(&b, "DATABASE_URL=%s\n", databaseURL)
 	}
 	fmt.Fprintf(&b, "ORCHESTRATOR_URL=%s\n", in.OrchestratorURL)
-	if in.TokenFile != "" {
-		fmt.Fprintf(&b, "ADMIN_TOKEN_FILE=%s\n", in.TokenFile)
+	for _, tok := range localTokens {
+		if f := in.TokenFiles[tok.Setting]; f != "" {
+			fmt.Fprintf(&b, "%s_FILE=%s\n", tok.Setting, f)
+		}
 	}
 	if in.S3Addr != "" {
 		fmt.Fprintf(&b, "LOCAL_S3_ADDR=%s\nLOCAL_S3_ACCESS_KEY=%s\nLOCAL_S3_SECRET_KEY=%s\n", in.S3Addr, in.S3AccessKey, in.S3SecretKey)
@@ -157,9 +166,9 @@ func runEnvPaths(lookup func(string) (string, bool)) []string {
 }
 
 // withRunEnv is lookup with the first run.env found among paths beneath it:
-// a setting the environment leaves empty is taken from the file, and
-// ADMIN_TOKEN from the file that its ADMIN_TOKEN_FILE names. With no file
-// it is lookup.
+// a setting the environment leaves empty is taken from the file, and a
+// generated token (ADMIN_TOKEN, ...) from the file that its _FILE setting
+// names. With no file it is lookup.
 func withRunEnv(lookup func(string) (string, bool), paths ...string) func(string) (string, bool) {
 	for _, p := range paths {
 		f, err := os.Open(p)
@@ -172,8 +181,8 @@ func withRunEnv(lookup func(string) (string, bool), paths ...string) func(string
 			if v, ok := lookup(k); ok && strings.TrimSpace(v) != "" {
 				return v, true
 			}
-			if k == "ADMIN_TOKEN" && vals["ADMIN_TOKEN_FILE"] != "" {
-				if b, err := os.ReadFile(vals["ADMIN_TOKEN_FILE"]); err == nil {
+			if f := vals[k+"_FILE"]; f != "" && isLocalToken(k) {
+				if b, err := os.ReadFile(f); err == nil {
 					return strings.TrimSpace(string(b)), true
 				}
 			}
@@ -184,6 +193,16 @@ func withRunEnv(lookup func(string) (string, bool), paths ...string) func(string
 	return lookup
 }
 
+// isLocalToken tells whether setting is one the embedded default generates.
+func isLocalToken(setting string) bool {
+	for _, tok := range localTokens {
+		if tok.Setting == setting {
+			return true
+		}
+	}
+	return false
+}
+
 // operatorEnv is the process environment with the run.env of a `make run`
 // beneath it, for the operator commands.
 func operatorEnv() func(string) (string, bool) {
@@ -192,49 +211,66 @@ func operatorEnv() func(string) (string, bool) {
 
 // newcomerBanner is what serve prints, as plain text and never through the
 // logger, once the embedded default serves: where everything is and how to
-// begin. The secrets (the admin token, the S3 secret key) are shown only on
-// a terminal, so that output kept in a file or a log collector holds none.
+// begin. The secrets (the tokens, the S3 secret key) are shown only on a
+// terminal, so that output kept in a file or a log collector holds none.
 type newcomerBanner struct {
-	URL, Token, TokenFile            string
-	S3Endpoint, S3Access, S3Secret   string
-	Buckets                          []string
-	DatabaseURL, RunEnv, TokenSource string
+	URL                            string
+	Tokens                         []bannerToken
+	S3Endpoint, S3Access, S3Secret string
+	Buckets                        []string
+	DatabaseURL, RunEnv            string
 	// ShowSecrets is set when the banner goes to a terminal.
 	ShowSecrets bool
 }
 
+// bannerToken is one of the server's tokens, for the banner.
+type bannerToken struct {
+	Setting, Value string
+	// File keeps a generated token; "" for one set in the environment.
+	File string
+}
+
+// tokenUses says what each token opens, for the banner.
+var tokenUses = map[string]string{
+	"ADMIN_TOKEN":  `admin routes, River UI, the dashboard (browser user "admin")`,
+	"READ_TOKEN":   `status, events, the dashboard without controls (user "reader")`,
+	"INGEST_TOKEN": "intake, POST /batches (submit)",
+}
+
 func (nb newcomerBanner) write(w io.Writer) {
-	var token, s3Secret string
-	switch {
-	case nb.TokenSource != "":
-		token = "the value of " + nb.TokenSource
-	case nb.ShowSecrets:
-		token = nb.Token + "\n                 (kept in " + nb.TokenFile + ")"
-	default:
-		token = "in " + nb.TokenFile + " (shown here on a terminal only)"
+	var tokens strings.Builder
+	for _, t := range nb.Tokens {
+		fmt.Fprintf(&tokens, "  %-14s %s\n", t.Setting, tokenUses[t.Setting])
+		switch {
+		case t.File == "":
+			tokens.WriteString("                 the value of " + t.Setting + "\n")
+		case nb.ShowSecrets:
+			fmt.Fprintf(&tokens, "                 %s   (kept in %s)\n", t.Value, t.File)
+		default:
+			fmt.Fprintf(&tokens, "                 in %s (shown here on a terminal only)\n", t.File)
+		}
 	}
+	s3Secret := "in " + nb.RunEnv + " (LOCAL_S3_SECRET_KEY)"
 	if nb.ShowSecrets {
 		s3Secret = nb.S3Secret
-	} else {
-		s3Secret = "in " + nb.RunEnv + " (LOCAL_S3_SECRET_KEY)"
 	}
 	fmt.Fprintf(w, `
 The orchestrator is running on its embedded default (local PostgreSQL, S3 and machines).
   API            %[1]s   (OpenAPI: %[1]s/openapi.yaml)
   Dashboard      %[1]s/ui
   River UI       %[1]s/riverui
-  Admin token    %[2]s
-                 Browsers log in as user "admin" with the token as password;
-                 API clients send "Authorization: Bearer <token>".
+%[2]s                 API clients send "Authorization: Bearer <token>"; browsers log in
+                 with basic auth, the token as password.
   S3             %[3]s   access key %[4]s, secret key %[5]s
                  buckets %[6]s
   Database       %[7]s
 Submit the sample batch, from another terminal in this folder:
   go run ./cmd/orchestrator submit examples/sample-batch     (or: bin/orchestrator submit ..., make submit)
-orchestrator status, reset, retry and report find this instance through %[8]s.
+orchestrator submit, status, reset, retry and report find this instance and its
+tokens through %[8]s.
 Ctrl-C stops everything.
 
-`, nb.URL, token, nb.S3Endpoint, nb.S3Access, s3Secret, strings.Join(nb.Buckets, ", "), redactedDatabaseURL(nb.DatabaseURL), nb.RunEnv)
+`, nb.URL, tokens.String(), nb.S3Endpoint, nb.S3Access, s3Secret, strings.Join(nb.Buckets, ", "), redactedDatabaseURL(nb.DatabaseURL), nb.RunEnv)
 }
 
 // redactedDatabaseURL hides a password in a database URL.

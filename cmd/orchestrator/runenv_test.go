@@ -15,12 +15,12 @@ import (
 	"github.com/arke-institute/orchestrator/internal/testenv"
 )
 
-// TestLocalAdminToken: the first call generates a token into a file only
-// its owner reads; later calls return the same token.
-func TestLocalAdminToken(t *testing.T) {
+// TestLocalToken: the first call generates a token into a file only its
+// owner reads; later calls return the same token.
+func TestLocalToken(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), ".data")
-	token, path, err := localAdminToken(dir)
+	token, path, err := localToken(dir, "admin-token")
 	require.NoError(t, err)
 	require.Regexp(t, `^[0-9a-f]{48}$`, token)
 	require.Equal(t, filepath.Join(dir, "admin-token"), path)
@@ -28,16 +28,16 @@ func TestLocalAdminToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 
-	again, _, err := localAdminToken(dir)
+	again, _, err := localToken(dir, "admin-token")
 	require.NoError(t, err)
 	require.Equal(t, token, again, "the token is reused")
 
-	other, _, err := localAdminToken(t.TempDir())
+	other, _, err := localToken(t.TempDir(), "admin-token")
 	require.NoError(t, err)
 	require.NotEqual(t, token, other, "each clone gets its own token")
 
 	require.NoError(t, os.WriteFile(path, []byte("\n"), 0o600))
-	_, _, err = localAdminToken(dir)
+	_, _, err = localToken(dir, "admin-token")
 	require.ErrorContains(t, err, "is empty")
 }
 
@@ -46,11 +46,14 @@ func TestLocalAdminToken(t *testing.T) {
 func TestWithRunEnv(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	token, tokenFile, err := localAdminToken(dir)
+	token, tokenFile, err := localToken(dir, "admin-token")
 	require.NoError(t, err)
+	readToken, readFile, err := localToken(dir, "read-token")
+	require.NoError(t, err)
+	require.NotEqual(t, token, readToken)
 	runEnv, err := writeRunEnv(dir, runInstance{
 		DatabaseURL:     "postgres://postgres@127.0.0.1:54320/postgres?sslmode=disable",
-		OrchestratorURL: "http://127.0.0.1:8080", TokenFile: tokenFile,
+		OrchestratorURL: "http://127.0.0.1:8080", TokenFiles: map[string]string{"ADMIN_TOKEN": tokenFile, "READ_TOKEN": readFile},
 		S3Addr: "127.0.0.1:7071", S3AccessKey: "local", S3SecretKey: "localsecret",
 	})
 	require.NoError(t, err)
@@ -65,8 +68,11 @@ func TestWithRunEnv(t *testing.T) {
 	require.Equal(t, "http://elsewhere:1", get("ORCHESTRATOR_URL"))
 	require.Equal(t, "postgres://postgres@127.0.0.1:54320/postgres?sslmode=disable", get("DATABASE_URL"))
 	require.Equal(t, token, get("ADMIN_TOKEN"))
+	require.Equal(t, readToken, get("READ_TOKEN"))
+	_, ok := lookup("INGEST_TOKEN")
+	require.False(t, ok, "a token from the environment has no file")
 	require.Equal(t, "127.0.0.1:7071", get("LOCAL_S3_ADDR"))
-	_, ok := lookup("R2_BUCKET")
+	_, ok = lookup("R2_BUCKET")
 	require.False(t, ok)
 
 	env["ADMIN_TOKEN"] = "mine"
@@ -100,9 +106,12 @@ func TestOperatorCommandsFindMakeRun(t *testing.T) {
 	ctx := context.Background()
 
 	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "admin-token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte(testenv.AdminToken+"\n"), 0o600))
-	runEnv, err := writeRunEnv(dir, runInstance{DatabaseURL: dbURL, OrchestratorURL: env.Server.URL, TokenFile: tokenFile})
+	files := map[string]string{}
+	for setting, token := range map[string]string{"ADMIN_TOKEN": testenv.AdminToken, "READ_TOKEN": testenv.ReadToken} {
+		files[setting] = filepath.Join(dir, strings.ToLower(setting))
+		require.NoError(t, os.WriteFile(files[setting], []byte(token+"\n"), 0o600))
+	}
+	runEnv, err := writeRunEnv(dir, runInstance{DatabaseURL: dbURL, OrchestratorURL: env.Server.URL, TokenFiles: files})
 	require.NoError(t, err)
 	empty := func(string) (string, bool) { return "", false }
 
@@ -125,15 +134,28 @@ func TestOperatorCommandsFindMakeRun(t *testing.T) {
 		err = runBatchCommand(ctx, "reset", []string{"NOPE"}, empty, &bytes.Buffer{}, &bytes.Buffer{})
 		require.ErrorContains(t, err, "reset needs the admin token")
 	})
+
+	t.Run("Status", func(t *testing.T) {
+		// The read token is accepted (not 401).
+		err := runBatchCommand(ctx, "status", []string{"NOPE"}, withRunEnv(empty, runEnv), &bytes.Buffer{}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "batch NOPE not found at "+env.Server.URL+" (404)")
+		err = runBatchCommand(ctx, "status", []string{"NOPE"}, empty, &bytes.Buffer{}, &bytes.Buffer{})
+		require.ErrorContains(t, err, "status needs the read token")
+	})
 }
 
-// TestNewcomerBanner: the banner names every address, the token and where
-// it is kept; the secrets only on a terminal; a token from the environment
-// is not repeated.
+// TestNewcomerBanner: the banner names every address, each token with what
+// it opens and where it is kept; the secrets only on a terminal; a token
+// from the environment is not repeated.
 func TestNewcomerBanner(t *testing.T) {
 	t.Parallel()
 	nb := newcomerBanner{
-		URL: "http://127.0.0.1:8080", Token: "tok123", TokenFile: "/r/.data/admin-token",
+		URL: "http://127.0.0.1:8080",
+		Tokens: []bannerToken{
+			{Setting: "ADMIN_TOKEN", Value: "tok123", File: "/r/.data/admin-token"},
+			{Setting: "READ_TOKEN", Value: "read456", File: "/r/.data/read-token"},
+			{Setting: "INGEST_TOKEN", Value: "ingest789"},
+		},
 		S3Endpoint: "http://127.0.0.1:7070", S3Access: "local", S3Secret: "localsecret",
 		Buckets:     []string{"arke-staging", "arke-archive", "arke-cdn"},
 		DatabaseURL: "postgres://postgres:pw@127.0.0.1:54320/postgres", RunEnv: "/r/.data/run.env",
@@ -143,24 +165,23 @@ func TestNewcomerBanner(t *testing.T) {
 	nb.write(&b)
 	for _, want := range []string{
 		"http://127.0.0.1:8080/ui", "http://127.0.0.1:8080/riverui", "http://127.0.0.1:8080/openapi.yaml",
-		"tok123", "/r/.data/admin-token", `user "admin"`, "access key local, secret key localsecret",
+		"tok123", "/r/.data/admin-token", `user "admin"`, "read456", "/r/.data/read-token", `user "reader"`,
+		"access key local, secret key localsecret",
 		"arke-staging, arke-archive, arke-cdn", "go run ./cmd/orchestrator submit examples/sample-batch", "/r/.data/run.env",
 	} {
 		require.Contains(t, b.String(), want)
 	}
 	require.NotContains(t, b.String(), ":pw@", "the database password is masked")
+	require.NotContains(t, b.String(), "ingest789", "a token from the environment is not repeated")
+	require.Contains(t, b.String(), "the value of INGEST_TOKEN")
 
 	nb.ShowSecrets = false
 	b.Reset()
 	nb.write(&b)
-	require.NotContains(t, b.String(), "tok123")
-	require.NotContains(t, b.String(), "localsecret")
-	require.Contains(t, b.String(), "Admin token    in /r/.data/admin-token (shown here on a terminal only)")
+	for _, secret := range []string{"tok123", "read456", "ingest789", "localsecret"} {
+		require.NotContains(t, b.String(), secret)
+	}
+	require.Contains(t, b.String(), "in /r/.data/admin-token (shown here on a terminal only)")
+	require.Contains(t, b.String(), "in /r/.data/read-token (shown here on a terminal only)")
 	require.Contains(t, b.String(), "secret key in /r/.data/run.env (LOCAL_S3_SECRET_KEY)")
-
-	nb.TokenSource = "ADMIN_TOKEN"
-	b.Reset()
-	nb.write(&b)
-	require.NotContains(t, b.String(), "tok123")
-	require.Contains(t, b.String(), "the value of ADMIN_TOKEN")
 }

@@ -75,15 +75,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer pool.Close()
 	// Resolved before the local S3 server changes the working directory.
-	embedded, tokenFile, dataDir := embeddedDefault(cfg), "", ""
+	embedded, tokenFiles, dataDir := embeddedDefault(cfg), map[string]string{}, ""
 	if embedded {
 		if dataDir, err = filepath.Abs(cfg.LocalDataDir); err != nil {
 			return err
 		}
-		if cfg.AdminToken == "" {
-			if cfg.AdminToken, tokenFile, err = localAdminToken(dataDir); err != nil {
-				return err
-			}
+		if tokenFiles, err = generateTokens(cfg, dataDir); err != nil {
+			return err
 		}
 	}
 	stopProfiling, err := startProfiling(cfg, logger)
@@ -125,11 +123,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("starting job workers: %w", err)
 	}
 
-	if cfg.AdminToken == "" {
-		logger.Warn("ADMIN_TOKEN is not set: admin routes refuse every request")
-	}
+	warnClosedRoutes(cfg, logger)
 	e := api.New(api.Config{
-		Service: service.New(pool, riverClient, cfg, store, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		Service: service.New(pool, riverClient, cfg, store, logger, m), Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
 		River: riverClient, Context: ctx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -145,7 +141,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("orchestrator serving", "addr", ln.Addr().String(), "bucket", cfg.R2Bucket, "callback_base", cfg.OrchestratorURL)
 	if embedded {
-		greet(cfg, ln.Addr().String(), dataDir, tokenFile, logger, stderr)
+		greet(cfg, ln.Addr().String(), dataDir, tokenFiles, logger, stderr)
 	}
 
 	select {
@@ -167,27 +163,72 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// generateTokens gives the embedded default the tokens its environment
+// does not set (admin, read, ingest), kept in dataDir, and returns their
+// files by setting.
+func generateTokens(cfg *config.Config, dataDir string) (map[string]string, error) {
+	files := map[string]string{}
+	for _, tok := range localTokens {
+		dst := tokenSetting(cfg, tok.Setting)
+		if *dst != "" {
+			continue
+		}
+		value, path, err := localToken(dataDir, tok.File)
+		if err != nil {
+			return nil, err
+		}
+		*dst, files[tok.Setting] = value, path
+	}
+	return files, nil
+}
+
+// tokenSetting is the field of cfg holding the token setting names.
+func tokenSetting(cfg *config.Config, setting string) *string {
+	switch setting {
+	case "ADMIN_TOKEN":
+		return &cfg.AdminToken
+	case "READ_TOKEN":
+		return &cfg.ReadToken
+	case "INGEST_TOKEN":
+		return &cfg.IngestToken
+	}
+	panic("no token setting " + setting)
+}
+
+// warnClosedRoutes says which routes no credential opens.
+func warnClosedRoutes(cfg *config.Config, logger *slog.Logger) {
+	if cfg.AdminToken == "" {
+		logger.Warn("ADMIN_TOKEN is not set: admin routes and River UI refuse every request")
+	}
+	if cfg.AdminToken == "" && cfg.ReadToken == "" && !cfg.StatusPublic {
+		logger.Warn("neither READ_TOKEN nor ADMIN_TOKEN is set: reads and the dashboard refuse every request")
+	}
+	if cfg.IngestToken == "" && cfg.IngestSigningSecret == "" {
+		logger.Warn("neither INGEST_TOKEN nor INGEST_SIGNING_SECRET is set: intake (POST /batches) refuses every request")
+	}
+}
+
 // greet writes the run.env of the operator commands and prints the
-// newcomer's banner: the embedded default's URLs, admin token and keys, as
-// plain text (the token never goes through the logger, and is shown on a
+// newcomer's banner: the embedded default's URLs, tokens and keys, as plain
+// text (the tokens never go through the logger, and are shown on a
 // terminal only).
-func greet(cfg *config.Config, addr, dataDir, tokenFile string, logger *slog.Logger, stderr io.Writer) {
+func greet(cfg *config.Config, addr, dataDir string, tokenFiles map[string]string, logger *slog.Logger, stderr io.Writer) {
 	apiURL := "http://" + loopback(addr)
 	runEnv, err := writeRunEnv(dataDir, runInstance{
-		DatabaseURL: cfg.DatabaseURL, OrchestratorURL: apiURL, TokenFile: tokenFile,
+		DatabaseURL: cfg.DatabaseURL, OrchestratorURL: apiURL, TokenFiles: tokenFiles,
 		S3Addr: cfg.LocalS3Addr, S3AccessKey: cfg.LocalS3AccessKey, S3SecretKey: cfg.LocalS3SecretKey,
 	})
 	if err != nil {
 		logger.Warn("writing run.env for the operator commands", "error", err)
 	}
 	nb := newcomerBanner{
-		URL: apiURL, Token: cfg.AdminToken, TokenFile: tokenFile,
+		URL:        apiURL,
 		S3Endpoint: cfg.R2Endpoint, S3Access: cfg.R2AccessKeyID, S3Secret: cfg.R2SecretAccessKey,
 		Buckets:     []string{cfg.R2Bucket, cfg.ArchiveBucket, cfg.CDNBucket},
 		DatabaseURL: cfg.DatabaseURL, RunEnv: runEnv, ShowSecrets: isTerminal(stderr),
 	}
-	if tokenFile == "" {
-		nb.TokenSource = "ADMIN_TOKEN"
+	for _, tok := range localTokens {
+		nb.Tokens = append(nb.Tokens, bannerToken{Setting: tok.Setting, Value: *tokenSetting(cfg, tok.Setting), File: tokenFiles[tok.Setting]})
 	}
 	nb.write(stderr)
 }

@@ -48,6 +48,11 @@ hidden file or folder (name starting with "."), or anything that is not a
 regular file. Each is listed with its reason. System clutter (.DS_Store,
 ._* AppleDouble files, Thumbs.db, desktop.ini, __MACOSX/, ...) is skipped.
 
+The queue message carries the ingest credential: INGEST_TOKEN as a bearer
+token, else an X-Signature keyed by INGEST_SIGNING_SECRET; progress is read
+with READ_TOKEN (else ADMIN_TOKEN). Next to a ` + "`make run`" + `, all of them come
+from its .data/run.env.
+
 Storage is configured as for serve: R2_ENDPOINT or R2_ACCOUNT_ID,
 R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY and R2_BUCKET (default arke-staging).
 With no R2 setting at all, the local S3 server of ` + "`make run`" + ` is used
@@ -175,7 +180,9 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 		return o, usageError{fmt.Sprintf("submit takes one folder, got %d", len(dirs))}
 	}
 
-	if o.api, err = client.New(client.Config{URL: o.url}); err != nil {
+	o.api, err = client.New(client.Config{URL: o.url, IngestToken: cfg.IngestToken, IngestSigningSecret: cfg.IngestSigningSecret,
+		ReadToken: cfg.ReadToken, AdminToken: cfg.AdminToken})
+	if err != nil {
 		return o, usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", strings.TrimRight(o.url, "/"))}
 	}
 	if o.pollInterval <= 0 {
@@ -197,6 +204,9 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 	}
 	o.bucket = cfg.R2Bucket
 	o.limits = manifest.Limits{MaxFileSize: cfg.MaxFileSize, MaxBatchSize: cfg.MaxBatchSize}
+	if cfg.IngestToken == "" && cfg.IngestSigningSecret == "" {
+		return o, fmt.Errorf("submit needs the ingest credential: set INGEST_TOKEN (or INGEST_SIGNING_SECRET) to the orchestrator's (next to a `make run`, run this from its folder: its .data/run.env leads to the tokens)")
+	}
 	return o, nil
 }
 

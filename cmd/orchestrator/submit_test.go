@@ -173,6 +173,10 @@ func (f *fakeOrchestrator) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/healthz":
 		fmt.Fprint(w, `{"status": "ok"}`)
+	case r.Method == http.MethodPost && r.URL.Path == "/batches" && r.Header.Get("Authorization") != "Bearer "+submitIngestToken,
+		r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/status/") && r.Header.Get("Authorization") != "Bearer "+submitReadToken:
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error": "missing or wrong credential"}`)
 	case r.Method == http.MethodPost && r.URL.Path == "/batches":
 		body, _ := io.ReadAll(r.Body)
 		msg, err := manifest.ParseQueueMessage(body)
@@ -231,12 +235,18 @@ func statusDoc(id, status string, total, completed, failed int, errMsg string, i
 	return string(b)
 }
 
+// The credentials submit is given, and the fake orchestrator expects.
+const (
+	submitIngestToken = "submit-ingest-token"
+	submitReadToken   = "submit-read-token"
+)
+
 // submitEnv is the environment of a submit run against the test's S3
-// server and bucket.
+// server and bucket, with the ingest and read tokens.
 func submitEnv(cfg blob.S3Config, bucket string, extra ...string) func(string) (string, bool) {
 	env := map[string]string{
 		"R2_ENDPOINT": cfg.Endpoint, "R2_ACCESS_KEY_ID": cfg.AccessKeyID, "R2_SECRET_ACCESS_KEY": cfg.SecretAccessKey,
-		"R2_BUCKET": bucket, "USER": "tester",
+		"R2_BUCKET": bucket, "USER": "tester", "INGEST_TOKEN": submitIngestToken, "READ_TOKEN": submitReadToken,
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]
@@ -557,26 +567,35 @@ func TestSubmitCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f.txt")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	tokens := func(k string) (string, bool) {
+		return map[string]string{"INGEST_TOKEN": submitIngestToken}[k], k == "INGEST_TOKEN"
+	}
 	none := func(string) (string, bool) { return "", false }
 	for name, tc := range map[string]struct {
-		args  []string
-		usage bool
-		want  string
+		args   []string
+		usage  bool
+		want   string
+		lookup func(string) (string, bool)
 	}{
-		"NoDir":        {[]string{}, true, "submit takes one folder, got 0"},
-		"TwoDirs":      {[]string{dir, dir}, true, "submit takes one folder, got 2"},
-		"UnknownFlag":  {[]string{"-frobnicate", dir}, true, "flag provided but not defined: -frobnicate"},
-		"BadURL":       {[]string{"-url", "localhost:8080", dir}, true, `-url "localhost:8080" must be an http:// or https:// URL`},
-		"NotAFolder":   {[]string{file}, false, file + " is not a folder"},
-		"BadBatchID":   {[]string{"-batch-id", "a/b", "-url", "http://127.0.0.1:1", dir}, false, `batch_id "a/b" may contain only`},
-		"DashDashThen": {[]string{"--", "-url"}, false, "no such file or directory"},
+		"NoDir":        {[]string{}, true, "submit takes one folder, got 0", nil},
+		"TwoDirs":      {[]string{dir, dir}, true, "submit takes one folder, got 2", nil},
+		"UnknownFlag":  {[]string{"-frobnicate", dir}, true, "flag provided but not defined: -frobnicate", nil},
+		"BadURL":       {[]string{"-url", "localhost:8080", dir}, true, `-url "localhost:8080" must be an http:// or https:// URL`, nil},
+		"NotAFolder":   {[]string{file}, false, file + " is not a folder", nil},
+		"BadBatchID":   {[]string{"-batch-id", "a/b", "-url", "http://127.0.0.1:1", dir}, false, `batch_id "a/b" may contain only`, nil},
+		"DashDashThen": {[]string{"--", "-url"}, false, "no such file or directory", nil},
+		"NoCredential": {[]string{dir}, false, "submit needs the ingest credential: set INGEST_TOKEN (or INGEST_SIGNING_SECRET)", none},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			if name == "BadBatchID" {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("x"), 0o644))
 			}
-			err := runSubmit(context.Background(), tc.args, none, io.Discard, io.Discard)
+			lookup := tokens
+			if tc.lookup != nil {
+				lookup = tc.lookup
+			}
+			err := runSubmit(context.Background(), tc.args, lookup, io.Discard, io.Discard)
 			require.ErrorContains(t, err, tc.want)
 			if tc.usage {
 				require.ErrorAs(t, err, new(usageError))

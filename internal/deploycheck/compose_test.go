@@ -161,7 +161,7 @@ func TestComposeEnvironment(t *testing.T) {
 	for name := range env {
 		require.True(t, names[name], "compose sets %s, which the orchestrator does not read", name)
 	}
-	for _, name := range []string{"DATABASE_URL", "ADMIN_TOKEN", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY",
+	for _, name := range []string{"DATABASE_URL", "ADMIN_TOKEN", "READ_TOKEN", "INGEST_TOKEN", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY",
 		"LOCAL_WORKER_BIN", "ORCHESTRATOR_URL", "CDN_PUBLIC_URL", "LISTEN_ADDR"} {
 		require.Contains(t, env, name)
 	}
@@ -169,9 +169,12 @@ func TestComposeEnvironment(t *testing.T) {
 
 	// No secret ships with a default.
 	require.NotContains(t, text, "change-me")
-	require.Regexp(t, `^\$\{ADMIN_TOKEN:\?[^}]+\}$`, env["ADMIN_TOKEN"])
-	_, err := expand(env["ADMIN_TOKEN"], nil)
-	require.ErrorContains(t, err, "set ADMIN_TOKEN")
+	var err error
+	for _, name := range []string{"ADMIN_TOKEN", "READ_TOKEN", "INGEST_TOKEN"} {
+		require.Regexp(t, `^\$\{`+name+`:\?[^}]+\}$`, env[name])
+		_, err = expand(env[name], nil)
+		require.ErrorContains(t, err, "set "+name)
+	}
 
 	// The commented production block: FLY_API_TOKEN and each machine
 	// phase's app and image, all names the orchestrator reads.
@@ -192,7 +195,7 @@ func TestComposeEnvironment(t *testing.T) {
 	// What serve would load in the container.
 	expanded := map[string]string{}
 	for name, v := range env {
-		expanded[name], err = expand(v, map[string]string{"ADMIN_TOKEN": "secret"})
+		expanded[name], err = expand(v, map[string]string{"ADMIN_TOKEN": "admin-secret-0123456789", "READ_TOKEN": "read-secret-0123456789", "INGEST_TOKEN": "ingest-secret-0123456789"})
 		require.NoError(t, err, name)
 	}
 	cfg, err := config.Load(func(name string) (string, bool) {
@@ -201,7 +204,9 @@ func TestComposeEnvironment(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, cfg.CheckServe())
-	require.Equal(t, "secret", cfg.AdminToken)
+	require.Equal(t, "admin-secret-0123456789", cfg.AdminToken)
+	require.Equal(t, "read-secret-0123456789", cfg.ReadToken)
+	require.Equal(t, "ingest-secret-0123456789", cfg.IngestToken)
 	require.Empty(t, cfg.FlyAPIToken, "the local machine runner")
 	require.False(t, cfg.LocalStorage(), "the compose S3 server, not the embedded one")
 	require.Equal(t, "http://s3:7070", cfg.R2Endpoint)

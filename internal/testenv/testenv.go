@@ -39,8 +39,12 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
-// AdminToken is the admin token of every Env.
-const AdminToken = "test-admin-token"
+// The credentials of every Env.
+const (
+	AdminToken  = "test-admin-token"
+	ReadToken   = "test-read-token-0"
+	IngestToken = "test-ingest-token"
+)
 
 // flyToken is the fake Fly API's token.
 const flyToken = "test-fly-token"
@@ -109,6 +113,8 @@ var testSettings = func() map[string]string {
 		"SWEEP_INTERVAL":          "200",
 		"CDN_PUBLIC_URL":          "https://cdn.test",
 		"ADMIN_TOKEN":             AdminToken,
+		"READ_TOKEN":              ReadToken,
+		"INGEST_TOKEN":            IngestToken,
 	}
 	for _, p := range phases.All() {
 		s["ALARM_DELAY_"+string(p.Spec().Name)] = "100"
@@ -186,11 +192,11 @@ func New(t *testing.T, opts Options) *Env {
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
-		Service: service.New(pool, client, cfg, store, logger, m), Pool: pool, Logger: logger, AdminToken: cfg.AdminToken,
+		Service: service.New(pool, client, cfg, store, logger, m), Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
 		River: client, Context: apiCtx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	handler.Store(&h)
-	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken})
+	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, IngestToken: cfg.IngestToken})
 	require.NoError(t, err)
 	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv,
 		Client: apiClient, Metrics: m, deps: deps, settings: settings}
@@ -233,13 +239,23 @@ func (e *Env) PutObject(t *testing.T, key string, body []byte) {
 	require.NoError(t, err)
 }
 
-// Do sends a request to the API and returns the status code and body.
+// Do sends a request to the API with the credential its route needs (the
+// ingest token for intake, the admin token under /admin, else the read
+// token) and returns the status code and body.
 func (e *Env) Do(t *testing.T, method, path string, body io.Reader) (int, []byte) {
 	t.Helper()
-	return e.DoAuth(t, method, path, "", body)
+	token := e.Config.ReadToken
+	switch {
+	case method == http.MethodPost && path == "/batches":
+		token = e.Config.IngestToken
+	case strings.HasPrefix(path, "/admin/"):
+		token = e.Config.AdminToken
+	}
+	return e.DoAuth(t, method, path, token, body)
 }
 
-// DoAuth is Do with `Authorization: Bearer <token>` when token is not "".
+// DoAuth sends a request with `Authorization: Bearer <token>`, or with no
+// credential when token is "".
 func (e *Env) DoAuth(t *testing.T, method, path, token string, body io.Reader) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.Server.URL+path, body)

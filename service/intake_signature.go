@@ -1,0 +1,25 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/arke-institute/orchestrator/db"
+)
+
+// RecordIntakeSignature records the signature of an intake request and
+// tells whether it is fresh: false means it was recorded before, so the
+// request is a replay. Signatures older than twice the window are forgotten
+// on the way: their timestamps are refused before they get here.
+func (s *Service) RecordIntakeSignature(ctx context.Context, sig []byte, window time.Duration) (bool, error) {
+	q := db.New(s.pool)
+	if err := q.IntakeSignaturePrune(ctx, (2 * window).Seconds()); err != nil {
+		return false, fmt.Errorf("pruning intake signatures: %w", err)
+	}
+	n, err := q.IntakeSignatureRecord(ctx, sig)
+	if err != nil {
+		return false, fmt.Errorf("recording an intake signature: %w", err)
+	}
+	return n == 1, nil
+}
