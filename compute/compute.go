@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,13 +38,19 @@ type MachineSpec struct {
 	Image string
 	// Region is where to place the machine; empty lets the provider choose.
 	Region string
-	// Name is unique per task and derived from the task id by the caller (for
-	// example "tiff-01abc..."), so a machine can be traced back to its task by
-	// name as well as by metadata.
+	// Name is unique per launch attempt of a task and derived from the task
+	// id and the attempt by the caller (for example "tiff-01abc...-a2"), so a
+	// machine can be traced back to its launch by name as well as by
+	// metadata, and a relaunch never collides with an earlier attempt's
+	// machine that is still being destroyed.
 	Name string
 	// TaskID and BatchID are also stored as machine metadata task_id/batch_id;
 	// FindByTask relies on task_id to reconcile after an ambiguous launch.
 	TaskID, BatchID string
+	// Attempt is the task's launch attempt (tasks.attempt, from 1), stored
+	// as machine metadata attempt: reconciliation keeps only the current
+	// attempt's machine (see Fence).
+	Attempt int
 	// Phase is the task's phase, for the backends' logs.
 	Phase string
 	// Env is the worker's whole input (spec 000 §4.3: task ids, R2 keys and
@@ -58,12 +65,62 @@ type MachineSpec struct {
 }
 
 // Machine is what the launcher needs to remember about a launched machine:
-// its ID to destroy it on timeout, and its task to reconcile.
+// its ID to destroy it on timeout, and its task and attempt to reconcile.
 type Machine struct {
 	ID     string
 	App    string
 	State  string
 	TaskID string
+	// Attempt is the launch attempt the machine was created for; 0 when its
+	// metadata has none (a machine launched before attempts were recorded).
+	Attempt int
+	// CreatedAt is when the provider created the machine; zero if unknown.
+	CreatedAt time.Time
+}
+
+// Ended reports whether the machine's worker has exited or is being
+// stopped or destroyed (Fly's stopping, stopped, suspending, suspended,
+// failed, destroying, destroyed): it will never call back.
+func (m Machine) Ended() bool {
+	switch m.State {
+	case "stopping", "stopped", "suspending", "suspended", "failed", "destroying", "destroyed":
+		return true
+	}
+	return false
+}
+
+// Fenced is what FindByTask found for one launch attempt of a task.
+type Fenced struct {
+	// Current are the attempt's machines that have not ended, newest first:
+	// keep the first, destroy the others (duplicates of one launch).
+	Current []Machine
+	// Stale are machines of earlier attempts (or of no recorded attempt)
+	// that have not been destroyed yet: they hold an earlier token or none
+	// worth keeping, so they are destroyed.
+	Stale []Machine
+}
+
+// Fence sorts the machines FindByTask returned for a task by the launch
+// attempt the caller is reconciling. Machines of a later attempt are left
+// out and never destroyed: the caller is then a stale launcher or sweep,
+// and the later attempt's machine is the one the task wants. Ended machines
+// of the current attempt are left out too (the worker exited: its machine
+// cannot be the task's), while those of earlier attempts are only dropped
+// once they are being destroyed. Ties in CreatedAt (Fly reports seconds)
+// go to the machine listed later, as backends list in launch order.
+func Fence(found []Machine, attempt int) Fenced {
+	var f Fenced
+	for i := len(found) - 1; i >= 0; i-- {
+		m := found[i]
+		switch {
+		case m.Attempt == attempt && !m.Ended():
+			f.Current = append(f.Current, m)
+		case m.Attempt < attempt && m.State != "destroying" && m.State != "destroyed":
+			f.Stale = append(f.Stale, m)
+		}
+	}
+	slices.SortStableFunc(f.Current, func(a, b Machine) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return f
 }
 
 // Backend launches, finds and destroys task machines. Implementations must be
@@ -73,9 +130,11 @@ type Backend interface {
 	// process exits (auto-destroy, restart policy "no"): a worker processes
 	// exactly one file and reports through its callback.
 	Launch(ctx context.Context, spec MachineSpec) (Machine, error)
-	// FindByTask returns the app's machines whose metadata task_id is taskID
-	// (normally 0 or 1). The launcher calls it after an ambiguous launch
-	// failure so that a task never gets two machines.
+	// FindByTask returns the app's machines whose metadata task_id is taskID,
+	// of every attempt and state but destroyed, with their Attempt and
+	// CreatedAt, in launch order as far as the provider tells. The launcher
+	// calls it after an ambiguous launch failure so that a task never gets
+	// two machines; callers pick the current attempt's with Fence.
 	FindByTask(ctx context.Context, app, taskID string) ([]Machine, error)
 	// Destroy removes a machine, forcing it to stop if it is running (the
 	// sweep destroys machines of timed-out tasks). A machine that is already

@@ -54,3 +54,67 @@ func TestRetryAfter(t *testing.T) {
 	require.Zero(t, compute.RetryAfter(base))
 	require.Zero(t, compute.RetryAfter(nil))
 }
+
+func TestFence(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	m := func(id string, attempt int, state string, age time.Duration) compute.Machine {
+		return compute.Machine{ID: id, State: state, TaskID: "t", Attempt: attempt, CreatedAt: t0.Add(-age)}
+	}
+	ids := func(ms []compute.Machine) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		found          []compute.Machine
+		attempt        int
+		current, stale []string
+	}{
+		"Nothing": {nil, 1, nil, nil},
+		"OldStoppedAndNew": {
+			[]compute.Machine{m("old", 1, "stopped", time.Minute), m("new", 2, "started", 0)}, 2,
+			[]string{"new"}, []string{"old"},
+		},
+		"OldRunningAndNew": {
+			[]compute.Machine{m("old", 1, "started", time.Minute), m("new", 2, "created", 0)}, 2,
+			[]string{"new"}, []string{"old"},
+		},
+		"OnlyOldAttempt": {
+			[]compute.Machine{m("old", 1, "started", time.Minute)}, 2,
+			nil, []string{"old"},
+		},
+		"DestroyingOldIsLeftAlone": {
+			[]compute.Machine{m("old", 1, "destroying", time.Minute), m("new", 2, "started", 0)}, 2,
+			[]string{"new"}, nil,
+		},
+		"StoppedCurrentIsIgnored": {
+			[]compute.Machine{m("done", 2, "stopped", 0)}, 2,
+			nil, nil,
+		},
+		"LaterAttemptIsNeverTouched": {
+			[]compute.Machine{m("mine", 1, "started", time.Minute), m("later", 2, "started", 0)}, 1,
+			[]string{"mine"}, nil,
+		},
+		"NoAttemptIsStale": {
+			[]compute.Machine{m("legacy", 0, "started", time.Minute), m("new", 1, "started", 0)}, 1,
+			[]string{"new"}, []string{"legacy"},
+		},
+		"NewestFirst": {
+			[]compute.Machine{m("a", 3, "started", 0), m("b", 3, "started", time.Minute), m("c", 3, "starting", 30*time.Second)}, 3,
+			[]string{"a", "c", "b"}, nil,
+		},
+		"SameSecondLaterListedFirst": {
+			[]compute.Machine{m("first", 1, "started", 0), m("second", 1, "started", 0)}, 1,
+			[]string{"second", "first"}, nil,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := compute.Fence(tc.found, tc.attempt)
+			require.Equal(t, tc.current, ids(f.Current), "current")
+			require.Equal(t, tc.stale, ids(f.Stale), "stale")
+		})
+	}
+}

@@ -151,6 +151,11 @@ type Config struct {
 	// (MANIFEST_MAX_BYTES), checked before it is read.
 	MaxFilesPerBatch int64
 	ManifestMaxBytes int64
+	// MaxOutputsPerTask caps the output files one task's result may list
+	// (MAX_OUTPUTS_PER_TASK: a TIFF's JPEGs, a PDF's page JPEGs and text
+	// files); a callback listing more is refused, failing its task. Raise
+	// it with PDF_MAX_PAGES: a PDF makes up to two files a page.
+	MaxOutputsPerTask int
 
 	// LogFormat is "json" or "text"; empty picks text on a terminal and JSON
 	// otherwise.
@@ -240,6 +245,10 @@ func DefaultAdaptiveLimit() AdaptiveLimit {
 // fewer commits; measured with make bench's callback ingest).
 const DefaultCallbackCommitters = 1
 
+// maxOutputsPerTask bounds MAX_OUTPUTS_PER_TASK: a 1 MiB callback body
+// cannot list more output files than this.
+const maxOutputsPerTask = 100000
+
 // DefaultDatabaseMaxConns is the pool size unless DATABASE_MAX_CONNS says
 // otherwise: enough concurrent transactions for Postgres to group commits.
 const DefaultDatabaseMaxConns = 40
@@ -317,6 +326,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		MaxBatchSize:         r.positiveInt64("MAX_BATCH_SIZE", 100<<30),
 		MaxFilesPerBatch:     r.positiveInt64("MAX_FILES_PER_BATCH", 200_000),
 		ManifestMaxBytes:     r.positiveInt64("MANIFEST_MAX_BYTES", 64<<20),
+		MaxOutputsPerTask:    r.intIn(phases.MaxOutputsSetting, phases.DefaultMaxOutputs, 1, maxOutputsPerTask),
 		LogFormat:            r.oneOf("LOG_FORMAT", "", "json", "text"),
 		LogLevel:             r.oneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		PprofAddr:            r.str("PPROF_ADDR", ""),

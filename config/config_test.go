@@ -31,6 +31,7 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, 5, c.MaxRetryAttempts)
 	require.Equal(t, int64(5<<30), c.MaxFileSize)
 	require.Equal(t, int64(100<<30), c.MaxBatchSize)
+	require.Equal(t, 4001, c.MaxOutputsPerTask)
 	tiff := c.Phases[phases.TIFFConversion]
 	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute,
 		MemoryMB: 1024, CPUs: 2, CPUKind: "shared", Env: map[string]string{}}, tiff)
@@ -53,6 +54,7 @@ func TestLoadSpecNames(t *testing.T) {
 		"TASK_TIMEOUT_TIFF_CONVERSION": "90s",
 		"ALARM_DELAY_ERROR_RETRY":      "1000",
 		"MAX_RETRY_ATTEMPTS":           "3",
+		"MAX_OUTPUTS_PER_TASK":         "20001",
 		"ORCHESTRATOR_URL":             "https://orch.example/",
 		"R2_ENDPOINT":                  "http://127.0.0.1:7070/",
 	}))
@@ -64,6 +66,7 @@ func TestLoadSpecNames(t *testing.T) {
 	require.Equal(t, 90*time.Second, c.Phases[phases.TIFFConversion].TaskTimeout)
 	require.Equal(t, time.Second, c.AlarmDelayErrorRetry)
 	require.Equal(t, 3, c.MaxRetryAttempts)
+	require.Equal(t, 20001, c.MaxOutputsPerTask)
 	require.Equal(t, "https://orch.example", c.OrchestratorURL, "trailing slash trimmed so URLs join cleanly")
 	require.Equal(t, "http://127.0.0.1:7070", c.R2Endpoint)
 	require.False(t, c.LocalStorage())
@@ -76,6 +79,7 @@ func TestLoadReportsEveryMalformedValue(t *testing.T) {
 		"FLY_LAUNCH_RATE":              "fast",
 		"TASK_TIMEOUT_TIFF_CONVERSION": "-5",
 		"LOG_FORMAT":                   "xml",
+		"MAX_OUTPUTS_PER_TASK":         "0",
 	}))
 	require.Error(t, err)
 	for _, want := range []string{
@@ -84,6 +88,7 @@ func TestLoadReportsEveryMalformedValue(t *testing.T) {
 		`TASK_TIMEOUT_TIFF_CONVERSION must be a positive number of milliseconds, got "-5"`,
 		`LOG_FORMAT must be one of json, text, got "xml"`,
 		`FLY_LAUNCH_RATE must be a positive number, got "fast"`,
+		`MAX_OUTPUTS_PER_TASK must be a whole number from 1 to 100000, got "0"`,
 	} {
 		require.Contains(t, err.Error(), want)
 	}

@@ -567,16 +567,24 @@ func (q *Queries) TaskListForCallbacks(ctx context.Context, ids []string) ([]Tas
 }
 
 const taskRelease = `-- name: TaskRelease :many
-UPDATE tasks
+UPDATE tasks t
 SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
-WHERE id = ANY($1::text[]) AND status = 'processing' AND machine_id IS NULL
-RETURNING id
+FROM (SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
+RETURNING t.id
 `
 
+type TaskReleaseParams struct {
+	IDs      []string
+	Attempts []int32
+}
+
 // TaskRelease returns claimed tasks whose launch certainly did not create a
-// machine to pending, forgetting their token.
-func (q *Queries) TaskRelease(ctx context.Context, ids []string) ([]string, error) {
-	rows, err := q.db.Query(ctx, taskRelease, ids)
+// machine to pending, forgetting their token: each only while it is still
+// in the launch attempt given (a task the sweep released and another
+// launcher claimed meanwhile is that launcher's).
+func (q *Queries) TaskRelease(ctx context.Context, arg TaskReleaseParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, taskRelease, arg.IDs, arg.Attempts)
 	if err != nil {
 		return nil, err
 	}

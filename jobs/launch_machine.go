@@ -18,6 +18,9 @@ import (
 // launchOne launches the machine of one task. After an ambiguous failure it
 // looks the task's machine up by metadata before giving up, so a launch that
 // did create a machine is recorded instead of repeated: no task gets two.
+// The lookup is fenced by the launch attempt: a machine left from an
+// earlier attempt (before an admin retry, a reset or a relaunch) is never
+// taken for this one, and is destroyed.
 func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) (string, error) {
 	spec := w.machineSpec(batchID, name, pcfg, row)
 	m, err := w.deps.Compute.Launch(ctx, spec)
@@ -41,18 +44,24 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 	if ferr != nil {
 		return "", &unresolvedLaunch{fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)}
 	}
-	if len(found) == 0 {
-		return "", err
+	f := compute.Fence(found, int(row.Attempt))
+	// Keep the newest of this attempt; any extra (a retried POST that
+	// created two) and any earlier attempt's machine is destroyed.
+	unwanted := f.Stale
+	if len(f.Current) > 1 {
+		unwanted = append(unwanted, f.Current[1:]...)
 	}
-	// Keep one; any extra (a retried POST that created two) is destroyed.
-	for _, extra := range found[1:] {
-		if derr := w.deps.Compute.Destroy(ctx, pcfg.FlyAppName, extra.ID); derr != nil {
-			w.deps.Logger.Warn("destroying duplicate machine", "batch_id", batchID, "task_id", row.ID, "phase", string(name),
-				"machine_id", extra.ID, "error", derr)
+	for _, m := range unwanted {
+		if derr := w.deps.Compute.Destroy(findCtx, pcfg.FlyAppName, m.ID); derr != nil {
+			w.deps.Logger.Warn("destroying unwanted machine", "batch_id", batchID, "task_id", row.ID, "phase", string(name),
+				"machine_id", m.ID, "machine_attempt", m.Attempt, "attempt", row.Attempt, "error", derr)
 		}
 	}
+	if len(f.Current) == 0 {
+		return "", err
+	}
 	w.deps.Metrics.MachineLaunched(string(name))
-	return found[0].ID, nil
+	return f.Current[0].ID, nil
 }
 
 // launchFailureReason sorts a failed launch for the launch failure metric
@@ -112,8 +121,8 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	}
 	return compute.MachineSpec{
 		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,
-		Name:   strings.ReplaceAll(row.ID, "_", "-"),
-		TaskID: row.ID, BatchID: batchID, Phase: string(name), Env: env,
+		Name:   fmt.Sprintf("%s-a%d", strings.ReplaceAll(row.ID, "_", "-"), row.Attempt),
+		TaskID: row.ID, BatchID: batchID, Attempt: int(row.Attempt), Phase: string(name), Env: env,
 		MemoryMB: pcfg.MemoryMB, CPUs: pcfg.CPUs, CPUKind: pcfg.CPUKind,
 	}
 }

@@ -191,8 +191,9 @@ func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name pha
 	// update (the callbacks' group commit) locks them in: no deadlock.
 	slices.SortFunc(results, func(a, b taskLaunch) int { return strings.Compare(a.row.ID, b.row.ID) })
 	var out roundTally
-	var launchedIDs, machineIDs, release []string
+	var launchedIDs, machineIDs []string
 	var attempts []int32
+	var release taskAttempts
 	var unresolved *unresolvedLaunch
 	failed := map[string]error{} // launch errors of tasks to release
 	for _, r := range results {
@@ -207,12 +208,12 @@ func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name pha
 			// the sweep looks the machine up again at the deadline.
 			out.err = r.err
 		case errors.Is(r.err, errNotLaunched):
-			release = append(release, r.row.ID)
+			release.add(r.row)
 		case errors.Is(r.err, compute.ErrRateLimited):
-			release = append(release, r.row.ID)
+			release.add(r.row)
 			out.rateLimited = max(out.rateLimited, compute.RetryAfter(r.err), time.Second)
 		default:
-			release = append(release, r.row.ID)
+			release.add(r.row)
 			failed[r.row.ID] = r.err
 		}
 	}
@@ -251,11 +252,22 @@ type createdMachines struct {
 	machineIDs []string
 }
 
+// taskAttempts lists claimed tasks with their launch attempts.
+type taskAttempts struct {
+	ids      []string
+	attempts []int32
+}
+
+func (t *taskAttempts) add(row db.TaskClaimPendingRow) {
+	t.ids = append(t.ids, row.ID)
+	t.attempts = append(t.attempts, row.Attempt)
+}
+
 // recordTx is record's transaction: it records the machines and their
-// events, and releases the tasks in release that still wait for a machine,
-// which it returns.
+// events, and releases the tasks in release that still wait for a machine
+// in the same launch attempt, which it returns.
 func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID string, name phases.Name, pcfg config.Phase,
-	l createdMachines, release []string) ([]string, error) {
+	l createdMachines, release taskAttempts) ([]string, error) {
 	q := db.New(tx)
 	var orphans []string // machines whose task ended while they were launched
 	if len(l.ids) > 0 {
@@ -284,9 +296,9 @@ func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID str
 		}
 	}
 	var released []string
-	if len(release) > 0 {
+	if len(release.ids) > 0 {
 		var err error
-		if released, err = q.TaskRelease(ctx, release); err != nil {
+		if released, err = q.TaskRelease(ctx, db.TaskReleaseParams{IDs: release.ids, Attempts: release.attempts}); err != nil {
 			return nil, fmt.Errorf("releasing tasks not launched: %w", err)
 		}
 	}

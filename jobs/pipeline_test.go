@@ -205,7 +205,8 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	require.Equal(t, "no", l.RestartPolicy)
 	require.Equal(t, batchID, l.Metadata["batch_id"])
 	require.NotEmpty(t, l.Metadata["task_id"])
-	require.Equal(t, strings.ReplaceAll(l.Metadata["task_id"], "_", "-"), l.Name)
+	require.Equal(t, "1", l.Metadata["attempt"])
+	require.Equal(t, strings.ReplaceAll(l.Metadata["task_id"], "_", "-")+"-a1", l.Name, "named after the task and its attempt")
 
 	want := map[string]string{
 		"TASK_ID":              l.Metadata["task_id"],

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -66,10 +67,12 @@ const (
 
 // settleUnlaunched deals with expired tasks that have no recorded machine
 // (the launcher died or could not tell whether its launch made one, between
-// claiming and recording). It looks each machine up by the task's id: one
-// that exists is recorded, and then times out like any other; a task with
-// none goes back to pending to be launched again, up to maxLaunchAttempts;
-// a failed lookup is tried again on the next sweep.
+// claiming and recording). It looks each machine up by the task's id and
+// launch attempt (compute.Fence): a live one of this attempt is recorded,
+// and then times out like any other; a task with none goes back to pending
+// to be launched again, up to maxLaunchAttempts; a failed lookup is tried
+// again on the next sweep. Machines of earlier attempts, and duplicates of
+// this one, are destroyed.
 func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase string) error {
 	q := db.New(w.deps.Pool)
 	rows, err := q.TaskListExpiredUnlaunched(ctx, db.TaskListExpiredUnlaunchedParams{BatchID: batchID, Phase: phase})
@@ -85,24 +88,39 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		settle.Actions = append(settle.Actions, action)
 		settle.MachineIDs = append(settle.MachineIDs, machineID)
 	}
+	var unwanted []string // machines of earlier attempts, and duplicates
 	for _, r := range rows {
-		ms, err := w.deps.Compute.FindByTask(ctx, app, r.ID)
-		switch {
-		case err != nil:
+		found, err := w.deps.Compute.FindByTask(ctx, app, r.ID)
+		if err != nil {
 			w.deps.Logger.Warn("looking up an unrecorded machine", "batch_id", batchID, "task_id", r.ID, "phase", phase, "error", err)
-		case len(ms) > 0:
-			decide(r.ID, r.Attempt, settleFound, ms[0].ID)
+			continue
+		}
+		f := compute.Fence(found, int(r.Attempt))
+		for _, m := range f.Stale {
+			unwanted = append(unwanted, m.ID)
+		}
+		switch {
+		case len(f.Current) > 0:
+			for _, m := range f.Current[1:] {
+				unwanted = append(unwanted, m.ID)
+			}
+			decide(r.ID, r.Attempt, settleFound, f.Current[0].ID)
 		case r.Attempt < maxLaunchAttempts:
 			decide(r.ID, r.Attempt, settleRelease, "")
 		default:
 			decide(r.ID, r.Attempt, settleFail, "")
 		}
 	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	if len(unwanted) > 0 {
+		if _, err := client.Insert(ctx, MachineDestroyArgs{App: app, MachineIDs: unwanted}, nil); err != nil {
+			return fmt.Errorf("queueing the destruction of unwanted machines: %w", err)
+		}
+	}
 	if len(settle.IDs) == 0 {
 		return nil
 	}
 	gaveUp := 0 // tasks failed for want of a machine
-	client := river.ClientFromContext[pgx.Tx](ctx)
 	err = EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)

@@ -114,7 +114,7 @@ func (pdfPages) Spec() Spec {
 		},
 		Settings: []Setting{
 			{Name: "PDF_RENDER_DPI", Default: 200, Min: 1, Max: 1200, Doc: "resolution of the page JPEGs"},
-			{Name: "PDF_MAX_PAGES", Default: 2000, Min: 1, Max: maxPDFPages, Doc: "a PDF with more pages fails its task and passes through unchanged"},
+			{Name: "PDF_MAX_PAGES", Default: 2000, Min: 1, Max: maxPDFPages, Doc: "a PDF with more pages fails its task and passes through unchanged; a split makes up to two files a page, so keep MAX_OUTPUTS_PER_TASK at least twice this"},
 		},
 	}
 }

@@ -236,16 +236,31 @@ func completedResult(task *Task, v any) (ok bool, err error) {
 // file. A body the transform could not use is thus refused when it arrives
 // (400) rather than discovered when the phase ends.
 func ValidateResult(name Name, result json.RawMessage) error {
-	p, ok := Get(name)
-	if !ok {
-		return fmt.Errorf("unknown phase %q", name)
-	}
-	if p.Spec().Executor != Machine {
-		return fmt.Errorf("phase %s runs no machines and takes no callbacks", name)
-	}
-	_, err := p.Transform(File{FileName: "probe", LogicalPath: "/probe"}, &Task{Status: TaskCompleted, Result: result})
+	_, err := probeResult(name, result)
 	return err
 }
+
+// probeResult runs the named phase's Transform of result on a placeholder
+// file and returns the files it made.
+func probeResult(name Name, result json.RawMessage) ([]File, error) {
+	p, ok := Get(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown phase %q", name)
+	}
+	if p.Spec().Executor != Machine {
+		return nil, fmt.Errorf("phase %s runs no machines and takes no callbacks", name)
+	}
+	return p.Transform(File{FileName: "probe", LogicalPath: "/probe"}, &Task{Status: TaskCompleted, Result: result})
+}
+
+// MaxOutputsSetting names the setting that caps the output files of one
+// task's result (see ValidateBatchResult).
+const MaxOutputsSetting = "MAX_OUTPUTS_PER_TASK"
+
+// DefaultMaxOutputs is MAX_OUTPUTS_PER_TASK's default: the page JPEG and
+// text file of every page of a PDF of PDF_MAX_PAGES' default 2000 pages,
+// plus one.
+const DefaultMaxOutputs = 4001
 
 // KeyedResult is a phase whose workers choose object keys in their
 // results (the TIFF phase's JPEGs, the image phase's ref and archive
@@ -255,14 +270,22 @@ type KeyedResult interface {
 }
 
 // ValidateBatchResult is ValidateResult for a callback of batch batchID:
-// on top, every object key the worker chose must lie under the batch's
+// on top, the result may add at most maxOutputs files to the batch
+// (MAX_OUTPUTS_PER_TASK: a TIFF's JPEGs, a PDF's page JPEGs and text
+// files), and every object key the worker chose must lie under the batch's
 // staging prefix, "staging/{batchID}/", with no empty, "." or ".." segment
 // and no control character. A result that breaks a rule is refused (and
 // the worker reports the task failed), so a worker cannot point the batch
-// at another batch's objects.
-func ValidateBatchResult(name Name, batchID string, result json.RawMessage) error {
-	if err := ValidateResult(name, result); err != nil {
+// at another batch's objects, nor swell its file list without bound.
+func ValidateBatchResult(name Name, batchID string, result json.RawMessage, maxOutputs int) error {
+	files, err := probeResult(name, result)
+	if err != nil {
 		return err
+	}
+	// The transform returns what the task's file becomes: itself (or what
+	// replaces it) and its outputs.
+	if n := len(files) - 1; n > maxOutputs {
+		return fmt.Errorf("the result lists %d output files, more than %s (%d)", n, MaxOutputsSetting, maxOutputs)
 	}
 	p, _ := Get(name)
 	k, ok := p.(KeyedResult)

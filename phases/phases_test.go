@@ -861,8 +861,8 @@ func TestValidateResult(t *testing.T) {
 
 // TestValidateBatchResult: the keys a worker chose must lie under its
 // batch's staging prefix, without a segment that climbs out; the names it
-// chose must be plain; a TIFF may not become more than maxTIFFOutputs
-// JPEGs.
+// chose must be plain; a TIFF may not become more than
+// MAX_OUTPUTS_PER_TASK JPEGs.
 func TestValidateBatchResult(t *testing.T) {
 	t.Parallel()
 	tiff := func(key, name string) string {
@@ -871,7 +871,9 @@ func TestValidateBatchResult(t *testing.T) {
 	image := func(ref, archive string) string {
 		return fmt.Sprintf(`{"status":"success","ref_json_r2_key":%q,"ref_data":{"url":"https://cdn/a.jpg"},"archive_r2_key":%q}`, ref, archive)
 	}
-	many := `{"status":"success","outputs":[` + strings.TrimSuffix(strings.Repeat(`{"r2_key":"staging/B/p.jpg","file_name":"p.jpg","file_size":1,"page":1},`, maxTIFFOutputs+1), ",") + `]}`
+	pages := func(n int) string {
+		return `{"status":"success","outputs":[` + strings.TrimSuffix(strings.Repeat(`{"r2_key":"staging/B/p.jpg","file_name":"p.jpg","file_size":1,"page":1},`, n), ",") + `]}`
+	}
 	tests := []struct {
 		name, phase, body, wantErr string
 	}{
@@ -880,7 +882,8 @@ func TestValidateBatchResult(t *testing.T) {
 		{"TIFFClimbsOut", string(TIFFConversion), tiff("staging/B/../OTHER/a.jpg", "a.jpg"), `has an empty, "." or ".." path segment`},
 		{"TIFFNameWithSlash", string(TIFFConversion), tiff("staging/B/a.jpg", "../a.jpg"), `file_name "../a.jpg" must be a plain name`},
 		{"TIFFNameNotJPEG", string(TIFFConversion), tiff("staging/B/a.exe", "a.exe"), `file_name "a.exe" must end in .jpg`},
-		{"TIFFTooManyOutputs", string(TIFFConversion), many, "lists 4002 outputs, more than the 4001 allowed"},
+		{"TIFFAllTheOutputsAllowed", string(TIFFConversion), pages(DefaultMaxOutputs), ""},
+		{"TIFFTooManyOutputs", string(TIFFConversion), pages(DefaultMaxOutputs + 1), "the result lists 4002 output files, more than MAX_OUTPUTS_PER_TASK (4001)"},
 		{"ImageInBatch", string(ImageProcessing), image("staging/B/a.jpg.ref.json", "staging/B/a.jpg"), ""},
 		{"ImageRefElsewhere", string(ImageProcessing), image("staging/OTHER/a.jpg.ref.json", "staging/B/a.jpg"), "is not under the batch's prefix"},
 		{"ImageArchiveElsewhere", string(ImageProcessing), image("staging/B/a.jpg.ref.json", "staging/OTHER/a.jpg"), "is not under the batch's prefix"},
@@ -888,12 +891,48 @@ func TestValidateBatchResult(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := ValidateBatchResult(Name(tt.phase), "B", json.RawMessage(tt.body))
+			err := ValidateBatchResult(Name(tt.phase), "B", json.RawMessage(tt.body), DefaultMaxOutputs)
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				return
 			}
 			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+// TestMaxOutputsIsConfigurable: the cap on a result's output files is the
+// caller's (MAX_OUTPUTS_PER_TASK), for a TIFF's JPEGs and for a PDF's page
+// JPEGs and text files alike; a result within it passes.
+func TestMaxOutputsIsConfigurable(t *testing.T) {
+	t.Parallel()
+	tiff := `{"status":"success","outputs":[
+		{"r2_key":"staging/B/a-1.jpg","file_name":"a-1.jpg","file_size":1,"page":1},
+		{"r2_key":"staging/B/a-2.jpg","file_name":"a-2.jpg","file_size":1,"page":2},
+		{"r2_key":"staging/B/a-3.jpg","file_name":"a-3.jpg","file_size":1,"page":3}]}`
+	// Two pages, the first with a text layer: three output files.
+	pdf := `{"status":"success","page_count":2,"pages":[{"page":1,"file_size":5,"text_file_size":3},{"page":2,"file_size":5}]}`
+	for _, tt := range []struct {
+		name    string
+		phase   Name
+		body    string
+		max     int
+		wantErr string
+	}{
+		{"TIFFAtTheCap", TIFFConversion, tiff, 3, ""},
+		{"TIFFOverTheCap", TIFFConversion, tiff, 2, "the result lists 3 output files, more than MAX_OUTPUTS_PER_TASK (2)"},
+		{"PDFAtTheCap", PDFPages, pdf, 3, ""},
+		{"PDFOverTheCap", PDFPages, pdf, 2, "the result lists 3 output files, more than MAX_OUTPUTS_PER_TASK (2)"},
+		{"ImageAddsNoFile", ImageProcessing, `{"status":"success","ref_json_r2_key":"staging/B/a.jpg.ref.json","ref_data":{"url":"https://cdn/a.jpg"}}`, 0, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := ValidateBatchResult(tt.phase, "B", json.RawMessage(tt.body), tt.max)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.wantErr)
 		})
 	}
 }

@@ -94,9 +94,6 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 		slices.SortStableFunc(outputs, func(a, b TIFFOutput) int { return a.Page - b.Page })
 	}
 
-	if len(outputs) > maxTIFFOutputs {
-		return nil, fmt.Errorf("completed TIFF result lists %d outputs, more than the %d allowed", len(outputs), maxTIFFOutputs)
-	}
 	source := file
 	source.Tags = withTag(file.Tags, TagTIFFSource)
 	result := []File{source}
@@ -124,10 +121,6 @@ func (tiffConversion) Transform(file File, task *Task) ([]File, error) {
 	}
 	return result, nil
 }
-
-// maxTIFFOutputs bounds the JPEGs one TIFF may become: a result listing
-// more is refused.
-const maxTIFFOutputs = 4001
 
 // ResultKeys are the JPEGs' keys (KeyedResult).
 func (tiffConversion) ResultKeys(result json.RawMessage) ([]string, error) {

@@ -66,8 +66,9 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 		apps[name] = p.FlyAppName
 	}
 	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
-		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax, Logger: logger, Metrics: m}),
-		store:     store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
+		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax,
+			MaxOutputs: cfg.MaxOutputsPerTask, Logger: logger, Metrics: m}),
+		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
 	return s
 }
 

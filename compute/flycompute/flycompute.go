@@ -67,10 +67,12 @@ import (
 // ambiguous error instead of a stuck launcher.
 const DefaultRequestTimeout = 30 * time.Second
 
-// Metadata keys stored on every machine; FindByTask filters on task_id.
+// Metadata keys stored on every machine; FindByTask filters on task_id
+// and reports attempt, for the launcher to fence by (compute.Fence).
 const (
 	MetadataTaskID  = "task_id"
 	MetadataBatchID = "batch_id"
+	MetadataAttempt = "attempt"
 )
 
 // Config configures the Fly backend. Only cmd/ reads the environment; it fills
@@ -175,6 +177,9 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 			MetadataBatchID: spec.BatchID,
 		},
 	}
+	if spec.Attempt > 0 {
+		cfg.Metadata[MetadataAttempt] = strconv.Itoa(spec.Attempt)
+	}
 	if spec.MemoryMB != 0 || spec.CPUs != 0 || spec.CPUKind != "" {
 		cfg.Guest = &fly.MachineGuest{MemoryMB: spec.MemoryMB, CPUs: spec.CPUs, CPUKind: spec.CPUKind}
 	}
@@ -188,13 +193,15 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 	}
 	b.log.DebugContext(ctx, "machine launched",
 		"app", spec.App, "machine_id", m.ID, "machine_name", spec.Name,
-		"task_id", spec.TaskID, "batch_id", spec.BatchID, "phase", spec.Phase, "state", m.State)
-	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID}, nil
+		"task_id", spec.TaskID, "batch_id", spec.BatchID, "attempt", spec.Attempt, "phase", spec.Phase, "state", m.State)
+	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID, Attempt: spec.Attempt,
+		CreatedAt: createdAt(m)}, nil
 }
 
-// FindByTask lists the app's machines carrying metadata task_id=taskID,
-// excluding destroyed ones. The filter is applied by the API and again here,
-// so a server that ignored the query parameter cannot produce a false match.
+// FindByTask lists the app's machines carrying metadata task_id=taskID, of
+// every attempt, excluding destroyed ones. The filter is applied by the API
+// and again here, so a server that ignored the query parameter cannot
+// produce a false match. The caller fences by attempt (compute.Fence).
 func (b *Backend) FindByTask(ctx context.Context, app, taskID string) ([]compute.Machine, error) {
 	if err := validatePathPart("app", app); err != nil {
 		return nil, compute.Permanent(err, 0)
@@ -214,9 +221,18 @@ func (b *Backend) FindByTask(ctx context.Context, app, taskID string) ([]compute
 		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(MetadataTaskID) != taskID {
 			continue
 		}
-		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: taskID})
+		// A missing or malformed attempt reads as 0: an earlier attempt.
+		attempt, _ := strconv.Atoi(m.GetMetadataByKey(MetadataAttempt))
+		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: taskID, Attempt: attempt,
+			CreatedAt: createdAt(m)})
 	}
 	return out, nil
+}
+
+// createdAt is the machine's created_at (RFC 3339), zero if absent.
+func createdAt(m *fly.Machine) time.Time {
+	t, _ := time.Parse(time.RFC3339, m.CreatedAt)
+	return t
 }
 
 // Destroy force-destroys a machine (fly-go sends ?kill=true). A machine Fly no

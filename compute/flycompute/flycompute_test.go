@@ -52,7 +52,7 @@ func newBackend(t *testing.T, fake *fakefly.Server, mod ...func(*flycompute.Conf
 func spec(taskID string) compute.MachineSpec {
 	return compute.MachineSpec{
 		App: app, Image: "registry.fly.io/arke-tiff-worker:v1.0.0", Region: "ams",
-		Name: "tiff-" + taskID, TaskID: taskID, BatchID: "batch-123",
+		Name: "tiff-" + taskID, TaskID: taskID, BatchID: "batch-123", Attempt: 1,
 		Env: map[string]string{
 			"TASK_ID":        taskID,
 			"BATCH_ID":       "batch-123",
@@ -80,7 +80,8 @@ func TestLaunchSendsFullMachineConfig(t *testing.T) {
 	m, err := b.Launch(t.Context(), spec("tiff_abc123"))
 	require.NoError(t, err)
 	require.NotEmpty(t, m.ID)
-	require.Equal(t, compute.Machine{ID: m.ID, App: app, State: "created", TaskID: "tiff_abc123"}, m)
+	require.Equal(t, compute.Machine{ID: m.ID, App: app, State: "created", TaskID: "tiff_abc123", Attempt: 1, CreatedAt: m.CreatedAt}, m)
+	require.False(t, m.CreatedAt.IsZero())
 
 	ls := fake.Launches()
 	require.Len(t, ls, 1)
@@ -95,7 +96,7 @@ func TestLaunchSendsFullMachineConfig(t *testing.T) {
 	require.Equal(t, 1024, l.MemoryMB)
 	require.Equal(t, 2, l.CPUs)
 	require.Equal(t, "shared", l.CPUKind)
-	require.Equal(t, map[string]string{"task_id": "tiff_abc123", "batch_id": "batch-123"}, l.Metadata)
+	require.Equal(t, map[string]string{"task_id": "tiff_abc123", "batch_id": "batch-123", "attempt": "1"}, l.Metadata)
 	require.Equal(t, "tiff_abc123", l.TaskID)
 	require.Equal(t, "batch-123", l.BatchID)
 	require.Equal(t, http.StatusOK, l.Status)
@@ -156,10 +157,18 @@ func TestFindByTask(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.Launch(t.Context(), spec("task-2"))
 	require.NoError(t, err)
+	again := spec("task-1")
+	again.Name, again.Attempt = "tiff-task-1-a2", 2
+	m2, err := b.Launch(t.Context(), again)
+	require.NoError(t, err)
 
+	// Every attempt's machine, with its attempt and creation time.
 	found, err := b.FindByTask(t.Context(), app, "task-1")
 	require.NoError(t, err)
-	require.Equal(t, []compute.Machine{{ID: m1.ID, App: app, State: "started", TaskID: "task-1"}}, found)
+	require.Equal(t, []compute.Machine{
+		{ID: m1.ID, App: app, State: "started", TaskID: "task-1", Attempt: 1, CreatedAt: m1.CreatedAt},
+		{ID: m2.ID, App: app, State: "started", TaskID: "task-1", Attempt: 2, CreatedAt: m2.CreatedAt},
+	}, found)
 
 	none, err := b.FindByTask(t.Context(), app, "task-3")
 	require.NoError(t, err)

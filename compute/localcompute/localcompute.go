@@ -116,6 +116,8 @@ var _ compute.Backend = (*Backend)(nil)
 // by Backend.mu.
 type machine struct {
 	id, app, taskID, batchID, phase string
+	attempt                         int
+	created                         time.Time
 	argv                            []string
 	env                             []string
 
@@ -235,6 +237,8 @@ func (b *Backend) Launch(_ context.Context, spec compute.MachineSpec) (compute.M
 		taskID:  spec.TaskID,
 		batchID: spec.BatchID,
 		phase:   spec.Phase,
+		attempt: spec.Attempt,
+		created: time.Now(),
 		argv:    argv,
 		env:     b.environ(spec.Env),
 		state:   StateCreated,
@@ -256,7 +260,7 @@ func (b *Backend) Launch(_ context.Context, spec compute.MachineSpec) (compute.M
 }
 
 // FindByTask implements compute.Backend: the app's queued and running
-// machines of the task, in launch order.
+// machines of the task, of every attempt, in launch order.
 func (b *Backend) FindByTask(_ context.Context, app, taskID string) ([]compute.Machine, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -425,7 +429,7 @@ func (b *Backend) attrs(m *machine, extra ...any) []any {
 
 // view is m as the launcher sees it. b.mu must be held.
 func (m *machine) view() compute.Machine {
-	return compute.Machine{ID: m.id, App: m.app, State: m.state, TaskID: m.taskID}
+	return compute.Machine{ID: m.id, App: m.app, State: m.state, TaskID: m.taskID, Attempt: m.attempt, CreatedAt: m.created}
 }
 
 // compareIDs orders machine IDs of one Backend by launch: shorter counters

@@ -212,7 +212,7 @@ func (p *peer) spec(app, task string) compute.MachineSpec {
 	p.tokens[task] = token
 	p.mu.Unlock()
 	return compute.MachineSpec{
-		App: app, Name: task, TaskID: task, BatchID: "batch1", Phase: "TIFF_CONVERSION",
+		App: app, Name: task, TaskID: task, BatchID: "batch1", Phase: "TIFF_CONVERSION", Attempt: 1,
 		Env: map[string]string{
 			"TASK_ID":              task,
 			"BATCH_ID":             "batch1",
@@ -458,7 +458,9 @@ func TestDestroy(t *testing.T) {
 	require.NoError(t, b.Destroy(ctx, "other-app", hung.ID), "another app's machine is unknown")
 	ms, err = b.FindByTask(ctx, "family-app", "hung")
 	require.NoError(t, err)
-	require.Equal(t, []compute.Machine{{ID: hung.ID, App: "family-app", State: localcompute.StateStarted, TaskID: "hung"}}, ms)
+	require.Equal(t, []compute.Machine{{ID: hung.ID, App: "family-app", State: localcompute.StateStarted, TaskID: "hung",
+		Attempt: 1, CreatedAt: hung.CreatedAt}}, ms)
+	require.False(t, hung.CreatedAt.IsZero())
 
 	require.NoError(t, b.Destroy(ctx, "family-app", hung.ID))
 	ms, err = b.FindByTask(ctx, "family-app", "hung")

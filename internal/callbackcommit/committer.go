@@ -60,6 +60,9 @@ type Config struct {
 	// MaxQueued bounds the callbacks waiting for a group; one more is
 	// refused with ErrBusy. DefaultMaxQueued when not positive.
 	MaxQueued int
+	// MaxOutputs caps the output files of one success's result
+	// (MAX_OUTPUTS_PER_TASK); phases.DefaultMaxOutputs when not positive.
+	MaxOutputs int
 }
 
 // DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
@@ -77,6 +80,7 @@ type Committer struct {
 	river      *river.Client[pgx.Tx]
 	committers int
 	maxQueued  int
+	maxOutputs int
 	logger     *slog.Logger
 	metrics    *metrics.Metrics
 
@@ -96,7 +100,11 @@ func New(cfg Config) *Committer {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = DefaultMaxQueued
 	}
-	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, maxQueued: cfg.MaxQueued, logger: cfg.Logger, metrics: cfg.Metrics}
+	if cfg.MaxOutputs <= 0 {
+		cfg.MaxOutputs = phases.DefaultMaxOutputs
+	}
+	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
+		logger: cfg.Logger, metrics: cfg.Metrics}
 }
 
 // Callback is a worker's callback as far as it can be checked without the
@@ -159,7 +167,7 @@ type Outcome struct {
 // gives up still has its callback applied (or not) with its group; only
 // the answer is lost, and the worker's retry is then a harmless repeat.
 func (c *Committer) Apply(ctx context.Context, cb Callback) (Outcome, error) {
-	r := newRequest(cb)
+	r := c.newRequest(cb)
 	c.mu.Lock()
 	if len(c.pending) >= c.maxQueued {
 		c.mu.Unlock()
@@ -192,9 +200,9 @@ type request struct {
 
 // newRequest prepares cb for a group on the caller's goroutine: the less a
 // committer does, the sooner it sends the next group.
-func newRequest(cb Callback) *request {
+func (c *Committer) newRequest(cb Callback) *request {
 	r := &request{Callback: cb, done: make(chan struct{})}
-	r.plausible = plausible(r)
+	r.plausible = c.plausible(r)
 	return r
 }
 

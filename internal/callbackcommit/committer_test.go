@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,11 +63,11 @@ func withToken(cb Callback, tok string) Callback {
 	return cb
 }
 
-// requests prepares callbacks as Apply does.
-func requests(cbs ...Callback) []*request {
+// requests prepares callbacks as c.Apply does.
+func (c *Committer) requests(cbs ...Callback) []*request {
 	group := make([]*request, len(cbs))
 	for i, cb := range cbs {
-		group[i] = newRequest(cb)
+		group[i] = c.newRequest(cb)
 	}
 	return group
 }
@@ -97,7 +98,7 @@ func TestGroupOutcomes(t *testing.T) {
 	// Valid JSON that jsonb rejects (a lone surrogate): it fails the group's
 	// transaction, which is then applied callback by callback.
 	poison := `{"status":"success","output_r2_key":"staging/GROUP/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`
-	group := requests(
+	group := c.requests(
 		success(batch, "tiff_t000"),
 		callback(batch, "tiff_t001", token("tiff_t001"), phases.TaskCompleted, poison, ""),
 		success(batch, "tiff_t000"), // a repeat in the same group
@@ -114,7 +115,7 @@ func TestGroupOutcomes(t *testing.T) {
 	// callback once the poison failed it): a stray caller's wrong token or
 	// batch does not shadow the worker's callback behind it, and a repeat
 	// of an applied callback is a duplicate.
-	group2 := requests(
+	group2 := c.requests(
 		withToken(success(batch, "tiff_t008"), token("tiff_t000")),
 		success(batch, "tiff_t008"),
 		success("OTHER", "tiff_t009"),
@@ -123,7 +124,7 @@ func TestGroupOutcomes(t *testing.T) {
 	)
 	// The worker of the task whose body was refused tries again; its group
 	// carries group2's COMMIT.
-	group3 := requests(success(batch, "tiff_t001"))
+	group3 := c.requests(success(batch, "tiff_t001"))
 	commitInTurn(c, group, group2, group3)
 	group = append(group, group2...)
 	group = append(group, group3...)
@@ -222,8 +223,8 @@ func TestCommitRidesWithNextGroup(t *testing.T) {
 			return false
 		}
 	}
-	first := requests(success(batch, "tiff_t000"))
-	second := requests(success(batch, "tiff_t001"))
+	first := c.requests(success(batch, "tiff_t000"))
+	second := c.requests(success(batch, "tiff_t001"))
 
 	open := c.run(nil, first)
 	require.NotNil(t, open)
@@ -258,7 +259,7 @@ func TestAnsweredAfterCommit(t *testing.T) {
 	ctx := context.Background()
 	const batch = "AFTER"
 	c, pool := newCommitter(t, batch, 2)
-	open := c.run(nil, requests(success(batch, "tiff_t000")))
+	open := c.run(nil, c.requests(success(batch, "tiff_t000")))
 	require.NotNil(t, open)
 	defer open.release()
 	next := success(batch, "tiff_t001")
@@ -287,8 +288,8 @@ func TestGroupSurvivesDeadConnection(t *testing.T) {
 	ctx := context.Background()
 	const batch = "DEAD"
 	c, pool := newCommitter(t, batch, 2)
-	first := requests(success(batch, "tiff_t000"))
-	second := requests(success(batch, "tiff_t001"))
+	first := c.requests(success(batch, "tiff_t000"))
+	second := c.requests(success(batch, "tiff_t001"))
 	open := c.run(nil, first)
 	require.NotNil(t, open)
 	var killed bool
@@ -320,8 +321,8 @@ func TestFailedCommitSparesNextGroup(t *testing.T) {
 		CREATE CONSTRAINT TRIGGER refuse AFTER UPDATE ON tasks DEFERRABLE INITIALLY DEFERRED
 			FOR EACH ROW WHEN (NEW.id = 'tiff_t000') EXECUTE FUNCTION refuse()`)
 	require.NoError(t, err)
-	first := requests(success(batch, "tiff_t000"))
-	second := requests(success(batch, "tiff_t001"))
+	first := c.requests(success(batch, "tiff_t000"))
+	second := c.requests(success(batch, "tiff_t001"))
 	commitInTurn(c, first, second)
 
 	<-first[0].done
@@ -415,4 +416,62 @@ func TestQueueIsBounded(t *testing.T) {
 	for range 3 {
 		require.NoError(t, <-results)
 	}
+}
+
+// TestOutputsAreCapped: a success listing more output files than
+// MAX_OUTPUTS_PER_TASK (4001 unless configured) is refused with a reason
+// naming the setting and its value, and leaves its task processing; the
+// worker then reports the refusal as its task's error, which fails the
+// task. A result within the cap is applied.
+func TestOutputsAreCapped(t *testing.T) {
+	t.Parallel()
+	const batch = "CAP"
+	ctx := context.Background()
+	c, pool := newCommitter(t, batch, 4)
+	capped := New(Config{Pool: pool, River: c.river, MaxOutputs: 2})
+	pages := func(taskID string, n int) Callback {
+		outputs := make([]string, n)
+		for i := range outputs {
+			outputs[i] = fmt.Sprintf(`{"r2_key":"staging/%s/%s-%d.jpg","file_name":"%s-%d.jpg","file_size":1,"page":%d}`, batch, taskID, i+1, taskID, i+1, i+1)
+		}
+		return callback(batch, taskID, token(taskID), phases.TaskCompleted, `{"status":"success","outputs":[`+strings.Join(outputs, ",")+`]}`, "")
+	}
+	status := func(taskID string) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM tasks WHERE id = $1`, taskID).Scan(&s))
+		return s
+	}
+
+	for _, tt := range []struct {
+		name    string
+		c       *Committer
+		cb      Callback
+		refusal string // "" when applied
+	}{
+		{"DefaultCapRefuses", c, pages("tiff_t000", phases.DefaultMaxOutputs+1), "the result lists 4002 output files, more than MAX_OUTPUTS_PER_TASK (4001)"},
+		{"WithinDefaultCap", c, pages("tiff_t001", 3), ""},
+		{"ConfiguredCapRefuses", capped, pages("tiff_t002", 3), "the result lists 3 output files, more than MAX_OUTPUTS_PER_TASK (2)"},
+		{"WithinConfiguredCap", capped, pages("tiff_t003", 2), ""},
+	} {
+		out, err := tt.c.Apply(ctx, tt.cb)
+		require.NoError(t, err, tt.name)
+		if tt.refusal == "" {
+			require.Equal(t, Outcome{Status: phases.TaskCompleted}, out, tt.name)
+			require.Equal(t, "completed", status(tt.cb.TaskID), tt.name)
+			continue
+		}
+		require.Equal(t, Outcome{Refusal: InvalidBody, Reason: tt.refusal}, out, tt.name)
+		require.Equal(t, "processing", status(tt.cb.TaskID), tt.name)
+	}
+
+	// The worker reports the refusal (worker.Run): the task fails with it.
+	refused := callback(batch, "tiff_t000", token("tiff_t000"), phases.TaskFailed, "", "")
+	refused.Error = "orchestrator refused the worker's result: callback answered 400 Bad Request: the result lists 4002 output files, more than MAX_OUTPUTS_PER_TASK (4001)"
+	refused.Result = []byte(fmt.Sprintf(`{"status":"error","error":%q}`, refused.Error))
+	out, err := c.Apply(ctx, refused)
+	require.NoError(t, err)
+	require.Equal(t, Outcome{Status: phases.TaskFailed}, out)
+	var msg string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT status || ': ' || error FROM tasks WHERE id = 'tiff_t000'`).Scan(&msg))
+	require.Equal(t, "failed: "+refused.Error, msg)
 }

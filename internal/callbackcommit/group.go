@@ -108,7 +108,7 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 		current[t.ID] = t
 	}
 	for _, i := range unapplied {
-		if decisions[i], err = explain(ctx, q, group[i], current); err != nil {
+		if decisions[i], err = c.explain(ctx, q, group[i], current); err != nil {
 			return tx, nil, err
 		}
 	}
@@ -124,7 +124,7 @@ func attemptOf(r *request) attempt { return attempt{r.TaskID, r.BatchID, string(
 // plausible tells whether a callback passes every check that needs no
 // database: a token, a well-formed body, and for a success, a result that
 // fits the phase its task id names.
-func plausible(r *request) bool {
+func (c *Committer) plausible(r *request) bool {
 	if r.TokenHash == nil || r.Invalid != "" {
 		return false
 	}
@@ -132,14 +132,14 @@ func plausible(r *request) bool {
 	if phase == "" {
 		return false
 	}
-	return r.Status != phases.TaskCompleted || phases.ValidateBatchResult(phase, r.BatchID, r.Result) == nil
+	return r.Status != phases.TaskCompleted || phases.ValidateBatchResult(phase, r.BatchID, r.Result, c.maxOutputs) == nil
 }
 
 // explain decides for a callback that did not end its task, from the task
 // as it is now (current, by id), checking in the order a caller is
 // answered: the task, the token, the body, then how the task ended (a
 // repeat, or a late callback).
-func explain(ctx context.Context, q *db.Queries, r *request, current map[string]db.TaskListForCallbacksRow) (decision, error) {
+func (c *Committer) explain(ctx context.Context, q *db.Queries, r *request, current map[string]db.TaskListForCallbacksRow) (decision, error) {
 	refuse := func(why Refusal, format string, a ...any) (decision, error) {
 		return decision{Outcome: Outcome{Refusal: why, Reason: fmt.Sprintf(format, a...)}}, nil
 	}
@@ -159,7 +159,7 @@ func explain(ctx context.Context, q *db.Queries, r *request, current map[string]
 		return refuse(InvalidBody, "%s", r.Invalid)
 	}
 	if r.Status == phases.TaskCompleted {
-		if err := phases.ValidateBatchResult(phases.Name(t.Phase), r.BatchID, r.Result); err != nil {
+		if err := phases.ValidateBatchResult(phases.Name(t.Phase), r.BatchID, r.Result, c.maxOutputs); err != nil {
 			return refuse(InvalidBody, "%s", err.Error())
 		}
 	}

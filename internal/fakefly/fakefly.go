@@ -18,8 +18,8 @@
 // CALLBACK_TOKEN from its config env and POSTs a callback
 // (Authorization: Bearer <CALLBACK_TOKEN>) whose body and timing a per-test
 // Behavior decides, then exits; with auto_destroy it is destroyed, otherwise
-// it stays stopped. A machine destroyed through the API before its callback
-// never calls back, as on Fly.
+// (or with Behavior.Linger) it stays stopped. A machine destroyed through
+// the API before its callback never calls back, as on Fly.
 //
 // It is built for benchmarks too: per-launch work is O(1), callbacks are
 // posted by a fixed pool of goroutines, destroyed machines keep only a small
@@ -129,6 +129,10 @@ type Behavior struct {
 	Hang bool
 	// Crash: the worker exits without calling back (after Delay).
 	Crash bool
+	// Linger: when the worker exits, its machine stays "stopped" even with
+	// auto_destroy, as on Fly until the automatic destroy goes through
+	// (tests of reconciliation with an earlier attempt's machine).
+	Linger bool
 	// Duplicate posts the same callback this many extra times.
 	Duplicate int
 	// Delay is how long the worker runs before calling back (late callbacks).
@@ -222,6 +226,7 @@ type machine struct {
 	state       string
 	taskID      string
 	batchID     string
+	attempt     string // metadata attempt, kept in tombstones
 	image       string
 	metadata    map[string]string
 	config      json.RawMessage // nil once destroyed
@@ -236,7 +241,7 @@ type job struct {
 	url, token      string
 	body            []byte
 	copies          int
-	crash           bool
+	crash, linger   bool
 }
 
 // TB is the part of testing.TB that New needs: a *testing.T in tests, or a
@@ -611,7 +616,7 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 		s.schedule(&job{
 			app: app, machineID: m.id, taskID: l.TaskID, batchID: l.BatchID,
 			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"],
-			body: body, copies: 1 + max(bh.Duplicate, 0), crash: bh.Crash,
+			body: body, copies: 1 + max(bh.Duplicate, 0), crash: bh.Crash, linger: bh.Linger,
 		}, bh.Delay)
 	}
 	if bh.CreateThenFail {
@@ -685,7 +690,7 @@ func (s *Server) create(l Launch, skipLaunch bool) *machine {
 	}
 	m := &machine{
 		seq: s.seq, id: fmt.Sprintf("%014x", s.idBase+s.seq), name: l.Name, region: l.Region,
-		state: state, taskID: l.TaskID, batchID: l.BatchID, image: l.Image,
+		state: state, taskID: l.TaskID, batchID: l.BatchID, attempt: l.Metadata["attempt"], image: l.Image,
 		metadata: l.Metadata, config: l.Config, autoDestroy: l.AutoDestroy,
 		createdAt: now, updatedAt: now,
 	}
@@ -790,7 +795,7 @@ func (s *Server) run(j *job) {
 	defer s.mu.Unlock()
 	if a := s.apps[j.app]; a != nil {
 		if m := a.live[j.machineID]; m != nil {
-			if m.autoDestroy {
+			if m.autoDestroy && !j.linger {
 				s.kill(a, m)
 				s.counts.AutoDestroyed++
 			} else {
@@ -1002,6 +1007,9 @@ func onlyIDs(m *machine) bool {
 	if m.batchID != "" {
 		want++
 	}
+	if m.attempt != "" {
+		want++ // it can only come from the metadata
+	}
 	return len(m.metadata) == want &&
 		(m.taskID == "" || m.metadata["task_id"] == m.taskID) &&
 		(m.batchID == "" || m.metadata["batch_id"] == m.batchID)
@@ -1017,6 +1025,8 @@ func (m *machine) meta(k string) string {
 		return m.taskID
 	case "batch_id":
 		return m.batchID
+	case "attempt":
+		return m.attempt
 	}
 	return ""
 }
@@ -1061,6 +1071,9 @@ func (m *machine) json(app, state string) []byte {
 			}
 			if m.batchID != "" {
 				md["batch_id"] = m.batchID
+			}
+			if m.attempt != "" {
+				md["attempt"] = m.attempt
 			}
 		}
 		cfg, _ = json.Marshal(map[string]any{"image": m.image, "metadata": md})

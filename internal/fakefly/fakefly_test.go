@@ -272,6 +272,26 @@ func flapsClient(t *testing.T, fake *fakefly.Server) *flaps.Client {
 	return c
 }
 
+func TestLingerKeepsTheExitedMachineStopped(t *testing.T) {
+	t.Parallel()
+	fake := fakefly.New(t, fakefly.Options{Behave: func(fakefly.Launch) fakefly.Behavior {
+		return fakefly.Behavior{Crash: true, Linger: true}
+	}})
+	o := newOrchestrator(t, nil)
+	s := spec(o, "t-linger")
+	s.Attempt = 3
+	m, err := newBackend(t, fake).Launch(t.Context(), s)
+	require.NoError(t, err)
+
+	fake.AwaitIdle(t, wait)
+	ms := fake.Machines(app)
+	require.Len(t, ms, 1)
+	require.Equal(t, m.ID, ms[0].ID)
+	require.Equal(t, "stopped", ms[0].State, "auto_destroy, but lingering")
+	require.Equal(t, "3", ms[0].Metadata["attempt"])
+	require.Zero(t, fake.Counts().AutoDestroyed)
+}
+
 func TestWithoutAutoDestroyMachineStaysStopped(t *testing.T) {
 	fake := fakefly.New(t, fakefly.Options{})
 	o := newOrchestrator(t, nil)
@@ -348,6 +368,15 @@ func TestListFilters(t *testing.T) {
 	require.NoError(t, c.Destroy(t.Context(), app, fly.RemoveMachineInput{ID: a.ID, Kill: true}, ""))
 	require.Empty(t, ids("metadata.task_id=a"))
 	require.Equal(t, []string{a.ID}, ids("metadata.task_id=a&include_deleted=true"))
+
+	// A tombstone keeps the attempt among its metadata.
+	d, err := c.Launch(t.Context(), app, fly.LaunchMachineInput{Config: &fly.MachineConfig{
+		Image: "img", Metadata: map[string]string{"task_id": "d", "attempt": "2"},
+	}})
+	require.NoError(t, err)
+	require.NoError(t, c.Destroy(t.Context(), app, fly.RemoveMachineInput{ID: d.ID, Kill: true}, ""))
+	require.Equal(t, []string{d.ID}, ids("metadata.task_id=d&metadata.attempt=2&include_deleted=true"))
+	require.Empty(t, ids("metadata.task_id=d&metadata.attempt=1&include_deleted=true"))
 
 	ms, err := c.List(t.Context(), app, "metadata.task_id=b")
 	require.NoError(t, err)

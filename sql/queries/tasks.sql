@@ -188,12 +188,15 @@ INSERT INTO tasks (id, batch_id, phase, file_id)
 VALUES (@id, @batch_id, @phase, @file_id);
 
 -- TaskRelease returns claimed tasks whose launch certainly did not create a
--- machine to pending, forgetting their token.
+-- machine to pending, forgetting their token: each only while it is still
+-- in the launch attempt given (a task the sweep released and another
+-- launcher claimed meanwhile is that launcher's).
 -- name: TaskRelease :many
-UPDATE tasks
+UPDATE tasks t
 SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
-WHERE id = ANY(@ids::text[]) AND status = 'processing' AND machine_id IS NULL
-RETURNING id;
+FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
+RETURNING t.id;
 
 -- TaskRequeueFailed returns the failed tasks of a phase to pending for an
 -- admin retry, forgetting their last launch (token, machine, deadline,
