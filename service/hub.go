@@ -114,7 +114,7 @@ func (h *eventHub) subscribe(batchID string, after int64) *subscription {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	f := h.feeds[batchID]
-	if f == nil {
+	if f == nil || f.ended() {
 		ctx, cancel := context.WithCancel(context.Background())
 		f = &feed{batchID: batchID, wake: make(chan struct{}, 1), stop: cancel, done: make(chan struct{}),
 			subs: map[*subscription]struct{}{}}
@@ -166,6 +166,15 @@ func (h *eventHub) detachLocked(f *feed) {
 		h.stop()
 		h.stop = nil
 	}
+}
+
+// ended tells whether the feed has read for the last time (its batch
+// ended, or a read failed) and is about to detach: a new watch starts a
+// new feed, which reads the batch as it is now.
+func (f *feed) ended() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.terminal || f.err != nil
 }
 
 // take records the watch's cursor and returns what it has not sent.
