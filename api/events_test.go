@@ -335,6 +335,10 @@ func TestStreamFollowsBatchLive(t *testing.T) {
 			want = append(want, e)
 		}
 	}
+	// Delivery to ingest may be recorded after the resumed stream's read.
+	if n := len(want); want[n-1].Type == "batch.delivered" && len(r2.events) == n-1 {
+		want = want[:n-1]
+	}
 	require.Equal(t, want, r2.events)
 	require.Equal(t, "phase.started", r2.events[0].Type)
 }

@@ -43,6 +43,20 @@ type BatchEventInsertManyParams struct {
 	Data    json.RawMessage
 }
 
+const batchEventLastID = `-- name: BatchEventLastID :one
+SELECT coalesce(max(id), 0)::bigint AS id FROM batch_events
+WHERE batch_id = $1
+`
+
+// BatchEventLastID is the id of a batch's latest event, 0 when it has none:
+// where a live stream's shared reads begin.
+func (q *Queries) BatchEventLastID(ctx context.Context, batchID string) (int64, error) {
+	row := q.db.QueryRow(ctx, batchEventLastID, batchID)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const batchEventListByBatch = `-- name: BatchEventListByBatch :many
 SELECT id, batch_id, type, phase, task_id, data, created_at FROM batch_events
 WHERE batch_id = $1 AND id > $2

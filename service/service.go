@@ -41,7 +41,7 @@ type Service struct {
 	apps   map[phases.Name]string // phase -> Fly app, to destroy machines
 	// callbacks commits workers' callbacks in groups.
 	callbacks *callbackcommit.Committer
-	// hub wakes batch watches (Watch) on new events.
+	// hub shares the reads of batch watches (Watch).
 	hub *eventHub
 	// metrics counts batches started and ended here; nil counts nothing.
 	metrics *metrics.Metrics
@@ -65,10 +65,11 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	for name, p := range cfg.Phases {
 		apps[name] = p.FlyAppName
 	}
-	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, hub: newEventHub(pool, logger), metrics: m,
+	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, metrics: m,
 		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax,
 			MaxOutputs: cfg.MaxOutputsPerTask, Logger: logger, Metrics: m}),
 		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
+	s.hub = newEventHub(pool, logger, s.readRound)
 	return s
 }
 

@@ -3,16 +3,10 @@ package service
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/db"
 )
 
 // notifyChannel is the channel the batch_events trigger notifies, with the
@@ -22,16 +16,17 @@ const notifyChannel = "batch_events"
 // Pacing of a watch.
 const (
 	// watchMinInterval is the least time between two reads of a watched
-	// batch. Under load a batch's events arrive in bursts (one notification
-	// per callback group); a watcher that wakes at most this often reads them
-	// in pages instead of one query per notification.
+	// batch (by its feed). Under load a batch's events arrive in bursts (one
+	// notification per callback group); a feed that wakes at most this
+	// often reads them in pages instead of one query per notification.
 	watchMinInterval = 100 * time.Millisecond
-	// watchIdle is how long a watch waits without a notification before it
-	// reads anyway and sends a keep-alive: it keeps proxies from closing an
-	// idle stream, notices a client that went away, and bounds the delay
-	// should a notification ever be missed.
+	// watchIdle is how long a feed waits without a notification before it
+	// reads anyway, which bounds the delay should a notification ever be
+	// missed, and how long a watch sends nothing before it sends a
+	// keep-alive: it keeps proxies from closing an idle stream and notices
+	// a client that went away.
 	watchIdle = 15 * time.Second
-	// watchPage is how many events one read takes.
+	// watchPage is how many events one query takes.
 	watchPage = 500
 )
 
@@ -44,67 +39,66 @@ type Update struct {
 
 // Watch follows a batch: it sends the status document first and again
 // whenever it changes, and every event with an id greater than after as it
-// is recorded. It returns nil once the batch is DONE or ERROR and every
-// event up to then was sent, the error of send if it fails, or ctx's error.
-// An unknown batch is ErrNotFound before anything is sent.
+// is recorded, in order, once. It returns nil once the batch is DONE or
+// ERROR and every event up to then was sent, the error of send if it
+// fails, or ctx's error. An unknown batch is ErrNotFound before anything
+// is sent.
 //
-// It wakes on the batch_events notifications of the process's one listener
-// connection (see eventHub), never on a timer of its own, and re-reads from
-// its cursor each time, so a notification is only a hint: a missed or
-// coalesced one loses nothing.
+// The watches of one batch share its feed (see eventHub): a wake-up makes
+// one read of the batch, whatever the number of watches. A watch reads the
+// database itself only for the events before the feed's window: the
+// history it asks for, or what it missed while its client read slowly.
 func (s *Service) Watch(ctx context.Context, batchID string, after int64, send func(Update) error) error {
 	if after < 0 {
 		return &InputError{Msg: fmt.Sprintf("the last event id must be a non-negative integer, got %d", after)}
 	}
-	// Subscribe before the first read: any event committed after that read
-	// then wakes this watch.
-	sub := s.hub.subscribe(batchID)
+	sub := s.hub.subscribe(batchID, after)
 	defer s.hub.unsubscribe(sub)
 
 	var lastStatus []byte
 	idle := time.NewTimer(watchIdle)
 	defer idle.Stop()
 	for {
-		round := time.Now()
-		sent := false
-		// Status first, then events: a status read as DONE or ERROR was
-		// committed together with its batch.done or batch.error event, so the
-		// events read after it include that one.
-		st, err := s.Status(ctx, batchID)
-		if err != nil {
-			return err
+		v := sub.take(after)
+		if v.err != nil {
+			return v.err
 		}
-		doc, err := json.Marshal(st)
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(doc, lastStatus) {
-			if err := send(Update{Status: &st}); err != nil {
-				return err
-			}
-			lastStatus, sent = doc, true
-		}
-		for {
-			events, err := s.eventsAfter(ctx, batchID, after, watchPage)
-			if err != nil {
-				return err
-			}
-			for i := range events {
-				if err := send(Update{Event: &events[i]}); err != nil {
+		if v.ready {
+			sent := false
+			// Status first, then events: a feed reads the status before the
+			// events, and a status read as DONE or ERROR was committed
+			// together with its batch.done or batch.error event, so the
+			// events up to v.head include that one.
+			if !bytes.Equal(v.doc, lastStatus) {
+				if err := send(Update{Status: &v.status}); err != nil {
 					return err
 				}
-				after, sent = events[i].ID, true
+				lastStatus, sent = v.doc, true
 			}
-			if len(events) < watchPage {
-				break
+			behind := after < v.base
+			if behind {
+				n, err := s.sendEventsUpTo(ctx, batchID, after, v.base, send)
+				if err != nil {
+					return err
+				}
+				after, sent = v.base, sent || n > 0
 			}
-		}
-		if phases.BatchStatus(st.Status).Terminal() {
-			return nil
-		}
-
-		if sent {
-			idle.Reset(watchIdle)
+			for i := range v.events {
+				if err := send(Update{Event: &v.events[i]}); err != nil {
+					return err
+				}
+				after, sent = v.events[i].ID, true
+			}
+			if sent {
+				idle.Reset(watchIdle)
+			}
+			if behind {
+				continue // the window may have moved on meanwhile
+			}
+			after = max(after, v.head)
+			if v.terminal {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -116,147 +110,61 @@ func (s *Service) Watch(ctx context.Context, batchID string, after int64, send f
 				return err
 			}
 		}
-		if wait := watchMinInterval - time.Since(round); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-		}
 	}
 }
 
-// eventHub fans batch_events notifications out to the watches of this
-// process. It holds one LISTEN connection, outside the pool, while at least
-// one watch exists, however many watch: a connection per client would
-// exhaust the database's connections long before the HTTP server's.
-//
-// A wake-up is a send on a one-slot channel that never blocks: a watch busy
-// writing to a slow client keeps at most one pending wake-up and misses
-// nothing (it re-reads from its cursor), and it never delays the others.
-type eventHub struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-
-	mu   sync.Mutex
-	subs map[string]map[*subscription]struct{}
-	n    int                // subscriptions in all
-	stop context.CancelFunc // stops the running listener; nil when none runs
-}
-
-// subscription is one watch's interest in a batch.
-type subscription struct {
-	batchID string
-	c       chan struct{}
-}
-
-func newEventHub(pool *pgxpool.Pool, logger *slog.Logger) *eventHub {
-	return &eventHub{pool: pool, logger: logger, subs: map[string]map[*subscription]struct{}{}}
-}
-
-// subscribe registers interest in a batch, starting the listener if none
-// runs. Until the listener has LISTENed, nothing wakes the subscription;
-// the listener wakes every subscription once it has, so events committed
-// in between are not missed.
-func (h *eventHub) subscribe(batchID string) *subscription {
-	s := &subscription{batchID: batchID, c: make(chan struct{}, 1)}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.subs[batchID] == nil {
-		h.subs[batchID] = map[*subscription]struct{}{}
-	}
-	h.subs[batchID][s] = struct{}{}
-	h.n++
-	if h.stop == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		h.stop = cancel
-		go h.listen(ctx)
-	}
-	return s
-}
-
-// unsubscribe drops a subscription, and stops the listener with the last.
-func (h *eventHub) unsubscribe(s *subscription) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	set := h.subs[s.batchID]
-	if _, ok := set[s]; !ok {
-		return
-	}
-	delete(set, s)
-	if len(set) == 0 {
-		delete(h.subs, s.batchID)
-	}
-	h.n--
-	if h.n == 0 && h.stop != nil {
-		h.stop()
-		h.stop = nil
-	}
-}
-
-// wake signals the subscriptions of one batch, or of every batch when
-// batchID is "".
-func (h *eventHub) wake(batchID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	signal := func(set map[*subscription]struct{}) {
-		for s := range set {
-			select {
-			case s.c <- struct{}{}:
-			default: // a wake-up is already pending
-			}
-		}
-	}
-	if batchID != "" {
-		signal(h.subs[batchID])
-		return
-	}
-	for _, set := range h.subs {
-		signal(set)
-	}
-}
-
-// listen keeps a LISTEN connection until ctx ends, reconnecting with
-// backoff when it fails. After each (re)connection it wakes everyone, since
-// notifications sent while it was not listening are lost.
-func (h *eventHub) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for {
-		err := h.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		h.logger.Warn("event listener failed; reconnecting", "error", err, "backoff_ms", backoff.Milliseconds())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// listenOnce connects, LISTENs and dispatches notifications until the
-// connection fails or ctx ends.
-func (h *eventHub) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, h.pool.Config().ConnConfig)
-	if err != nil {
-		return fmt.Errorf("connecting: %w", err)
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		return fmt.Errorf("listening: %w", err)
-	}
-	h.wake("")
-	for {
-		n, err := conn.WaitForNotification(ctx)
+// sendEventsUpTo reads the batch's events with ids in (after, upTo] from
+// the database and sends them, returning how many it sent.
+func (s *Service) sendEventsUpTo(ctx context.Context, batchID string, after, upTo int64, send func(Update) error) (int, error) {
+	n := 0
+	for after < upTo {
+		events, err := s.eventsAfter(ctx, batchID, after, watchPage)
 		if err != nil {
-			return err
+			return n, err
 		}
-		h.wake(n.Payload)
+		for i := range events {
+			if events[i].ID > upTo {
+				return n, nil
+			}
+			if err := send(Update{Event: &events[i]}); err != nil {
+				return n, err
+			}
+			after = events[i].ID
+			n++
+		}
+		if len(events) < watchPage {
+			break
+		}
+	}
+	return n, nil
+}
+
+// readRound is a feed's read (readFunc): the batch's status, then every
+// event after the cursor, or for the first round (after < 0) the id of
+// its latest event.
+func (s *Service) readRound(ctx context.Context, batchID string, after int64) (round, error) {
+	st, err := s.Status(ctx, batchID)
+	if err != nil {
+		return round{}, err
+	}
+	r := round{status: st, head: after}
+	if after < 0 {
+		if r.head, err = db.New(s.pool).BatchEventLastID(ctx, batchID); err != nil {
+			return round{}, fmt.Errorf("reading the last event of batch %s: %w", batchID, err)
+		}
+		return r, nil
+	}
+	for {
+		events, err := s.eventsAfter(ctx, batchID, r.head, watchPage)
+		if err != nil {
+			return round{}, err
+		}
+		r.events = append(r.events, events...)
+		if len(events) > 0 {
+			r.head = events[len(events)-1].ID
+		}
+		if len(events) < watchPage {
+			return r, nil
+		}
 	}
 }

@@ -2,6 +2,12 @@
 INSERT INTO batch_events (batch_id, type, phase, task_id, data)
 VALUES (@batch_id, @type, @phase, @task_id, @data);
 
+-- BatchEventLastID is the id of a batch's latest event, 0 when it has none:
+-- where a live stream's shared reads begin.
+-- name: BatchEventLastID :one
+SELECT coalesce(max(id), 0)::bigint AS id FROM batch_events
+WHERE batch_id = @batch_id;
+
 -- BatchEventListByBatch pages through a batch's events in order, after a
 -- cursor (0 for the start).
 -- name: BatchEventListByBatch :many
