@@ -42,6 +42,10 @@ func (m Method) HTTPMethod() string {
 // MaxPresignExpiry is the longest validity SigV4 allows a presigned URL.
 const MaxPresignExpiry = 7 * 24 * time.Hour
 
+// MaxPresignBatch bounds the objects of one request for URLs (a worker's
+// POST /callback/:batchId/:taskId/urls).
+const MaxPresignBatch = 1000
+
 // Object names one object and what is to be done to it.
 type Object struct {
 	Method Method `json:"method"`
