@@ -76,6 +76,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/status/:batchId", h.getStatus)
 	e.GET("/status/:batchId/:chunkId", h.getChunkStatus)
 	e.POST("/callback/:batchId/:taskId", h.callback)
+	e.POST("/callback/:batchId/:taskId/urls", h.urls)
 	admin := e.Group("/admin", h.requireAdmin)
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)

@@ -1,13 +1,18 @@
 package jobs
 
 import (
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -24,7 +29,11 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 	}
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)
-	w := &PhaseLaunchWorker{deps: Deps{Config: cfg}}
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "key-id", SecretAccessKey: "s3cr3t"})
+	require.NoError(t, err)
+	urls, err := batchurls.New(store, batchurls.BucketsOf(cfg))
+	require.NoError(t, err)
+	w := &PhaseLaunchWorker{deps: Deps{Config: cfg, urls: urls}}
 
 	for _, p := range phases.All() {
 		spec := p.Spec()
@@ -45,6 +54,24 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 				require.True(t, ok, name)
 				require.Equal(t, want, m.Env[name], name)
 			}
+			// Storage through URLs only, valid for the task's timeout
+			// plus the margin.
+			for _, k := range []string{"R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "R2_ACCOUNT_ID", "R2_ENDPOINT"} {
+				require.NotContains(t, m.Env, k)
+			}
+			ttl := int((pcfg.TaskTimeout + batchurls.Margin) / time.Second)
+			require.Contains(t, m.Env["INPUT_URL"], "/arke-staging/staging/B/x?")
+			require.Contains(t, m.Env["INPUT_URL"], "X-Amz-Expires="+strconv.Itoa(ttl)+"&")
+			if _, plans := p.(phases.OutputPlanner); plans {
+				var outs []blob.Presigned
+				require.NoError(t, json.Unmarshal([]byte(m.Env["OUTPUT_URLS"]), &outs))
+				require.NotEmpty(t, outs)
+				require.NotContains(t, m.Env["OUTPUT_URLS"], `\u0026`, "URLs are not HTML-escaped")
+			} else {
+				require.NotContains(t, m.Env, "OUTPUT_URLS")
+			}
+			require.NotContains(t, fmt.Sprint(m.Env), "s3cr3t")
+
 			// Nothing another phase owns.
 			for _, other := range phases.All() {
 				if other.Spec().Name == spec.Name {
