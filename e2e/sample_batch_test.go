@@ -60,6 +60,11 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	orchestrator, worker := bins(t)
 	sample, err := filepath.Abs("../examples/sample-batch")
 	require.NoError(t, err)
+	// The runner starts this script, which keeps each machine's environment
+	// (what a Fly machine gets) before it becomes the worker.
+	envDir := t.TempDir()
+	recorder := filepath.Join(t.TempDir(), "worker")
+	require.NoError(t, os.WriteFile(recorder, []byte("#!/bin/sh\nenv > '"+envDir+"'/\"$TASK_ID.env\"\nexec '"+worker+"' \"$@\"\n"), 0o755))
 	_, dbURL := dbtest.NewEmpty(t)
 	listen, s3Addr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	env := append(os.Environ(),
@@ -69,7 +74,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		"LOCAL_S3_DIR="+t.TempDir(),
 		"LOCAL_DATA_DIR="+t.TempDir(),
 		"LOCAL_S3_ADDR="+s3Addr,
-		"LOCAL_WORKER_BIN="+worker,
+		"LOCAL_WORKER_BIN="+recorder,
 		"LOG_FORMAT=text",
 		"ALARM_DELAY_TIFF_CONVERSION=200",
 		"ALARM_DELAY_PDF_PAGES=200",
@@ -290,11 +295,33 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	} {
 		require.Contains(t, metrics, line)
 	}
-	// The workers got the storage secret; neither they nor serve logged it,
-	// nor the admin token serve generated, which its banner shows on a
-	// terminal only.
+	// Neither the workers nor serve logged the storage secret or a
+	// presigned URL, nor the admin token serve generated, which its banner
+	// shows on a terminal only.
 	require.NotContains(t, serveLog.String(), "localsecret")
+	require.NotContains(t, serveLog.String(), "X-Amz-Signature")
 	require.Contains(t, serveLog.String(), "Admin token    in ")
+
+	// Every machine did its work with presigned URLs alone: no storage
+	// credentials or endpoint in its environment.
+	envs, err := filepath.Glob(filepath.Join(envDir, "*.env"))
+	require.NoError(t, err)
+	require.Len(t, envs, 6+2+14, "one machine per TIFF, PDF and image task")
+	for _, f := range envs {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		vars := map[string]string{}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			vars[k] = v
+		}
+		for _, k := range []string{"R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "R2_ACCOUNT_ID", "R2_ENDPOINT"} {
+			require.NotContains(t, vars, k, f)
+		}
+		require.NotContains(t, string(b), "localsecret", f)
+		require.True(t, strings.HasPrefix(vars["INPUT_URL"], "http://"+s3Addr+"/arke-staging/"+prefix), f)
+		require.NotEmpty(t, vars["CALLBACK_TOKEN"], f)
+	}
 }
 
 func unescape(t *testing.T, s string) string {
