@@ -3,12 +3,11 @@ package blob
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
-	"net/url"
-	"strconv"
+	"slices"
 	"time"
-
-	"github.com/aws/smithy-go/encoding/httpbinding"
+	"unicode/utf8"
 )
 
 // Method is what a presigned URL lets its holder do to one object.
@@ -81,11 +80,13 @@ type Presigner interface {
 var _ Presigner = (*S3)(nil)
 
 // Presign implements Presigner with SigV4 query-string signing, for the
-// path-style URL of the object. A PUT's Content-Type and Content-Length are
-// not signed: the holder sends what it writes. It uses the SDK's signer
-// alone: the S3 client's presign middleware is some 30 times slower, and a
-// launch presigns several URLs.
-func (s *S3) Presign(ctx context.Context, o Object, ttl time.Duration) (Presigned, error) {
+// path-style URL of the object (see presigner). A PUT's Content-Type and
+// Content-Length are not signed: the holder sends what it writes.
+func (s *S3) Presign(_ context.Context, o Object, ttl time.Duration) (Presigned, error) {
+	return s.presignAt(o, ttl, time.Now())
+}
+
+func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, error) {
 	ttl = ttl.Truncate(time.Second)
 	switch {
 	case !o.Method.Valid():
@@ -95,38 +96,96 @@ func (s *S3) Presign(ctx context.Context, o Object, ttl time.Duration) (Presigne
 	case o.Bucket == "" || o.Key == "":
 		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: bucket and key are required", o.Bucket, o.Key)
 	}
-	u, err := url.Parse(s.endpoint + "/" + httpbinding.EscapePath(o.Bucket, true) + "/" + httpbinding.EscapePath(o.Key, false) +
-		"?X-Amz-Expires=" + strconv.FormatInt(int64(ttl/time.Second), 10))
-	if err != nil {
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: %w", o.Bucket, o.Key, err)
-	}
-	req := &http.Request{Method: o.Method.HTTPMethod(), URL: u, Host: u.Host, Header: http.Header{}}
+	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, now),
+		// X-Amz-Date has whole seconds.
+		Expires: now.UTC().Truncate(time.Second).Add(ttl)}
 	if o.Method == MethodPutIfAbsent {
-		req.Header.Set("If-None-Match", "*")
-	}
-	creds, err := s.credentials.Retrieve(ctx)
-	if err != nil {
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: credentials: %w", o.Bucket, o.Key, err)
-	}
-	// X-Amz-Date has whole seconds: the URL expires ttl after now, truncated.
-	now := time.Now().UTC()
-	signed, header, err := s.signer.PresignHTTP(ctx, creds, req, unsignedPayload, "s3", s.region, now)
-	if err != nil {
-		return Presigned{}, fmt.Errorf("presigning %s s3://%s/%s: %w", o.Method, o.Bucket, o.Key, err)
-	}
-	p := Presigned{Object: o, URL: signed, Expires: now.Truncate(time.Second).Add(ttl)}
-	for name, values := range header {
-		if name == "Host" || len(values) == 0 {
-			continue
-		}
-		if p.Header == nil {
-			p.Header = make(map[string]string, len(header))
-		}
-		p.Header[name] = values[0]
+		p.Header = map[string]string{"If-None-Match": "*"}
 	}
 	return p, nil
 }
 
-// unsignedPayload is the payload hash of a presigned request: the body is
-// whatever the holder sends.
-const unsignedPayload = "UNSIGNED-PAYLOAD"
+// AppendJSON appends urls as a JSON array, as encoding/json would (HTML
+// characters unescaped), at a fraction of its cost: a launch encodes its
+// machine's URLs into OUTPUT_URLS.
+func AppendJSON(b []byte, urls []Presigned) []byte {
+	b = append(b, '[')
+	for i, u := range urls {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"method":`...)
+		b = appendJSONString(b, string(u.Method))
+		b = append(b, `,"bucket":`...)
+		b = appendJSONString(b, u.Bucket)
+		b = append(b, `,"key":`...)
+		b = appendJSONString(b, u.Key)
+		b = append(b, `,"url":`...)
+		b = appendJSONString(b, u.URL)
+		if len(u.Header) > 0 {
+			b = append(b, `,"headers":{`...)
+			for j, k := range slices.Sorted(maps.Keys(u.Header)) {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, k)
+				b = append(b, ':')
+				b = appendJSONString(b, u.Header[k])
+			}
+			b = append(b, '}')
+		}
+		b = append(b, `,"expires_at":"`...)
+		b = u.Expires.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `"}`...)
+	}
+	return append(b, ']')
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes,
+// control characters and U+2028 and U+2029 escaped, invalid UTF-8
+// replaced by U+FFFD. Runs that need no escaping are copied whole.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
+		size := 1
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
+		default:
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				b = append(b, `\ufffd`...)
+			case r == '\u2028' || r == '\u2029':
+				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&15])
+			default:
+				b = append(b, s[i:i+size]...)
+			}
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

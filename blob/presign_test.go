@@ -3,6 +3,7 @@ package blob_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/smithy-go/encoding/httpbinding"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
@@ -176,4 +180,77 @@ func BenchmarkPresign(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestPresignMatchesTheSDK: the store's own SigV4 signer makes exactly the
+// URL the AWS SDK's signer makes for the same request and time, for keys
+// that need escaping and for each method.
+func TestPresignMatchesTheSDK(t *testing.T) {
+	t.Parallel()
+	cfg := blob.S3Config{Endpoint: "http://127.0.0.1:7070", AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"}
+	store, err := blob.NewS3(cfg)
+	require.NoError(t, err)
+	sdk := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+	creds := aws.Credentials{AccessKeyID: cfg.AccessKeyID, SecretAccessKey: cfg.SecretAccessKey}
+
+	for i, key := range []string{"staging/B/photo.jpg", "staging/B/ä b+c=%~&?#.bin", "x", "staging/B/dir/sub/a'b(c)*!.tif", "staging/B//x/./y"} {
+		for _, m := range []blob.Method{blob.MethodGet, blob.MethodPut, blob.MethodPutIfAbsent} {
+			now := time.Date(2025, 10, 29, 23, 59, 59, 999, time.UTC).Add(time.Duration(i) * time.Hour) // days change
+			ttl := 2*time.Hour + 15*time.Minute
+			got, err := blob.PresignAt(store, blob.Object{Method: m, Bucket: "arke-staging", Key: key}, ttl, now)
+			require.NoError(t, err)
+
+			req, err := http.NewRequest(m.HTTPMethod(), cfg.Endpoint+"/arke-staging/"+httpbinding.EscapePath(key, false)+"?X-Amz-Expires=8100", nil)
+			require.NoError(t, err)
+			if m == blob.MethodPutIfAbsent {
+				req.Header.Set("If-None-Match", "*")
+			}
+			want, wantHeader, err := sdk.PresignHTTP(context.Background(), creds, req, "UNSIGNED-PAYLOAD", "s3", "auto", now)
+			require.NoError(t, err)
+
+			gotURL, err := url.Parse(got.URL)
+			require.NoError(t, err)
+			wantURL, err := url.Parse(want)
+			require.NoError(t, err)
+			require.Equal(t, wantURL.EscapedPath(), gotURL.EscapedPath(), "%s %s", m, key)
+			require.Equal(t, wantURL.Query(), gotURL.Query(), "%s %s", m, key)
+			require.Equal(t, wantURL.Host, gotURL.Host)
+			wantHeader.Del("Host")
+			for k := range wantHeader {
+				require.Equal(t, wantHeader.Get(k), got.Header[k], k)
+			}
+			require.Len(t, got.Header, len(wantHeader))
+		}
+	}
+}
+
+// TestAppendJSON: the hand-written encoding decodes to what was encoded
+// and is what encoding/json writes, for strings that need escaping.
+func TestAppendJSON(t *testing.T) {
+	t.Parallel()
+	expires := time.Date(2025, 10, 29, 19, 37, 45, 0, time.UTC)
+	urls := []blob.Presigned{
+		{Object: blob.Object{Method: blob.MethodGet, Bucket: "b", Key: "staging/B/a.jpg"}, URL: "http://h/b/staging/B/a.jpg?X=1&Y=2", Expires: expires},
+		{Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "b", Key: "staging/B/\"q\"\\ é <&>\x01\n\r\t\b\f\u2028\u2029"}, URL: "http://h/x",
+			Header: map[string]string{"If-None-Match": "*", "A": "b"}, Expires: expires.Add(time.Nanosecond).In(time.FixedZone("x", 3600))},
+	}
+	var want bytes.Buffer
+	enc := json.NewEncoder(&want)
+	enc.SetEscapeHTML(false)
+	require.NoError(t, enc.Encode(urls))
+	got := blob.AppendJSON(nil, urls)
+	require.Equal(t, strings.TrimSuffix(want.String(), "\n"), string(got))
+
+	var back []blob.Presigned
+	require.NoError(t, json.Unmarshal(got, &back))
+	require.Len(t, back, 2)
+	require.Equal(t, urls[1].Key, back[1].Key)
+	require.True(t, urls[1].Expires.Equal(back[1].Expires))
+
+	// Invalid UTF-8 becomes U+FFFD, as encoding/json makes it.
+	bad := []blob.Presigned{{Object: blob.Object{Key: "a\xffb"}, Expires: expires}}
+	want.Reset()
+	require.NoError(t, enc.Encode(bad))
+	require.Equal(t, strings.TrimSuffix(want.String(), "\n"), string(blob.AppendJSON(nil, bad)))
+	require.Equal(t, "[]", string(blob.AppendJSON(nil, nil)))
 }

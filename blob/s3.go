@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -44,12 +43,8 @@ type S3Config struct {
 
 // S3 is a Store on an S3-compatible API, configured for Cloudflare R2.
 type S3 struct {
-	client *s3.Client
-	// endpoint, region, credentials and signer presign URLs (Presign).
-	endpoint    string
-	region      string
-	credentials aws.CredentialsProvider
-	signer      *v4.Signer
+	client    *s3.Client
+	presigner *presigner
 	// noConditionalPut is set once the server answers If-None-Match with
 	// 501 Not Implemented, so later PutIfAbsent calls go straight to the
 	// HEAD-then-PUT fallback.
@@ -81,13 +76,13 @@ func newS3(cfg S3Config, optFns ...func(*s3.Options)) (*S3, error) {
 		region = DefaultRegion
 	}
 
-	creds := aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, ""))
 	opts := s3.Options{
 		Region:       region,
 		BaseEndpoint: aws.String(endpoint),
 		// R2 and local servers address buckets by path, not by subdomain.
 		UsePathStyle: true,
-		Credentials:  creds,
+		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(
+			cfg.AccessKeyID, cfg.SecretAccessKey, "")),
 		// Since s3 v1.73 the SDK sends CRC32 checksums as aws-chunked
 		// trailers by default, which R2 and most S3-compatible servers
 		// reject. Send and check checksums only where the API demands them.
@@ -97,12 +92,11 @@ func newS3(cfg S3Config, optFns ...func(*s3.Options)) (*S3, error) {
 	if cfg.HTTPClient != nil {
 		opts.HTTPClient = cfg.HTTPClient
 	}
-	return &S3{
-		client:   s3.New(opts, optFns...),
-		endpoint: strings.TrimRight(endpoint, "/"), region: region, credentials: creds,
-		// S3 signs the key as it is escaped in the URL, not escaped twice.
-		signer: v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }),
-	}, nil
+	p, err := newPresigner(endpoint, region, cfg.AccessKeyID, cfg.SecretAccessKey)
+	if err != nil {
+		return nil, fmt.Errorf("configuring s3 store: %w", err)
+	}
+	return &S3{client: s3.New(opts, optFns...), presigner: p}, nil
 }
 
 // endpoint returns the base endpoint URL: Endpoint if set, else the R2

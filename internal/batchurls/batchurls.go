@@ -8,9 +8,7 @@ package batchurls
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
@@ -140,12 +138,10 @@ func (s *Signer) Env(ctx context.Context, batchID string, phase phases.Phase, in
 	if err != nil {
 		return env, fmt.Errorf("planning the outputs of %s: %w", input, err)
 	}
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // a URL's "&" stays as it is
-	if err := enc.Encode(urls); err != nil {
-		return nil, err
+	size := 2
+	for _, u := range urls {
+		size += len(u.URL) + len(u.Bucket) + len(u.Key) + 160
 	}
-	env[EnvOutputURLs] = strings.TrimSuffix(b.String(), "\n")
+	env[EnvOutputURLs] = string(blob.AppendJSON(make([]byte, 0, size), urls))
 	return env, nil
 }
