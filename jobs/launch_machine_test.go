@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -83,4 +84,39 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkMachineSpec is the orchestrator's cost of one image machine's
+// spec (six URLs, the most of any phase), presigned and with unsigned URLs
+// of the same shape: what presigning adds to each launch.
+func BenchmarkMachineSpec(b *testing.B) {
+	cfg, err := config.Load(func(k string) (string, bool) { return "", false })
+	require.NoError(b, err)
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "https://0123456789abcdef0123456789abcdef.r2.cloudflarestorage.com",
+		AccessKeyID: "0123456789abcdef0123456789abcdef", SecretAccessKey: "s3cr3t"})
+	require.NoError(b, err)
+	pcfg := cfg.Phases[phases.ImageProcessing]
+	row := db.TaskClaimPendingRow{ID: "image_01jtest", R2Key: "staging/01K8RNKN488RQCG3YGG72QBZS5/photos/IMG_0001.jpg",
+		FileName: "IMG_0001.jpg", ContentType: "image/jpeg", Token: "tok"}
+	for _, c := range []struct {
+		name string
+		p    blob.Presigner
+	}{{"Unsigned", unsignedPresigner{}}, {"Presigned", store}} {
+		b.Run(c.name, func(b *testing.B) {
+			urls, err := batchurls.New(c.p, batchurls.BucketsOf(cfg))
+			require.NoError(b, err)
+			w := &PhaseLaunchWorker{deps: Deps{Config: cfg, urls: urls}}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.machineSpec("01K8RNKN488RQCG3YGG72QBZS5", phases.ImageProcessing, pcfg, row)
+			}
+		})
+	}
+}
+
+// unsignedPresigner makes URLs of the presigned ones' shape, unsigned.
+type unsignedPresigner struct{}
+
+func (unsignedPresigner) Presign(_ context.Context, o blob.Object, ttl time.Duration) (blob.Presigned, error) {
+	return blob.Presigned{Object: o, URL: "https://r2/" + o.Bucket + "/" + o.Key, Expires: time.Now().Add(ttl)}, nil
 }
