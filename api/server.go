@@ -79,6 +79,7 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/status/:batchId", h.getStatus, h.requireStatus)
 	e.GET("/status/:batchId/:chunkId", h.getChunkStatus, h.requireStatus)
 	e.POST("/callback/:batchId/:taskId", h.callback)
+	e.POST("/callback/:batchId/:taskId/urls", h.urls)
 	admin := e.Group("/admin", h.require(roleAdmin))
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)

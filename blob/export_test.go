@@ -1,6 +1,10 @@
 package blob
 
-import "github.com/aws/aws-sdk-go-v2/service/s3"
+import (
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
 
 // NewS3WithOptions is NewS3 with extra SDK options, for tests that must not
 // wait for the SDK's retries (fault injection).
@@ -10,3 +14,8 @@ func NewS3WithOptions(cfg S3Config, optFns ...func(*s3.Options)) (*S3, error) {
 
 // CopySource exposes copySource to the tests.
 var CopySource = copySource
+
+// PresignAt is Presign with the signing time given.
+func PresignAt(s *S3, o Object, ttl time.Duration, now time.Time) (Presigned, error) {
+	return s.presignAt(o, ttl, now)
+}

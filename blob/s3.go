@@ -43,7 +43,8 @@ type S3Config struct {
 
 // S3 is a Store on an S3-compatible API, configured for Cloudflare R2.
 type S3 struct {
-	client *s3.Client
+	client    *s3.Client
+	presigner *presigner
 	// noConditionalPut is set once the server answers If-None-Match with
 	// 501 Not Implemented, so later PutIfAbsent calls go straight to the
 	// HEAD-then-PUT fallback.
@@ -91,7 +92,11 @@ func newS3(cfg S3Config, optFns ...func(*s3.Options)) (*S3, error) {
 	if cfg.HTTPClient != nil {
 		opts.HTTPClient = cfg.HTTPClient
 	}
-	return &S3{client: s3.New(opts, optFns...)}, nil
+	p, err := newPresigner(endpoint, region, cfg.AccessKeyID, cfg.SecretAccessKey)
+	if err != nil {
+		return nil, fmt.Errorf("configuring s3 store: %w", err)
+	}
+	return &S3{client: s3.New(opts, optFns...), presigner: p}, nil
 }
 
 // endpoint returns the base endpoint URL: Endpoint if set, else the R2

@@ -402,6 +402,37 @@ func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBat
 	return items, nil
 }
 
+const taskGetForURLs = `-- name: TaskGetForURLs :one
+SELECT id, batch_id, phase, status, token_hash, deadline
+FROM tasks
+WHERE id = $1
+`
+
+type TaskGetForURLsRow struct {
+	ID        string
+	BatchID   string
+	Phase     string
+	Status    string
+	TokenHash []byte
+	Deadline  *time.Time
+}
+
+// TaskGetForURLs reads what answering a worker's request for presigned
+// URLs needs: the task's batch, phase and state, its token and deadline.
+func (q *Queries) TaskGetForURLs(ctx context.Context, id string) (TaskGetForURLsRow, error) {
+	row := q.db.QueryRow(ctx, taskGetForURLs, id)
+	var i TaskGetForURLsRow
+	err := row.Scan(
+		&i.ID,
+		&i.BatchID,
+		&i.Phase,
+		&i.Status,
+		&i.TokenHash,
+		&i.Deadline,
+	)
+	return i, err
+}
+
 const taskHasOpen = `-- name: TaskHasOpen :one
 SELECT EXISTS (
     SELECT 1 FROM task_counts

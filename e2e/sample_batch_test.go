@@ -60,6 +60,11 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	orchestrator, worker := bins(t)
 	sample, err := filepath.Abs("../examples/sample-batch")
 	require.NoError(t, err)
+	// The runner starts this script, which keeps each machine's environment
+	// (what a Fly machine gets) before it becomes the worker.
+	envDir := t.TempDir()
+	recorder := filepath.Join(t.TempDir(), "worker")
+	require.NoError(t, os.WriteFile(recorder, []byte("#!/bin/sh\nenv > '"+envDir+"'/\"$TASK_ID.env\"\nexec '"+worker+"' \"$@\"\n"), 0o755))
 	_, dbURL := dbtest.NewEmpty(t)
 	listen, s3Addr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	dataDir := t.TempDir()
@@ -70,7 +75,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		"LOCAL_S3_DIR="+t.TempDir(),
 		"LOCAL_DATA_DIR="+dataDir,
 		"LOCAL_S3_ADDR="+s3Addr,
-		"LOCAL_WORKER_BIN="+worker,
+		"LOCAL_WORKER_BIN="+recorder,
 		"LOG_FORMAT=text",
 		"ALARM_DELAY_TIFF_CONVERSION=200",
 		"ALARM_DELAY_PDF_PAGES=200",
@@ -291,14 +296,37 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	} {
 		require.Contains(t, metrics, line)
 	}
-	// Neither the workers nor serve logged the storage secret, nor the
-	// tokens serve generated, which its banner shows on a terminal only.
+	// Neither the workers nor serve logged the storage secret or a
+	// presigned URL, nor the tokens serve generated, which its banner shows
+	// on a terminal only.
 	require.NotContains(t, serveLog.String(), "localsecret")
+	require.NotContains(t, serveLog.String(), "X-Amz-Signature")
 	require.Contains(t, serveLog.String(), "(shown here on a terminal only)")
 	for _, name := range []string{"admin-token", "read-token", "ingest-token"} {
 		token, err := os.ReadFile(filepath.Join(dataDir, name))
 		require.NoError(t, err, "serve generated %s", name)
 		require.NotContains(t, serveLog.String(), strings.TrimSpace(string(token)))
+	}
+
+	// Every machine did its work with presigned URLs alone: no storage
+	// credentials or endpoint in its environment.
+	envs, err := filepath.Glob(filepath.Join(envDir, "*.env"))
+	require.NoError(t, err)
+	require.Len(t, envs, 6+2+14, "one machine per TIFF, PDF and image task")
+	for _, f := range envs {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		vars := map[string]string{}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			vars[k] = v
+		}
+		for _, k := range []string{"R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "R2_ACCOUNT_ID", "R2_ENDPOINT"} {
+			require.NotContains(t, vars, k, f)
+		}
+		require.NotContains(t, string(b), "localsecret", f)
+		require.True(t, strings.HasPrefix(vars["INPUT_URL"], "http://"+s3Addr+"/arke-staging/"+prefix), f)
+		require.NotEmpty(t, vars["CALLBACK_TOKEN"], f)
 	}
 }
 

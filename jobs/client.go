@@ -42,6 +42,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/ocr"
@@ -68,6 +69,12 @@ type Deps struct {
 	// OCR is the OCR phase's engine; nil makes the one Config asks for
 	// (NewOCREngine).
 	OCR ocr.Engine
+	// Presigner presigns the URLs machines reach storage with (they get
+	// no credentials); nil uses Store if it presigns.
+	Presigner blob.Presigner
+
+	// urls presigns for the launcher, over Config's buckets (NewClient).
+	urls *batchurls.Signer
 }
 
 // ClientConfig tunes the River client.
@@ -135,6 +142,13 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	}
 	if deps.HTTPClient == nil {
 		deps.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if p, ok := deps.Store.(blob.Presigner); ok && deps.Presigner == nil {
+		deps.Presigner = p
+	}
+	var err error
+	if deps.urls, err = batchurls.New(deps.Presigner, batchurls.BucketsOf(deps.Config)); err != nil {
+		return nil, fmt.Errorf("jobs: machines' URLs: %w", err)
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50

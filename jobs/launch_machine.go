@@ -11,6 +11,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -91,24 +92,21 @@ type unresolvedLaunch struct{ err error }
 func (e *unresolvedLaunch) Error() string { return e.err.Error() }
 func (e *unresolvedLaunch) Unwrap() error { return e.err }
 
-// machineSpec is the machine of spec 000 §4.3 for one task.
+// machineSpec is the machine of spec 000 §4.3 for one task. The machine
+// gets no storage credentials: presigned URLs for its input and planned
+// outputs (batchurls.Signer.Env), valid until the task's deadline plus
+// batchurls.Margin.
 func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
 	c := w.deps.Config
 	env := map[string]string{
-		"TASK_ID":              row.ID,
-		"BATCH_ID":             batchID,
-		"INPUT_R2_KEY":         row.R2Key,
-		"INPUT_FILE_NAME":      row.FileName,
-		"INPUT_CONTENT_TYPE":   row.ContentType,
-		"R2_ACCOUNT_ID":        c.R2AccountID,
-		"R2_ACCESS_KEY_ID":     c.R2AccessKeyID,
-		"R2_SECRET_ACCESS_KEY": c.R2SecretAccessKey,
-		"R2_BUCKET":            c.R2Bucket,
-		"CALLBACK_URL":         c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID,
-		"CALLBACK_TOKEN":       row.Token,
-	}
-	if c.R2Endpoint != "" {
-		env["R2_ENDPOINT"] = c.R2Endpoint
+		"TASK_ID":            row.ID,
+		"BATCH_ID":           batchID,
+		"INPUT_R2_KEY":       row.R2Key,
+		"INPUT_FILE_NAME":    row.FileName,
+		"INPUT_CONTENT_TYPE": row.ContentType,
+		"R2_BUCKET":          c.R2Bucket,
+		"CALLBACK_URL":       c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID,
+		"CALLBACK_TOKEN":     row.Token,
 	}
 	if row.CID != nil {
 		env["INPUT_CID"] = *row.CID
@@ -118,6 +116,16 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 		for _, k := range p.Spec().SharedEnv {
 			env[k], _ = c.Shared(k)
 		}
+		// The task's deadline was set at its claim, just before: now plus
+		// the timeout is not earlier.
+		now := time.Now()
+		urls, err := w.deps.urls.Env(context.Background(), batchID, p, row.R2Key, batchurls.TTL(now, now.Add(pcfg.TaskTimeout)))
+		if err != nil {
+			// A worker without its URLs asks for them, and reports
+			// why it cannot have them.
+			w.deps.Logger.Error("presigning a machine's URLs", "batch_id", batchID, "task_id", row.ID, "phase", string(name), "error", err)
+		}
+		maps.Copy(env, urls)
 	}
 	return compute.MachineSpec{
 		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,

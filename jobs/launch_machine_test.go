@@ -1,13 +1,19 @@
 package jobs
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -24,7 +30,11 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 	}
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	require.NoError(t, err)
-	w := &PhaseLaunchWorker{deps: Deps{Config: cfg}}
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "key-id", SecretAccessKey: "s3cr3t"})
+	require.NoError(t, err)
+	urls, err := batchurls.New(store, batchurls.BucketsOf(cfg))
+	require.NoError(t, err)
+	w := &PhaseLaunchWorker{deps: Deps{Config: cfg, urls: urls}}
 
 	for _, p := range phases.All() {
 		spec := p.Spec()
@@ -45,6 +55,24 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 				require.True(t, ok, name)
 				require.Equal(t, want, m.Env[name], name)
 			}
+			// Storage through URLs only, valid for the task's timeout
+			// plus the margin.
+			for _, k := range []string{"R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "R2_ACCOUNT_ID", "R2_ENDPOINT"} {
+				require.NotContains(t, m.Env, k)
+			}
+			ttl := int((pcfg.TaskTimeout + batchurls.Margin) / time.Second)
+			require.Contains(t, m.Env["INPUT_URL"], "/arke-staging/staging/B/x?")
+			require.Contains(t, m.Env["INPUT_URL"], "X-Amz-Expires="+strconv.Itoa(ttl)+"&")
+			if _, plans := p.(phases.OutputPlanner); plans {
+				var outs []blob.Presigned
+				require.NoError(t, json.Unmarshal([]byte(m.Env["OUTPUT_URLS"]), &outs))
+				require.NotEmpty(t, outs)
+				require.NotContains(t, m.Env["OUTPUT_URLS"], `\u0026`, "URLs are not HTML-escaped")
+			} else {
+				require.NotContains(t, m.Env, "OUTPUT_URLS")
+			}
+			require.NotContains(t, fmt.Sprint(m.Env), "s3cr3t")
+
 			// Nothing another phase owns.
 			for _, other := range phases.All() {
 				if other.Spec().Name == spec.Name {
@@ -56,4 +84,39 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkMachineSpec is the orchestrator's cost of one image machine's
+// spec (six URLs, the most of any phase), presigned and with unsigned URLs
+// of the same shape: what presigning adds to each launch.
+func BenchmarkMachineSpec(b *testing.B) {
+	cfg, err := config.Load(func(k string) (string, bool) { return "", false })
+	require.NoError(b, err)
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "https://0123456789abcdef0123456789abcdef.r2.cloudflarestorage.com",
+		AccessKeyID: "0123456789abcdef0123456789abcdef", SecretAccessKey: "s3cr3t"})
+	require.NoError(b, err)
+	pcfg := cfg.Phases[phases.ImageProcessing]
+	row := db.TaskClaimPendingRow{ID: "image_01jtest", R2Key: "staging/01K8RNKN488RQCG3YGG72QBZS5/photos/IMG_0001.jpg",
+		FileName: "IMG_0001.jpg", ContentType: "image/jpeg", Token: "tok"}
+	for _, c := range []struct {
+		name string
+		p    blob.Presigner
+	}{{"Unsigned", unsignedPresigner{}}, {"Presigned", store}} {
+		b.Run(c.name, func(b *testing.B) {
+			urls, err := batchurls.New(c.p, batchurls.BucketsOf(cfg))
+			require.NoError(b, err)
+			w := &PhaseLaunchWorker{deps: Deps{Config: cfg, urls: urls}}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.machineSpec("01K8RNKN488RQCG3YGG72QBZS5", phases.ImageProcessing, pcfg, row)
+			}
+		})
+	}
+}
+
+// unsignedPresigner makes URLs of the presigned ones' shape, unsigned.
+type unsignedPresigner struct{}
+
+func (unsignedPresigner) Presign(_ context.Context, o blob.Object, ttl time.Duration) (blob.Presigned, error) {
+	return blob.Presigned{Object: o, URL: "https://r2/" + o.Bucket + "/" + o.Key, Expires: time.Now().Add(ttl)}, nil
 }

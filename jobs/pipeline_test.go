@@ -209,13 +209,10 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	require.Equal(t, strings.ReplaceAll(l.Metadata["task_id"], "_", "-")+"-a1", l.Name, "named after the task and its attempt")
 
 	want := map[string]string{
-		"TASK_ID":              l.Metadata["task_id"],
-		"BATCH_ID":             batchID,
-		"R2_ACCESS_KEY_ID":     cfg.R2AccessKeyID,
-		"R2_SECRET_ACCESS_KEY": cfg.R2SecretAccessKey,
-		"R2_BUCKET":            env.Bucket,
-		"R2_ENDPOINT":          cfg.R2Endpoint,
-		"CALLBACK_URL":         env.Server.URL + "/callback/" + batchID + "/" + l.Metadata["task_id"],
+		"TASK_ID":      l.Metadata["task_id"],
+		"BATCH_ID":     batchID,
+		"R2_BUCKET":    env.Bucket,
+		"CALLBACK_URL": env.Server.URL + "/callback/" + batchID + "/" + l.Metadata["task_id"],
 	}
 	if l.App == imageApp {
 		want["ARCHIVE_BUCKET"] = "arke-archive"
@@ -227,7 +224,14 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	for k, v := range want {
 		require.Equal(t, v, l.Env[k], "env %s", k)
 	}
-	require.Contains(t, l.Env, "R2_ACCOUNT_ID")
+	// No storage credentials: a presigned GET of the input, and PUTs of the
+	// outputs its phase plans.
+	for _, k := range []string{"R2_ACCOUNT_ID", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY"} {
+		require.NotContains(t, l.Env, k)
+	}
+	require.True(t, strings.HasPrefix(l.Env["INPUT_URL"], cfg.R2Endpoint+"/"+env.Bucket+"/"+l.Env["INPUT_R2_KEY"]+"?"), "INPUT_URL")
+	require.Contains(t, l.Env["INPUT_URL"], "X-Amz-Signature=")
+	require.NotEmpty(t, l.Env["OUTPUT_URLS"], "the TIFF and image phases plan their outputs")
 	require.True(t, strings.HasPrefix(l.Env["INPUT_R2_KEY"], "staging/"+batchID+"/"), l.Env["INPUT_R2_KEY"])
 	require.GreaterOrEqual(t, len(l.Env["CALLBACK_TOKEN"]), 40, "a fresh random token")
 

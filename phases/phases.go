@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
-	"unicode"
 )
 
 // Name is a phase's name, also the batch status while the batch is in that
@@ -296,27 +294,10 @@ func ValidateBatchResult(name Name, batchID string, result json.RawMessage, maxO
 	if err != nil {
 		return err
 	}
-	prefix := "staging/" + batchID + "/"
+	prefix := BatchPrefix(StagingBucket, batchID)
 	for _, key := range keys {
-		if err := checkResultKey(key, prefix); err != nil {
+		if err := CheckKey(key, prefix); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// checkResultKey refuses a key outside prefix or with a path segment that
-// could climb out of it.
-func checkResultKey(key, prefix string) error {
-	if !strings.HasPrefix(key, prefix) {
-		return fmt.Errorf("key %q is not under the batch's prefix %q", key, prefix)
-	}
-	if strings.IndexFunc(key, unicode.IsControl) >= 0 {
-		return fmt.Errorf("key %q holds a control character", key)
-	}
-	for seg := range strings.SplitSeq(key, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("key %q has an empty, \".\" or \"..\" path segment", key)
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/internal/callbackcommit"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -55,11 +56,14 @@ type Service struct {
 	chunkAttempts int
 	// cfg names the OCR limiter's bucket and shape, for chunk status.
 	cfg *config.Config
+	// urls presigns workers' URLs (URLs); nil when store cannot presign.
+	urls *batchurls.Signer
 }
 
 // New returns a Service. river is used only to insert jobs, so it need not
 // be started in processes that do not work jobs. m may be nil. store reads
-// the dashboard's thumbnails from CDN_BUCKET; nil serves none.
+// the dashboard's thumbnails from CDN_BUCKET (nil serves none) and, if it
+// is a blob.Presigner, presigns the URLs workers ask for (URLs).
 func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, store blob.Store, logger *slog.Logger, m *metrics.Metrics) *Service {
 	apps := make(map[phases.Name]string, len(cfg.Phases))
 	for name, p := range cfg.Phases {
@@ -70,6 +74,12 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 			MaxOutputs: cfg.MaxOutputsPerTask, Logger: logger, Metrics: m}),
 		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
 	s.hub = newEventHub(pool, logger, s.readRound)
+	if p, ok := store.(blob.Presigner); ok {
+		var err error
+		if s.urls, err = batchurls.New(p, batchurls.BucketsOf(cfg)); err != nil {
+			logger.Error("workers' requests for URLs will fail", "error", err)
+		}
+	}
 	return s
 }
 

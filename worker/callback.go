@@ -85,6 +85,13 @@ func PostCallback(ctx context.Context, url, token string, body any) error {
 // Retry-After is honoured up to Backoff.Max); a 409 returns ErrNotWanted at
 // once, any other status a *StatusError at once. It gives up when ctx ends.
 func (c *Callback) Post(ctx context.Context, body any) error {
+	return c.exchange(ctx, "callback", c.URL, body, nil)
+}
+
+// exchange POSTs body to url as Post does and, when out is not nil, decodes
+// the 2xx answer's JSON into out (a malformed answer is retried too). what
+// names the request in errors and logs.
+func (c *Callback) exchange(ctx context.Context, what, url string, body, out any) error {
 	var data []byte
 	switch b := body.(type) {
 	case json.RawMessage:
@@ -94,7 +101,7 @@ func (c *Callback) Post(ctx context.Context, body any) error {
 	default:
 		var err error
 		if data, err = json.Marshal(body); err != nil {
-			return fmt.Errorf("encoding callback body: %w", err)
+			return fmt.Errorf("encoding %s body: %w", what, err)
 		}
 	}
 	bo := c.Backoff
@@ -113,7 +120,7 @@ func (c *Callback) Post(ctx context.Context, body any) error {
 	delay := bo.Initial
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		retryAfter, err := c.attempt(ctx, client, data)
+		retryAfter, err := c.attempt(ctx, client, what, url, data, out)
 		if err == nil {
 			return nil
 		}
@@ -123,16 +130,16 @@ func (c *Callback) Post(ctx context.Context, body any) error {
 			return err
 		}
 		if attempt >= bo.Attempts {
-			return fmt.Errorf("callback not delivered after %d attempts: %w", attempt, lastErr)
+			return fmt.Errorf("%s not delivered after %d attempts: %w", what, attempt, lastErr)
 		}
 		wait := min(jitter(delay), bo.Max)
 		if retryAfter > wait {
 			wait = min(retryAfter, bo.Max)
 		}
-		log.Warn("callback failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", err.Error())
+		log.Warn(what+" failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", err.Error())
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("callback not delivered after %d attempts (%w): %w", attempt, context.Cause(ctx), lastErr)
+			return fmt.Errorf("%s not delivered after %d attempts (%w): %w", what, attempt, context.Cause(ctx), lastErr)
 		case <-time.After(wait):
 		}
 		delay = min(2*delay, bo.Max)
@@ -140,8 +147,8 @@ func (c *Callback) Post(ctx context.Context, body any) error {
 }
 
 // attempt makes one request. It returns the server's Retry-After, if any.
-func (c *Callback) attempt(ctx context.Context, client *http.Client, data []byte) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(data))
+func (c *Callback) attempt(ctx context.Context, client *http.Client, what, url string, data []byte, out any) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
 	if err != nil {
 		// A malformed URL: retrying cannot fix it.
 		return 0, &StatusError{Message: "invalid CALLBACK_URL: " + err.Error()}
@@ -150,20 +157,26 @@ func (c *Callback) attempt(ctx context.Context, client *http.Client, data []byte
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("posting callback: %w", err)
+		return 0, fmt.Errorf("posting %s: %w", what, err)
 	}
 	defer resp.Body.Close()
-	msg := readMessage(resp.Body)
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		if out == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // lets the connection be reused
+			return 0, nil
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return 0, fmt.Errorf("reading the answer to the %s: %w", what, err)
+		}
 		return 0, nil
 	case resp.StatusCode == http.StatusConflict:
-		if msg != "" {
+		if msg := readMessage(resp.Body); msg != "" {
 			return 0, fmt.Errorf("%w: %s", ErrNotWanted, msg)
 		}
 		return 0, ErrNotWanted
 	}
-	return parseRetryAfter(resp.Header.Get("Retry-After")), &StatusError{Code: resp.StatusCode, Message: msg}
+	return parseRetryAfter(resp.Header.Get("Retry-After")), &StatusError{Code: resp.StatusCode, Message: readMessage(resp.Body)}
 }
 
 // retryable reports whether a status may change on retry: the server was

@@ -3,23 +3,31 @@
 // task, processing one file and reporting back with one callback.
 //
 // It holds what every worker needs: the environment contract (ParseEnv),
-// the object store, downloads and never-overwriting uploads, timings, and
-// the callback (PostCallback) with Run, which guarantees that a worker
-// always reports, whether its work succeeded, failed or panicked. The
-// workers themselves are in tiffworker, imageworker and pdfworker.
+// the object store (URLStore: presigned URLs, no credentials), downloads
+// and never-overwriting uploads, timings, and the callback (PostCallback)
+// with Run, which guarantees that a worker always reports, whether its
+// work succeeded, failed or panicked. The workers themselves are in
+// tiffworker, imageworker and pdfworker.
 //
 // # Environment
 //
-// Set identically by the Fly launcher and by the local machine runner:
+// Set identically by the Fly launcher and by the local machine runner. A
+// worker gets no storage credentials: it reaches objects through presigned
+// URLs only, valid until its task's deadline plus a margin.
 //
 //	TASK_ID, BATCH_ID        the task and batch, echoed in the callback
 //	CALLBACK_URL             where the callback is POSTed
 //	CALLBACK_TOKEN           sent as "Authorization: Bearer <token>"
-//	INPUT_R2_KEY             the object to process, in R2_BUCKET
-//	R2_BUCKET                the staging bucket (input and TIFF outputs)
-//	R2_ACCOUNT_ID            Cloudflare account; the endpoint is https://<id>.r2.cloudflarestorage.com
-//	R2_ENDPOINT              optional, replaces that endpoint (local S3: http://127.0.0.1:9000)
-//	R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY
+//	INPUT_R2_KEY             the object to process, in R2_BUCKET (for logs and results)
+//	INPUT_URL                a presigned GET of that object
+//	OUTPUT_URLS              optional, the presigned requests for the objects the
+//	                         worker usually writes, as a JSON array of
+//	                         {"method": "PUT" or "PUT_IF_ABSENT", "bucket", "key",
+//	                         "url", "headers": {signed headers to send as given},
+//	                         "expires_at"}; any other URL the worker needs (more
+//	                         pages, a taken name) it asks for at
+//	                         POST CALLBACK_URL/urls (see URLStore)
+//	R2_BUCKET                the staging bucket's name (input and TIFF outputs)
 //	INPUT_CID                optional, the manifest's cid of the input (image worker: ref_data.ipfs_cid)
 //	INPUT_CONTENT_TYPE       optional, the manifest's content type (image worker: ref_data.type; sniffed if unset)
 //	INPUT_FILE_NAME          optional, the manifest's file name (image worker: ref_data.filename; base of the key if unset)
@@ -27,7 +35,7 @@
 //
 // Image worker only:
 //
-//	ARCHIVE_BUCKET           the original is copied there under the same key
+//	ARCHIVE_BUCKET           the original is uploaded there under the same key
 //	CDN_BUCKET               optional, default "arke-cdn": where variants are uploaded
 //	CDN_PUBLIC_URL           base URL serving CDN_BUCKET: CDN_PUBLIC_URL + "/" + key
 //	                         must fetch the object at key (for a path-style local S3
@@ -43,6 +51,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -50,6 +59,7 @@ import (
 	"strings"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // Kind is which worker program runs: it decides which variables are
@@ -83,7 +93,7 @@ type Variant struct {
 var DefaultVariants = []Variant{{"thumbnail", 200}, {"medium", 800}, {"large", 1600}}
 
 // variantNames are the names VARIANT_SIZES assigns, in order.
-var variantNames = []string{"thumbnail", "medium", "large"}
+var variantNames = phases.ImageVariants
 
 // Input is the file a task processes.
 type Input struct {
@@ -101,8 +111,11 @@ type Config struct {
 	Kind     Kind
 	Callback Callback
 	Input    Input
-	// Storage reaches R2 (or a local S3 server).
-	Storage blob.S3Config
+	// InputURL is the presigned GET of the input (INPUT_URL).
+	InputURL string
+	// OutputURLs are the presigned requests for the usual outputs
+	// (OUTPUT_URLS).
+	OutputURLs []blob.Presigned
 	// Bucket is the staging bucket (R2_BUCKET): input, TIFF outputs and
 	// ref.json files.
 	Bucket string
@@ -161,14 +174,15 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 		FileName:    str("INPUT_FILE_NAME", false),
 	}
 	cfg.Bucket = str("R2_BUCKET", true)
-	cfg.Storage = blob.S3Config{
-		AccountID:       str("R2_ACCOUNT_ID", false),
-		Endpoint:        str("R2_ENDPOINT", false),
-		AccessKeyID:     str("R2_ACCESS_KEY_ID", true),
-		SecretAccessKey: str("R2_SECRET_ACCESS_KEY", true),
+	cfg.InputURL = str("INPUT_URL", true)
+	if u := cfg.InputURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		// Never quote it: it carries a signature.
+		e.Invalid = append(e.Invalid, "INPUT_URL: not an http:// or https:// URL")
 	}
-	if cfg.Storage.AccountID == "" && cfg.Storage.Endpoint == "" {
-		e.Missing = append(e.Missing, "R2_ACCOUNT_ID (or R2_ENDPOINT)")
+	if v := str("OUTPUT_URLS", false); v != "" {
+		if err := json.Unmarshal([]byte(v), &cfg.OutputURLs); err != nil {
+			e.Invalid = append(e.Invalid, "OUTPUT_URLS: not a JSON array of presigned requests: "+err.Error())
+		}
 	}
 
 	cfg.JPEGQuality = DefaultJPEGQuality
@@ -229,9 +243,14 @@ func parseVariantSizes(s string) ([]Variant, error) {
 	return out, nil
 }
 
-// NewStore opens the object store the configuration names.
-func (c Config) NewStore() (*blob.S3, error) {
-	return blob.NewS3(c.Storage)
+// NewStore returns the store of the configuration's URLs (see URLStore),
+// which asks for more at CALLBACK_URL/urls.
+func (c Config) NewStore(log *slog.Logger) *URLStore {
+	urls := append([]blob.Presigned{{
+		Object: blob.Object{Method: blob.MethodGet, Bucket: c.Bucket, Key: c.Input.Key},
+		URL:    c.InputURL, // its expiry is unknown (zero): it is used first
+	}}, c.OutputURLs...)
+	return NewURLStore(c.Callback, urls, nil, log)
 }
 
 // Task is what a worker program gets for its one task: the common

@@ -26,15 +26,13 @@ func env(vars map[string]string) func(string) string {
 
 func baseEnv() map[string]string {
 	return map[string]string{
-		"TASK_ID":              "tiff_1",
-		"BATCH_ID":             "01BATCH",
-		"CALLBACK_URL":         "http://orchestrator/callback/01BATCH/tiff_1",
-		"CALLBACK_TOKEN":       "secret",
-		"INPUT_R2_KEY":         "staging/01BATCH/photo.tif",
-		"R2_BUCKET":            "arke-staging",
-		"R2_ACCOUNT_ID":        "acct",
-		"R2_ACCESS_KEY_ID":     "key",
-		"R2_SECRET_ACCESS_KEY": "secret-key",
+		"TASK_ID":        "tiff_1",
+		"BATCH_ID":       "01BATCH",
+		"CALLBACK_URL":   "http://orchestrator/callback/01BATCH/tiff_1",
+		"CALLBACK_TOKEN": "secret",
+		"INPUT_R2_KEY":   "staging/01BATCH/photo.tif",
+		"INPUT_URL":      "http://s3.test/arke-staging/staging/01BATCH/photo.tif?X-Amz-Signature=sig",
+		"R2_BUCKET":      "arke-staging",
 	}
 }
 
@@ -49,7 +47,8 @@ func TestParseEnv(t *testing.T) {
 		require.Equal(t, "staging/01BATCH/photo.tif", cfg.Input.Key)
 		require.Equal(t, "arke-staging", cfg.Bucket)
 		require.Equal(t, 90, cfg.JPEGQuality)
-		require.Equal(t, "acct", cfg.Storage.AccountID)
+		require.Equal(t, "http://s3.test/arke-staging/staging/01BATCH/photo.tif?X-Amz-Signature=sig", cfg.InputURL)
+		require.Empty(t, cfg.OutputURLs)
 		require.Empty(t, cfg.Variants, "variants are the image worker's")
 	})
 
@@ -82,11 +81,39 @@ func TestParseEnv(t *testing.T) {
 		}
 	})
 
-	t.Run("EndpointInsteadOfAccount", func(t *testing.T) {
+	t.Run("OutputURLs", func(t *testing.T) {
 		t.Parallel()
 		e := baseEnv()
-		delete(e, "R2_ACCOUNT_ID")
-		e["R2_ENDPOINT"] = "http://127.0.0.1:9000"
+		e["OUTPUT_URLS"] = `[{"method":"PUT_IF_ABSENT","bucket":"arke-staging","key":"staging/01BATCH/photo.jpg",
+			"url":"http://s3.test/x?X-Amz-Signature=s","headers":{"If-None-Match":"*"},"expires_at":"2030-01-02T03:04:05Z"}]`
+		cfg, err := worker.ParseEnv(worker.KindTIFF, env(e))
+		require.NoError(t, err)
+		require.Equal(t, []blob.Presigned{{
+			Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "arke-staging", Key: "staging/01BATCH/photo.jpg"},
+			URL:    "http://s3.test/x?X-Amz-Signature=s", Header: map[string]string{"If-None-Match": "*"},
+			Expires: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC),
+		}}, cfg.OutputURLs)
+	})
+
+	t.Run("BadURLs", func(t *testing.T) {
+		t.Parallel()
+		e := baseEnv()
+		e["INPUT_URL"] = "s3://arke-staging/x?X-Amz-Signature=s1gnature"
+		e["OUTPUT_URLS"] = `{"not": "an array"}`
+		_, err := worker.ParseEnv(worker.KindTIFF, env(e))
+		var envErr *worker.EnvError
+		require.ErrorAs(t, err, &envErr)
+		require.Len(t, envErr.Invalid, 2)
+		require.ErrorContains(t, err, "INPUT_URL: not an http:// or https:// URL")
+		require.ErrorContains(t, err, "OUTPUT_URLS: not a JSON array")
+		require.NotContains(t, err.Error(), "s1gnature", "a URL's signature is never quoted")
+	})
+
+	t.Run("NoStorageCredentials", func(t *testing.T) {
+		t.Parallel()
+		// The old contract's keys are ignored, not required.
+		e := baseEnv()
+		e["R2_ACCESS_KEY_ID"], e["R2_SECRET_ACCESS_KEY"] = "", ""
 		_, err := worker.ParseEnv(worker.KindTIFF, env(e))
 		require.NoError(t, err)
 	})
@@ -95,13 +122,13 @@ func TestParseEnv(t *testing.T) {
 		t.Parallel()
 		e := baseEnv()
 		delete(e, "R2_BUCKET")
-		delete(e, "R2_ACCOUNT_ID")
+		delete(e, "INPUT_URL")
 		delete(e, "INPUT_R2_KEY")
 		e["JPEG_QUALITY"] = "101"
 		cfg, err := worker.ParseEnv(worker.KindImage, env(e))
 		var envErr *worker.EnvError
 		require.ErrorAs(t, err, &envErr)
-		require.Equal(t, []string{"INPUT_R2_KEY", "R2_BUCKET", "R2_ACCOUNT_ID (or R2_ENDPOINT)", "ARCHIVE_BUCKET", "CDN_PUBLIC_URL"}, envErr.Missing)
+		require.Equal(t, []string{"INPUT_R2_KEY", "R2_BUCKET", "INPUT_URL", "ARCHIVE_BUCKET", "CDN_PUBLIC_URL"}, envErr.Missing)
 		require.Len(t, envErr.Invalid, 1)
 		require.Contains(t, err.Error(), "JPEG_QUALITY")
 		require.True(t, cfg.Callback.Complete(), "the callback can still report the problem")

@@ -18,6 +18,8 @@
 //  5. ocr: a batch of image refs through the OCR phase against a fake
 //     provider of capacity C, with the shared adaptive limiter and with
 //     spec 004's per-chunk limiters (see ocr.go).
+//  6. launch: a phase's machines launched with presigned URLs against the
+//     same launches with unsigned ones (see launch.go).
 //
 // Baseline and ingest run in alternating pairs (-pairs, default 3: baseline,
 // ingest, baseline, ...), and the ratio reported is the median of the
@@ -67,7 +69,7 @@ import (
 )
 
 // allParts are the parts of the benchmark, in the order they run.
-var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr"}
+var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch"}
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
@@ -75,7 +77,7 @@ func main() {
 	tasks := flag.Int("tasks", 10000, "ingest: tasks in the callback-ingest phase")
 	conns := flag.Int("conns", 32, "ingest: concurrent connections of the load generator")
 	seconds := flag.Int("pgbench-seconds", 20, "baseline: duration of the pgbench baseline")
-	pairs := flag.Int("pairs", 3, "baseline and ingest: runs of each, alternating (baseline, ingest, baseline, ...); the figures are their medians")
+	pairs := flag.Int("pairs", 3, "baseline and ingest: runs of each, alternating (baseline, ingest, baseline, ...); launch: rounds per backend; the figures are their medians")
 	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
 	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
 	orchBin := flag.String("orchestrator", "", "e2e and ocr: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns in e2e (an A/B comparison), and ocr runs the first")
@@ -86,6 +88,8 @@ func main() {
 	ocrBurst := flag.Int("ocr-burst", 0, "ocr: the fake provider's burst, requests (default: C rounded up)")
 	ocrRefs := flag.Int("ocr-refs", 2500, "ocr: JPEGs in the batch, all with OCR on")
 	ocrDirFiles := flag.Int("ocr-dir-files", 5, "ocr: JPEGs per directory (OCR_CHUNK_SIZE directories make a chunk)")
+	launchTasks := flag.Int("launch-tasks", 5000, "launch: machines launched per run")
+	launchWith := flag.String("launch-backends", strings.Join(launchBackends, ","), "launch: backends to launch with, comma-separated: fakefly, instant")
 	ocrEnv := flag.String("ocr-env", "", "ocr: extra orchestrator settings for both modes, KEY=VALUE,... (the figures are spec 004's limiter defaults without it)")
 	flag.Parse()
 	base := os.Getenv("BENCH_DATABASE_URL")
@@ -103,7 +107,15 @@ func main() {
 	}
 	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
 		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
-		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}}
+		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}, launchTasks: *launchTasks}
+	launchBackends = nil
+	for _, b := range strings.Split(*launchWith, ",") {
+		if b = strings.TrimSpace(b); b != "fakefly" && b != "instant" {
+			fmt.Fprintf(os.Stderr, "bench: unknown launch backend %q (fakefly, instant)\n", b)
+			os.Exit(2)
+		}
+		launchBackends = append(launchBackends, b)
+	}
 	for _, p := range strings.Split(*partsFlag, ",") {
 		p = strings.TrimSpace(p)
 		if !slices.Contains(allParts, p) {
@@ -186,6 +198,9 @@ type results struct {
 
 	ocrOpts ocrOptions
 	ocr     []ocrRun
+
+	launchTasks int
+	launches    []launchRun
 }
 
 // ingestRun is one callback-ingest run's figures.
@@ -288,6 +303,11 @@ func run(ctx context.Context, base string, r *results) error {
 		fmt.Fprintf(os.Stderr, "workers: %d runs per operation...\n", r.workerRuns)
 		if r.workers, err = benchWorkers(ctx, r.workerRuns); err != nil {
 			return fmt.Errorf("workers: %w", err)
+		}
+	}
+	if r.has("launch") {
+		if r.launches, err = benchLaunch(ctx, admin, base, r.launchTasks, r.pairs); err != nil {
+			return fmt.Errorf("launch: %w", err)
 		}
 	}
 	if r.has("ocr") {
@@ -659,6 +679,9 @@ func (r *results) table() string {
 	if r.has("ocr") {
 		b.WriteString(ocrTable(r.ocr, r.ocrOpts))
 	}
+	if r.has("launch") {
+		b.WriteString(launchTable(r.launches))
+	}
 	return b.String()
 }
 
@@ -714,6 +737,9 @@ Parts run: %s.
 	}
 	if r.has("ocr") {
 		b.WriteString(ocrMarkdown(r.ocrOpts))
+	}
+	if r.has("launch") {
+		b.WriteString(launchMarkdown(r.launchTasks, r.pairs))
 	}
 	b.WriteString(r.targets())
 	b.WriteString(`
@@ -795,6 +821,10 @@ func (r *results) targets() string {
 	}
 	if r.has("ocr") {
 		ocrTargets(r.ocr, r.ocrOpts, row)
+	}
+	for _, s := range summarizeLaunch(r.launches) {
+		got := s.ratio[urlsPresigned]
+		row(fmt.Sprintf("launch time, presigned / unsigned URLs (%s)", s.backend), "<= 1.10x", fmt.Sprintf("%.3fx", got), got <= 1.10)
 	}
 	if len(rows) == 0 {
 		return ""

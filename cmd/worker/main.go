@@ -10,9 +10,10 @@
 //	worker help    print this help
 //
 // Configuration is the environment described in package worker (TASK_ID,
-// BATCH_ID, INPUT_R2_KEY, R2_*, CALLBACK_URL, CALLBACK_TOKEN, and for
-// images ARCHIVE_BUCKET, CDN_BUCKET, CDN_PUBLIC_URL, VARIANT_SIZES), the
-// settings a phase passes to its machines, plus:
+// BATCH_ID, INPUT_R2_KEY, INPUT_URL, OUTPUT_URLS, R2_BUCKET, CALLBACK_URL,
+// CALLBACK_TOKEN, and for images ARCHIVE_BUCKET, CDN_BUCKET,
+// CDN_PUBLIC_URL, VARIANT_SIZES), the settings a phase passes to its
+// machines, plus:
 //
 //	JPEG_QUALITY       1-100, default 90
 //	LOG_LEVEL          debug, info (default), warn or error; debug also
@@ -25,8 +26,12 @@
 // or an error (and when the orchestrator answers 409: it no longer wants
 // the result); 1 when no callback could be delivered; 2 when there is
 // nothing to report to (bad usage, or CALLBACK_URL, CALLBACK_TOKEN,
-// TASK_ID or BATCH_ID unset). Every other problem, a missing R2 variable
+// TASK_ID or BATCH_ID unset). Every other problem, a missing INPUT_URL
 // included, is reported through the callback.
+//
+// The worker holds no storage credentials: it reads its input with
+// INPUT_URL, writes with the presigned requests of OUTPUT_URLS, and asks
+// for any other URL at POST CALLBACK_URL/urls with its callback token.
 package main
 
 import (
@@ -62,9 +67,11 @@ func usage() string {
 	}
 	return "usage: worker " + strings.Join(kinds, "|") + "\n\n" + b.String() + `
 Configured by the environment: TASK_ID, BATCH_ID, INPUT_R2_KEY, R2_BUCKET,
-R2_ACCOUNT_ID or R2_ENDPOINT, R2_ACCESS_KEY_ID, R2_SECRET_ACCESS_KEY,
-CALLBACK_URL, CALLBACK_TOKEN; optional INPUT_CID, INPUT_CONTENT_TYPE,
+INPUT_URL (a presigned GET of the input), CALLBACK_URL, CALLBACK_TOKEN;
+optional OUTPUT_URLS (JSON: presigned PUTs of the usual outputs; others are
+asked for at CALLBACK_URL/urls), INPUT_CID, INPUT_CONTENT_TYPE,
 INPUT_FILE_NAME, JPEG_QUALITY (90), LOG_LEVEL, LOG_FORMAT, VIPS_CONCURRENCY.
+No storage credentials.
 image also: ARCHIVE_BUCKET, CDN_PUBLIC_URL, CDN_BUCKET (arke-cdn),
 VARIANT_SIZES (200,800,1600). Each phase's own settings (README) reach its
 machines under their names.
@@ -126,12 +133,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := vips.Startup(vips.Config{Concurrency: concurrency(getenv), Verbose: getenv("LOG_LEVEL") == "debug"}); err != nil {
 			return nil, err
 		}
-		store, err := cfg.NewStore()
-		if err != nil {
-			return nil, err
-		}
-		log.Info("starting", "r2_key", cfg.Input.Key, "libvips", vips.Version())
-		return prog.run(ctx, worker.Task{Config: cfg, Getenv: getenv, Store: store, Log: log})
+		store := cfg.NewStore(log)
+		log.Info("starting", "r2_key", cfg.Input.Key, "libvips", vips.Version(), "planned_urls", len(cfg.OutputURLs))
+		res, err := prog.run(ctx, worker.Task{Config: cfg, Getenv: getenv, Store: store, Log: log})
+		log.Info("work done", "url_requests", store.Asked())
+		return res, err
 	}
 	if err := worker.Run(ctx, cfg.Callback, log, work); err != nil {
 		log.Error("no callback delivered", "error", err.Error())

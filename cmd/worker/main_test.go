@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
@@ -20,19 +23,27 @@ import (
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-// orchestrator stands in for the orchestrator's callback endpoint,
-// answering with a script of statuses (the last one repeating).
+// orchestrator stands in for the orchestrator: its callback endpoint
+// answers with a script of statuses (the last one repeating), and its
+// POST .../urls presigns what the worker asks for on the test S3 server.
 type orchestrator struct {
 	*httptest.Server
 	mu     sync.Mutex
 	script []int
 	bodies []json.RawMessage
 	auth   []string
+	// store presigns; urlRequests are the objects of each request for URLs.
+	store       *blob.S3
+	urlRequests [][]blob.Object
 }
 
 func newOrchestrator(t *testing.T, script ...int) *orchestrator {
 	o := &orchestrator{script: script}
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/urls") {
+			o.presign(t, w, r)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		o.mu.Lock()
 		o.bodies = append(o.bodies, body)
@@ -43,6 +54,32 @@ func newOrchestrator(t *testing.T, script ...int) *orchestrator {
 	}))
 	t.Cleanup(o.Close)
 	return o
+}
+
+func (o *orchestrator) presign(t *testing.T, w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Objects []blob.Object `json:"objects"`
+	}
+	if r.Header.Get("Authorization") != "Bearer tok" || json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, "bad request for URLs", http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	o.urlRequests = append(o.urlRequests, req.Objects)
+	o.mu.Unlock()
+	urls := make([]blob.Presigned, len(req.Objects))
+	for i, obj := range req.Objects {
+		var err error
+		urls[i], err = o.store.Presign(r.Context(), obj, time.Hour)
+		assert.NoError(t, err)
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"urls": urls})
+}
+
+func (o *orchestrator) requestsForURLs() [][]blob.Object {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.urlRequests)
 }
 
 func (o *orchestrator) last(t *testing.T) map[string]any {
@@ -56,28 +93,47 @@ func (o *orchestrator) last(t *testing.T) map[string]any {
 }
 
 // setup uploads a file and returns the environment a launcher would give
-// the worker for it.
-func setup(t *testing.T, o *orchestrator, key string, data []byte) map[string]string {
+// the worker of phase for it: presigned URLs for the input and the outputs
+// the phase plans, and no storage credentials.
+func setup(t *testing.T, o *orchestrator, phase phases.Name, key string, data []byte) map[string]string {
 	t.Helper()
 	srv := s3test.Start(t)
 	store, err := blob.NewS3(srv.Config())
 	require.NoError(t, err)
+	o.store = store
 	bucket, archive, cdn := srv.NewBucket(t), srv.NewBucket(t), srv.NewBucket(t)
 	require.NoError(t, store.Put(t.Context(), bucket, key, bytes.NewReader(data), int64(len(data)), ""))
+	input, err := store.Presign(t.Context(), blob.Object{Method: blob.MethodGet, Bucket: bucket, Key: key}, time.Hour)
+	require.NoError(t, err)
+	var outputs []blob.Presigned
+	p, _ := phases.Get(phase)
+	if planner, ok := p.(phases.OutputPlanner); ok {
+		names := map[phases.Bucket]string{phases.StagingBucket: bucket, phases.ArchiveBucket: archive, phases.CDNBucket: cdn}
+		for _, out := range planner.PlanOutputs(key) {
+			m := blob.MethodPut
+			if out.IfAbsent {
+				m = blob.MethodPutIfAbsent
+			}
+			u, err := store.Presign(t.Context(), blob.Object{Method: m, Bucket: names[out.Bucket], Key: out.Key}, time.Hour)
+			require.NoError(t, err)
+			outputs = append(outputs, u)
+		}
+	}
+	planned, err := json.Marshal(outputs)
+	require.NoError(t, err)
 	return map[string]string{
-		"TASK_ID":              "task_1",
-		"BATCH_ID":             "01BATCH",
-		"INPUT_R2_KEY":         key,
-		"R2_BUCKET":            bucket,
-		"R2_ENDPOINT":          srv.Endpoint(),
-		"R2_ACCESS_KEY_ID":     srv.AccessKey(),
-		"R2_SECRET_ACCESS_KEY": srv.SecretKey(),
-		"CALLBACK_URL":         o.URL + "/callback/01BATCH/task_1",
-		"CALLBACK_TOKEN":       "tok",
-		"ARCHIVE_BUCKET":       archive,
-		"CDN_BUCKET":           cdn,
-		"CDN_PUBLIC_URL":       srv.Endpoint() + "/" + cdn,
-		"INPUT_CID":            "bafy",
+		"TASK_ID":        "task_1",
+		"BATCH_ID":       "01BATCH",
+		"INPUT_R2_KEY":   key,
+		"INPUT_URL":      input.URL,
+		"OUTPUT_URLS":    string(planned),
+		"R2_BUCKET":      bucket,
+		"CALLBACK_URL":   o.URL + "/callback/01BATCH/task_1",
+		"CALLBACK_TOKEN": "tok",
+		"ARCHIVE_BUCKET": archive,
+		"CDN_BUCKET":     cdn,
+		"CDN_PUBLIC_URL": srv.Endpoint() + "/" + cdn,
+		"INPUT_CID":      "bafy",
 	}
 }
 
@@ -99,7 +155,7 @@ func tiffSample(t *testing.T, v samples.Variant) []byte {
 func TestTIFFCallbackRetriedAfter503(t *testing.T) {
 	t.Parallel()
 	o := newOrchestrator(t, http.StatusServiceUnavailable, http.StatusOK)
-	vars := setup(t, o, "staging/01BATCH/book.tif", tiffSample(t, samples.Multipage))
+	vars := setup(t, o, phases.TIFFConversion, "staging/01BATCH/book.tif", tiffSample(t, samples.Multipage))
 
 	code, logs := runWorker(t, vars, "tiff")
 	require.Equal(t, 0, code, logs)
@@ -116,6 +172,34 @@ func TestTIFFCallbackRetriedAfter503(t *testing.T) {
 	require.Contains(t, body, "performance")
 	require.NoError(t, phases.ValidateResult(phases.TIFFConversion, o.bodies[1]))
 	require.Contains(t, logs, `"msg":"callback failed, retrying"`)
+
+	// The pages' URLs, not planned at launch, in one request.
+	reqs := o.requestsForURLs()
+	require.Len(t, reqs, 1)
+	require.Equal(t, []string{"staging/01BATCH/book-p1.jpg", "staging/01BATCH/book-p2.jpg", "staging/01BATCH/book-p3.jpg"}, keysOf(reqs[0]))
+	for _, obj := range reqs[0] {
+		require.Equal(t, blob.MethodPutIfAbsent, obj.Method)
+		require.Equal(t, vars["R2_BUCKET"], obj.Bucket)
+	}
+	requireNoSecrets(t, vars, logs)
+}
+
+func keysOf(objs []blob.Object) []string {
+	var keys []string
+	for _, o := range objs {
+		keys = append(keys, o.Key)
+	}
+	return keys
+}
+
+// requireNoSecrets checks that the worker had no storage credentials and
+// logged no URL's signature.
+func requireNoSecrets(t *testing.T, vars map[string]string, logs string) {
+	t.Helper()
+	for k := range vars {
+		require.NotContains(t, []string{"R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "R2_ACCOUNT_ID", "R2_ENDPOINT"}, k)
+	}
+	require.NotContains(t, logs, "X-Amz-Signature")
 }
 
 func TestImageCommand(t *testing.T) {
@@ -127,7 +211,7 @@ func TestImageCommand(t *testing.T) {
 	jpg, err := im.JPEG(90)
 	im.Close()
 	require.NoError(t, err)
-	vars := setup(t, o, "staging/01BATCH/photo.jpg", jpg)
+	vars := setup(t, o, phases.ImageProcessing, "staging/01BATCH/photo.jpg", jpg)
 	vars["VARIANT_SIZES"] = "100,300,600"
 
 	code, logs := runWorker(t, vars, "image")
@@ -141,12 +225,24 @@ func TestImageCommand(t *testing.T) {
 	require.Equal(t, "staging/01BATCH/photo.jpg.ref.json", body["ref_json_r2_key"])
 	require.Equal(t, "staging/01BATCH/photo.jpg", body["archive_r2_key"])
 	require.Contains(t, body, "ref_json_size")
+
+	// Everything it wrote was planned at launch: no request for URLs.
+	require.Empty(t, o.requestsForURLs())
+	archived, err := o.store.Get(t.Context(), vars["ARCHIVE_BUCKET"], "staging/01BATCH/photo.jpg")
+	require.NoError(t, err)
+	require.Equal(t, jpg, archived, "the original is archived byte for byte")
+	for _, v := range []string{"thumbnail", "medium", "large"} {
+		ok, err := o.store.Exists(t.Context(), vars["CDN_BUCKET"], "variants/01BATCH/photo.jpg/"+v+".jpg")
+		require.NoError(t, err)
+		require.True(t, ok, v)
+	}
+	requireNoSecrets(t, vars, logs)
 }
 
 func TestCorruptTIFFReported(t *testing.T) {
 	t.Parallel()
 	o := newOrchestrator(t, http.StatusOK)
-	vars := setup(t, o, "staging/01BATCH/x.tif", samples.TruncatedTIFF(64, 48))
+	vars := setup(t, o, phases.TIFFConversion, "staging/01BATCH/x.tif", samples.TruncatedTIFF(64, 48))
 
 	code, logs := runWorker(t, vars, "tiff")
 	require.Equal(t, 0, code, "the error was reported: %s", logs)
@@ -159,7 +255,7 @@ func TestCorruptTIFFReported(t *testing.T) {
 func TestEnvProblemReported(t *testing.T) {
 	t.Parallel()
 	o := newOrchestrator(t, http.StatusOK)
-	vars := setup(t, o, "staging/01BATCH/x.tif", []byte("x"))
+	vars := setup(t, o, phases.TIFFConversion, "staging/01BATCH/x.tif", []byte("x"))
 	delete(vars, "R2_BUCKET")
 	vars["JPEG_QUALITY"] = "high"
 
@@ -180,7 +276,7 @@ func TestNothingToReportTo(t *testing.T) {
 func TestCallbackUndelivered(t *testing.T) {
 	t.Parallel()
 	o := newOrchestrator(t, http.StatusUnauthorized)
-	vars := setup(t, o, "staging/01BATCH/x.tif", tiffSample(t, samples.LZW))
+	vars := setup(t, o, phases.TIFFConversion, "staging/01BATCH/x.tif", tiffSample(t, samples.LZW))
 	code, logs := runWorker(t, vars, "tiff")
 	require.Equal(t, 1, code, logs)
 	require.Contains(t, logs, "no callback delivered")

@@ -214,15 +214,13 @@ func (p *peer) spec(app, task string) compute.MachineSpec {
 	return compute.MachineSpec{
 		App: app, Name: task, TaskID: task, BatchID: "batch1", Phase: "TIFF_CONVERSION", Attempt: 1,
 		Env: map[string]string{
-			"TASK_ID":              task,
-			"BATCH_ID":             "batch1",
-			"INPUT_R2_KEY":         "staging/batch1/" + task + ".tif",
-			"R2_ENDPOINT":          "http://127.0.0.1:1",
-			"R2_ACCESS_KEY_ID":     "key-id",
-			"R2_SECRET_ACCESS_KEY": "r2-s3cr3t",
-			"R2_BUCKET":            "arke-staging",
-			"CALLBACK_URL":         p.URL + "/cb/" + task,
-			"CALLBACK_TOKEN":       token,
+			"TASK_ID":        task,
+			"BATCH_ID":       "batch1",
+			"INPUT_R2_KEY":   "staging/batch1/" + task + ".tif",
+			"INPUT_URL":      "http://127.0.0.1:1/arke-staging/staging/batch1/" + task + ".tif?X-Amz-Signature=s3cr3t-signature",
+			"R2_BUCKET":      "arke-staging",
+			"CALLBACK_URL":   p.URL + "/cb/" + task,
+			"CALLBACK_TOKEN": token,
 		},
 	}
 }

@@ -167,6 +167,13 @@ SET status = 'failed', ended_by = 'reset', error = @error,
 WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
 RETURNING id, phase, machine_id;
 
+-- TaskGetForURLs reads what answering a worker's request for presigned
+-- URLs needs: the task's batch, phase and state, its token and deadline.
+-- name: TaskGetForURLs :one
+SELECT id, batch_id, phase, status, token_hash, deadline
+FROM tasks
+WHERE id = @id;
+
 -- TaskListFailedByBatch lists a batch's failed tasks with their files'
 -- paths, oldest failure first, at most max of them.
 -- name: TaskListFailedByBatch :many

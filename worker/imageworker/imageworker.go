@@ -8,7 +8,7 @@
 //	CDN_BUCKET      variants/B/photos/a.jpg/thumbnail.jpg   (longest side 200 px)
 //	                variants/B/photos/a.jpg/medium.jpg      (800 px)
 //	                variants/B/photos/a.jpg/large.jpg       (1600 px)
-//	ARCHIVE_BUCKET  staging/B/photos/a.jpg                  (server-side copy of the original)
+//	ARCHIVE_BUCKET  staging/B/photos/a.jpg                  (the original, uploaded again)
 //	R2_BUCKET       staging/B/photos/a.jpg.ref.json         (written last)
 //
 // The variant prefix is the input key without its "staging/" prefix, so
@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
@@ -106,7 +107,7 @@ func Process(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 		return nil, fmt.Errorf("processing image %s: %w", key, err)
 	}
 
-	prefix := "variants/" + strings.TrimPrefix(key, "staging/")
+	prefix := phases.VariantPrefix(key)
 	ref := RefData{
 		IPFSCID:  cfg.Input.CID,
 		Type:     cfg.Input.ContentType,
@@ -138,7 +139,14 @@ func Process(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 		})
 	}
 	g.Go(func() error {
-		if err := store.Copy(gctx, cfg.Bucket, key, cfg.ArchiveBucket, key); err != nil {
+		// A worker has no credentials for a server-side copy: it uploads
+		// the file it downloaded.
+		f, err := os.Open(file)
+		if err != nil {
+			return fmt.Errorf("archiving original: %w", err)
+		}
+		defer f.Close()
+		if err := store.Put(gctx, cfg.ArchiveBucket, key, f, size, ref.Type); err != nil {
 			return fmt.Errorf("archiving original: %w", err)
 		}
 		return nil
@@ -152,7 +160,7 @@ func Process(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 	if err != nil {
 		return nil, fmt.Errorf("encoding ref.json: %w", err)
 	}
-	refKey := key + ".ref.json"
+	refKey := phases.RefJSONKey(key)
 	if err := store.Put(ctx, cfg.Bucket, refKey, bytes.NewReader(refJSON), int64(len(refJSON)), "application/json"); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", refKey, err)
 	}

@@ -47,7 +47,6 @@ func newEnv(t *testing.T) *env {
 		ArchiveBucket: srv.NewBucket(t),
 		CDNBucket:     cdn,
 		CDNPublicURL:  srv.Endpoint() + "/" + cdn,
-		Storage:       srv.Config(),
 		JPEGQuality:   90,
 		Variants:      worker.DefaultVariants,
 	}}

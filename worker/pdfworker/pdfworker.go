@@ -204,6 +204,9 @@ func Split(ctx context.Context, cfg worker.Config, settings Settings, store blob
 	}
 	defer text.Close()
 	log.Info("inspected PDF", "pages", n, "dpi", settings.DPI, "text_per_page", text.perPage)
+	if err := worker.Plan(ctx, store, pageObjects(cfg.Bucket, key, n)); err != nil {
+		return nil, err
+	}
 
 	type rendered struct {
 		jpg  []byte
@@ -238,6 +241,20 @@ func Split(ctx context.Context, cfg worker.Config, settings Settings, store blob
 	res := &Result{PageCount: n, Pages: pages, Performance: timer.Performance()}
 	log.Info("split", "pages", n, "conversion_ms", timer.Conversion.Milliseconds(), "upload_ms", timer.Upload.Milliseconds())
 	return res, nil
+}
+
+// pageObjects are the usual keys of every page's JPEG and text file of the
+// PDF at key, for one request for their URLs: pages without text leave
+// their text file's URL unused.
+func pageObjects(bucket, key string, n int) []blob.Object {
+	dir, pdfName := path.Split(key)
+	objs := make([]blob.Object, 0, 2*n)
+	for page := 1; page <= n; page++ {
+		for _, ext := range []string{".jpg", ".txt"} {
+			objs = append(objs, blob.Object{Method: blob.MethodPutIfAbsent, Bucket: bucket, Key: dir + phases.PDFPageName(pdfName, page, ext)})
+		}
+	}
+	return objs
 }
 
 // upload writes one page's JPEG and, when it has any, its text, next to

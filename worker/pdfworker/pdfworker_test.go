@@ -69,7 +69,7 @@ func newEnv(t *testing.T) *env {
 	require.NoError(t, err)
 	return &env{
 		store: &typedStore{Store: store, types: map[string]string{}},
-		cfg:   worker.Config{Kind: worker.KindPDF, Bucket: srv.NewBucket(t), Storage: srv.Config(), JPEGQuality: 90},
+		cfg:   worker.Config{Kind: worker.KindPDF, Bucket: srv.NewBucket(t), JPEGQuality: 90},
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
@@ -85,6 +86,16 @@ func Convert(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 	}
 
 	n := len(src.pages)
+	if n > 1 {
+		// The one-page name was planned at launch; ask for the pages'.
+		objs := make([]blob.Object, n)
+		for page := range n {
+			objs[page] = blob.Object{Method: blob.MethodPutIfAbsent, Bucket: cfg.Bucket, Key: phases.TIFFPageKey(key, page+1, n)}
+		}
+		if err := worker.Plan(ctx, store, objs); err != nil {
+			return nil, err
+		}
+	}
 	outputs := make([]Output, n)
 	err = worker.Pages(ctx, n, uploadConcurrency, timer,
 		func(_ context.Context, page int) ([]byte, error) {
@@ -98,7 +109,7 @@ func Convert(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 			return jpg, nil
 		},
 		func(ctx context.Context, page int, jpg []byte) error {
-			written, err := worker.PutUnique(ctx, store, cfg.Bucket, outputKey(key, page, n), jpg, "image/jpeg")
+			written, err := worker.PutUnique(ctx, store, cfg.Bucket, phases.TIFFPageKey(key, page, n), jpg, "image/jpeg")
 			if err != nil {
 				return err
 			}
@@ -122,20 +133,6 @@ func Convert(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 	log.Info("converted", "pages", len(outputs), "output_r2_key", res.OutputR2Key,
 		"conversion_ms", timer.Conversion.Milliseconds(), "upload_ms", timer.Upload.Milliseconds())
 	return res, nil
-}
-
-// outputKey is the JPEG's key for page (1-based) of n, next to the source:
-// photo.tif becomes photo.jpg, or photo-p1.jpg ... for several pages.
-func outputKey(key string, page, n int) string {
-	dir, base := path.Split(key)
-	stem := strings.TrimSuffix(base, path.Ext(base))
-	if stem == "" {
-		stem = base
-	}
-	if n > 1 {
-		stem += "-p" + strconv.Itoa(page)
-	}
-	return dir + stem + ".jpg"
 }
 
 // source is an input file and the pages to convert.

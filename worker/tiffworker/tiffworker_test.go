@@ -41,7 +41,7 @@ func newEnv(t *testing.T) *env {
 	srv := s3test.Start(t)
 	store, err := blob.NewS3(srv.Config())
 	require.NoError(t, err)
-	return &env{store: store, cfg: worker.Config{Kind: worker.KindTIFF, Bucket: srv.NewBucket(t), Storage: srv.Config(), JPEGQuality: 90}}
+	return &env{store: store, cfg: worker.Config{Kind: worker.KindTIFF, Bucket: srv.NewBucket(t), JPEGQuality: 90}}
 }
 
 func (e *env) put(t *testing.T, key string, data []byte) {

@@ -1,0 +1,147 @@
+// Package batchurls presigns the URLs through which a batch's worker
+// machines reach storage, in place of credentials: a machine may reach only
+// objects under its batch's prefixes (phases.BatchPrefix) of the staging,
+// archive and CDN buckets, until its task's deadline plus Margin. The
+// launcher puts the URLs a task needs into its machine's environment
+// (Env); the API presigns any other a worker asks for (Sign).
+package batchurls
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// Margin is how long a task's URLs stay valid after its deadline: a
+// worker's last upload may still be under way as the deadline passes, and
+// the timeout sweep, not an expired URL, should end the task.
+const Margin = 15 * time.Minute
+
+// Buckets names the bucket of each role (config's R2_BUCKET,
+// ARCHIVE_BUCKET and CDN_BUCKET). One bucket may have several roles.
+type Buckets map[phases.Bucket]string
+
+// BucketsOf names the buckets of cfg.
+func BucketsOf(cfg *config.Config) Buckets {
+	return Buckets{phases.StagingBucket: cfg.R2Bucket, phases.ArchiveBucket: cfg.ArchiveBucket, phases.CDNBucket: cfg.CDNBucket}
+}
+
+// Signer presigns URLs for the objects of batches.
+type Signer struct {
+	presigner blob.Presigner
+	buckets   Buckets
+}
+
+// New returns a signer over buckets. Every role must have a bucket.
+func New(p blob.Presigner, buckets Buckets) (*Signer, error) {
+	if p == nil {
+		return nil, fmt.Errorf("batchurls: a presigner is required")
+	}
+	for _, role := range phases.Buckets {
+		if buckets[role] == "" {
+			return nil, fmt.Errorf("batchurls: no %s bucket", role)
+		}
+	}
+	return &Signer{presigner: p, buckets: buckets}, nil
+}
+
+// TTL is how long URLs made now stay valid for a task whose deadline is
+// deadline: until deadline plus Margin, at most blob.MaxPresignExpiry. It
+// is not positive once that has passed.
+func TTL(now, deadline time.Time) time.Duration {
+	return min(deadline.Add(Margin).Sub(now), blob.MaxPresignExpiry).Truncate(time.Second)
+}
+
+// Check refuses an object a worker of batchID may not reach, saying why
+// and naming the key: an unknown method or bucket, or a key that is not
+// under the batch's prefix for that bucket (phases.CheckKey).
+func (s *Signer) Check(batchID string, o blob.Object) error {
+	if !o.Method.Valid() {
+		return fmt.Errorf("method %q of key %q is not GET, PUT or PUT_IF_ABSENT", o.Method, o.Key)
+	}
+	var err error
+	known := false
+	for _, role := range phases.Buckets {
+		if s.buckets[role] != o.Bucket {
+			continue
+		}
+		known = true
+		if err = phases.CheckKey(o.Key, phases.BatchPrefix(role, batchID)); err == nil {
+			return nil
+		}
+	}
+	if !known {
+		return fmt.Errorf("bucket %q of key %q is not one a worker may reach", o.Bucket, o.Key)
+	}
+	return err
+}
+
+// Sign checks every object (Check) and presigns them all for ttl, in order.
+// A refused object fails the whole request with its reason.
+func (s *Signer) Sign(ctx context.Context, batchID string, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
+	for _, o := range objs {
+		if err := s.Check(batchID, o); err != nil {
+			return nil, &RefusedError{Reason: err.Error()}
+		}
+	}
+	out := make([]blob.Presigned, len(objs))
+	for i, o := range objs {
+		var err error
+		if out[i], err = s.presigner.Presign(ctx, o, ttl); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// RefusedError is an object a worker may not reach.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return e.Reason }
+
+// The environment variables Env sets.
+const (
+	EnvInputURL   = "INPUT_URL"
+	EnvOutputURLs = "OUTPUT_URLS"
+)
+
+// Env is the URL part of a task's machine environment: INPUT_URL, a GET of
+// its input (in the staging bucket), and, for a phase that plans its
+// outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs as a JSON array
+// of blob.Presigned. The input is the orchestrator's own choice and is not
+// checked; the planned outputs are, as if the worker had asked for them.
+// When they are refused, the error comes with INPUT_URL alone: the worker
+// then asks for them and reports the refusal.
+func (s *Signer) Env(ctx context.Context, batchID string, phase phases.Phase, input string, ttl time.Duration) (map[string]string, error) {
+	get, err := s.presigner.Presign(ctx, blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}, ttl)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{EnvInputURL: get.URL}
+	planner, ok := phase.(phases.OutputPlanner)
+	if !ok {
+		return env, nil
+	}
+	outs := planner.PlanOutputs(input)
+	objs := make([]blob.Object, len(outs))
+	for i, out := range outs {
+		objs[i] = blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
+		if out.IfAbsent {
+			objs[i].Method = blob.MethodPutIfAbsent
+		}
+	}
+	urls, err := s.Sign(ctx, batchID, objs, ttl)
+	if err != nil {
+		return env, fmt.Errorf("planning the outputs of %s: %w", input, err)
+	}
+	size := 2
+	for _, u := range urls {
+		size += len(u.URL) + len(u.Bucket) + len(u.Key) + 160
+	}
+	env[EnvOutputURLs] = string(blob.AppendJSON(make([]byte, 0, size), urls))
+	return env, nil
+}
