@@ -11,8 +11,9 @@ package ocr
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/arke-institute/orchestrator/provider"
 )
 
 // Engine transcribes one page image. Implementations are safe for
@@ -58,76 +59,55 @@ type Result struct {
 	Provider string
 }
 
-// Class says what a caller should do about a failed call.
-type Class int
+// Class says what a caller should do about a failed call: the shared
+// provider.Class.
+type Class = provider.Class
 
-// The classes of failure. The zero Class is never used by an *Error.
+// The classes of failure (see provider.Class). The zero Class is never
+// used by an *Error.
 const (
-	// Permanent: this image will never succeed (refused, corrupt, too large,
-	// an answer that cannot be decoded). Mark the item failed; do not retry.
-	Permanent Class = iota + 1
-	// Auth: the provider refused the key (401, 403). Every other call would
-	// fail the same way, so the whole chunk stops with the provider's message.
-	Auth
-	// Transient: a 5xx, a timeout or a connection error. Retry with backoff.
-	Transient
-	// RateLimited: a 429. Back off (at least Error.RetryAfter) and send the
-	// item again; it is not the item's fault, so no retry is used up.
-	RateLimited
+	Permanent   = provider.Permanent
+	Auth        = provider.Auth
+	Transient   = provider.Transient
+	RateLimited = provider.RateLimited
 )
 
-func (c Class) String() string {
-	switch c {
-	case Permanent:
-		return "permanent"
-	case Auth:
-		return "auth"
-	case Transient:
-		return "transient"
-	case RateLimited:
-		return "rate_limited"
-	}
-	return fmt.Sprintf("Class(%d)", int(c))
-}
-
-// Error is a classified engine failure.
-type Error struct {
-	Class Class
-	// Status is the provider's HTTP status, 0 when there was no answer.
-	Status int
-	// Message says what went wrong, in the provider's own words when it
-	// sent some ({"error": {"message": ...}}).
-	Message string
-	// RetryAfter is the provider's Retry-After (seconds or an HTTP date),
-	// 0 when absent or unparsable. Only set on RateLimited and 503 errors.
-	RetryAfter time.Duration
-	// Err is the underlying error, if any (a transport error, a decoding
-	// error, an exec error).
-	Err error
-}
+// Error is a classified engine failure: a provider.Error (its Service is
+// not used) whose text starts "ocr". errors.As finds it as a
+// *provider.Error too, so provider.ClassOf classifies it.
+type Error provider.Error
 
 func (e *Error) Error() string {
-	msg := e.Message
-	if msg == "" && e.Err != nil {
-		msg = e.Err.Error()
-	}
-	if e.Status != 0 {
-		return fmt.Sprintf("ocr %s error (HTTP %d): %s", e.Class, e.Status, msg)
-	}
-	return fmt.Sprintf("ocr %s error: %s", e.Class, msg)
+	return provider.FormatError("ocr", e.Class, e.Status, e.Message, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ClassOf returns the Class of the *Error in err's chain, or Transient for
-// an unclassified non-nil error (the safe guess: retried a bounded number
-// of times), or 0 for nil.
-func ClassOf(err error) Class {
-	if err == nil {
-		return 0
+// As lets errors.As find e as a *provider.Error.
+func (e *Error) As(target any) bool {
+	if p, ok := target.(**provider.Error); ok {
+		*p = (*provider.Error)(e)
+		return true
 	}
-	if e, ok := errors.AsType[*Error](err); ok {
-		return e.Class
+	return false
+}
+
+// ClassOf returns the Class of the *Error (or *provider.Error) in err's
+// chain, or Transient for an unclassified non-nil error (the safe guess:
+// retried a bounded number of times), or 0 for nil.
+func ClassOf(err error) Class { return provider.ClassOf(err) }
+
+// ParseRetryAfter reads a Retry-After header value, delay-seconds or an
+// HTTP date, as a duration from now; 0 when empty, unparsable or past.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	return provider.ParseRetryAfter(v, now)
+}
+
+// asError is err as an *Error when a provider.Client classified it, else
+// err itself (a cancellation).
+func asError(err error) error {
+	if pe, ok := errors.AsType[*provider.Error](err); ok {
+		return (*Error)(pe)
 	}
-	return Transient
+	return err
 }

@@ -3,6 +3,7 @@ package ocr_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakeocr"
 	"github.com/arke-institute/orchestrator/ocr"
+	"github.com/arke-institute/orchestrator/provider"
 )
 
 func page(t *testing.T) ocr.Image {
@@ -238,4 +240,20 @@ func TestParseRetryAfter(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, ocr.ParseRetryAfter(tc.in, now), "%q", tc.in)
 	}
+}
+
+func TestErrorIsAProviderError(t *testing.T) {
+	t.Parallel()
+	fake := fakeocr.New(t, fakeocr.Options{Behave: func(fakeocr.Request) fakeocr.Behavior {
+		return fakeocr.Behavior{Status: 400, Message: "image refused"}
+	}})
+	_, err := newEngine(t, fake).Transcribe(t.Context(), page(t))
+	require.Equal(t, "ocr permanent error (HTTP 400): image refused", err.Error())
+	pe, ok := errors.AsType[*provider.Error](fmt.Errorf("item: %w", err))
+	require.True(t, ok, "errors.As finds an *ocr.Error as a *provider.Error")
+	require.Equal(t, provider.Permanent, pe.Class)
+	require.Equal(t, provider.Permanent, provider.ClassOf(err))
+
+	local := &ocr.Error{Class: ocr.Transient, Message: "reading page 3: EOF"}
+	require.Equal(t, "ocr transient error: reading page 3: EOF", local.Error())
 }

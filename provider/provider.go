@@ -1,0 +1,128 @@
+// Package provider holds what every caller of an external API shares: the
+// classification of failures (Class, Error, ClassOf), Retry-After parsing,
+// and Client, the setup of the official openai-go client for an
+// OpenAI-compatible API (OCR, embeddings, tags) with its own retries off, a
+// bounded answer body, and every error status classified.
+//
+// A caller switches on the Class: a permanent failure ends the item, an
+// auth failure ends every call to that provider, a transient one is worth
+// retrying, and a rate-limited one is back-pressure that costs no retry.
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Class says what a caller should do about a failed call.
+type Class int
+
+// The classes of failure. The zero Class is never used by an *Error.
+const (
+	// Permanent: this input will never succeed (refused, corrupt, too large,
+	// an answer that cannot be decoded). Mark the item failed; do not retry.
+	Permanent Class = iota + 1
+	// Auth: the provider refused the key (401, 403). Every other call would
+	// fail the same way, so the caller stops with the provider's message;
+	// for one item it is as final as Permanent.
+	Auth
+	// Transient: a 5xx, a timeout or a connection error. Retry with backoff.
+	Transient
+	// RateLimited: a 429. Back off (at least Error.RetryAfter) and send the
+	// item again; it is not the item's fault, so no retry is used up.
+	RateLimited
+)
+
+func (c Class) String() string {
+	switch c {
+	case Permanent:
+		return "permanent"
+	case Auth:
+		return "auth"
+	case Transient:
+		return "transient"
+	case RateLimited:
+		return "rate_limited"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Error is a classified failure of a call to a provider.
+type Error struct {
+	// Service names the kind of call in the error's text ("embeddings",
+	// "tags"); "provider" when empty.
+	Service string
+	Class   Class
+	// Status is the provider's HTTP status, 0 when there was no answer.
+	Status int
+	// Message says what went wrong, in the provider's own words when it
+	// sent some ({"error": {"message": ...}}).
+	Message string
+	// RetryAfter is the provider's Retry-After (seconds or an HTTP date),
+	// 0 when absent or unparsable. Only set on RateLimited and 503 errors.
+	RetryAfter time.Duration
+	// Err is the underlying error, if any (a transport error, a decoding
+	// error, an exec error).
+	Err error
+}
+
+func (e *Error) Error() string {
+	service := e.Service
+	if service == "" {
+		service = "provider"
+	}
+	return FormatError(service, e.Class, e.Status, e.Message, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// FormatError is an Error's text: "{service} {class} error (HTTP
+// {status}): {message}", the status left out when 0 and the message taken
+// from err when empty. Packages that keep their own error type (ocr) use it
+// to keep the same shape.
+func FormatError(service string, class Class, status int, message string, err error) string {
+	if message == "" && err != nil {
+		message = err.Error()
+	}
+	if status != 0 {
+		return fmt.Sprintf("%s %s error (HTTP %d): %s", service, class, status, message)
+	}
+	return fmt.Sprintf("%s %s error: %s", service, class, message)
+}
+
+// ClassOf returns the Class of the *Error in err's chain, or Transient for
+// an unclassified non-nil error (the safe guess: retried a bounded number
+// of times), or 0 for nil.
+func ClassOf(err error) Class {
+	if err == nil {
+		return 0
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Class
+	}
+	return Transient
+}
+
+// ParseRetryAfter reads a Retry-After header value, delay-seconds or an
+// HTTP date, as a duration from now; 0 when empty, unparsable or past.
+// Seconds are capped at a day.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, 24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,162 @@
+package tagging_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/fakeai"
+	"github.com/arke-institute/orchestrator/internal/testcorpus"
+	"github.com/arke-institute/orchestrator/provider"
+	"github.com/arke-institute/orchestrator/tagging"
+)
+
+func newOpenAI(t *testing.T, fake *fakeai.Server, edit ...func(*tagging.OpenAIConfig)) *tagging.OpenAI {
+	t.Helper()
+	cfg := tagging.OpenAIConfig{URL: fake.URL, APIKey: fake.Key}
+	for _, f := range edit {
+		f(&cfg)
+	}
+	tg, err := tagging.NewOpenAI(cfg)
+	require.NoError(t, err)
+	return tg
+}
+
+func TestOpenAITagsChunksAndDocuments(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{})
+	tg := newOpenAI(t, fake)
+	u, err := url.Parse(fake.URL)
+	require.NoError(t, err)
+	require.Equal(t, u.Host, tg.Provider())
+	require.Equal(t, tagging.DefaultModel, tg.Model())
+
+	var doc string
+	for _, d := range testcorpus.Docs() {
+		if d.Name == "beekeeping" {
+			doc = d.Text
+		}
+	}
+	chunks, chunkTags, docTags := tagDocument(t, tg, doc)
+	for i, c := range chunks {
+		require.Equal(t, fakeai.TagsFor(c.Text), chunkTags[i], "chunk %d's tags, in order", i)
+	}
+	require.NotEmpty(t, docTags)
+
+	reqs := fake.Requests()
+	require.Len(t, reqs, 2, "one request for the batch of chunks, one for the document")
+	first := reqs[0]
+	require.Equal(t, fakeai.Chat, first.Route)
+	require.Equal(t, tagging.DefaultModel, first.Model)
+	require.Equal(t, "json_object", first.ResponseFormat)
+	require.Len(t, first.Messages, 2)
+	require.Equal(t, "system", first.Messages[0].Role)
+	require.Contains(t, first.Messages[0].Content, "up to 8 tags")
+	var sent struct {
+		Texts []string `json:"texts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(first.Messages[1].Content), &sent))
+	require.Len(t, sent.Texts, len(chunks))
+
+	require.Contains(t, reqs[1].Messages[0].Content, "up to 12 tags")
+	require.NoError(t, json.Unmarshal([]byte(reqs[1].Messages[1].Content), &sent))
+	require.Len(t, sent.Texts, 1)
+	require.Contains(t, sent.Texts[0], "Tags of the document's passages, most frequent first: honey, ")
+	require.Contains(t, sent.Texts[0], "# Keeping honey bees")
+}
+
+func TestOpenAINormalisesAndForgives(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		content string
+		n       int
+		want    [][]string
+	}{
+		{"Normalised", `{"tags": [["  Honey Bees ", "#Swarming", "honey bees", ""], ["LAVA"]]}`, 2, [][]string{{"honey bees", "swarming"}, {"lava"}}},
+		{"Fenced", "```json\n{\"tags\": [[\"a tag\"]]}\n```", 1, [][]string{{"a tag"}}},
+		{"FlatForOne", `{"tags": ["one", "two"]}`, 1, [][]string{{"one", "two"}}},
+		{"Bounded", `{"tags": [["a1","a2","a3","a4","a5","a6","a7","a8","a9","a10"]]}`, 1, [][]string{{"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakeai.New(t, fakeai.Options{Behave: func(fakeai.Request) fakeai.Behavior { return fakeai.Behavior{Content: tc.content} }})
+			tags, err := newOpenAI(t, fake).TagChunks(t.Context(), make([]string, tc.n))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, tags)
+		})
+	}
+}
+
+func TestOpenAIClassifiesErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		behave     fakeai.Behavior
+		class      provider.Class
+		status     int
+		message    string
+		retryAfter time.Duration
+	}{
+		{name: "BadRequest", behave: fakeai.Behavior{Status: 400, Message: "context too long"}, class: provider.Permanent, status: 400, message: "context too long"},
+		{name: "Unauthorized", behave: fakeai.Behavior{Status: 401}, class: provider.Auth, status: 401},
+		{name: "Forbidden", behave: fakeai.Behavior{Status: 403}, class: provider.Auth, status: 403},
+		{name: "NotFound", behave: fakeai.Behavior{Status: 404, Message: "no such model"}, class: provider.Permanent, status: 404, message: "no such model"},
+		{name: "RateLimited", behave: fakeai.Behavior{Status: 429, RetryAfter: "5"}, class: provider.RateLimited, status: 429, retryAfter: 5 * time.Second},
+		{name: "ServerError", behave: fakeai.Behavior{Status: 502}, class: provider.Transient, status: 502},
+		{name: "Hangup", behave: fakeai.Behavior{Hangup: true}, class: provider.Transient},
+		{name: "NotJSONBody", behave: fakeai.Behavior{Body: []byte(`{"choices": [`)}, class: provider.Permanent, message: "undecodable answer"},
+		{name: "NoChoices", behave: fakeai.Behavior{Body: []byte(`{"choices": []}`)}, class: provider.Permanent, message: "no choices"},
+		{name: "ProseContent", behave: fakeai.Behavior{Content: "Sure! Here are the tags: bees, honey"}, class: provider.Permanent, message: "malformed answer: not JSON: Sure!"},
+		{name: "EmptyContent", behave: fakeai.Behavior{Content: " "}, class: provider.Permanent, message: "empty content"},
+		{name: "NoTagsKey", behave: fakeai.Behavior{Content: `{"keywords": [["a"], ["b"]]}`}, class: provider.Permanent, message: `no "tags"`},
+		{name: "WrongCount", behave: fakeai.Behavior{Content: `{"tags": [["a"]]}`}, class: provider.Permanent, message: "1 tag lists for 2 texts"},
+		{name: "WrongShape", behave: fakeai.Behavior{Content: `{"tags": "a, b"}`}, class: provider.Permanent, message: "not a list of lists"},
+		{name: "Truncated", behave: fakeai.Behavior{Body: []byte(`{"choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "{\"tags\": [[\"a\""}}]}`)}, class: provider.Permanent, message: "cut at the model's length limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakeai.New(t, fakeai.Options{Behave: func(fakeai.Request) fakeai.Behavior { return tc.behave }})
+			_, err := newOpenAI(t, fake).TagChunks(t.Context(), []string{"one", "two"})
+			pe, ok := errors.AsType[*provider.Error](err)
+			require.True(t, ok, "want a *provider.Error, got %v", err)
+			require.Equal(t, tc.class, pe.Class, "%v", err)
+			require.Equal(t, tc.status, pe.Status)
+			require.Equal(t, tc.retryAfter, pe.RetryAfter)
+			require.Contains(t, err.Error(), tc.message)
+			require.True(t, strings.HasPrefix(err.Error(), "tags "), err.Error())
+			require.Equal(t, 1, fake.Counts().Requests, "the client does not retry on its own")
+		})
+	}
+}
+
+func TestOpenAIDocumentTextIsBounded(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{})
+	tg := newOpenAI(t, fake, func(c *tagging.OpenAIConfig) { c.DocumentChars = 100 })
+	_, err := tg.TagDocument(t.Context(), []string{strings.Repeat("é", 300), "second chunk"}, nil)
+	require.NoError(t, err)
+	var sent struct {
+		Texts []string `json:"texts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(fake.Requests()[0].Messages[1].Content), &sent))
+	require.Equal(t, "The document's beginning:\n\n"+strings.Repeat("é", 100), sent.Texts[0])
+
+	none, err := tg.TagChunks(t.Context(), nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.Equal(t, 1, fake.Counts().Requests)
+}
+
+func TestNewOpenAIValidates(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []tagging.OpenAIConfig{{APIKey: "k"}, {URL: "https://api.example.com/v1"}} {
+		_, err := tagging.NewOpenAI(cfg)
+		require.ErrorContains(t, err, "tags: ")
+	}
+}
