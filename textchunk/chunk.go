@@ -272,8 +272,9 @@ func (p *packer) add(b block) {
 	}
 	if b.kind == heading {
 		// A section starts a chunk, unless the chunk so far is small (then
-		// the short section before shares it) or only headings.
-		if p.size(nil) >= p.opts.TargetTokens/4 && !p.onlyHeadings() {
+		// the short section before shares it) or only headings, and it
+		// fits.
+		if len(p.cur) > 0 && (p.size(nil) >= p.opts.TargetTokens/4 && !p.onlyHeadings() || !p.fits(whole)) {
 			p.flush()
 		}
 		p.cur = with(p.cur, whole)

@@ -130,6 +130,21 @@ func TestSplit(t *testing.T) {
 			},
 		},
 		{
+			name: "ManyHeadingsInARow",
+			text: func() string {
+				var b strings.Builder
+				for i := range 200 {
+					fmt.Fprintf(&b, "## Heading number %d\n", i)
+				}
+				return b.String()
+			}(),
+			opts: textchunk.Options{TargetTokens: 100},
+			check: func(t *testing.T, chunks []textchunk.Chunk) {
+				require.Greater(t, len(chunks), 10)
+				require.Equal(t, "Heading number 0", chunks[0].Heading)
+			},
+		},
+		{
 			name: "CodeBlockKeptWhole",
 			text: sentences(30, "intro") + "\n\n```go\nfunc main() {\n" + codeLines(15) + "}\n```\n\n" + sentences(3, "outro"),
 			check: func(t *testing.T, chunks []textchunk.Chunk) {
