@@ -374,3 +374,30 @@ func hasStatus(err error, status int) bool {
 	var re interface{ HTTPStatusCode() int }
 	return errors.As(err, &re) && re.HTTPStatusCode() == status
 }
+
+// Info is what a HEAD request tells of an object.
+type Info struct {
+	Size int64
+	// ETag is the server's entity tag, quotes removed: it changes when the
+	// content does.
+	ETag string
+}
+
+// Statter reads an object's Info without its content.
+type Statter interface {
+	Stat(ctx context.Context, bucket, key string) (Info, error)
+}
+
+var _ Statter = (*S3)(nil)
+
+// Stat implements Statter. A missing key or bucket matches ErrNotFound.
+func (s *S3) Stat(ctx context.Context, bucket, key string) (Info, error) {
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if isNotFound(err) {
+		return Info{}, fmt.Errorf("%s/%s: %w", bucket, key, ErrNotFound)
+	}
+	if err != nil {
+		return Info{}, wrapErr("reading the metadata of", bucket, key, err)
+	}
+	return Info{Size: aws.ToInt64(out.ContentLength), ETag: strings.Trim(aws.ToString(out.ETag), `"`)}, nil
+}

@@ -114,6 +114,8 @@ type Config struct {
 	OCRLimit AdaptiveLimit
 	// OCR is the OCR phase's provider and chunk processing (spec 004).
 	OCR OCR
+	// Documents configures document indexing (spec 003).
+	Documents Documents
 	// LaunchConcurrency is how many launch requests one launcher has in flight.
 	LaunchConcurrency int
 	// SweepInterval is how often timed-out tasks are failed and stalled
@@ -173,6 +175,31 @@ type Config struct {
 	// metrics at /metrics there, on a listener of its own apart from the
 	// API, which workers and ingest reach. Off by default.
 	MetricsAddr string
+}
+
+// Documents configures document indexing (spec 003): what may be indexed
+// and the embeddings and tags providers. Without an API URL the local
+// providers are used: a feature-hashing embedder and a TF-IDF tagger.
+type Documents struct {
+	// Prefix is where in R2_BUCKET documents may be (DOCUMENTS_PREFIX).
+	Prefix string
+	// MaxBytes bounds a document's size (DOCUMENT_MAX_BYTES).
+	MaxBytes int64
+	// ChunkTokens is the chunks' target size (DOCUMENT_CHUNK_TOKENS).
+	ChunkTokens int
+	// EmbeddingsAPIURL, EmbeddingsAPIKey, EmbeddingsModel and
+	// EmbeddingsDimensions are the embeddings provider's
+	// (EMBEDDINGS_API_URL, EMBEDDINGS_API_KEY, EMBEDDINGS_MODEL,
+	// EMBEDDINGS_DIMENSIONS).
+	EmbeddingsAPIURL     string
+	EmbeddingsAPIKey     string
+	EmbeddingsModel      string
+	EmbeddingsDimensions int
+	// TagsAPIURL, TagsAPIKey and TagsModel are the tags provider's
+	// (TAGS_API_URL, TAGS_API_KEY, TAGS_MODEL).
+	TagsAPIURL string
+	TagsAPIKey string
+	TagsModel  string
 }
 
 // OCR configures the OCR phase: its provider and how its chunk jobs work.
@@ -311,6 +338,18 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 			LimitPerChunk:         r.boolean("OCR_LIMIT_PER_CHUNK", false),
 			Workers:               r.intIn("OCR_WORKERS", 50, 1, 1000),
 		},
+		Documents: Documents{
+			Prefix:               r.str("DOCUMENTS_PREFIX", "documents/"),
+			MaxBytes:             r.positiveInt64("DOCUMENT_MAX_BYTES", 20_000_000),
+			ChunkTokens:          r.intIn("DOCUMENT_CHUNK_TOKENS", 500, 50, 8000),
+			EmbeddingsAPIURL:     strings.TrimRight(r.str("EMBEDDINGS_API_URL", ""), "/"),
+			EmbeddingsAPIKey:     r.str("EMBEDDINGS_API_KEY", ""),
+			EmbeddingsModel:      r.str("EMBEDDINGS_MODEL", "text-embedding-3-small"),
+			EmbeddingsDimensions: r.intIn("EMBEDDINGS_DIMENSIONS", 512, 8, 4096),
+			TagsAPIURL:           strings.TrimRight(r.str("TAGS_API_URL", ""), "/"),
+			TagsAPIKey:           r.str("TAGS_API_KEY", ""),
+			TagsModel:            r.str("TAGS_MODEL", "gpt-4o-mini"),
+		},
 		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
 		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),
 		LocalDataDir:         r.str("LOCAL_DATA_DIR", ".data"),
@@ -429,6 +468,10 @@ func (c Config) LogValue() slog.Value {
 		slog.String("fly_flaps_base_url", redactURL(c.FlyFlapsBaseURL)),
 		slog.String("ocr_api_url", redactURL(c.OCR.APIURL)),
 		slog.String("ocr_api_key", set(c.OCR.APIKey)),
+		slog.String("embeddings_api_url", redactURL(c.Documents.EmbeddingsAPIURL)),
+		slog.String("embeddings_api_key", set(c.Documents.EmbeddingsAPIKey)),
+		slog.String("tags_api_url", redactURL(c.Documents.TagsAPIURL)),
+		slog.String("tags_api_key", set(c.Documents.TagsAPIKey)),
 		slog.String("ocr_model", c.OCR.Model),
 		slog.String("local_s3_access_key", set(c.LocalS3AccessKey)),
 		slog.String("local_s3_secret_key", set(c.LocalS3SecretKey)),
@@ -511,6 +554,12 @@ func (c *Config) CheckServe() error {
 	}
 	if c.OCR.APIURL != "" && c.OCR.APIKey == "" {
 		missing = append(missing, "OCR_API_KEY (OCR_API_URL is set)")
+	}
+	if c.Documents.EmbeddingsAPIURL != "" && c.Documents.EmbeddingsAPIKey == "" {
+		missing = append(missing, "EMBEDDINGS_API_KEY (EMBEDDINGS_API_URL is set)")
+	}
+	if c.Documents.TagsAPIURL != "" && c.Documents.TagsAPIKey == "" {
+		missing = append(missing, "TAGS_API_KEY (TAGS_API_URL is set)")
 	}
 	if err := missingSettings(append(missing, c.missingStorage()...)); err != nil {
 		return err

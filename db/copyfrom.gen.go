@@ -121,6 +121,42 @@ func (q *Queries) ChunkItemInsertMany(ctx context.Context, arg []ChunkItemInsert
 	return q.db.CopyFrom(ctx, []string{"chunk_items"}, []string{"batch_id", "phase", "chunk_id", "item_index", "directory_path", "file_id", "r2_key", "status", "error"}, &iteratorForChunkItemInsertMany{rows: arg})
 }
 
+// iteratorForDocumentChunkInsertMany implements pgx.CopyFromSource.
+type iteratorForDocumentChunkInsertMany struct {
+	rows                 []DocumentChunkInsertManyParams
+	skippedFirstNextCall bool
+}
+
+func (r *iteratorForDocumentChunkInsertMany) Next() bool {
+	if len(r.rows) == 0 {
+		return false
+	}
+	if !r.skippedFirstNextCall {
+		r.skippedFirstNextCall = true
+		return true
+	}
+	r.rows = r.rows[1:]
+	return len(r.rows) > 0
+}
+
+func (r iteratorForDocumentChunkInsertMany) Values() ([]interface{}, error) {
+	return []interface{}{
+		r.rows[0].DocumentID,
+		r.rows[0].ChunkIndex,
+		r.rows[0].Text,
+		r.rows[0].Heading,
+		r.rows[0].Tokens,
+	}, nil
+}
+
+func (r iteratorForDocumentChunkInsertMany) Err() error {
+	return nil
+}
+
+func (q *Queries) DocumentChunkInsertMany(ctx context.Context, arg []DocumentChunkInsertManyParams) (int64, error) {
+	return q.db.CopyFrom(ctx, []string{"document_chunks"}, []string{"document_id", "chunk_index", "text", "heading", "tokens"}, &iteratorForDocumentChunkInsertMany{rows: arg})
+}
+
 // iteratorForFileInsertMany implements pgx.CopyFromSource.
 type iteratorForFileInsertMany struct {
 	rows                 []FileInsertManyParams

@@ -75,6 +75,41 @@ type ChunkItem struct {
 	NotBefore     *time.Time
 }
 
+type Document struct {
+	ID              int64
+	R2Key           string
+	Version         int32
+	Status          string
+	CurrentStep     string
+	Etag            *string
+	SizeBytes       *int64
+	ContentSha256   []byte
+	TotalChunks     int32
+	ProcessedChunks int32
+	RetryCount      int32
+	Errors          json.RawMessage
+	DocumentTags    []string
+	Current         bool
+	BatchID         *string
+	FileID          *int64
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	CompletedAt     *time.Time
+	FailedAt        *time.Time
+	UpdatedAt       time.Time
+}
+
+type DocumentChunk struct {
+	DocumentID int64
+	ChunkIndex int32
+	Text       string
+	Heading    string
+	Tokens     int32
+	Embedding  []float32
+	Tags       []string
+	Status     string
+}
+
 type File struct {
 	ID               int64
 	BatchID          string

@@ -69,6 +69,9 @@ type Deps struct {
 	// OCR is the OCR phase's engine; nil makes the one Config asks for
 	// (NewOCREngine).
 	OCR ocr.Engine
+	// Documents are the document steps' providers; nil makes the ones
+	// Config asks for (NewDocuments).
+	Documents *Documents
 	// Presigner presigns the URLs machines reach storage with (they get
 	// no credentials); nil uses Store if it presigns.
 	Presigner blob.Presigner
@@ -166,6 +169,14 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})
+	if deps.Documents == nil {
+		docs, err := NewDocuments(deps.Config)
+		if err != nil {
+			return nil, err
+		}
+		deps.Documents = &docs
+	}
+	river.AddWorker(workers, &DocumentStepWorker{deps: deps, docs: *deps.Documents, limiter: limiter})
 	if deps.OCR == nil {
 		var err error
 		if deps.OCR, err = NewOCREngine(deps.Config); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/internal/callbackcommit"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -56,6 +57,10 @@ type Service struct {
 	chunkAttempts int
 	// cfg names the OCR limiter's bucket and shape, for chunk status.
 	cfg *config.Config
+	// embedder embeds search queries as the document steps embed chunks;
+	// search is the in-memory copy of the stored chunks' vectors.
+	embedder embedding.Embedder
+	search   *searchIndex
 	// urls presigns workers' URLs (URLs); nil when store cannot presign.
 	urls *batchurls.Signer
 }
@@ -74,6 +79,11 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 			MaxOutputs: cfg.MaxOutputsPerTask, Logger: logger, Metrics: m}),
 		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
 	s.hub = newEventHub(pool, logger, s.readRound)
+	if docs, err := jobs.NewDocuments(cfg); err != nil {
+		logger.Error("document search is unavailable", "error", err)
+	} else {
+		s.embedder, s.search = docs.Embedder, newSearchIndex(docs.Embedder.Dimensions())
+	}
 	if p, ok := store.(blob.Presigner); ok {
 		var err error
 		if s.urls, err = batchurls.New(p, batchurls.BucketsOf(cfg)); err != nil {

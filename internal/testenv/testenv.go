@@ -246,7 +246,7 @@ func (e *Env) Do(t *testing.T, method, path string, body io.Reader) (int, []byte
 	t.Helper()
 	token := e.Config.ReadToken
 	switch {
-	case method == http.MethodPost && path == "/batches":
+	case method == http.MethodPost && (path == "/batches" || strings.HasPrefix(path, "/documents")):
 		token = e.Config.IngestToken
 	case strings.HasPrefix(path, "/admin/"):
 		token = e.Config.AdminToken

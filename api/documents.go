@@ -1,0 +1,133 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// documentRequest is the body of POST /documents (spec 003's /process).
+type documentRequest struct {
+	R2Key *string `json:"r2_key"`
+}
+
+// createDocument is POST /documents: index the object at r2_key. It takes
+// the ingest credential (token or signature) or the admin token; it
+// answers 202 with the new version queued, or 200 with the version that
+// is under way or already has the object's content.
+func (h *handlers) createDocument(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if err := h.admitWriter(c, body); err != nil {
+		return err
+	}
+	var req documentRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return &service.InputError{Msg: "invalid document request: the body must be a JSON object {\"r2_key\": \"...\"}: " + err.Error()}
+	}
+	if req.R2Key == nil || *req.R2Key == "" {
+		return &service.InputError{Msg: "invalid document request: r2_key is required"}
+	}
+	doc, created, err := h.svc.CreateDocument(c.Request().Context(), *req.R2Key)
+	if err != nil {
+		return err
+	}
+	if created {
+		return c.JSON(http.StatusAccepted, doc)
+	}
+	return c.JSON(http.StatusOK, doc)
+}
+
+// admitWriter lets in the admin token, or the ingest credential of body.
+func (h *handlers) admitWriter(c echo.Context, body []byte) error {
+	if who := h.identify(c.Request()); who.role == roleAdmin {
+		c.Set(callerKey, who)
+		return nil
+	}
+	return h.checkIntake(c, body)
+}
+
+// getDocument is GET /documents/:id, spec 003's status.
+func (h *handlers) getDocument(c echo.Context) error {
+	id, err := documentID(c)
+	if err != nil {
+		return err
+	}
+	doc, err := h.svc.GetDocument(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, doc)
+}
+
+// latestDocument is GET /documents?r2_key=...: the key's latest version.
+func (h *handlers) latestDocument(c echo.Context) error {
+	key := c.QueryParam("r2_key")
+	if key == "" {
+		return &service.InputError{Msg: "invalid document query: r2_key is required"}
+	}
+	doc, err := h.svc.LatestDocument(c.Request().Context(), key)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, doc)
+}
+
+// retryDocument is POST /documents/:id/retry: a failed document resumes
+// from the step that failed.
+func (h *handlers) retryDocument(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if err := h.admitWriter(c, body); err != nil {
+		return err
+	}
+	id, err := documentID(c)
+	if err != nil {
+		return err
+	}
+	doc, err := h.svc.RetryDocument(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, doc)
+}
+
+// searchResults is the answer of GET /documents/search.
+type searchResults struct {
+	Query   string                 `json:"query"`
+	Results []service.SearchResult `json:"results"`
+}
+
+// searchDocuments is GET /documents/search?q=...&k=10.
+func (h *handlers) searchDocuments(c echo.Context) error {
+	k := 10
+	if v := c.QueryParam("k"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return &service.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
+		}
+		k = n
+	}
+	q := c.QueryParam("q")
+	res, err := h.svc.SearchDocuments(c.Request().Context(), q, k)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, searchResults{Query: q, Results: res})
+}
+
+func documentID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("documentId"), 10, 64)
+	if err != nil || id < 1 {
+		return 0, &service.InputError{Msg: "invalid document id " + strconv.Quote(c.Param("documentId")) + ": a positive whole number"}
+	}
+	return id, nil
+}

@@ -1,0 +1,151 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// corpus are short documents on distinct topics.
+var corpus = map[string]string{
+	"documents/lighthouse.md": "# Lighthouses\n\nThe lighthouse keeper climbed the tower every evening to light the lamp. " +
+		"Its beam warned ships away from the rocks of the harbour entrance.\n\n## Fresnel lens\n\nA Fresnel lens focuses the lamp's light into a beam seen far out at sea.",
+	"documents/bread.md": "# Baking bread\n\nKnead the dough with flour, water, salt and yeast, then let it rise. " +
+		"Bake the loaf in a hot oven until the crust is brown.\n\nSourdough uses a starter instead of yeast.",
+	"documents/bees.txt": "Honey bees live in colonies with a queen, workers and drones. Workers gather nectar " +
+		"and pollen from flowers and make honey in the hive's wax combs.",
+}
+
+func postDocument(t *testing.T, env *testenv.Env, key string) (int, service.Document) {
+	t.Helper()
+	code, body := env.Do(t, http.MethodPost, "/documents", strings.NewReader(fmt.Sprintf(`{"r2_key": %q}`, key)))
+	var doc service.Document
+	require.NoError(t, json.Unmarshal(body, &doc), string(body))
+	return code, doc
+}
+
+func awaitDocument(t *testing.T, env *testenv.Env, id int64, done func(service.Document) bool) service.Document {
+	t.Helper()
+	var doc service.Document
+	require.Eventually(t, func() bool {
+		code, body := env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
+		require.Equal(t, http.StatusOK, code, string(body))
+		require.NoError(t, json.Unmarshal(body, &doc))
+		return done(doc)
+	}, 60*time.Second, 20*time.Millisecond, "document %d: %+v", id, doc)
+	return doc
+}
+
+func ended(d service.Document) bool { return d.Status == "completed" || d.Status == "failed" }
+
+// TestDocumentsIndexAndSearch: documents go through every step to
+// completed with the local providers, search ranks the chunk that answers
+// a query first, an unchanged document is not processed again, changed
+// content makes a new version that replaces the old one in search.
+func TestDocumentsIndexAndSearch(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{})
+	ids := map[string]int64{}
+	for key, text := range corpus {
+		env.PutObject(t, key, []byte(text))
+		code, doc := postDocument(t, env, key)
+		require.Equal(t, http.StatusAccepted, code)
+		require.Equal(t, "queued", doc.Status)
+		require.Equal(t, "Document queued for processing", doc.Message)
+		ids[key] = doc.ID
+	}
+	for key, id := range ids {
+		doc := awaitDocument(t, env, id, ended)
+		require.Equal(t, "completed", doc.Status, "%s: %+v", key, doc.Errors)
+		require.Equal(t, "store", doc.CurrentStep)
+		require.Positive(t, doc.Progress.TotalChunks)
+		require.Equal(t, doc.Progress.TotalChunks, doc.Progress.ProcessedChunks)
+		require.Equal(t, 100, doc.Progress.Percentage)
+		require.NotEmpty(t, doc.DocumentTags)
+		require.NotNil(t, doc.Timing.CompletedAt)
+	}
+
+	search := func(q string) []service.SearchResult {
+		code, body := env.Do(t, http.MethodGet, "/documents/search?k=3&q="+strings.ReplaceAll(q, " ", "+"), nil)
+		require.Equal(t, http.StatusOK, code, string(body))
+		var res struct{ Results []service.SearchResult }
+		require.NoError(t, json.Unmarshal(body, &res))
+		return res.Results
+	}
+	for q, want := range map[string]string{
+		"who lights the lamp in the tower":         "documents/lighthouse.md",
+		"how long should dough rise before baking": "documents/bread.md",
+		"where do bees make honey":                 "documents/bees.txt",
+	} {
+		res := search(q)
+		require.NotEmpty(t, res, q)
+		require.Equal(t, want, res[0].R2Key, q)
+	}
+
+	// Unchanged: the same version answers, 200.
+	code, doc := postDocument(t, env, "documents/bees.txt")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, ids["documents/bees.txt"], doc.ID)
+	require.Equal(t, "completed", doc.Status)
+
+	// Changed: a new version, which replaces the old in search.
+	env.PutObject(t, "documents/bees.txt", []byte("Wasps build paper nests and hunt caterpillars in the garden."))
+	code, doc = postDocument(t, env, "documents/bees.txt")
+	require.Equal(t, http.StatusAccepted, code)
+	require.EqualValues(t, 2, doc.Version)
+	require.Equal(t, "completed", awaitDocument(t, env, doc.ID, ended).Status)
+	res := search("paper nests of wasps")
+	require.Equal(t, "documents/bees.txt", res[0].R2Key)
+	require.Equal(t, doc.ID, res[0].DocumentID)
+	for _, r := range search("where do bees make honey") {
+		require.NotEqual(t, ids["documents/bees.txt"], r.DocumentID, "the old version is no longer searched")
+	}
+	code, body := env.Do(t, http.MethodGet, "/documents?r2_key=documents/bees.txt", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(body), fmt.Sprintf(`"id":%d`, doc.ID))
+}
+
+// TestDocumentRefusals: bad keys and bodies are refused naming what is
+// wrong; a document that is not UTF-8 fails at once with the reason in its
+// errors, and retry refuses a document that has not failed.
+func TestDocumentRefusals(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{})
+	for body, want := range map[string]string{
+		`{"r2_key": "staging/B/a.md"}`:        `is not under DOCUMENTS_PREFIX \"documents/\"`,
+		`{"r2_key": "documents/../etc/x.md"}`: `..`,
+		`{"r2_key": "documents/missing.md"}`:  `does not exist`,
+		`{}`:                                  `r2_key is required`,
+		`[1]`:                                 `must be a JSON object`,
+	} {
+		code, got := env.Do(t, http.MethodPost, "/documents", strings.NewReader(body))
+		require.Equal(t, http.StatusBadRequest, code, "%s: %s", body, got)
+		require.Contains(t, string(got), want, body)
+	}
+	code, _ := env.DoAuth(t, http.MethodPost, "/documents", testenv.ReadToken, strings.NewReader(`{"r2_key": "documents/a.md"}`))
+	require.Equal(t, http.StatusUnauthorized, code, "the read token does not index")
+
+	env.PutObject(t, "documents/latin1.txt", []byte("caf\xe9"))
+	code, doc := postDocument(t, env, "documents/latin1.txt")
+	require.Equal(t, http.StatusAccepted, code)
+	doc = awaitDocument(t, env, doc.ID, ended)
+	require.Equal(t, "failed", doc.Status)
+	require.Len(t, doc.Errors, 1)
+	require.Equal(t, "download", doc.Errors[0].Step)
+	require.Equal(t, "document is not UTF-8 text", doc.Errors[0].Error)
+
+	env.PutObject(t, "documents/ok.md", []byte("# Fine\n\nPlain text."))
+	_, ok := postDocument(t, env, "documents/ok.md")
+	ok = awaitDocument(t, env, ok.ID, ended)
+	code, body := env.Do(t, http.MethodPost, fmt.Sprintf("/documents/%d/retry", ok.ID), nil)
+	require.Equal(t, http.StatusConflict, code, string(body))
+	require.Contains(t, string(body), "only a failed document is retried")
+}

@@ -1,0 +1,423 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/embedding"
+	"github.com/arke-institute/orchestrator/provider"
+	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/tagging"
+	"github.com/arke-institute/orchestrator/textchunk"
+)
+
+// Spec 003's batch sizes and retries.
+const (
+	// EmbeddingsBatch is how many chunks one embeddings step embeds.
+	EmbeddingsBatch = 10
+	// TagsBatch is how many chunks one tags step tags.
+	TagsBatch = tagging.DefaultBatchSize
+	// DocumentRetries is how many transient failures a document survives
+	// in all (spec 003's retryCount < 3); the next one fails it.
+	DocumentRetries = 3
+	// stepDelay is the pause between two steps (spec 003's 100 ms alarm).
+	stepDelay = 100 * time.Millisecond
+)
+
+// DocumentStepArgs runs the steps of one document version, one bounded
+// step per run: download (and chunk), embeddings (EmbeddingsBatch chunks
+// a run), tags (TagsBatch a run, then the document's), store. Each run
+// commits its step's outcome and snoozes for the next, as spec 003's
+// alarm does; a snooze is not an attempt. There is one job per document
+// (unique by id), so a retried run redoes only what is not committed.
+type DocumentStepArgs struct {
+	DocumentID int64 `json:"document_id"`
+}
+
+// Kind implements river.JobArgs.
+func (DocumentStepArgs) Kind() string { return "document_step" }
+
+// InsertOpts makes the job unique per document.
+func (DocumentStepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: 25, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+}
+
+// Documents is what the document steps call: the embeddings and tags
+// providers.
+type Documents struct {
+	Embedder embedding.Embedder
+	Tagger   tagging.Tagger
+}
+
+// DocumentStepWorker runs DocumentStepArgs.
+type DocumentStepWorker struct {
+	jobDefaults[DocumentStepArgs]
+	deps    Deps
+	docs    Documents
+	limiter *ratelimit.Limiter
+}
+
+// snoozeError asks for the step to run again after wait: no token of the
+// provider's shared bucket was free.
+type snoozeError struct{ wait time.Duration }
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("provider busy: next token in %s", e.wait) }
+
+// call makes one request to a provider under its shared adaptive bucket
+// ("embeddings:<host>", "tags:<host>"), one bucket per provider for every
+// process, as the OCR phase's: a token before, the outcome reported after.
+// Local providers are not limited.
+func (w *DocumentStepWorker) call(ctx context.Context, service, providerName string, fn func() error) error {
+	if providerName == "local" || w.limiter == nil {
+		return fn()
+	}
+	key, limit := service+":"+providerName, ratelimit.Adaptive(w.deps.Config.OCRLimit)
+	g, err := w.limiter.TakeAdaptive(ctx, key, limit)
+	if err != nil {
+		return err
+	}
+	if !g.Granted {
+		return &snoozeError{wait: g.Wait}
+	}
+	err = fn()
+	if ctx.Err() != nil {
+		return err
+	}
+	res := ratelimit.Result{TakenAt: g.At}
+	switch provider.ClassOf(err) {
+	case 0:
+		res.Outcome = ratelimit.Success
+	case provider.RateLimited:
+		res.Outcome = ratelimit.RateLimited
+		if pe, ok := errors.AsType[*provider.Error](err); ok {
+			res.RetryAfter = pe.RetryAfter
+		}
+	}
+	w.deps.Metrics.ProviderRequest(providerName, providerOutcome(err))
+	if _, _, rerr := w.limiter.Report(ctx, key, limit, res); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// Work runs the document's current step.
+func (w *DocumentStepWorker) Work(ctx context.Context, job *river.Job[DocumentStepArgs]) error {
+	id := job.Args.DocumentID
+	q := db.New(w.deps.Pool)
+	doc, err := q.DocumentGet(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // deleted: nothing to do
+	}
+	if err != nil {
+		return err
+	}
+	if doc.Status == "completed" || doc.Status == "failed" {
+		return nil
+	}
+	if doc.Status == "not_started" {
+		if err := q.DocumentStart(ctx, id); err != nil {
+			return err
+		}
+	}
+	var done bool
+	switch doc.CurrentStep {
+	case "download":
+		err = w.download(ctx, doc)
+	case "embeddings":
+		err = w.embed(ctx, doc)
+	case "tags":
+		err = w.tag(ctx, doc)
+	case "store":
+		err, done = w.store(ctx, doc), true
+	default:
+		err = permanentf("unknown step %q", doc.CurrentStep)
+	}
+	if err != nil {
+		return w.failed(ctx, doc, err)
+	}
+	if done {
+		w.deps.Logger.Info("document completed", "document_id", id, "r2_key", doc.R2Key, "chunks", doc.TotalChunks)
+		return nil
+	}
+	return river.JobSnooze(stepDelay)
+}
+
+// permanentError is a failure no retry mends (not UTF-8, too large,
+// missing).
+type permanentError struct{ msg string }
+
+func (e *permanentError) Error() string { return e.msg }
+
+func permanentf(format string, args ...any) error {
+	return &permanentError{fmt.Sprintf(format, args...)}
+}
+
+// failed records a failed step in the document's history and decides:
+// a permanent failure (or the provider refusing the key) fails the
+// document; a 429 waits out the provider's Retry-After with no retry used;
+// a transient one is retried after 1, 2, 4 s, DocumentRetries in all.
+func (w *DocumentStepWorker) failed(ctx context.Context, doc db.Document, err error) error {
+	if ctx.Err() != nil {
+		return err // the job was stopped: River retries it
+	}
+	var perm *permanentError
+	var snooze *snoozeError
+	if errors.As(err, &snooze) {
+		return river.JobSnooze(snooze.wait)
+	}
+	class := provider.ClassOf(err)
+	switch {
+	case errors.As(err, &perm), class == provider.Permanent, class == provider.Auth:
+	case class == provider.RateLimited:
+		delay := time.Second
+		if pe, ok := errors.AsType[*provider.Error](err); ok && pe.RetryAfter > 0 {
+			delay = pe.RetryAfter
+		}
+		return river.JobSnooze(delay)
+	default:
+		fail := int(doc.RetryCount) >= DocumentRetries
+		if _, rerr := db.New(w.deps.Pool).DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: fail}); rerr != nil {
+			return rerr
+		}
+		if fail {
+			w.deps.Logger.Warn("document failed", "document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err)
+			return nil
+		}
+		return river.JobSnooze(time.Duration(1<<doc.RetryCount) * time.Second)
+	}
+	if _, rerr := db.New(w.deps.Pool).DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: true}); rerr != nil {
+		return rerr
+	}
+	w.deps.Logger.Warn("document failed", "document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err)
+	return nil
+}
+
+// download reads the document, refuses one over the size cap or not
+// UTF-8, and chunks it. Content the key's current version already has is
+// not processed again: the new version takes over its chunks and is done.
+func (w *DocumentStepWorker) download(ctx context.Context, doc db.Document) error {
+	cfg := w.deps.Config.Documents
+	body, size, err := w.deps.Store.Open(ctx, w.deps.Config.R2Bucket, doc.R2Key)
+	if errors.Is(err, blob.ErrNotFound) {
+		return permanentf("document s3://%s/%s does not exist", w.deps.Config.R2Bucket, doc.R2Key)
+	}
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	if size > cfg.MaxBytes {
+		return permanentf("document is %d bytes, more than DOCUMENT_MAX_BYTES (%d)", size, cfg.MaxBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(body, cfg.MaxBytes+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) > cfg.MaxBytes {
+		return permanentf("document is more than DOCUMENT_MAX_BYTES (%d) bytes", cfg.MaxBytes)
+	}
+	if !utf8.Valid(data) {
+		return permanentf("document is not UTF-8 text")
+	}
+	sum := sha256.Sum256(data)
+	chunks := textchunk.Split(string(data), textchunk.Options{TargetTokens: cfg.ChunkTokens})
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.DocumentLockKey(ctx, doc.R2Key); err != nil {
+			return err
+		}
+		prev, err := q.DocumentCurrentBySHA(ctx, db.DocumentCurrentBySHAParams{R2Key: doc.R2Key, ContentSha256: sum[:]})
+		switch {
+		case err == nil:
+			return adoptChunks(ctx, q, prev, doc, int64(len(data)))
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
+			return err
+		}
+		rows := make([]db.DocumentChunkInsertManyParams, len(chunks))
+		for i, c := range chunks {
+			rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens)}
+		}
+		if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
+			return err
+		}
+		n := int64(len(data))
+		return q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: sum[:], SizeBytes: &n, TotalChunks: int32(len(chunks))})
+	})
+}
+
+// adoptChunks makes doc, whose content is prev's, the key's current
+// version with prev's chunks and tags, done at once.
+func adoptChunks(ctx context.Context, q *db.Queries, prev, doc db.Document, size int64) error {
+	if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
+		return err
+	}
+	if err := q.DocumentChunksMove(ctx, db.DocumentChunksMoveParams{FromID: prev.ID, ToID: doc.ID}); err != nil {
+		return err
+	}
+	if err := q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: prev.ContentSha256, SizeBytes: &size, TotalChunks: prev.TotalChunks}); err != nil {
+		return err
+	}
+	if err := q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: prev.DocumentTags}); err != nil {
+		return err
+	}
+	return completeDocument(ctx, q, doc)
+}
+
+// embed embeds the next EmbeddingsBatch chunks, or moves on to tags.
+func (w *DocumentStepWorker) embed(ctx context.Context, doc db.Document) error {
+	q := db.New(w.deps.Pool)
+	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: "pending", MaxChunks: EmbeddingsBatch})
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return q.DocumentSetStep(ctx, db.DocumentSetStepParams{ID: doc.ID, CurrentStep: "tags"})
+	}
+	texts := make([]string, len(rows))
+	for i, r := range rows {
+		// The headings in force say what the text is about.
+		texts[i] = r.Text
+		if r.Heading != "" {
+			texts[i] = r.Heading + "\n\n" + r.Text
+		}
+	}
+	var vectors [][]float32
+	err = w.call(ctx, "embeddings", w.docs.Embedder.Provider(), func() (err error) {
+		vectors, err = w.docs.Embedder.Embed(ctx, texts)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		for i, r := range rows {
+			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Embedding: vectors[i]}); err != nil {
+				return err
+			}
+		}
+		return q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"embedding_done", "tags_done", "stored"}})
+	})
+}
+
+// tag tags the next TagsBatch chunks, or, when none is left, the document
+// from its chunks, and moves on to store.
+func (w *DocumentStepWorker) tag(ctx context.Context, doc db.Document) error {
+	q := db.New(w.deps.Pool)
+	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: "embedding_done", MaxChunks: TagsBatch})
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		all, err := q.DocumentChunkTags(ctx, doc.ID)
+		if err != nil {
+			return err
+		}
+		texts, tags := make([]string, len(all)), make([][]string, len(all))
+		for i, c := range all {
+			texts[i], tags[i] = c.Text, c.Tags
+		}
+		var docTags []string
+		err = w.call(ctx, "tags", w.docs.Tagger.Provider(), func() (err error) {
+			docTags, err = w.docs.Tagger.TagDocument(ctx, texts, tags)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if docTags == nil {
+			docTags = []string{}
+		}
+		return q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: docTags})
+	}
+	texts := make([]string, len(rows))
+	for i, r := range rows {
+		texts[i] = r.Text
+	}
+	var tags [][]string
+	err = w.call(ctx, "tags", w.docs.Tagger.Provider(), func() (err error) {
+		tags, err = w.docs.Tagger.TagChunks(ctx, texts)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		for i, r := range rows {
+			t := tags[i]
+			if t == nil {
+				t = []string{}
+			}
+			if err := q.DocumentChunkSetTags(ctx, db.DocumentChunkSetTagsParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Tags: t}); err != nil {
+				return err
+			}
+		}
+		return q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"tags_done", "stored"}})
+	})
+}
+
+// store makes the version its key's current one, in one transaction: its
+// chunks become searchable as the previous version's stop being.
+func (w *DocumentStepWorker) store(ctx context.Context, doc db.Document) error {
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.DocumentLockKey(ctx, doc.R2Key); err != nil {
+			return err
+		}
+		return completeDocument(ctx, q, doc)
+	})
+}
+
+// completeDocument stores doc's chunks and makes it its key's current
+// version. The caller holds the key's lock.
+func completeDocument(ctx context.Context, q *db.Queries, doc db.Document) error {
+	if err := q.DocumentUncurrent(ctx, db.DocumentUncurrentParams{R2Key: doc.R2Key, ID: doc.ID}); err != nil {
+		return err
+	}
+	if err := q.DocumentChunksStored(ctx, doc.ID); err != nil {
+		return err
+	}
+	return q.DocumentComplete(ctx, doc.ID)
+}
+
+// NewDocuments makes the providers cfg names: OpenAI-compatible APIs when
+// EMBEDDINGS_API_URL and TAGS_API_URL are set, else the local ones (a
+// feature-hashing embedder, a TF-IDF tagger), which need nothing.
+func NewDocuments(cfg *config.Config) (Documents, error) {
+	c := cfg.Documents
+	var docs Documents
+	if c.EmbeddingsAPIURL != "" {
+		e, err := embedding.NewOpenAI(embedding.OpenAIConfig{URL: c.EmbeddingsAPIURL, APIKey: c.EmbeddingsAPIKey,
+			Model: c.EmbeddingsModel, Dimensions: c.EmbeddingsDimensions, BatchSize: EmbeddingsBatch})
+		if err != nil {
+			return Documents{}, fmt.Errorf("embeddings provider: %w", err)
+		}
+		docs.Embedder = e
+	} else {
+		docs.Embedder = embedding.NewLocal(c.EmbeddingsDimensions)
+	}
+	if c.TagsAPIURL != "" {
+		t, err := tagging.NewOpenAI(tagging.OpenAIConfig{URL: c.TagsAPIURL, APIKey: c.TagsAPIKey, Model: c.TagsModel})
+		if err != nil {
+			return Documents{}, fmt.Errorf("tags provider: %w", err)
+		}
+		docs.Tagger = t
+	} else {
+		docs.Tagger = tagging.Local{}
+	}
+	return docs, nil
+}

@@ -1,0 +1,123 @@
+-- name: DocumentLockKey :exec
+-- Serialises the versions of one key: two requests for a key at once make
+-- one version.
+SELECT pg_advisory_xact_lock(hashtextextended('document:' || @r2_key::text, 0));
+
+-- name: DocumentLatest :one
+SELECT * FROM documents WHERE r2_key = @r2_key ORDER BY version DESC LIMIT 1;
+
+-- name: DocumentInsert :one
+INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
+VALUES (@r2_key, COALESCE((SELECT max(version) FROM documents WHERE r2_key = @r2_key), 0) + 1,
+        @etag, @size_bytes, @batch_id, @file_id)
+RETURNING *;
+
+-- name: DocumentGet :one
+SELECT * FROM documents WHERE id = @id;
+
+-- name: DocumentGetForUpdate :one
+SELECT * FROM documents WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: DocumentStart :exec
+UPDATE documents SET status = 'processing', started_at = COALESCE(started_at, now()), updated_at = now()
+WHERE id = @id;
+
+-- name: DocumentDownloaded :exec
+-- The download step's outcome: the content's hash and its chunks' count;
+-- the next step is embeddings.
+UPDATE documents SET content_sha256 = @content_sha256, size_bytes = @size_bytes, total_chunks = @total_chunks,
+    processed_chunks = 0, current_step = 'embeddings', updated_at = now()
+WHERE id = @id;
+
+-- name: DocumentCurrentBySHA :one
+-- The key's current version, if its content hashes as sha.
+SELECT * FROM documents WHERE r2_key = @r2_key AND current AND content_sha256 = @content_sha256;
+
+-- name: DocumentChunksMove :exec
+-- Moves the chunks of one version to another (unchanged content).
+UPDATE document_chunks SET document_id = @to_id WHERE document_id = @from_id;
+
+-- name: DocumentSetStep :exec
+UPDATE documents SET current_step = @current_step, updated_at = now() WHERE id = @id;
+
+-- name: DocumentChunkInsertMany :copyfrom
+INSERT INTO document_chunks (document_id, chunk_index, text, heading, tokens) VALUES (@document_id, @chunk_index, @text, @heading, @tokens);
+
+-- name: DocumentChunksDelete :exec
+DELETE FROM document_chunks WHERE document_id = @document_id;
+
+-- name: DocumentChunksInStatus :many
+-- The next chunks a step works on, in order.
+SELECT chunk_index, text, heading FROM document_chunks
+WHERE document_id = @document_id AND status = @status
+ORDER BY chunk_index LIMIT @max_chunks;
+
+-- name: DocumentChunkSetEmbedding :exec
+UPDATE document_chunks SET embedding = @embedding::real[], status = 'embedding_done'
+WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'pending';
+
+-- name: DocumentChunkSetTags :exec
+UPDATE document_chunks SET tags = @tags::text[], status = 'tags_done'
+WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'embedding_done';
+
+-- name: DocumentCountProcessed :exec
+-- processed_chunks counts the chunks done with the current step.
+UPDATE documents SET processed_chunks = (
+    SELECT count(*) FROM document_chunks c WHERE c.document_id = @id AND c.status = ANY(@done::text[])
+), updated_at = now()
+WHERE id = @id;
+
+-- name: DocumentChunkTags :many
+SELECT chunk_index, text, tags FROM document_chunks WHERE document_id = @document_id ORDER BY chunk_index;
+
+-- name: DocumentSetTags :exec
+UPDATE documents SET document_tags = @document_tags::text[], current_step = 'store', updated_at = now() WHERE id = @id;
+
+-- name: DocumentUncurrent :exec
+UPDATE documents SET current = false, updated_at = now() WHERE r2_key = @r2_key AND current AND id <> @id;
+
+-- name: DocumentComplete :exec
+-- The store step: the version becomes the key's current one, its chunks
+-- stored, in the transaction that unmarks the previous one.
+UPDATE documents SET status = 'completed', current = true, processed_chunks = total_chunks,
+    completed_at = now(), updated_at = now()
+WHERE id = @id;
+
+-- name: DocumentChunksStored :exec
+UPDATE document_chunks SET status = 'stored' WHERE document_id = @document_id;
+
+-- name: DocumentRecordError :one
+-- Appends an error to the history; with fail the document ends failed.
+UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
+        'step', current_step, 'error', @error::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
+    retry_count = retry_count + CASE WHEN @fail::boolean THEN 0 ELSE 1 END,
+    status = CASE WHEN @fail::boolean THEN 'failed' ELSE status END,
+    failed_at = CASE WHEN @fail::boolean THEN now() ELSE failed_at END,
+    updated_at = now()
+WHERE id = @id
+RETURNING *;
+
+-- name: DocumentRetry :one
+-- Resumes a failed document from the step that failed, with its retries
+-- anew.
+UPDATE documents SET status = 'processing', retry_count = 0, failed_at = NULL, updated_at = now()
+WHERE id = @id AND status = 'failed'
+RETURNING *;
+
+-- name: DocumentSearchRows :many
+-- The chunks search ranks: those of current documents.
+SELECT d.id, c.chunk_index, c.embedding
+FROM documents d JOIN document_chunks c ON c.document_id = d.id
+WHERE d.current AND d.id = ANY(@ids::bigint[]) AND c.embedding IS NOT NULL;
+
+-- name: DocumentChunksByKeys :many
+-- The chunks search found, with their documents' keys.
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE c.document_id = ANY(@document_ids::bigint[]) AND c.chunk_index = ANY(@chunk_indexes::int[]);
+
+-- name: DocumentCurrentIDs :many
+SELECT id FROM documents WHERE current;
+
+-- name: DocumentList :many
+SELECT * FROM documents ORDER BY id DESC LIMIT @max_rows;
