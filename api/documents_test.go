@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/service"
 )
@@ -34,14 +36,20 @@ func postDocument(t *testing.T, env *testenv.Env, key string) (int, service.Docu
 
 func awaitDocument(t *testing.T, env *testenv.Env, id int64, done func(service.Document) bool) service.Document {
 	t.Helper()
-	var doc service.Document
-	require.Eventually(t, func() bool {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var doc service.Document
 		code, body := env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
 		require.Equal(t, http.StatusOK, code, string(body))
 		require.NoError(t, json.Unmarshal(body, &doc))
-		return done(doc)
-	}, 60*time.Second, 20*time.Millisecond, "document %d: %+v", id, doc)
-	return doc
+		if done(doc) {
+			return doc
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("document %d did not reach the awaited state: %s", id, body)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of a condition
+	}
 }
 
 func ended(d service.Document) bool { return d.Status == "completed" || d.Status == "failed" }
@@ -148,4 +156,75 @@ func TestDocumentRefusals(t *testing.T) {
 	code, body := env.Do(t, http.MethodPost, fmt.Sprintf("/documents/%d/retry", ok.ID), nil)
 	require.Equal(t, http.StatusConflict, code, string(body))
 	require.Contains(t, string(body), "only a failed document is retried")
+}
+
+// TestDocumentProviderFaults runs documents against OpenAI-compatible
+// providers (a fake over HTTP): transient failures are retried, each in
+// the document's errors, and the document completes; a 429 is waited out
+// and uses no retry; a refused key fails the document at once; more than
+// three transient failures fail it, and retry resumes it at the step that
+// failed.
+func TestDocumentProviderFaults(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	script := map[string][]fakeai.Behavior{} // by the first input's first word: answers in turn
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route != fakeai.Embeddings || len(r.Inputs) == 0 {
+			return fakeai.Behavior{}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for word, answers := range script {
+			if strings.Contains(r.Inputs[0], word) && len(answers) > 0 {
+				script[word] = answers[1:]
+				return answers[0]
+			}
+		}
+		return fakeai.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{Settings: map[string]string{
+		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
+		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
+	}})
+	mu.Lock()
+	script["flaky"] = []fakeai.Behavior{{Status: http.StatusBadGateway}, {Status: http.StatusServiceUnavailable}}
+	script["throttled"] = []fakeai.Behavior{{Status: http.StatusTooManyRequests, RetryAfter: "1"}}
+	script["refused"] = []fakeai.Behavior{{Status: http.StatusUnauthorized, Message: "bad key"}}
+	script["doomed"] = []fakeai.Behavior{{Status: 500}, {Status: 500}, {Status: 500}, {Status: 500}}
+	mu.Unlock()
+	post := func(word string) int64 {
+		key := "documents/" + word + ".md"
+		env.PutObject(t, key, []byte("# "+word+"\n\nThe "+word+" document talks about lighthouses and harbours."))
+		code, doc := postDocument(t, env, key)
+		require.Equal(t, http.StatusAccepted, code)
+		return doc.ID
+	}
+	flaky, throttled, refused, doomed := post("flaky"), post("throttled"), post("refused"), post("doomed")
+
+	doc := awaitDocument(t, env, flaky, ended)
+	require.Equal(t, "completed", doc.Status, "%+v", doc.Errors)
+	require.Len(t, doc.Errors, 2, "each transient failure is in the history")
+	require.Equal(t, "embeddings", doc.Errors[0].Step)
+	require.NotEmpty(t, doc.DocumentTags, "tagged by the provider")
+
+	doc = awaitDocument(t, env, throttled, ended)
+	require.Equal(t, "completed", doc.Status)
+	require.Empty(t, doc.Errors, "a 429 is back-pressure, not a failure")
+
+	doc = awaitDocument(t, env, refused, ended)
+	require.Equal(t, "failed", doc.Status)
+	require.Len(t, doc.Errors, 1, "a refused key is not retried")
+	require.Contains(t, doc.Errors[0].Error, "bad key")
+
+	doc = awaitDocument(t, env, doomed, ended)
+	require.Equal(t, "failed", doc.Status)
+	require.Len(t, doc.Errors, 4, "three retries, then failed")
+	require.Equal(t, "embeddings", doc.CurrentStep)
+
+	code, body := env.Do(t, http.MethodPost, fmt.Sprintf("/documents/%d/retry", doomed), nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	doc = awaitDocument(t, env, doomed, ended)
+	require.Equal(t, "completed", doc.Status, "resumed at embeddings, the provider healthy again")
+	require.Len(t, doc.Errors, 4, "the history is kept")
 }

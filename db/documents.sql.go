@@ -229,7 +229,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -253,6 +253,7 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,
@@ -317,7 +318,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -335,6 +336,7 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,
@@ -350,7 +352,7 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -368,6 +370,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,
@@ -386,7 +389,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
 `
 
 type DocumentInsertParams struct {
@@ -418,6 +421,7 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,
@@ -433,7 +437,7 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 }
 
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -451,6 +455,7 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,
@@ -466,7 +471,7 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -490,6 +495,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.TotalChunks,
 			&i.ProcessedChunks,
 			&i.RetryCount,
+			&i.Resumes,
 			&i.Errors,
 			&i.DocumentTags,
 			&i.Current,
@@ -530,7 +536,7 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
     failed_at = CASE WHEN $2::boolean THEN now() ELSE failed_at END,
     updated_at = now()
 WHERE id = $3
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
 `
 
 type DocumentRecordErrorParams struct {
@@ -555,6 +561,7 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,
@@ -570,9 +577,9 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 }
 
 const documentRetry = `-- name: DocumentRetry :one
-UPDATE documents SET status = 'processing', retry_count = 0, failed_at = NULL, updated_at = now()
+UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -592,6 +599,7 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.TotalChunks,
 		&i.ProcessedChunks,
 		&i.RetryCount,
+		&i.Resumes,
 		&i.Errors,
 		&i.DocumentTags,
 		&i.Current,

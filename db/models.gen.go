@@ -87,6 +87,7 @@ type Document struct {
 	TotalChunks     int32
 	ProcessedChunks int32
 	RetryCount      int32
+	Resumes         int32
 	Errors          json.RawMessage
 	DocumentTags    []string
 	Current         bool

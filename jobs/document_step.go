@@ -43,6 +43,9 @@ const (
 // (unique by id), so a retried run redoes only what is not committed.
 type DocumentStepArgs struct {
 	DocumentID int64 `json:"document_id"`
+	// Resume is the document's resumes when the job was queued: a retry's
+	// job is not the failed run's, which may still be finishing.
+	Resume int32 `json:"resume,omitempty"`
 }
 
 // Kind implements river.JobArgs.

@@ -179,7 +179,7 @@ func (s *Service) RetryDocument(ctx context.Context, id int64) (Document, error)
 		if err != nil {
 			return err
 		}
-		if _, err := s.river.InsertTx(ctx, tx, jobs.DocumentStepArgs{DocumentID: id}, nil); err != nil {
+		if _, err := s.river.InsertTx(ctx, tx, jobs.DocumentStepArgs{DocumentID: id, Resume: d.Resumes}, nil); err != nil {
 			return err
 		}
 		out = documentOf(d)

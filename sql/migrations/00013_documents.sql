@@ -21,6 +21,10 @@ CREATE TABLE documents (
     total_chunks     integer     NOT NULL DEFAULT 0,
     processed_chunks integer     NOT NULL DEFAULT 0,
     retry_count      integer     NOT NULL DEFAULT 0,
+    -- resumes counts the retries asked for by hand: each runs a step job
+    -- of its own (its args carry the count), which cannot be mistaken for
+    -- the job of the run that failed while that one is still finishing.
+    resumes          integer     NOT NULL DEFAULT 0,
     -- errors is spec 003's history: [{step, error, timestamp}, ...].
     errors           jsonb       NOT NULL DEFAULT '[]',
     document_tags    text[],

@@ -100,7 +100,7 @@ RETURNING *;
 -- name: DocumentRetry :one
 -- Resumes a failed document from the step that failed, with its retries
 -- anew.
-UPDATE documents SET status = 'processing', retry_count = 0, failed_at = NULL, updated_at = now()
+UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = @id AND status = 'failed'
 RETURNING *;
 
