@@ -5,14 +5,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
@@ -190,7 +187,7 @@ func (w *DocumentStepWorker) failed(ctx context.Context, doc db.Document, err er
 		return river.JobSnooze(delay)
 	default:
 		fail := int(doc.RetryCount) >= DocumentRetries
-		if _, rerr := db.New(w.deps.Pool).DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: fail}); rerr != nil {
+		if rerr := w.recordError(ctx, doc, err, fail); rerr != nil {
 			return rerr
 		}
 		if fail {
@@ -199,11 +196,24 @@ func (w *DocumentStepWorker) failed(ctx context.Context, doc db.Document, err er
 		}
 		return river.JobSnooze(time.Duration(1<<doc.RetryCount) * time.Second)
 	}
-	if _, rerr := db.New(w.deps.Pool).DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: true}); rerr != nil {
+	if rerr := w.recordError(ctx, doc, err, true); rerr != nil {
 		return rerr
 	}
 	w.deps.Logger.Warn("document failed", "document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err)
 	return nil
+}
+
+// recordError adds err to the document's history; with fail it fails the
+// document, which ends it (endDocument).
+func (w *DocumentStepWorker) recordError(ctx context.Context, doc db.Document, err error, fail bool) error {
+	record := func(q *db.Queries) error {
+		_, rerr := q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: fail})
+		return rerr
+	}
+	if !fail {
+		return record(db.New(w.deps.Pool))
+	}
+	return w.endDocument(ctx, doc, func(tx pgx.Tx) (bool, error) { return true, record(db.New(tx)) })
 }
 
 // download reads the document, refuses one over the size cap or not
@@ -211,54 +221,43 @@ func (w *DocumentStepWorker) failed(ctx context.Context, doc db.Document, err er
 // not processed again: the new version takes over its chunks and is done.
 func (w *DocumentStepWorker) download(ctx context.Context, doc db.Document) error {
 	cfg := w.deps.Config.Documents
-	body, size, err := w.deps.Store.Open(ctx, w.deps.Config.R2Bucket, doc.R2Key)
-	if errors.Is(err, blob.ErrNotFound) {
-		return permanentf("document s3://%s/%s does not exist", w.deps.Config.R2Bucket, doc.R2Key)
-	}
+	data, err := w.text(ctx, doc)
 	if err != nil {
 		return err
-	}
-	defer body.Close()
-	if size > cfg.MaxBytes {
-		return permanentf("document is %d bytes, more than DOCUMENT_MAX_BYTES (%d)", size, cfg.MaxBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(body, cfg.MaxBytes+1))
-	if err != nil {
-		return err
-	}
-	if int64(len(data)) > cfg.MaxBytes {
-		return permanentf("document is more than DOCUMENT_MAX_BYTES (%d) bytes", cfg.MaxBytes)
-	}
-	if !utf8.Valid(data) {
-		return permanentf("document is not UTF-8 text")
 	}
 	sum := sha256.Sum256(data)
 	chunks := textchunk.Split(string(data), textchunk.Options{TargetTokens: cfg.ChunkTokens})
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	// Adopting a stored version's chunks ends the document here.
+	return w.endDocument(ctx, doc, func(tx pgx.Tx) (adopted bool, err error) {
 		q := db.New(tx)
 		if err := q.DocumentLockKey(ctx, doc.R2Key); err != nil {
-			return err
+			return false, err
 		}
 		prev, err := q.DocumentCurrentBySHA(ctx, db.DocumentCurrentBySHAParams{R2Key: doc.R2Key, ContentSha256: sum[:]})
 		switch {
 		case err == nil:
-			return adoptChunks(ctx, q, prev, doc, int64(len(data)))
+			return true, adoptChunks(ctx, q, prev, doc, int64(len(data)))
 		case !errors.Is(err, pgx.ErrNoRows):
-			return err
+			return false, err
 		}
-		if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
-			return err
-		}
-		rows := make([]db.DocumentChunkInsertManyParams, len(chunks))
-		for i, c := range chunks {
-			rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens)}
-		}
-		if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
-			return err
-		}
-		n := int64(len(data))
-		return q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: sum[:], SizeBytes: &n, TotalChunks: int32(len(chunks))})
+		return false, storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data)))
 	})
+}
+
+// storeChunks writes the chunks of doc's content (of size bytes, hashing
+// as sum); the next step is embeddings.
+func storeChunks(ctx context.Context, q *db.Queries, doc db.Document, chunks []textchunk.Chunk, sum []byte, size int64) error {
+	if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
+		return err
+	}
+	rows := make([]db.DocumentChunkInsertManyParams, len(chunks))
+	for i, c := range chunks {
+		rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens)}
+	}
+	if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
+		return err
+	}
+	return q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: sum, SizeBytes: &size, TotalChunks: int32(len(chunks))})
 }
 
 // adoptChunks makes doc, whose content is prev's, the key's current
@@ -376,12 +375,12 @@ func (w *DocumentStepWorker) tag(ctx context.Context, doc db.Document) error {
 // store makes the version its key's current one, in one transaction: its
 // chunks become searchable as the previous version's stop being.
 func (w *DocumentStepWorker) store(ctx context.Context, doc db.Document) error {
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	return w.endDocument(ctx, doc, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		if err := q.DocumentLockKey(ctx, doc.R2Key); err != nil {
-			return err
+			return false, err
 		}
-		return completeDocument(ctx, q, doc)
+		return true, completeDocument(ctx, q, doc)
 	})
 }
 
