@@ -38,7 +38,20 @@ func init() {
 		"terminal": func(s string) bool { return s == string(phases.BatchDone) || s == string(phases.BatchError) },
 		"section":  renderSection,
 		"decimal":  decimal,
+		"errors":   lastErrors,
+		"excerpt":  excerpt,
+		"stamp":    formatStamp,
 	}).ParseFS(uiFiles, "ui/templates/*.html"))
+}
+
+// formatStamp formats an RFC 3339 timestamp (a document error's) as
+// formatTime does; a text that is not one is shown as it is.
+func formatStamp(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return formatTime(t)
 }
 
 // renderSection renders the batch page section of the named template, so
@@ -154,6 +167,7 @@ func (h *handlers) mountUI(e *echo.Echo) {
 	g.GET("/batches/:batchId/files/:fileId/thumbnail", h.uiThumbnail)
 	g.POST("/batches/:batchId/reset", h.uiReset, sameOrigin)
 	g.POST("/batches/:batchId/retry", h.uiRetry, sameOrigin)
+	h.mountUIDocuments(g)
 	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(static))))
 }
 

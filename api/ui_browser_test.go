@@ -346,3 +346,41 @@ func TestDashboardOCRInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
 	screenshot(ctx, t, "batch-ocr-phone.png")
 }
+
+// TestDashboardDocumentsInBrowser drives the document pages in headless
+// Chromium: the header leads from the batch list to the documents, which
+// show their finished progress, and the search box, typed into and sent,
+// shows the answering document first.
+func TestDashboardDocumentsInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx, _ := browser(t)
+	env := testenv.New(t, testenv.Options{})
+	ids := map[string]int64{}
+	for _, key := range []string{"documents/lighthouse.md", "documents/bread.md"} {
+		env.PutObject(t, key, []byte(corpus[key]))
+		_, doc := postDocument(t, env, key)
+		require.Equal(t, "completed", awaitDocument(t, env, doc.ID, ended).Status)
+		ids[key] = doc.ID
+	}
+	lighthouse := strconv.FormatInt(ids["documents/lighthouse.md"], 10)
+
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(env.Server.URL+"/ui"),
+		chromedp.Click(`header a.nav-documents`, chromedp.ByQuery),
+		chromedp.WaitVisible(`li.document[data-document="`+lighthouse+`"]`, chromedp.ByQuery),
+	))
+	awaitJS(ctx, t, "documents listed", `document.querySelectorAll('li.document').length`, "2")
+	awaitJS(ctx, t, "the lighthouse's progress",
+		`document.querySelector('li.document[data-document="`+lighthouse+`"] .bar').getAttribute('aria-valuenow')`, "100")
+	screenshot(ctx, t, "documents.png")
+
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.SendKeys(`#q`, "who lights the lamp in the tower", chromedp.ByQuery),
+		chromedp.Submit(`#q`, chromedp.ByQuery),
+		chromedp.WaitVisible(`li.result`, chromedp.ByQuery),
+	))
+	awaitJS(ctx, t, "the first result", `document.querySelector('li.result').dataset.document`, lighthouse)
+	awaitJS(ctx, t, "the box keeps the query", `document.querySelector('#q').value`, "who lights the lamp in the tower")
+	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
+	screenshot(ctx, t, "search-phone.png")
+}

@@ -103,6 +103,61 @@ type DocumentChunkInsertManyParams struct {
 	Tokens     int32
 }
 
+const documentChunkList = `-- name: DocumentChunkList :many
+SELECT chunk_index, heading, tokens, status, tags, left(text, $1::int)::text AS excerpt,
+    count(*) OVER () AS total
+FROM document_chunks
+WHERE document_id = $2
+ORDER BY chunk_index
+LIMIT $3
+`
+
+type DocumentChunkListParams struct {
+	ExcerptChars int32
+	DocumentID   int64
+	Max          int32
+}
+
+type DocumentChunkListRow struct {
+	ChunkIndex int32
+	Heading    string
+	Tokens     int32
+	Status     string
+	Tags       []string
+	Excerpt    string
+	Total      int64
+}
+
+// The first chunks of a document for the dashboard, each with the start of
+// its text, and how many chunks it has.
+func (q *Queries) DocumentChunkList(ctx context.Context, arg DocumentChunkListParams) ([]DocumentChunkListRow, error) {
+	rows, err := q.db.Query(ctx, documentChunkList, arg.ExcerptChars, arg.DocumentID, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentChunkListRow
+	for rows.Next() {
+		var i DocumentChunkListRow
+		if err := rows.Scan(
+			&i.ChunkIndex,
+			&i.Heading,
+			&i.Tokens,
+			&i.Status,
+			&i.Tags,
+			&i.Excerpt,
+			&i.Total,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentChunkSetEmbedding = `-- name: DocumentChunkSetEmbedding :exec
 UPDATE document_chunks SET embedding = $1::real[], status = 'embedding_done'
 WHERE document_id = $2 AND chunk_index = $3 AND status = 'pending'
@@ -614,6 +669,67 @@ SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha2
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
 	rows, err := q.db.Query(ctx, documentList, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Document
+	for rows.Next() {
+		var i Document
+		if err := rows.Scan(
+			&i.ID,
+			&i.R2Key,
+			&i.Version,
+			&i.Status,
+			&i.CurrentStep,
+			&i.Etag,
+			&i.SizeBytes,
+			&i.ContentSha256,
+			&i.TotalChunks,
+			&i.ProcessedChunks,
+			&i.RetryCount,
+			&i.Resumes,
+			&i.Errors,
+			&i.DocumentTags,
+			&i.Current,
+			&i.BatchID,
+			&i.FileID,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.CompletedAt,
+			&i.FailedAt,
+			&i.UpdatedAt,
+			&i.Source,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentListPage = `-- name: DocumentListPage :many
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents
+WHERE ($1::text IS NULL OR status = $1::text)
+    AND ($2::bigint IS NULL OR id < $2::bigint)
+ORDER BY id DESC
+LIMIT $3
+`
+
+type DocumentListPageParams struct {
+	Status   *string
+	BeforeID *int64
+	Max      int32
+}
+
+// A page of the dashboard's listing, newest first, optionally of one
+// status: before_id is the last id of the previous page (keyset paging,
+// so documents added meanwhile never shift the pages after it).
+func (q *Queries) DocumentListPage(ctx context.Context, arg DocumentListPageParams) ([]Document, error) {
+	rows, err := q.db.Query(ctx, documentListPage, arg.Status, arg.BeforeID, arg.Max)
 	if err != nil {
 		return nil, err
 	}

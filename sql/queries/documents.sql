@@ -162,3 +162,23 @@ SELECT count(*)::int AS total,
 FROM documents d
 WHERE d.batch_id = @batch_id
   AND d.created_at = (SELECT max(l.created_at) FROM documents l WHERE l.batch_id = @batch_id);
+
+-- name: DocumentListPage :many
+-- A page of the dashboard's listing, newest first, optionally of one
+-- status: before_id is the last id of the previous page (keyset paging,
+-- so documents added meanwhile never shift the pages after it).
+SELECT * FROM documents
+WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
+    AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
+ORDER BY id DESC
+LIMIT @max;
+
+-- name: DocumentChunkList :many
+-- The first chunks of a document for the dashboard, each with the start of
+-- its text, and how many chunks it has.
+SELECT chunk_index, heading, tokens, status, tags, left(text, @excerpt_chars::int)::text AS excerpt,
+    count(*) OVER () AS total
+FROM document_chunks
+WHERE document_id = @document_id
+ORDER BY chunk_index
+LIMIT @max;
