@@ -88,7 +88,7 @@ func TestDashboardDocuments(t *testing.T) {
 		require.Contains(t, body, `<span class="phase-name">store</span> <span class="phase-count">`, "a completed document's step")
 		require.Contains(t, body, `aria-valuenow="100"`)
 		require.Contains(t, body, `<span class="phase-name">download</span> <time class="meta" datetime="`, "an error's step and time")
-		require.Contains(t, body, `<span class="error">document is not UTF-8 text</span>`)
+		require.Contains(t, body, `documents/latin1.txt is not UTF-8 text</span>`)
 		for _, tag := range done["documents/bread.md"].DocumentTags {
 			require.Contains(t, body, "<li>"+tag+"</li>")
 		}
@@ -140,7 +140,7 @@ func TestDashboardDocuments(t *testing.T) {
 		require.Contains(t, body, `<p class="empty">No error.</p>`)
 
 		_, body = reader(http.MethodGet, fmt.Sprintf("/ui/documents/%d", failed), nil)
-		require.Contains(t, body, `<span class="error">document is not UTF-8 text</span>`)
+		require.Contains(t, body, `documents/latin1.txt is not UTF-8 text</span>`)
 		require.Contains(t, body, `<p class="empty">No chunks yet.</p>`)
 
 		resp, _ = reader(http.MethodGet, "/ui/documents/999999", nil)
@@ -240,7 +240,7 @@ func TestDashboardDocuments(t *testing.T) {
 		awaitDocument(t, env, failed, func(d service.Document) bool { return d.Status == "failed" && len(d.Errors) == 2 })
 		_, body = admin(http.MethodGet, page+"?done=retry", nil)
 		require.Contains(t, body, `<p class="notice" role="status">Document retried.</p>`)
-		require.Equal(t, 2, strings.Count(body, `<span class="error">document is not UTF-8 text</span>`))
+		require.Equal(t, 2, strings.Count(body, `documents/latin1.txt is not UTF-8 text</span>`))
 
 		// A completed document is not retried: the page says why, 409.
 		bees := fmt.Sprintf("/ui/documents/%d", ids["documents/bees.txt"])
