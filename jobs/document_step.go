@@ -65,10 +65,18 @@ type Documents struct {
 
 // DocumentStepWorker runs DocumentStepArgs.
 type DocumentStepWorker struct {
-	jobDefaults[DocumentStepArgs]
+	river.WorkerDefaults[DocumentStepArgs]
 	deps    Deps
 	docs    Documents
 	limiter *ratelimit.Limiter
+}
+
+// Timeout bounds a run: at most one provider call (DOCUMENT_TIMEOUT_MS)
+// and its reads and writes. It is also how soon River rescues the job of
+// a process that died mid-run: the default job timeout would leave the
+// document stalled for five minutes.
+func (w *DocumentStepWorker) Timeout(*river.Job[DocumentStepArgs]) time.Duration {
+	return chunkTimeout(w.deps.Config.Documents.Timeout)
 }
 
 // snoozeError asks for the step to run again after wait: no token of the
@@ -405,7 +413,7 @@ func NewDocuments(cfg *config.Config) (Documents, error) {
 	var docs Documents
 	if c.EmbeddingsAPIURL != "" {
 		e, err := embedding.NewOpenAI(embedding.OpenAIConfig{URL: c.EmbeddingsAPIURL, APIKey: c.EmbeddingsAPIKey,
-			Model: c.EmbeddingsModel, Dimensions: c.EmbeddingsDimensions, BatchSize: EmbeddingsBatch})
+			Model: c.EmbeddingsModel, Dimensions: c.EmbeddingsDimensions, BatchSize: EmbeddingsBatch, Timeout: c.Timeout})
 		if err != nil {
 			return Documents{}, fmt.Errorf("embeddings provider: %w", err)
 		}
@@ -414,7 +422,7 @@ func NewDocuments(cfg *config.Config) (Documents, error) {
 		docs.Embedder = embedding.NewLocal(c.EmbeddingsDimensions)
 	}
 	if c.TagsAPIURL != "" {
-		t, err := tagging.NewOpenAI(tagging.OpenAIConfig{URL: c.TagsAPIURL, APIKey: c.TagsAPIKey, Model: c.TagsModel})
+		t, err := tagging.NewOpenAI(tagging.OpenAIConfig{URL: c.TagsAPIURL, APIKey: c.TagsAPIKey, Model: c.TagsModel, Timeout: c.Timeout})
 		if err != nil {
 			return Documents{}, fmt.Errorf("tags provider: %w", err)
 		}
