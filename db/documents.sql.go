@@ -7,6 +7,8 @@ package db
 
 import (
 	"context"
+	"encoding/json"
+	"time"
 )
 
 type DocumentChunkInsertManyParams struct {
@@ -229,7 +231,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -264,6 +266,7 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
 }
@@ -318,7 +321,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -347,12 +350,13 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -381,6 +385,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
 }
@@ -389,7 +394,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing
 `
 
 type DocumentInsertParams struct {
@@ -432,12 +437,13 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -466,12 +472,13 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -506,6 +513,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.CompletedAt,
 			&i.FailedAt,
 			&i.UpdatedAt,
+			&i.StepTiming,
 		); err != nil {
 			return nil, err
 		}
@@ -536,7 +544,7 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
     failed_at = CASE WHEN $2::boolean THEN now() ELSE failed_at END,
     updated_at = now()
 WHERE id = $3
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing
 `
 
 type DocumentRecordErrorParams struct {
@@ -572,14 +580,50 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
+}
+
+const documentRecordStepRun = `-- name: DocumentRecordStepRun :one
+UPDATE documents SET step_timing = step_timing || jsonb_build_object($1::text, jsonb_build_object(
+        'startedAt', COALESCE(step_timing -> $1::text -> 'startedAt', to_jsonb($2::timestamptz)),
+        'completedAt', CASE WHEN $3::boolean THEN to_jsonb($4::timestamptz) END,
+        'runs', COALESCE((step_timing -> $1::text ->> 'runs')::integer, 0) + 1,
+        'workMs', round(COALESCE((step_timing -> $1::text ->> 'workMs')::numeric, 0) + ($5::float8)::numeric, 1)))
+WHERE id = $6
+RETURNING (step_timing -> $1::text)::jsonb AS timing
+`
+
+type DocumentRecordStepRunParams struct {
+	Step      string
+	StartedAt time.Time
+	Finished  bool
+	EndedAt   time.Time
+	WorkMs    float64
+	ID        int64
+}
+
+// Records a run of step in step_timing (see the column) and returns the
+// step's entry; finished says the run finished the step.
+func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordStepRunParams) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, documentRecordStepRun,
+		arg.Step,
+		arg.StartedAt,
+		arg.Finished,
+		arg.EndedAt,
+		arg.WorkMs,
+		arg.ID,
+	)
+	var timing json.RawMessage
+	err := row.Scan(&timing)
+	return timing, err
 }
 
 const documentRetry = `-- name: DocumentRetry :one
 UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -610,6 +654,7 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.StepTiming,
 	)
 	return i, err
 }

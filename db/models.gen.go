@@ -98,6 +98,7 @@ type Document struct {
 	CompletedAt     *time.Time
 	FailedAt        *time.Time
 	UpdatedAt       time.Time
+	StepTiming      json.RawMessage
 }
 
 type DocumentChunk struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakeai"
@@ -156,6 +157,45 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 	require.Equal(t, killDocChunks/jobs.EmbeddingsBatch+1, embedRequests)
 	require.Equal(t, killDocChunks/jobs.TagsBatch+1, chats)
 
+	// The steps in order, each started after the one before finished.
+	// The killed run recorded nothing: embeddings took the child's three
+	// runs and this process's eight (seven batches, then the move to tags).
+	var timingJSON []byte
+	require.NoError(t, env.Pool.QueryRow(ctx, "SELECT step_timing FROM documents WHERE id = $1", doc.ID).Scan(&timingJSON))
+	var timing map[string]struct {
+		StartedAt   time.Time
+		CompletedAt *time.Time
+		Runs        int
+		WorkMs      float64
+	}
+	require.NoError(t, json.Unmarshal(timingJSON, &timing))
+	var prevEnd time.Time
+	for _, st := range []struct {
+		step string
+		runs int
+	}{{"download", 1}, {"embeddings", killDocChunks/jobs.EmbeddingsBatch + 1}, {"tags", killDocChunks/jobs.TagsBatch + 1}, {"store", 1}} {
+		tm, ok := timing[st.step]
+		require.True(t, ok, st.step)
+		require.Equal(t, st.runs, tm.Runs, st.step)
+		require.NotNil(t, tm.CompletedAt, st.step)
+		require.False(t, tm.StartedAt.Before(prevEnd), "%s started before the step before it finished", st.step)
+		require.False(t, tm.CompletedAt.Before(tm.StartedAt), st.step)
+		require.Positive(t, tm.WorkMs, st.step)
+		prevEnd = *tm.CompletedAt
+	}
+	require.Len(t, timing, 4)
+	require.Greater(t, timing["embeddings"].CompletedAt.Sub(timing["embeddings"].StartedAt), 15*time.Second,
+		"embeddings waited for the rescue")
+
+	// This process's metrics: it ran the steps from the fourth batch on.
+	steps := func(step string) float64 {
+		return counterValue(t, env.Metrics.Registry(), "orchestrator_document_steps_total", map[string]string{"step": step, "outcome": "done"})
+	}
+	require.Zero(t, steps("download"))
+	require.EqualValues(t, killDocChunks/jobs.EmbeddingsBatch-killHeldBatch+2, steps("embeddings"))
+	require.EqualValues(t, killDocChunks/jobs.TagsBatch+1, steps("tags"))
+	require.EqualValues(t, 1, steps("store"))
+
 	// River rescued the job the child was running: one attempt error.
 	var rescues int
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT coalesce(array_length(errors, 1), 0) FROM river_job
@@ -180,4 +220,27 @@ func awaitDocument(t *testing.T, env *testenv.Env, id int64, limit time.Duration
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval of a condition
 	}
+}
+
+// counterValue is the value of the counter name with labels in reg, 0 if
+// it has none.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
