@@ -17,6 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/reports"
 	"github.com/arke-institute/orchestrator/service"
 	"github.com/arke-institute/orchestrator/textchunk"
 )
@@ -186,6 +187,12 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 	require.Len(t, timing, 4)
 	require.Greater(t, timing["embeddings"].CompletedAt.Sub(timing["embeddings"].StartedAt), 15*time.Second,
 		"embeddings waited for the rescue")
+
+	// The report ranks it first, read from what the runs wrote.
+	slowest, err := reports.Run(ctx, env.Pool, "document-slowest-steps", reports.Params{Since: time.Now().Add(-time.Hour), Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, slowest.Rows, 1)
+	require.Equal(t, []any{doc.ID, "embeddings", int64(11)}, []any{slowest.Rows[0][0], slowest.Rows[0][3], slowest.Rows[0][4]})
 
 	// This process's metrics: it ran the steps from the fourth batch on.
 	steps := func(step string) float64 {
