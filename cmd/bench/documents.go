@@ -531,11 +531,12 @@ func documentsMarkdown(r documentsRun) string {
   snooze; the fake and the S3 server share the 2 cores with them (a quarter of
   this process's CPU went to the fake in a profiled run, and an eighth to the
   OpenAI client's decoding of the vectors' JSON). Timed from the first step's
-  start to the last document's completion
-  (the database's times); *per-step overhead* is that time over the step runs
-  (the machine's cost of a step, runs overlapping on 50 workers); *mean run*
-  is one run's own time (`+"`orchestrator_document_step_duration_seconds`"+`).
-  A document's own time includes spec 003's 100 ms between runs. Checked:
+  start to the last document's completion (the database's times); *per-step
+  overhead* is that time over the step runs (the machine's cost of a step, runs
+  overlapping on 50 workers); *mean run* is one run's own time
+  (`+"`orchestrator_document_step_duration_seconds`"+`). A document's own time
+  includes spec 003's 100 ms between runs, and all documents are asked for at
+  once, so their runs interleave. Checked:
   every document completed, one run per batch of chunks (and one to move on)
   and no other, every provider request answered 200. *search*: %d chunks
   stored (documents of 20, 40 words each, vectors of the local embedder, 512
