@@ -148,7 +148,7 @@ func TestDocumentRefusals(t *testing.T) {
 	require.Equal(t, "failed", doc.Status)
 	require.Len(t, doc.Errors, 1)
 	require.Equal(t, "download", doc.Errors[0].Step)
-	require.Equal(t, "document is not UTF-8 text", doc.Errors[0].Error)
+	require.Equal(t, "document s3://"+env.Bucket+"/documents/latin1.txt is not UTF-8 text", doc.Errors[0].Error)
 
 	env.PutObject(t, "documents/ok.md", []byte("# Fine\n\nPlain text."))
 	_, ok := postDocument(t, env, "documents/ok.md")

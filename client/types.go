@@ -54,6 +54,9 @@ type Status struct {
 	Ingest Ingest `json:"ingest"`
 	// OCR is the batch's OCR phase, once its chunks are written.
 	OCR *OCRProgress `json:"ocr,omitempty"`
+	// Documents is the batch's DOCUMENT_INDEXING phase, once its
+	// documents are written.
+	Documents *DocumentsProgress `json:"documents,omitempty"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`
@@ -87,6 +90,14 @@ type Ingest struct {
 	Attempts    int32      `json:"attempts"`
 	LastError   *string    `json:"last_error"`
 	DeliveredAt *time.Time `json:"delivered_at"`
+}
+
+// DocumentsProgress counts a batch's documents (its latest indexing run)
+// by outcome.
+type DocumentsProgress struct {
+	Total     int32 `json:"total"`
+	Completed int32 `json:"completed"`
+	Failed    int32 `json:"failed"`
 }
 
 // OCRProgress counts a batch's OCR chunks and refs by outcome.

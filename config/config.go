@@ -398,7 +398,10 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		}
 		if spec.Executor != phases.Machine {
 			// No machines: no Fly app, image or app of its own to check.
-			pc.ChunkSize = r.intIn(spec.Short+"_CHUNK_SIZE", def.ChunkSize, 1, 10000)
+			// A documents phase has the document settings (Documents).
+			if spec.Executor == phases.Chunked {
+				pc.ChunkSize = r.intIn(spec.Short+"_CHUNK_SIZE", def.ChunkSize, 1, 10000)
+			}
 			c.Phases[spec.Name] = pc
 			continue
 		}

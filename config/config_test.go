@@ -189,6 +189,11 @@ func TestPhasesFromRegistry(t *testing.T) {
 			require.ErrorContains(t, err, spec.Short+"_CHUNK_SIZE must be a whole number")
 			continue
 		}
+		if spec.Executor == phases.Documents {
+			require.Zero(t, pc.ChunkSize, "the document settings apply")
+			require.Empty(t, pc.FlyAppName)
+			continue
+		}
 		env := map[string]string{"FLY_" + spec.Short + "_APP_NAME": "app-x", "TASK_TIMEOUT_" + string(spec.Name): "1234"}
 		c2, err := Load(lookup(env))
 		require.NoError(t, err)

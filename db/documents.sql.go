@@ -11,6 +11,91 @@ import (
 	"time"
 )
 
+const documentBatchHasOpen = `-- name: DocumentBatchHasOpen :one
+SELECT EXISTS (
+    SELECT 1 FROM documents d JOIN files f ON f.id = d.file_id
+    WHERE d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
+      AND d.status IN ('not_started', 'processing')
+)
+`
+
+type DocumentBatchHasOpenParams struct {
+	BatchID    *string
+	Generation int32
+}
+
+// Whether a document of the batch's files of generation is still running:
+// the DOCUMENT_INDEXING phase's open "tasks".
+func (q *Queries) DocumentBatchHasOpen(ctx context.Context, arg DocumentBatchHasOpenParams) (bool, error) {
+	row := q.db.QueryRow(ctx, documentBatchHasOpen, arg.BatchID, arg.Generation)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const documentBatchListOpen = `-- name: DocumentBatchListOpen :many
+SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
+WHERE d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
+  AND d.status IN ('not_started', 'processing')
+ORDER BY d.id
+`
+
+type DocumentBatchListOpenParams struct {
+	BatchID    *string
+	Generation int32
+}
+
+type DocumentBatchListOpenRow struct {
+	ID      int64
+	Resumes int32
+}
+
+// The running documents of a batch's phase (generation), for the sweep's
+// backstop and a retry to make sure each has its job.
+func (q *Queries) DocumentBatchListOpen(ctx context.Context, arg DocumentBatchListOpenParams) ([]DocumentBatchListOpenRow, error) {
+	rows, err := q.db.Query(ctx, documentBatchListOpen, arg.BatchID, arg.Generation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentBatchListOpenRow
+	for rows.Next() {
+		var i DocumentBatchListOpenRow
+		if err := rows.Scan(&i.ID, &i.Resumes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentBatchSummary = `-- name: DocumentBatchSummary :one
+SELECT count(*)::int AS total,
+       count(*) FILTER (WHERE status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed
+FROM documents d
+WHERE d.batch_id = $1
+  AND d.created_at = (SELECT max(l.created_at) FROM documents l WHERE l.batch_id = $1)
+`
+
+type DocumentBatchSummaryRow struct {
+	Total     int32
+	Completed int32
+	Failed    int32
+}
+
+// A batch's documents by status, for its status document: those of its
+// latest DOCUMENT_INDEXING run (a retried batch indexes its files again).
+func (q *Queries) DocumentBatchSummary(ctx context.Context, batchID *string) (DocumentBatchSummaryRow, error) {
+	row := q.db.QueryRow(ctx, documentBatchSummary, batchID)
+	var i DocumentBatchSummaryRow
+	err := row.Scan(&i.Total, &i.Completed, &i.Failed)
+	return i, err
+}
+
 type DocumentChunkInsertManyParams struct {
 	DocumentID int64
 	ChunkIndex int32
@@ -231,7 +316,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -266,6 +351,7 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err
@@ -321,7 +407,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -350,13 +436,14 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -385,6 +472,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err
@@ -394,7 +482,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
 `
 
 type DocumentInsertParams struct {
@@ -437,13 +525,61 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err
 }
 
+const documentInsertBatch = `-- name: DocumentInsertBatch :many
+INSERT INTO documents (r2_key, version, batch_id, file_id, source)
+SELECT k.r2_key, COALESCE((SELECT max(version) FROM documents d WHERE d.r2_key = k.r2_key), 0) + 1,
+       $1::text, k.file_id, k.source
+FROM (SELECT unnest($2::text[]) AS r2_key, unnest($3::bigint[]) AS file_id,
+             unnest($4::jsonb[]) AS source) k
+RETURNING id
+`
+
+type DocumentInsertBatchParams struct {
+	BatchID string
+	R2Keys  []string
+	FileIDs []int64
+	Sources []json.RawMessage
+}
+
+// The documents of a batch's DOCUMENT_INDEXING phase, one per indexed
+// file. A batch's keys lie under its own staging prefix, and the batch's
+// transitions are serialised by its fan-in lock, so no other request
+// makes versions of these keys meanwhile (DocumentLockKey is not needed;
+// thousands of advisory locks in one transaction would fill the lock
+// table). Each key appears once in a call.
+func (q *Queries) DocumentInsertBatch(ctx context.Context, arg DocumentInsertBatchParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, documentInsertBatch,
+		arg.BatchID,
+		arg.R2Keys,
+		arg.FileIDs,
+		arg.Sources,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -472,13 +608,14 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -513,6 +650,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.CompletedAt,
 			&i.FailedAt,
 			&i.UpdatedAt,
+			&i.Source,
 			&i.StepTiming,
 		); err != nil {
 			return nil, err
@@ -544,7 +682,7 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
     failed_at = CASE WHEN $2::boolean THEN now() ELSE failed_at END,
     updated_at = now()
 WHERE id = $3
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
 `
 
 type DocumentRecordErrorParams struct {
@@ -580,6 +718,7 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err
@@ -623,7 +762,7 @@ func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordS
 const documentRetry = `-- name: DocumentRetry :one
 UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, step_timing
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -654,6 +793,7 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.CompletedAt,
 		&i.FailedAt,
 		&i.UpdatedAt,
+		&i.Source,
 		&i.StepTiming,
 	)
 	return i, err

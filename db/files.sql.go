@@ -46,7 +46,7 @@ type FileInsertManyParams struct {
 }
 
 const fileListByBatchGeneration = `-- name: FileListByBatchGeneration :many
-SELECT id, batch_id, generation, ordinal, parent_id, phase, directory_path, r2_key, logical_path, file_name, file_size, content_type, cid, processing_config, preprocessor_tags, created_at FROM files
+SELECT id, batch_id, generation, ordinal, parent_id, phase, directory_path, r2_key, logical_path, file_name, file_size, content_type, cid, processing_config, preprocessor_tags, created_at, document_id FROM files
 WHERE batch_id = $1 AND generation = $2
 ORDER BY ordinal
 `
@@ -82,6 +82,7 @@ func (q *Queries) FileListByBatchGeneration(ctx context.Context, arg FileListByB
 			&i.ProcessingConfig,
 			&i.PreprocessorTags,
 			&i.CreatedAt,
+			&i.DocumentID,
 		); err != nil {
 			return nil, err
 		}

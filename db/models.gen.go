@@ -98,6 +98,7 @@ type Document struct {
 	CompletedAt     *time.Time
 	FailedAt        *time.Time
 	UpdatedAt       time.Time
+	Source          json.RawMessage
 	StepTiming      json.RawMessage
 }
 
@@ -129,6 +130,7 @@ type File struct {
 	ProcessingConfig json.RawMessage
 	PreprocessorTags []string
 	CreatedAt        time.Time
+	DocumentID       *int64
 }
 
 type IntakeSignature struct {

@@ -121,7 +121,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	// submit uploads the folder, posts the batch and follows it to DONE.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	submit := exec.CommandContext(ctx, orchestrator, "submit", "-url", base, "-batch-id", batchID, "-ocr", sample)
+	submit := exec.CommandContext(ctx, orchestrator, "submit", "-url", base, "-batch-id", batchID, "-ocr", "-describe", sample)
 	submit.Env = env
 	var stdout, stderr bytes.Buffer
 	submit.Stdout, submit.Stderr = &stdout, &stderr
@@ -146,6 +146,8 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 					LogicalPath string   `json:"logical_path"`
 					ContentType string   `json:"content_type"`
 					Tags        []string `json:"preprocessor_tags"`
+					DocumentID  int64    `json:"document_id"`
+					DocTags     []string `json:"document_tags"`
 				} `json:"files"`
 			} `json:"directories"`
 		} `json:"manifest"`
@@ -154,9 +156,14 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	got := map[string]string{}
 	var refs []string
 	refPath := map[string]string{} // ref key -> logical path
+	var indexed []string           // files with a document
 	for _, d := range processed.Manifest.Directories {
 		for _, f := range d.Files {
 			got[f.LogicalPath] = strings.Join(f.Tags, ",")
+			if f.DocumentID != 0 {
+				require.NotNil(t, f.DocTags, f.LogicalPath)
+				indexed = append(indexed, f.LogicalPath)
+			}
 			if strings.HasSuffix(f.R2Key, ".ref.json") {
 				refs = append(refs, f.R2Key)
 				refPath[f.R2Key] = f.LogicalPath
@@ -194,6 +201,19 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 	require.Equal(t, int64(len(want)), processed.Manifest.TotalFiles)
+
+	// Submitted with -describe: DOCUMENT_INDEXING made a document of each
+	// PDF (its pages' text, a scanned page's OCR text) and of each other
+	// OCR'd ref; the page text files are part of their PDF's document.
+	wantIndexed := []string{"/documents/letter.pdf", "/documents/minutes.pdf"}
+	for lp, tags := range want {
+		if tags == ocrDone && !strings.HasPrefix(lp, "/documents/") {
+			wantIndexed = append(wantIndexed, lp)
+		}
+	}
+	sort.Strings(wantIndexed)
+	sort.Strings(indexed)
+	require.Equal(t, wantIndexed, indexed)
 
 	// The converted and rendered JPEGs exist next to their TIFFs and PDFs,
 	// and decode.

@@ -149,13 +149,17 @@ func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body 
 // count and byte total (capped like manifest.Build's saturating sums).
 // Processing configs are all written by insertGeneration from one struct, so
 // equal configs are equal jsonb.
-const finalGenerationSQL = `SELECT directory_path, processing_config, r2_key, logical_path, file_name, file_size,
-	content_type, cid, preprocessor_tags,
-	count(*) OVER g, least(sum(file_size) OVER g, 9223372036854775807)::bigint
-FROM files
-WHERE batch_id = $1 AND generation = $2
-WINDOW g AS (PARTITION BY directory_path, processing_config)
-ORDER BY min(ordinal) OVER g, ordinal`
+//
+// A file indexed as a document (files.document_id) has the document's id
+// and tags, when it completed.
+const finalGenerationSQL = `SELECT f.directory_path, f.processing_config, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	f.content_type, f.cid, f.preprocessor_tags, d.id, d.document_tags,
+	count(*) OVER g, least(sum(f.file_size) OVER g, 9223372036854775807)::bigint
+FROM files f
+LEFT JOIN documents d ON d.id = f.document_id AND d.status = 'completed'
+WHERE f.batch_id = $1 AND f.generation = $2
+WINDOW g AS (PARTITION BY f.directory_path, f.processing_config)
+ORDER BY min(f.ordinal) OVER g, f.ordinal`
 
 // processedManifest is the JSON of the ProcessedManifest for the batch's
 // final generation: the BatchManifest of spec 001, files grouped by their
@@ -183,15 +187,16 @@ func processedManifest(ctx context.Context, conn db.DBTX, batchID string, genera
 		dir, lastDir       string
 		cfgJSON, lastCfg   []byte
 		cid                *string
+		docID              *int64
 		f                  manifest.FileInfo
 		groupFiles, groupB int64
 		first              = true
 	)
 	configs := map[string]phases.ProcessingConfig{}
 	for rows.Next() {
-		f, cid = manifest.FileInfo{}, nil
+		f, cid, docID = manifest.FileInfo{}, nil, nil
 		if err := rows.Scan(&dir, &cfgJSON, &f.R2Key, &f.LogicalPath, &f.FileName, &f.FileSize,
-			&f.ContentType, &cid, &f.PreprocessorTags, &groupFiles, &groupB); err != nil {
+			&f.ContentType, &cid, &f.PreprocessorTags, &docID, &f.DocumentTags, &groupFiles, &groupB); err != nil {
 			return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
 		}
 		if first || dir != lastDir || !bytes.Equal(cfgJSON, lastCfg) {
@@ -210,6 +215,12 @@ func processedManifest(ctx context.Context, conn db.DBTX, batchID string, genera
 		}
 		if f.PreprocessorTags == nil {
 			f.PreprocessorTags = []string{}
+		}
+		if docID != nil {
+			f.DocumentID = *docID
+			if f.DocumentTags == nil {
+				f.DocumentTags = []string{}
+			}
 		}
 		out.File(f)
 	}

@@ -6,14 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
@@ -240,6 +237,9 @@ func permanentf(format string, args ...any) error {
 // a transient one is retried after 1, 2, 4 s, DocumentRetries in all.
 func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error) error {
 	doc := run.doc
+	// A transaction that failed after the run recorded itself rolled the
+	// record back.
+	run.finished, run.completed, run.timing = false, false, nil
 	if ctx.Err() != nil {
 		w.ran(run, metrics.StepRetried)
 		return err // the job was stopped: River retries it
@@ -264,14 +264,7 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 	default:
 		fail = int(doc.RetryCount) >= DocumentRetries
 	}
-	var row db.Document
-	rerr := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) (err2 error) {
-		q := db.New(tx)
-		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: fail}); err2 != nil {
-			return err2
-		}
-		return run.record(ctx, q, false)
-	})
+	row, rerr := w.recordError(ctx, run, err, fail)
 	if rerr != nil {
 		return rerr
 	}
@@ -292,66 +285,74 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 	return nil
 }
 
+// recordError adds err to the document's history, and the run to its
+// step's timing in the same transaction; with fail it fails the document,
+// which ends it (endDocument). row is the document as recorded.
+func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err error, fail bool) (row db.Document, rerr error) {
+	record := func(tx pgx.Tx) (err2 error) {
+		q := db.New(tx)
+		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: run.doc.ID, Error: err.Error(), Fail: fail}); err2 != nil {
+			return err2
+		}
+		return run.record(ctx, q, false)
+	}
+	if !fail {
+		rerr = pgx.BeginFunc(ctx, w.deps.Pool, record)
+	} else {
+		rerr = w.endDocument(ctx, run.doc, func(tx pgx.Tx) (bool, error) { return true, record(tx) })
+	}
+	return row, rerr
+}
+
 // download reads the document, refuses one over the size cap or not
 // UTF-8, and chunks it. Content the key's current version already has is
 // not processed again: the new version takes over its chunks and is done.
 func (w *DocumentStepWorker) download(ctx context.Context, run *stepRun) error {
 	doc, cfg := run.doc, w.deps.Config.Documents
-	body, size, err := w.deps.Store.Open(ctx, w.deps.Config.R2Bucket, doc.R2Key)
-	if errors.Is(err, blob.ErrNotFound) {
-		return permanentf("document s3://%s/%s does not exist", w.deps.Config.R2Bucket, doc.R2Key)
-	}
+	data, err := w.text(ctx, doc)
 	if err != nil {
 		return err
-	}
-	defer body.Close()
-	if size > cfg.MaxBytes {
-		return permanentf("document is %d bytes, more than DOCUMENT_MAX_BYTES (%d)", size, cfg.MaxBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(body, cfg.MaxBytes+1))
-	if err != nil {
-		return err
-	}
-	if int64(len(data)) > cfg.MaxBytes {
-		return permanentf("document is more than DOCUMENT_MAX_BYTES (%d) bytes", cfg.MaxBytes)
-	}
-	if !utf8.Valid(data) {
-		return permanentf("document is not UTF-8 text")
 	}
 	sum := sha256.Sum256(data)
 	chunks := textchunk.Split(string(data), textchunk.Options{TargetTokens: cfg.ChunkTokens})
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	// Adopting a stored version's chunks ends the document here.
+	return w.endDocument(ctx, doc, func(tx pgx.Tx) (adopted bool, err error) {
 		q := db.New(tx)
 		if err := q.DocumentLockKey(ctx, doc.R2Key); err != nil {
-			return err
+			return false, err
 		}
 		prev, err := q.DocumentCurrentBySHA(ctx, db.DocumentCurrentBySHAParams{R2Key: doc.R2Key, ContentSha256: sum[:]})
 		switch {
 		case err == nil:
 			if err := adoptChunks(ctx, q, prev, doc, int64(len(data))); err != nil {
-				return err
+				return false, err
 			}
 			run.completed = true
-			return run.record(ctx, q, true)
+			return true, run.record(ctx, q, true)
 		case !errors.Is(err, pgx.ErrNoRows):
-			return err
+			return false, err
 		}
-		if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
-			return err
+		if err := storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data))); err != nil {
+			return false, err
 		}
-		rows := make([]db.DocumentChunkInsertManyParams, len(chunks))
-		for i, c := range chunks {
-			rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens)}
-		}
-		if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
-			return err
-		}
-		n := int64(len(data))
-		if err := q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: sum[:], SizeBytes: &n, TotalChunks: int32(len(chunks))}); err != nil {
-			return err
-		}
-		return run.record(ctx, q, true)
+		return false, run.record(ctx, q, true)
 	})
+}
+
+// storeChunks writes the chunks of doc's content (of size bytes, hashing
+// as sum); the next step is embeddings.
+func storeChunks(ctx context.Context, q *db.Queries, doc db.Document, chunks []textchunk.Chunk, sum []byte, size int64) error {
+	if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
+		return err
+	}
+	rows := make([]db.DocumentChunkInsertManyParams, len(chunks))
+	for i, c := range chunks {
+		rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens)}
+	}
+	if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
+		return err
+	}
+	return q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: sum, SizeBytes: &size, TotalChunks: int32(len(chunks))})
 }
 
 // adoptChunks makes doc, whose content is prev's, the key's current
@@ -487,16 +488,16 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 // store makes the version its key's current one, in one transaction: its
 // chunks become searchable as the previous version's stop being.
 func (w *DocumentStepWorker) store(ctx context.Context, run *stepRun) error {
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	return w.endDocument(ctx, run.doc, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		if err := q.DocumentLockKey(ctx, run.doc.R2Key); err != nil {
-			return err
+			return false, err
 		}
 		if err := completeDocument(ctx, q, run.doc); err != nil {
-			return err
+			return false, err
 		}
 		run.completed = true
-		return run.record(ctx, q, true)
+		return true, run.record(ctx, q, true)
 	})
 }
 

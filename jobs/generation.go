@@ -24,7 +24,7 @@ import (
 // planner joined and sorted the whole generation first, 146 ms at 100,000
 // files for the first 2,000.)
 const generationTasksSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, t.id, t.status, t.result
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, t.id, t.status, t.result
 FROM files f
 LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
@@ -37,7 +37,7 @@ ORDER BY f.ordinal, t.id`
 // a chunk that ended early) is a failed task, which leaves the file as it
 // was.
 const generationItemsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id,
 	CASE WHEN t.file_id IS NOT NULL THEN t.chunk_id || '/' || t.item_index END,
 	CASE WHEN t.status = 'done' THEN 'completed' WHEN t.file_id IS NOT NULL THEN 'failed' END,
 	CASE WHEN t.status = 'done' THEN jsonb_build_object('text_length', t.text_length, 'ref_r2_key', t.published_key, 'ref_size', t.published_size) END
@@ -45,6 +45,22 @@ FROM files f
 LEFT JOIN chunk_items t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
 ORDER BY f.ordinal, t.chunk_id, t.item_index`
+
+// generationDocumentsSQL is generationTasksSQL for a documents phase:
+// beside each file, the document that indexes it as the task the
+// transform reads. A completed document is a completed task whose result
+// names it (phases.DocumentResult); a failed one is a failed task, which
+// leaves the file as it was. ($3, the phase, is the documents table's
+// only phase; it is read so that the query takes the same parameters.)
+const generationDocumentsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id,
+	t.id::text,
+	CASE WHEN t.status = 'completed' THEN 'completed' WHEN t.id IS NOT NULL THEN 'failed' END,
+	CASE WHEN t.status = 'completed' THEN jsonb_build_object('document_id', t.id) END
+FROM files f
+LEFT JOIN documents t ON t.file_id = f.id AND t.batch_id = $1 AND $3::text <> ''
+WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
+ORDER BY f.ordinal, t.id`
 
 // transformProblem is a file whose transform failed, with the task it
 // failed on ("" if none), for the transform_failed event.
@@ -84,8 +100,11 @@ func readGeneration(ctx context.Context, tx pgx.Tx, p phases.Phase, batchID stri
 		return nil, err
 	}
 	query := generationTasksSQL
-	if p.Spec().Executor == phases.Chunked {
+	switch p.Spec().Executor {
+	case phases.Chunked:
 		query = generationItemsSQL
+	case phases.Documents:
+		query = generationDocumentsSQL
 	}
 	rows, err := tx.Query(ctx, query, batchID, gen, string(p.Spec().Name), after, upTo)
 	if err != nil {
@@ -109,7 +128,7 @@ func (g *generationReader) Next() bool {
 	for g.err == nil && g.rows.Next() {
 		r, taskID, status, cfg, result = db.File{}, nil, nil, nil, nil
 		if err := g.rows.Scan(&ordinal, &r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &taskID, &status, &result); err != nil {
+			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &taskID, &status, &result); err != nil {
 			g.err = err
 			return false
 		}
@@ -187,10 +206,10 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation
 	return files, nil
 }
 
-// fileColumns are db.FileInsertMany's columns, in the order
+// fileColumns are db.FileInsertMany's columns and document_id, in the order
 // generationSource.Values gives them.
 var fileColumns = []string{"batch_id", "generation", "ordinal", "parent_id", "phase", "directory_path", "r2_key",
-	"logical_path", "file_name", "file_size", "content_type", "cid", "processing_config", "preprocessor_tags"}
+	"logical_path", "file_name", "file_size", "content_type", "cid", "processing_config", "preprocessor_tags", "document_id"}
 
 // generationSource feeds a generation to COPY one file at a time. It does
 // what db.FileInsertMany does without first converting the whole generation
@@ -243,8 +262,12 @@ func (s *generationSource) Values() ([]any, error) {
 	if f.Tags == nil {
 		f.Tags = []string{}
 	}
+	var doc *int64
+	if f.DocumentID != 0 {
+		doc = &f.DocumentID
+	}
 	return []any{s.batchID, s.generation, s.first + int32(s.i), parent, s.phase, f.DirectoryPath, f.R2Key,
-		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags}, nil
+		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags, doc}, nil
 }
 
 // Err reports an error that ended the rows early.
@@ -273,6 +296,9 @@ func fileFromRow(r db.File, configs map[string]phases.ProcessingConfig) (phases.
 	}
 	if r.CID != nil {
 		f.CID = *r.CID
+	}
+	if r.DocumentID != nil {
+		f.DocumentID = *r.DocumentID
 	}
 	return f, nil
 }

@@ -102,7 +102,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 			// chunk makes sure a check runs after it.
 			return done()
 		}
-		hasOpen, err := phaseHasOpen(ctx, q, args.BatchID, args.Phase)
+		hasOpen, err := phaseHasOpen(ctx, q, args.BatchID, args.Phase, batch.Generation)
 		if err != nil {
 			return err
 		}
@@ -127,12 +127,17 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 	return err
 }
 
-// phaseHasOpen reports whether a batch's phase has work still open: tasks,
-// or for a chunked phase chunks that are not DONE or ERROR.
-func phaseHasOpen(ctx context.Context, q *db.Queries, batchID, phase string) (bool, error) {
-	if chunked(phase) {
+// phaseHasOpen reports whether a batch's phase, entered with generation,
+// has work still open: tasks, for a chunked phase chunks that are not DONE
+// or ERROR, for a documents phase documents of the generation's files not
+// completed or failed.
+func phaseHasOpen(ctx context.Context, q *db.Queries, batchID, phase string, generation int32) (bool, error) {
+	switch executorOf(phase) {
+	case phases.Chunked:
 		n, err := q.ChunkCountOpen(ctx, db.ChunkCountOpenParams{BatchID: batchID, Phase: phase})
 		return n > 0, err
+	case phases.Documents:
+		return q.DocumentBatchHasOpen(ctx, db.DocumentBatchHasOpenParams{BatchID: &batchID, Generation: generation})
 	}
 	return q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: batchID, Phase: phase})
 }
@@ -174,8 +179,10 @@ const waitOutAbove = 1000
 // or 0 when it should look under the lock now: the phase has at most
 // waitOutAbove tasks open, or the batch is no longer simply in it.
 func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (time.Duration, error) {
-	if chunked(args.Phase) {
-		return 0, nil // a few chunks, each ending once: nothing to wait out
+	if executorOf(args.Phase) != phases.Machine {
+		// A few chunks, each ending once; or documents, which end at a
+		// provider's pace: nothing to wait out.
+		return 0, nil
 	}
 	open, err := db.New(w.deps.Pool).PhaseOpenCount(ctx, db.PhaseOpenCountParams{BatchID: args.BatchID, Phase: args.Phase})
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -243,7 +243,24 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 			}); err != nil {
 				return err
 			}
-			if open, err := phaseHasOpen(ctx, q, b.ID, b.Phase); err != nil {
+			if open, err := phaseHasOpen(ctx, q, b.ID, b.Phase, b.Generation); err != nil {
+				return err
+			} else if !open {
+				params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})
+			}
+		case executorOf(b.Phase) == phases.Documents:
+			// No tasks: the documents' step jobs (unique: kept when they
+			// exist) and a check once they have all ended.
+			if err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+				n, err := EnsureDocumentJobs(ctx, tx, client, b.ID, b.Generation)
+				if n > 0 {
+					w.deps.Logger.Warn("backstop re-enqueued lost document jobs", "batch_id", b.ID, "phase", b.Phase, "documents", n)
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			if open, err := phaseHasOpen(ctx, q, b.ID, b.Phase, b.Generation); err != nil {
 				return err
 			} else if !open {
 				params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})

@@ -29,7 +29,8 @@ func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message strin
 }
 
 // enterNextPhase finds the first phase from `from` (inclusive) that has work
-// in files, creates its tasks (or chunks: enterChunkedPhase), moves the
+// in files, creates its tasks (or chunks, documents: enterChunkedPhase,
+// enterDocumentsPhase), moves the
 // batch into it and enqueues its launcher. When from is "" or no phase has work, the batch is DONE with
 // this generation as its final file list, and delivery to ingest is queued;
 // the batch is then returned, for the caller to count once its transaction
@@ -61,6 +62,9 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, from
 	}
 	if c, ok := p.(phases.Chunker); ok && p.Spec().Executor == phases.Chunked {
 		return nil, enterChunkedPhase(ctx, tx, d, batchID, c, generation, files)
+	}
+	if dp, ok := p.(phases.Documenter); ok && p.Spec().Executor == phases.Documents {
+		return nil, enterDocumentsPhase(ctx, tx, batchID, dp, generation, files)
 	}
 	name := string(p.Spec().Name)
 	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {

@@ -82,6 +82,13 @@ type FileInfo struct {
 	// manifest; set on the final manifest so that ingest can tell originals
 	// from derived files.
 	PreprocessorTags []string `json:"preprocessor_tags"`
+	// DocumentID is the document the file was indexed as (the batch's
+	// DOCUMENT_INDEXING phase, for a directory with describe on), absent
+	// when it was not, or its indexing failed. Set on the final manifest.
+	DocumentID int64 `json:"document_id,omitzero"`
+	// DocumentTags are that document's tags, beside DocumentID: [] for
+	// none, absent (nil) when DocumentID is.
+	DocumentTags []string `json:"document_tags,omitzero"`
 }
 
 // Limits bounds what a batch may hold. The orchestrator's defaults match the

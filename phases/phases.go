@@ -68,6 +68,9 @@ type File struct {
 	// upstream grouping and processing_config.
 	DirectoryPath string
 	Tags          []string // preprocessor_tags
+	// DocumentID is the document the file was indexed as
+	// (DOCUMENT_INDEXING), 0 for none.
+	DocumentID int64
 }
 
 // TaskStatus is the lifecycle state of one task. Only TaskCompleted tasks

@@ -68,7 +68,7 @@ func TestRegistry(t *testing.T) {
 	for _, p := range All() {
 		names = append(names, p.Spec().Name)
 	}
-	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing, OCR}, names)
+	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing, OCR, DocumentIndexing}, names)
 	require.Equal(t, PDFPages, First())
 	require.NoError(t, checkRegistry(All(), runnable))
 
@@ -81,7 +81,8 @@ func TestRegistry(t *testing.T) {
 		{name: "PDFPages", phase: PDFPages, wantOK: true, wantNext: TIFFConversion},
 		{name: "TIFFConversion", phase: TIFFConversion, wantOK: true, wantNext: ImageProcessing},
 		{name: "ImageProcessing", phase: ImageProcessing, wantOK: true, wantNext: OCR},
-		{name: "OCR", phase: OCR, wantOK: true, wantNext: ""},
+		{name: "OCR", phase: OCR, wantOK: true, wantNext: DocumentIndexing},
+		{name: "DocumentIndexing", phase: DocumentIndexing, wantOK: true, wantNext: ""},
 		{name: "Unknown", phase: "DONE", wantOK: false},
 		{name: "Empty", phase: "", wantOK: false},
 	}
@@ -228,7 +229,7 @@ func TestOfTask(t *testing.T) {
 
 func TestStatuses(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []BatchStatus{"PENDING", "PDF_PAGES", "TIFF_CONVERSION", "IMAGE_PROCESSING", "OCR", "DONE", "ERROR"}, Statuses())
+	require.Equal(t, []BatchStatus{"PENDING", "PDF_PAGES", "TIFF_CONVERSION", "IMAGE_PROCESSING", "OCR", "DOCUMENT_INDEXING", "DONE", "ERROR"}, Statuses())
 	require.True(t, BatchDone.Terminal())
 	require.True(t, BatchError.Terminal())
 	require.False(t, ImageProcessing.Status().Terminal())
@@ -824,8 +825,10 @@ func TestWorkedExample(t *testing.T) {
 		FileSize: 400, ContentType: "application/json", ProcessingConfig: cfg, Tags: []string{TagImageProcessor, TagOCR}}, next[1])
 	gen = store(next)
 
-	// No phase follows and none has work left: the batch goes to ingest.
-	require.Equal(t, Name(""), Next(p.Spec().Name))
+	// The directory asked for no description: DOCUMENT_INDEXING, the last
+	// phase, has no work, and the batch goes to ingest.
+	require.Equal(t, DocumentIndexing, Next(p.Spec().Name))
+	require.Equal(t, Name(""), Next(DocumentIndexing))
 	p, work = NextWithWork(TIFFConversion, gen)
 	require.Nil(t, p)
 	require.Nil(t, work)

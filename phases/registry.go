@@ -23,12 +23,13 @@ var registry = []Phase{
 	tiffConversion{},
 	imageProcessing{},
 	ocr{},
+	documentIndexing{},
 }
 
-// Executor is how a phase's tasks run: machines (spec 000) or chunks
-// processed in-process (spec 004's OCR). Step pipelines (spec 003's
-// documents) and machine pools are to come, each a kind of its own that
-// the jobs package runs.
+// Executor is how a phase's tasks run: machines (spec 000), chunks
+// processed in-process (spec 004's OCR) or documents indexed step by step
+// (spec 003). Machine pools are to come, a kind of their own that the
+// jobs package runs.
 type Executor string
 
 // The executor kinds.
@@ -39,12 +40,15 @@ const (
 	// Chunked processes items in-process by River jobs in chunks (spec
 	// 004): no machine, worker program or Fly app.
 	Chunked Executor = "chunked"
+	// Documents makes one document per file to index, each indexed by
+	// its own step pipeline of River jobs (spec 003): no machine either.
+	Documents Executor = "documents"
 )
 
 // runnable are the executors the jobs package runs. checkRegistry refuses
 // a registered phase of any other executor: a batch would otherwise enter
 // a phase nothing advances. A kind joins this list with its jobs.
-var runnable = []Executor{Machine, Chunked}
+var runnable = []Executor{Machine, Chunked, Documents}
 
 // Chunker is a Chunked phase: it packs the files its Discover finds into
 // chunks of size groups, which River jobs then process item by item.
@@ -239,6 +243,9 @@ func checkRegistry(ps []Phase, run []Executor) error {
 		if _, ok := p.(Chunker); s.Executor == Chunked && !ok {
 			problems = append(problems, fmt.Sprintf("chunked phase %s does not make chunks (Chunker)", s.Name))
 		}
+		if _, ok := p.(Documenter); s.Executor == Documents && !ok {
+			problems = append(problems, fmt.Sprintf("documents phase %s does not make documents (Documenter)", s.Name))
+		}
 		if slices.Contains(reservedShort, s.Short) || strings.ToUpper(s.Short) != s.Short || strings.Contains(s.Short, "_") {
 			problems = append(problems, fmt.Sprintf("short name %q of %s is reserved or not one upper-case word", s.Short, s.Name))
 		}
@@ -269,12 +276,15 @@ func checkRegistry(ps []Phase, run []Executor) error {
 
 // complete reports whether s has the defaults its executor needs: a
 // machine phase a worker, Fly app, image, guest and launch pacing; a
-// chunked phase only a chunk size (its items run in-process).
+// chunked phase only a chunk size (its items run in-process); a documents
+// phase nothing (the document settings apply).
 func (s Spec) complete() bool {
 	d := s.Defaults
 	switch s.Executor {
 	case Chunked:
 		return d.ChunkSize > 0
+	case Documents:
+		return true
 	default:
 		return s.Worker != "" && d.FlyAppName != "" && d.WorkerImage != "" &&
 			d.BatchSize > 0 && d.AlarmDelay > 0 && d.TaskTimeout > 0 && d.Guest.MemoryMB > 0

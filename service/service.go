@@ -183,6 +183,9 @@ type Status struct {
 	Ingest Ingest `json:"ingest"`
 	// OCR is the batch's OCR phase, while it has one (chunks written).
 	OCR *OCRProgress `json:"ocr,omitempty"`
+	// Documents is the batch's DOCUMENT_INDEXING phase, while it has one
+	// (documents written).
+	Documents *DocumentsProgress `json:"documents,omitempty"`
 }
 
 // Ingest reports delivery of a finished batch to the ingest service.
@@ -223,6 +226,14 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 		// The phase's progress is its refs (it has no tasks); a skipped ref
 		// needed nothing and is complete.
 		st.Progress = Progress{TasksTotal: int64(st.OCR.RefsTotal), TasksCompleted: int64(st.OCR.RefsDone + st.OCR.RefsSkipped), TasksFailed: int64(st.OCR.RefsFailed)}
+	}
+	if st.Documents, err = documentsProgress(ctx, q, batchID); err != nil {
+		return Status{}, err
+	}
+	if st.Documents != nil && b.Phase != nil && *b.Phase == string(phases.DocumentIndexing) {
+		// The phase's progress is its documents (it has no tasks).
+		d := st.Documents
+		st.Progress = Progress{TasksTotal: int64(d.Total), TasksCompleted: int64(d.Completed), TasksFailed: int64(d.Failed)}
 	}
 	return st, nil
 }

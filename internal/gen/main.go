@@ -156,7 +156,8 @@ func settingsTable(specs []phases.Spec) string {
 	for _, sp := range specs {
 		n, d := string(sp.Name), sp.Defaults
 		ph := "`" + n + "`"
-		if sp.Executor == phases.Machine {
+		switch sp.Executor {
+		case phases.Machine:
 			machines := fmt.Sprintf("Fly app of its machines: %s, `worker %s`, %d MB, %d %s CPUs", sp.Title, sp.Worker, d.Guest.MemoryMB, d.Guest.CPUs, d.Guest.CPUKind)
 			if len(sp.SharedEnv) > 0 {
 				machines += "; they also get " + strings.Join(backquote(sp.SharedEnv), ", ")
@@ -166,7 +167,9 @@ func settingsTable(specs []phases.Spec) string {
 			row(ph, "BATCH_SIZE_"+n, fmt.Sprintf("`%d`", d.BatchSize), "tasks launched per round")
 			row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
 			row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "a task still processing after this fails (ms)")
-		} else {
+		case phases.Documents:
+			row(ph, "DOCUMENT_MAX_BYTES", "`20000000`", fmt.Sprintf("%s by `document_step` jobs, no machines: the document settings apply (`DOCUMENT_MAX_BYTES`, `DOCUMENT_CHUNK_TOKENS`, the embeddings and tags providers); a larger document fails and its file passes through without document fields", sp.Title))
+		default:
 			row(ph, sp.Short+"_CHUNK_SIZE", fmt.Sprintf("`%d`", d.ChunkSize), fmt.Sprintf("%s in chunks, no machines: directory groups per chunk (1 to 10000)", sp.Title))
 		}
 		for _, st := range sp.Settings {

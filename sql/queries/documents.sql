@@ -132,3 +132,44 @@ SELECT id FROM documents WHERE current;
 
 -- name: DocumentList :many
 SELECT * FROM documents ORDER BY id DESC LIMIT @max_rows;
+
+-- name: DocumentInsertBatch :many
+-- The documents of a batch's DOCUMENT_INDEXING phase, one per indexed
+-- file. A batch's keys lie under its own staging prefix, and the batch's
+-- transitions are serialised by its fan-in lock, so no other request
+-- makes versions of these keys meanwhile (DocumentLockKey is not needed;
+-- thousands of advisory locks in one transaction would fill the lock
+-- table). Each key appears once in a call.
+INSERT INTO documents (r2_key, version, batch_id, file_id, source)
+SELECT k.r2_key, COALESCE((SELECT max(version) FROM documents d WHERE d.r2_key = k.r2_key), 0) + 1,
+       @batch_id::text, k.file_id, k.source
+FROM (SELECT unnest(@r2_keys::text[]) AS r2_key, unnest(@file_ids::bigint[]) AS file_id,
+             unnest(@sources::jsonb[]) AS source) k
+RETURNING id;
+
+-- name: DocumentBatchHasOpen :one
+-- Whether a document of the batch's files of generation is still running:
+-- the DOCUMENT_INDEXING phase's open "tasks".
+SELECT EXISTS (
+    SELECT 1 FROM documents d JOIN files f ON f.id = d.file_id
+    WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+      AND d.status IN ('not_started', 'processing')
+);
+
+-- name: DocumentBatchListOpen :many
+-- The running documents of a batch's phase (generation), for the sweep's
+-- backstop and a retry to make sure each has its job.
+SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
+WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+  AND d.status IN ('not_started', 'processing')
+ORDER BY d.id;
+
+-- name: DocumentBatchSummary :one
+-- A batch's documents by status, for its status document: those of its
+-- latest DOCUMENT_INDEXING run (a retried batch indexes its files again).
+SELECT count(*)::int AS total,
+       count(*) FILTER (WHERE status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed
+FROM documents d
+WHERE d.batch_id = @batch_id
+  AND d.created_at = (SELECT max(l.created_at) FROM documents l WHERE l.batch_id = @batch_id);
