@@ -200,6 +200,10 @@ type Documents struct {
 	TagsAPIURL string
 	TagsAPIKey string
 	TagsModel  string
+	// Timeout bounds one call to either provider (DOCUMENT_TIMEOUT_MS). A
+	// step's run lasts a little longer, and River rescues a crashed
+	// process's step jobs once that has passed.
+	Timeout time.Duration
 }
 
 // OCR configures the OCR phase: its provider and how its chunk jobs work.
@@ -349,6 +353,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 			TagsAPIURL:           strings.TrimRight(r.str("TAGS_API_URL", ""), "/"),
 			TagsAPIKey:           r.str("TAGS_API_KEY", ""),
 			TagsModel:            r.str("TAGS_MODEL", "gpt-4o-mini"),
+			Timeout:              r.millis("DOCUMENT_TIMEOUT_MS", 45*time.Second),
 		},
 		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
 		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),

@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 )
 
 const documentBatchHasOpen = `-- name: DocumentBatchHasOpen :one
@@ -370,7 +371,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -406,6 +407,7 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
 }
@@ -460,7 +462,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -490,12 +492,13 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -525,6 +528,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
 }
@@ -533,7 +537,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
 `
 
 type DocumentInsertParams struct {
@@ -577,6 +581,7 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
 }
@@ -629,7 +634,7 @@ func (q *Queries) DocumentInsertBatch(ctx context.Context, arg DocumentInsertBat
 }
 
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -659,12 +664,13 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -700,6 +706,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.FailedAt,
 			&i.UpdatedAt,
 			&i.Source,
+			&i.StepTiming,
 		); err != nil {
 			return nil, err
 		}
@@ -791,7 +798,7 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
     failed_at = CASE WHEN $2::boolean THEN now() ELSE failed_at END,
     updated_at = now()
 WHERE id = $3
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
 `
 
 type DocumentRecordErrorParams struct {
@@ -828,14 +835,50 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
+}
+
+const documentRecordStepRun = `-- name: DocumentRecordStepRun :one
+UPDATE documents SET step_timing = step_timing || jsonb_build_object($1::text, jsonb_build_object(
+        'startedAt', COALESCE(step_timing -> $1::text -> 'startedAt', to_jsonb($2::timestamptz)),
+        'completedAt', CASE WHEN $3::boolean THEN to_jsonb($4::timestamptz) END,
+        'runs', COALESCE((step_timing -> $1::text ->> 'runs')::integer, 0) + 1,
+        'workMs', round(COALESCE((step_timing -> $1::text ->> 'workMs')::numeric, 0) + ($5::float8)::numeric, 1)))
+WHERE id = $6
+RETURNING (step_timing -> $1::text)::jsonb AS timing
+`
+
+type DocumentRecordStepRunParams struct {
+	Step      string
+	StartedAt time.Time
+	Finished  bool
+	EndedAt   time.Time
+	WorkMs    float64
+	ID        int64
+}
+
+// Records a run of step in step_timing (see the column) and returns the
+// step's entry; finished says the run finished the step.
+func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordStepRunParams) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, documentRecordStepRun,
+		arg.Step,
+		arg.StartedAt,
+		arg.Finished,
+		arg.EndedAt,
+		arg.WorkMs,
+		arg.ID,
+	)
+	var timing json.RawMessage
+	err := row.Scan(&timing)
+	return timing, err
 }
 
 const documentRetry = `-- name: DocumentRetry :one
 UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -867,6 +910,7 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.FailedAt,
 		&i.UpdatedAt,
 		&i.Source,
+		&i.StepTiming,
 	)
 	return i, err
 }

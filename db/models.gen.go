@@ -99,6 +99,7 @@ type Document struct {
 	FailedAt        *time.Time
 	UpdatedAt       time.Time
 	Source          json.RawMessage
+	StepTiming      json.RawMessage
 }
 
 type DocumentChunk struct {

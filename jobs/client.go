@@ -195,6 +195,7 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "task_sweep"},
 		))
 	}
+	rescueAfter := min(chunkTimeout(deps.Config.OCR.Timeout), chunkTimeout(deps.Config.Documents.Timeout))
 	queues, err := queueConfigs(deps.Config, cfg.MaxWorkers, cfg.Queues)
 	if err != nil {
 		return nil, err
@@ -209,11 +210,12 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		// Our jobs are short; a worker killed mid-job must not hold a unique
 		// slot (phase_check above all) for River's default hour. River
 		// rescues a job only once its own Timeout has passed too, so the
-		// chunk jobs' short runs set how soon a dead process's chunks are
-		// picked up again (within a minute and River's 30 s rescue
-		// interval), and every other job keeps its longer timeout.
-		JobTimeout:           chunkTimeout(deps.Config.OCR.Timeout),
-		RescueStuckJobsAfter: chunkTimeout(deps.Config.OCR.Timeout),
+		// chunk and document step jobs' short runs set how soon a dead
+		// process's chunks and documents are picked up again (within a
+		// minute and River's 30 s rescue interval), and every other job
+		// keeps its longer timeout.
+		JobTimeout:           rescueAfter,
+		RescueStuckJobsAfter: rescueAfter,
 	})
 }
 
@@ -257,9 +259,10 @@ func CheckQueues(names []string) error {
 }
 
 // jobDefaults is river.WorkerDefaults with our jobs' usual timeout,
-// defaultJobTimeout. The client's JobTimeout is the chunk jobs' shorter
-// one: River refuses a RescueStuckJobsAfter below JobTimeout, and the
-// rescue of a dead process's chunks should not wait on the other jobs'.
+// defaultJobTimeout. The client's JobTimeout is the chunk and document
+// step jobs' shorter one: River refuses a RescueStuckJobsAfter below
+// JobTimeout, and the rescue of a dead process's chunks should not wait
+// on the other jobs'.
 type jobDefaults[T river.JobArgs] struct{ river.WorkerDefaults[T] }
 
 // Timeout is defaultJobTimeout.

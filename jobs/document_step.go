@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
+	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/tagging"
@@ -62,10 +64,18 @@ type Documents struct {
 
 // DocumentStepWorker runs DocumentStepArgs.
 type DocumentStepWorker struct {
-	jobDefaults[DocumentStepArgs]
+	river.WorkerDefaults[DocumentStepArgs]
 	deps    Deps
 	docs    Documents
 	limiter *ratelimit.Limiter
+}
+
+// Timeout bounds a run: at most one provider call (DOCUMENT_TIMEOUT_MS)
+// and its reads and writes. It is also how soon River rescues the job of
+// a process that died mid-run: the default job timeout would leave the
+// document stalled for five minutes.
+func (w *DocumentStepWorker) Timeout(*river.Job[DocumentStepArgs]) time.Duration {
+	return chunkTimeout(w.deps.Config.Documents.Timeout)
 }
 
 // snoozeError asks for the step to run again after wait: no token of the
@@ -113,6 +123,7 @@ func (w *DocumentStepWorker) call(ctx context.Context, service, providerName str
 
 // Work runs the document's current step.
 func (w *DocumentStepWorker) Work(ctx context.Context, job *river.Job[DocumentStepArgs]) error {
+	started := time.Now()
 	id := job.Args.DocumentID
 	q := db.New(w.deps.Pool)
 	doc, err := q.DocumentGet(ctx, id)
@@ -130,27 +141,84 @@ func (w *DocumentStepWorker) Work(ctx context.Context, job *river.Job[DocumentSt
 			return err
 		}
 	}
-	var done bool
-	switch doc.CurrentStep {
+	run := &stepRun{doc: doc, step: doc.CurrentStep, started: started}
+	switch run.step {
 	case "download":
-		err = w.download(ctx, doc)
+		err = w.download(ctx, run)
 	case "embeddings":
-		err = w.embed(ctx, doc)
+		err = w.embed(ctx, run)
 	case "tags":
-		err = w.tag(ctx, doc)
+		err = w.tag(ctx, run)
 	case "store":
-		err, done = w.store(ctx, doc), true
+		err = w.store(ctx, run)
 	default:
-		err = permanentf("unknown step %q", doc.CurrentStep)
+		err = permanentf("unknown step %q", run.step)
 	}
 	if err != nil {
-		return w.failed(ctx, doc, err)
+		return w.failed(ctx, run, err)
 	}
-	if done {
-		w.deps.Logger.Info("document completed", "document_id", id, "r2_key", doc.R2Key, "chunks", doc.TotalChunks)
+	w.ran(run, metrics.StepDone)
+	if run.completed {
+		took := time.Since(started)
+		if doc.StartedAt != nil {
+			took = time.Since(*doc.StartedAt)
+		}
+		w.deps.Metrics.DocumentFinished(metrics.DocumentCompleted, took)
+		w.deps.Logger.Info("document completed", "document_id", id, "r2_key", doc.R2Key, "chunks", doc.TotalChunks,
+			"duration_ms", took.Milliseconds())
 		return nil
 	}
 	return river.JobSnooze(stepDelay)
+}
+
+// stepRun is one run of a document's step.
+type stepRun struct {
+	doc     db.Document // as the run found it
+	step    string
+	started time.Time
+	// finished says the run finished its step, completed that it
+	// completed the document; timing is the step's step_timing entry, once
+	// the run recorded itself (record).
+	finished, completed bool
+	timing              json.RawMessage
+}
+
+// stepTiming is a step's entry in documents.step_timing.
+type stepTiming struct {
+	StartedAt   time.Time  `json:"startedAt"`
+	CompletedAt *time.Time `json:"completedAt"`
+	Runs        int        `json:"runs"`
+	WorkMs      float64    `json:"workMs"`
+}
+
+// record adds the run to its step's timing, through q: the transaction
+// that commits the run's outcome, so the two agree. finished says the run
+// finished the step.
+func (r *stepRun) record(ctx context.Context, q *db.Queries, finished bool) error {
+	ended := time.Now()
+	timing, err := q.DocumentRecordStepRun(ctx, db.DocumentRecordStepRunParams{ID: r.doc.ID, Step: r.step,
+		StartedAt: r.started, Finished: finished, EndedAt: ended, WorkMs: float64(ended.Sub(r.started).Microseconds()) / 1000})
+	if err != nil {
+		return fmt.Errorf("recording the %s step's run: %w", r.step, err)
+	}
+	r.finished, r.timing = finished, timing
+	return nil
+}
+
+// ran counts a run that ended with outcome (a metrics.Step* constant) and
+// logs it: at info level the run that finished a step, with the step's
+// runs and times; at debug level the others.
+func (w *DocumentStepWorker) ran(run *stepRun, outcome string) {
+	took := time.Since(run.started)
+	w.deps.Metrics.DocumentStep(run.step, outcome, took)
+	attrs := []any{"document_id", run.doc.ID, "r2_key", run.doc.R2Key, "step", run.step, "outcome", outcome, "run_ms", took.Milliseconds()}
+	var t stepTiming
+	if !run.finished || json.Unmarshal(run.timing, &t) != nil || t.CompletedAt == nil {
+		w.deps.Logger.Debug("document step run", attrs...)
+		return
+	}
+	w.deps.Logger.Info("document step finished", append(attrs, "runs", t.Runs, "work_ms", t.WorkMs,
+		"duration_ms", t.CompletedAt.Sub(t.StartedAt).Milliseconds())...)
 }
 
 // permanentError is a failure no retry mends (not UTF-8, too large,
@@ -167,16 +235,23 @@ func permanentf(format string, args ...any) error {
 // a permanent failure (or the provider refusing the key) fails the
 // document; a 429 waits out the provider's Retry-After with no retry used;
 // a transient one is retried after 1, 2, 4 s, DocumentRetries in all.
-func (w *DocumentStepWorker) failed(ctx context.Context, doc db.Document, err error) error {
+func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error) error {
+	doc := run.doc
+	// A transaction that failed after the run recorded itself rolled the
+	// record back.
+	run.finished, run.completed, run.timing = false, false, nil
 	if ctx.Err() != nil {
+		w.ran(run, metrics.StepRetried)
 		return err // the job was stopped: River retries it
 	}
 	var perm *permanentError
 	var snooze *snoozeError
 	if errors.As(err, &snooze) {
+		w.ran(run, metrics.StepWaited)
 		return river.JobSnooze(snooze.wait)
 	}
 	class := provider.ClassOf(err)
+	fail := true
 	switch {
 	case errors.As(err, &perm), class == provider.Permanent, class == provider.Auth:
 	case class == provider.RateLimited:
@@ -184,43 +259,56 @@ func (w *DocumentStepWorker) failed(ctx context.Context, doc db.Document, err er
 		if pe, ok := errors.AsType[*provider.Error](err); ok && pe.RetryAfter > 0 {
 			delay = pe.RetryAfter
 		}
+		w.ran(run, metrics.StepWaited)
 		return river.JobSnooze(delay)
 	default:
-		fail := int(doc.RetryCount) >= DocumentRetries
-		if rerr := w.recordError(ctx, doc, err, fail); rerr != nil {
-			return rerr
-		}
-		if fail {
-			w.deps.Logger.Warn("document failed", "document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err)
-			return nil
-		}
-		return river.JobSnooze(time.Duration(1<<doc.RetryCount) * time.Second)
+		fail = int(doc.RetryCount) >= DocumentRetries
 	}
-	if rerr := w.recordError(ctx, doc, err, true); rerr != nil {
+	row, rerr := w.recordError(ctx, run, err, fail)
+	if rerr != nil {
 		return rerr
 	}
-	w.deps.Logger.Warn("document failed", "document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err)
+	attrs := []any{"document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err}
+	if !fail {
+		w.ran(run, metrics.StepRetried)
+		wait := time.Duration(1<<doc.RetryCount) * time.Second
+		w.deps.Logger.Warn("document step failed", append(attrs, "retry_in_ms", wait.Milliseconds())...)
+		return river.JobSnooze(wait)
+	}
+	w.ran(run, metrics.StepFailed)
+	took := time.Duration(0)
+	if row.StartedAt != nil && row.FailedAt != nil {
+		took = row.FailedAt.Sub(*row.StartedAt)
+	}
+	w.deps.Metrics.DocumentFinished(metrics.DocumentFailed, took)
+	w.deps.Logger.Warn("document failed", attrs...)
 	return nil
 }
 
-// recordError adds err to the document's history; with fail it fails the
-// document, which ends it (endDocument).
-func (w *DocumentStepWorker) recordError(ctx context.Context, doc db.Document, err error, fail bool) error {
-	record := func(q *db.Queries) error {
-		_, rerr := q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: doc.ID, Error: err.Error(), Fail: fail})
-		return rerr
+// recordError adds err to the document's history, and the run to its
+// step's timing in the same transaction; with fail it fails the document,
+// which ends it (endDocument). row is the document as recorded.
+func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err error, fail bool) (row db.Document, rerr error) {
+	record := func(tx pgx.Tx) (err2 error) {
+		q := db.New(tx)
+		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: run.doc.ID, Error: err.Error(), Fail: fail}); err2 != nil {
+			return err2
+		}
+		return run.record(ctx, q, false)
 	}
 	if !fail {
-		return record(db.New(w.deps.Pool))
+		rerr = pgx.BeginFunc(ctx, w.deps.Pool, record)
+	} else {
+		rerr = w.endDocument(ctx, run.doc, func(tx pgx.Tx) (bool, error) { return true, record(tx) })
 	}
-	return w.endDocument(ctx, doc, func(tx pgx.Tx) (bool, error) { return true, record(db.New(tx)) })
+	return row, rerr
 }
 
 // download reads the document, refuses one over the size cap or not
 // UTF-8, and chunks it. Content the key's current version already has is
 // not processed again: the new version takes over its chunks and is done.
-func (w *DocumentStepWorker) download(ctx context.Context, doc db.Document) error {
-	cfg := w.deps.Config.Documents
+func (w *DocumentStepWorker) download(ctx context.Context, run *stepRun) error {
+	doc, cfg := run.doc, w.deps.Config.Documents
 	data, err := w.text(ctx, doc)
 	if err != nil {
 		return err
@@ -236,11 +324,18 @@ func (w *DocumentStepWorker) download(ctx context.Context, doc db.Document) erro
 		prev, err := q.DocumentCurrentBySHA(ctx, db.DocumentCurrentBySHAParams{R2Key: doc.R2Key, ContentSha256: sum[:]})
 		switch {
 		case err == nil:
-			return true, adoptChunks(ctx, q, prev, doc, int64(len(data)))
+			if err := adoptChunks(ctx, q, prev, doc, int64(len(data))); err != nil {
+				return false, err
+			}
+			run.completed = true
+			return true, run.record(ctx, q, true)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return false, err
 		}
-		return false, storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data)))
+		if err := storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data))); err != nil {
+			return false, err
+		}
+		return false, run.record(ctx, q, true)
 	})
 }
 
@@ -279,14 +374,20 @@ func adoptChunks(ctx context.Context, q *db.Queries, prev, doc db.Document, size
 }
 
 // embed embeds the next EmbeddingsBatch chunks, or moves on to tags.
-func (w *DocumentStepWorker) embed(ctx context.Context, doc db.Document) error {
-	q := db.New(w.deps.Pool)
+func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
+	doc, q := run.doc, db.New(w.deps.Pool)
 	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: "pending", MaxChunks: EmbeddingsBatch})
 	if err != nil {
 		return err
 	}
 	if len(rows) == 0 {
-		return q.DocumentSetStep(ctx, db.DocumentSetStepParams{ID: doc.ID, CurrentStep: "tags"})
+		return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+			q := db.New(tx)
+			if err := q.DocumentSetStep(ctx, db.DocumentSetStepParams{ID: doc.ID, CurrentStep: "tags"}); err != nil {
+				return err
+			}
+			return run.record(ctx, q, true)
+		})
 	}
 	texts := make([]string, len(rows))
 	for i, r := range rows {
@@ -311,14 +412,17 @@ func (w *DocumentStepWorker) embed(ctx context.Context, doc db.Document) error {
 				return err
 			}
 		}
-		return q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"embedding_done", "tags_done", "stored"}})
+		if err := q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"embedding_done", "tags_done", "stored"}}); err != nil {
+			return err
+		}
+		return run.record(ctx, q, false)
 	})
 }
 
 // tag tags the next TagsBatch chunks, or, when none is left, the document
 // from its chunks, and moves on to store.
-func (w *DocumentStepWorker) tag(ctx context.Context, doc db.Document) error {
-	q := db.New(w.deps.Pool)
+func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
+	doc, q := run.doc, db.New(w.deps.Pool)
 	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: "embedding_done", MaxChunks: TagsBatch})
 	if err != nil {
 		return err
@@ -343,7 +447,13 @@ func (w *DocumentStepWorker) tag(ctx context.Context, doc db.Document) error {
 		if docTags == nil {
 			docTags = []string{}
 		}
-		return q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: docTags})
+		return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+			q := db.New(tx)
+			if err := q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: docTags}); err != nil {
+				return err
+			}
+			return run.record(ctx, q, true)
+		})
 	}
 	texts := make([]string, len(rows))
 	for i, r := range rows {
@@ -368,19 +478,26 @@ func (w *DocumentStepWorker) tag(ctx context.Context, doc db.Document) error {
 				return err
 			}
 		}
-		return q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"tags_done", "stored"}})
+		if err := q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"tags_done", "stored"}}); err != nil {
+			return err
+		}
+		return run.record(ctx, q, false)
 	})
 }
 
 // store makes the version its key's current one, in one transaction: its
 // chunks become searchable as the previous version's stop being.
-func (w *DocumentStepWorker) store(ctx context.Context, doc db.Document) error {
-	return w.endDocument(ctx, doc, func(tx pgx.Tx) (bool, error) {
+func (w *DocumentStepWorker) store(ctx context.Context, run *stepRun) error {
+	return w.endDocument(ctx, run.doc, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
-		if err := q.DocumentLockKey(ctx, doc.R2Key); err != nil {
+		if err := q.DocumentLockKey(ctx, run.doc.R2Key); err != nil {
 			return false, err
 		}
-		return true, completeDocument(ctx, q, doc)
+		if err := completeDocument(ctx, q, run.doc); err != nil {
+			return false, err
+		}
+		run.completed = true
+		return true, run.record(ctx, q, true)
 	})
 }
 
@@ -404,7 +521,7 @@ func NewDocuments(cfg *config.Config) (Documents, error) {
 	var docs Documents
 	if c.EmbeddingsAPIURL != "" {
 		e, err := embedding.NewOpenAI(embedding.OpenAIConfig{URL: c.EmbeddingsAPIURL, APIKey: c.EmbeddingsAPIKey,
-			Model: c.EmbeddingsModel, Dimensions: c.EmbeddingsDimensions, BatchSize: EmbeddingsBatch})
+			Model: c.EmbeddingsModel, Dimensions: c.EmbeddingsDimensions, BatchSize: EmbeddingsBatch, Timeout: c.Timeout})
 		if err != nil {
 			return Documents{}, fmt.Errorf("embeddings provider: %w", err)
 		}
@@ -413,7 +530,7 @@ func NewDocuments(cfg *config.Config) (Documents, error) {
 		docs.Embedder = embedding.NewLocal(c.EmbeddingsDimensions)
 	}
 	if c.TagsAPIURL != "" {
-		t, err := tagging.NewOpenAI(tagging.OpenAIConfig{URL: c.TagsAPIURL, APIKey: c.TagsAPIKey, Model: c.TagsModel})
+		t, err := tagging.NewOpenAI(tagging.OpenAIConfig{URL: c.TagsAPIURL, APIKey: c.TagsAPIKey, Model: c.TagsModel, Timeout: c.Timeout})
 		if err != nil {
 			return Documents{}, fmt.Errorf("tags provider: %w", err)
 		}

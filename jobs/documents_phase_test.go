@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -111,6 +112,22 @@ func TestDocumentIndexingPhase(t *testing.T) {
 	}
 	require.Equal(t, "failed", failed.Status)
 	require.Contains(t, string(failed.Errors), "not UTF-8")
+
+	// A batch's documents time their steps as any other: the PDF's each
+	// finished, the failed one's download ran once, unfinished.
+	type timing map[string]struct {
+		CompletedAt *time.Time
+		Runs        int
+	}
+	var pdfTiming, failedTiming timing
+	require.NoError(t, json.Unmarshal(pdf.StepTiming, &pdfTiming))
+	for _, step := range []string{"download", "embeddings", "tags", "store"} {
+		require.NotNil(t, pdfTiming[step].CompletedAt, step)
+		require.Positive(t, pdfTiming[step].Runs, step)
+	}
+	require.NoError(t, json.Unmarshal(failed.StepTiming, &failedTiming))
+	require.Equal(t, 1, failedTiming["download"].Runs)
+	require.Nil(t, failedTiming["download"].CompletedAt)
 }
 
 // TestDocumentIndexingOff: a batch with describe off anywhere never

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,8 +29,12 @@ import (
 )
 
 // childSettingsEnv carries a child orchestrator's settings (JSON) from a
-// test to the test binary it starts again as that child.
-const childSettingsEnv = "JOBS_TEST_CHILD_SETTINGS"
+// test to the test binary it starts again as that child; childQueuesEnv
+// the queues it works, comma-separated ("ocr" if unset).
+const (
+	childSettingsEnv = "JOBS_TEST_CHILD_SETTINGS"
+	childQueuesEnv   = "JOBS_TEST_CHILD_QUEUES"
+)
 
 // TestMain runs the test binary as a child orchestrator process when a
 // test starts it so (runChild), and as the tests otherwise.
@@ -44,9 +49,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild is a second orchestrator process working only the "ocr" queue,
-// configured as the parent test's: it prints "ready" once its River client
-// has started and runs until it is killed.
+// runChild is a second orchestrator process working only the "ocr" queue
+// (or those of childQueuesEnv), configured as the parent test's: it prints
+// "ready" once its River client has started and runs until it is killed.
 func runChild(settingsJSON string) error {
 	var settings map[string]string
 	if err := json.Unmarshal([]byte(settingsJSON), &settings); err != nil {
@@ -71,7 +76,7 @@ func runChild(settingsJSON string) error {
 		return err
 	}
 	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger},
-		jobs.ClientConfig{Queues: []string{"ocr"}, FetchPollInterval: 100 * time.Millisecond})
+		jobs.ClientConfig{Queues: strings.Split(cmp.Or(os.Getenv(childQueuesEnv), "ocr"), ","), FetchPollInterval: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -80,6 +85,26 @@ func runChild(settingsJSON string) error {
 	}
 	fmt.Println("ready")
 	select {}
+}
+
+// startChild starts the test binary as a child orchestrator (runChild)
+// on env's database, store and settings, working queues, and returns once
+// its River client has started. It is killed when the test ends.
+func startChild(t *testing.T, env *testenv.Env, queues string) *exec.Cmd {
+	t.Helper()
+	settings, err := json.Marshal(env.Settings())
+	require.NoError(t, err)
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childSettingsEnv+"="+string(settings), childQueuesEnv+"="+queues)
+	child.Stderr = testWriter{t}
+	stdout, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready", strings.TrimSpace(line))
+	return child
 }
 
 // TestOCRKill9MidChunk kills (SIGKILL) the only process working a chunk
@@ -115,18 +140,7 @@ func TestOCRKill9MidChunk(t *testing.T) {
 	// The test's own process works every queue but "ocr" until the kill.
 	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: settings, Queues: []string{"default", jobs.BuildQueue}})
 
-	childSettings, err := json.Marshal(env.Settings())
-	require.NoError(t, err)
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), childSettingsEnv+"="+string(childSettings))
-	child.Stderr = testWriter{t}
-	stdout, err := child.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ready", strings.TrimSpace(line))
+	child := startChild(t, env, "ocr")
 
 	env.Submit(t, id, images("/a", 6, ocrOn))
 	for range 2 {

@@ -126,6 +126,10 @@ type Metrics struct {
 	providerRate      *prometheus.GaugeVec
 	providerTokens    *prometheus.GaugeVec
 	chunkItems        *prometheus.CounterVec
+	documentSteps     *prometheus.CounterVec
+	documentStepTime  *prometheus.HistogramVec
+	documentsFinished *prometheus.CounterVec
+	documentDuration  *prometheus.HistogramVec
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -142,6 +146,28 @@ const (
 	ItemDone    = "done"
 	ItemFailed  = "failed"
 	ItemSkipped = "skipped"
+)
+
+// Outcomes of a run of a document's step (DocumentStep).
+const (
+	// StepDone: the run committed its piece of the step (a batch of
+	// chunks, or the whole step).
+	StepDone = "done"
+	// StepRetried: the run failed and the step is tried again: a
+	// transient failure (one of the document's retries), or a run River
+	// stopped.
+	StepRetried = "retried"
+	// StepFailed: the run failed the document.
+	StepFailed = "failed"
+	// StepWaited: the provider's shared rate limit had no token, or the
+	// provider answered 429; the step waits, with no retry used.
+	StepWaited = "waited"
+)
+
+// Final statuses of a document (DocumentFinished).
+const (
+	DocumentCompleted = "completed"
+	DocumentFailed    = "failed"
 )
 
 // New returns a Metrics with a fresh registry.
@@ -212,9 +238,29 @@ func New(cfg Config) *Metrics {
 		Name: "orchestrator_chunk_items_finished_total",
 		Help: "Items of chunked phases (OCR refs) that ended, by phase and outcome (done, failed, skipped).",
 	}, []string{"phase", "outcome"})
+	m.documentSteps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_document_steps_total",
+		Help: "Runs of document steps (download, embeddings, tags, store), by step and outcome (done, retried, failed, waited).",
+	}, []string{"step", "outcome"})
+	m.documentStepTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "orchestrator_document_step_duration_seconds",
+		Help:    "Time one run of a document step takes (its provider call included), by step; runs that waited for the rate limit are left out.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"step"})
+	m.documentsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_documents_finished_total",
+		Help: "Document versions that ended, by final status (completed, failed).",
+	}, []string{"status"})
+	m.documentDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "orchestrator_document_duration_seconds",
+		Help: "Time from a document version's first step to its end, by final status.",
+		// 100 ms to about 2 hours.
+		Buckets: prometheus.ExponentialBuckets(0.1, 2, 17),
+	}, []string{"status"})
 	m.reg.MustRegister(m.batchesStarted, m.batchesFinished, m.batchDuration, m.tasksFinished, m.launches,
 		m.launchFailures, m.phaseRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
-		m.providerRequests, m.providerRate, m.providerTokens, m.chunkItems)
+		m.providerRequests, m.providerRate, m.providerTokens, m.chunkItems,
+		m.documentSteps, m.documentStepTime, m.documentsFinished, m.documentDuration)
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {
@@ -291,6 +337,30 @@ func (m *Metrics) ChunkItemsFinished(phase, outcome string, n int) {
 		return
 	}
 	m.chunkItems.WithLabelValues(phase, outcome).Add(float64(n))
+}
+
+// DocumentStep counts a run of a document's step that ended with outcome
+// (StepDone, StepRetried, StepFailed or StepWaited) and, but for a run
+// that waited, observes how long it took.
+func (m *Metrics) DocumentStep(step, outcome string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.documentSteps.WithLabelValues(step, outcome).Inc()
+	if outcome != StepWaited {
+		m.documentStepTime.WithLabelValues(step).Observe(max(took, 0).Seconds())
+	}
+}
+
+// DocumentFinished counts a document version that ended with status
+// (DocumentCompleted or DocumentFailed) and observes how long it took
+// since its first step started.
+func (m *Metrics) DocumentFinished(status string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.documentsFinished.WithLabelValues(status).Inc()
+	m.documentDuration.WithLabelValues(status).Observe(max(took, 0).Seconds())
 }
 
 // TasksFinished counts n tasks of phase that ended with outcome (TaskCompleted,

@@ -30,6 +30,8 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.CallbackHandled(metrics.CallbackApplied, time.Millisecond)
 	m.CallbackRejected(metrics.RejectedBadToken)
 	m.IngestAttempted(true)
+	m.DocumentStep("embeddings", metrics.StepDone, time.Millisecond)
+	m.DocumentFinished(metrics.DocumentCompleted, time.Second)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
@@ -81,6 +83,46 @@ orchestrator_ingest_failures_total 1
 	require.Contains(t, body, `orchestrator_batch_duration_seconds_sum{status="DONE"} 90`)
 	require.NotContains(t, body, "go_goroutines", "runtime collectors only when asked for")
 	require.Contains(t, scrape(t, metrics.New(metrics.Config{Runtime: true})), "go_goroutines")
+}
+
+// TestDocumentMetrics holds the document steps' names and labels: runs
+// counted by step and outcome, the durations of runs that did work, and
+// documents by final status.
+func TestDocumentMetrics(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Config{})
+	m.DocumentStep("embeddings", metrics.StepDone, 20*time.Millisecond)
+	m.DocumentStep("embeddings", metrics.StepDone, 30*time.Millisecond)
+	m.DocumentStep("embeddings", metrics.StepWaited, time.Millisecond) // counted, not timed
+	m.DocumentStep("tags", metrics.StepRetried, 2*time.Second)
+	m.DocumentFinished(metrics.DocumentCompleted, 3*time.Second)
+	m.DocumentFinished(metrics.DocumentFailed, 40*time.Second)
+
+	require.NoError(t, testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP orchestrator_document_steps_total Runs of document steps (download, embeddings, tags, store), by step and outcome (done, retried, failed, waited).
+# TYPE orchestrator_document_steps_total counter
+orchestrator_document_steps_total{outcome="done",step="embeddings"} 2
+orchestrator_document_steps_total{outcome="waited",step="embeddings"} 1
+orchestrator_document_steps_total{outcome="retried",step="tags"} 1
+# HELP orchestrator_documents_finished_total Document versions that ended, by final status (completed, failed).
+# TYPE orchestrator_documents_finished_total counter
+orchestrator_documents_finished_total{status="completed"} 1
+orchestrator_documents_finished_total{status="failed"} 1
+`), "orchestrator_document_steps_total", "orchestrator_documents_finished_total"))
+
+	body := scrape(t, m)
+	for _, want := range []string{
+		`orchestrator_document_step_duration_seconds_count{step="embeddings"} 2`,
+		`orchestrator_document_step_duration_seconds_bucket{step="embeddings",le="0.025"} 1`,
+		`orchestrator_document_step_duration_seconds_bucket{step="embeddings",le="0.05"} 2`,
+		`orchestrator_document_step_duration_seconds_sum{step="embeddings"} 0.05`,
+		`orchestrator_document_step_duration_seconds_bucket{step="tags",le="2.5"} 1`,
+		`orchestrator_document_duration_seconds_bucket{status="completed",le="3.2"} 1`,
+		`orchestrator_document_duration_seconds_bucket{status="failed",le="25.6"} 0`,
+		`orchestrator_document_duration_seconds_bucket{status="failed",le="51.2"} 1`,
+	} {
+		require.Contains(t, body, want)
+	}
 }
 
 // TestRiverQueueDepth holds that the queue depth is read from river_job at

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -157,7 +158,91 @@ func seed(t *testing.T) seeded {
 			VALUES ($1, $2, $3, $4, $5, $6)`, e.batch, e.typ, opt(e.phase), opt(e.task), data, at(e.created))
 		require.NoError(t, err)
 	}
+	seedDocuments(t, pool)
 	return seeded{pool: pool, url: url}
+}
+
+// seedStep is a step's step_timing entry: its first start, its end ("" if
+// not finished), runs and work time.
+type seedStep struct {
+	started, completed string
+	runs               int
+	workMs             float64
+}
+
+type seedDocument struct {
+	key, status                string
+	created, started, finished string // finished: completed_at or failed_at
+	chunks, errors             int
+	steps                      map[string]seedStep
+}
+
+// seedDocuments writes document versions (ids 1 to 6, in order):
+//
+//	D0 completed 02-20 00:00 -> 00:01:40  before since, a 100 s step
+//	D1 completed 03-02 10:00 -> 10:00:04  4 s, 20 chunks
+//	D2 completed 03-02 11:00 -> 11:00:10  10 s, 5 chunks; embeddings 8 s
+//	D3 failed    03-03 08:00 -> 08:00:07  7 s, 4 errors, in embeddings
+//	D4 processing 03-03 09:00, downloaded
+//	D5 not_started 03-03 09:30
+func seedDocuments(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	day := func(d string) func(string) string { return func(hms string) string { return d + " " + hms } }
+	feb, mar2, mar3 := day("2026-02-20"), day("2026-03-02"), day("2026-03-03")
+	docs := []seedDocument{
+		{"documents/d0.md", "completed", feb("00:00:00"), feb("00:00:00"), feb("00:01:40"), 3, 0, map[string]seedStep{
+			"download": {feb("00:00:00"), feb("00:01:40"), 1, 100000},
+		}},
+		{"documents/d1.md", "completed", mar2("10:00:00"), mar2("10:00:00"), mar2("10:00:04"), 20, 0, map[string]seedStep{
+			"download":   {mar2("10:00:00"), mar2("10:00:00.5"), 1, 250},
+			"embeddings": {mar2("10:00:00.6"), mar2("10:00:02.5"), 3, 600},
+			"tags":       {mar2("10:00:02.6"), mar2("10:00:03.75"), 5, 500},
+			"store":      {mar2("10:00:03.875"), mar2("10:00:04"), 1, 125},
+		}},
+		{"documents/d2.md", "completed", mar2("11:00:00"), mar2("11:00:00"), mar2("11:00:10"), 5, 0, map[string]seedStep{
+			"download":   {mar2("11:00:00"), mar2("11:00:00.5"), 1, 500},
+			"embeddings": {mar2("11:00:01"), mar2("11:00:09"), 2, 1500},
+			"tags":       {mar2("11:00:09.1"), mar2("11:00:09.6"), 2, 300},
+			"store":      {mar2("11:00:09.75"), mar2("11:00:10"), 1, 250},
+		}},
+		{"documents/d3.md", "failed", mar3("08:00:00"), mar3("08:00:00"), mar3("08:00:07"), 8, 4, map[string]seedStep{
+			"download":   {mar3("08:00:00"), mar3("08:00:01"), 1, 1000},
+			"embeddings": {mar3("08:00:01"), "", 4, 2000},
+		}},
+		{"documents/d4.md", "processing", mar3("09:00:00"), mar3("09:00:00"), "", 2, 0, map[string]seedStep{
+			"download": {mar3("09:00:00"), mar3("09:00:00.25"), 1, 250},
+		}},
+		{"documents/d5.md", "not_started", mar3("09:30:00"), "", "", 0, 0, nil},
+	}
+	for _, d := range docs {
+		steps := map[string]map[string]any{}
+		for name, st := range d.steps {
+			e := map[string]any{"startedAt": at(st.started), "completedAt": nil, "runs": st.runs, "workMs": st.workMs}
+			if st.completed != "" {
+				e["completedAt"] = at(st.completed)
+			}
+			steps[name] = e
+		}
+		timing, err := json.Marshal(steps)
+		require.NoError(t, err)
+		errs := make([]map[string]string, d.errors)
+		for i := range errs {
+			errs[i] = map[string]string{"step": "embeddings", "error": "provider answered 502", "timestamp": d.finished}
+		}
+		errJSON, err := json.Marshal(errs)
+		require.NoError(t, err)
+		var completed, failed *time.Time
+		if d.status == "completed" {
+			completed = optTime(d.finished)
+		} else {
+			failed = optTime(d.finished)
+		}
+		_, err = pool.Exec(context.Background(), `INSERT INTO documents (r2_key, version, status, current_step, total_chunks,
+				errors, step_timing, created_at, started_at, completed_at, failed_at)
+			VALUES ($1, 1, $2, 'download', $3, $4, $5, $6, $7, $8, $9)`,
+			d.key, d.status, d.chunks, errJSON, timing, at(d.created), optTime(d.started), completed, failed)
+		require.NoError(t, err)
+	}
 }
 
 func opt(s string) *string {
@@ -324,6 +409,42 @@ func TestReports(t *testing.T) {
 		}, res.Rows)
 	})
 
+	t.Run("DocumentsByStatus", func(t *testing.T) {
+		res := run(t, conn, "documents-by-status", p)
+		require.Equal(t, []string{"status", "documents", "chunks", "with_errors", "p50_seconds", "p95_seconds", "max_seconds"}, res.Columns)
+		require.Equal(t, [][]any{
+			{"not_started", int64(1), int64(0), int64(0), nil, nil, nil},
+			{"processing", int64(1), int64(2), int64(0), nil, nil, nil},
+			// D1 and D2, 4 and 10 s: p95 = 4 + 0.95 * 6.
+			{"completed", int64(2), int64(25), int64(0), 7.0, 9.7, 10.0},
+			{"failed", int64(1), int64(8), int64(1), 7.0, 7.0, 7.0},
+		}, res.Rows)
+	})
+
+	t.Run("DocumentSlowestSteps", func(t *testing.T) {
+		res := run(t, conn, "document-slowest-steps", reports.Params{Since: since, Limit: 2})
+		require.Equal(t, []string{"document_id", "r2_key", "version", "step", "runs", "chunks", "seconds", "work_seconds",
+			"started_at", "completed_at"}, res.Columns)
+		require.Equal(t, [][]any{
+			{int64(3), "documents/d2.md", int64(1), "embeddings", int64(2), int64(5), 8.0, 1.5, at("2026-03-02 11:00:01"), at("2026-03-02 11:00:09")},
+			{int64(2), "documents/d1.md", int64(1), "embeddings", int64(3), int64(20), 1.9, 0.6, at("2026-03-02 10:00:00.6"), at("2026-03-02 10:00:02.5")},
+		}, res.Rows)
+
+		// Every finished step since: D0's is before, D3's embeddings and
+		// the steps D4 has yet to run never finished; ties by document.
+		res = run(t, conn, "document-slowest-steps", p)
+		var got []string
+		for _, r := range res.Rows {
+			got = append(got, fmt.Sprintf("%s %s %v", r[1], r[3], r[6]))
+		}
+		require.Equal(t, []string{
+			"documents/d2.md embeddings 8", "documents/d1.md embeddings 1.9", "documents/d1.md tags 1.15",
+			"documents/d3.md download 1", "documents/d1.md download 0.5", "documents/d2.md download 0.5",
+			"documents/d2.md tags 0.5", "documents/d2.md store 0.25", "documents/d4.md download 0.25",
+			"documents/d1.md store 0.125",
+		}, got)
+	})
+
 	t.Run("Since", func(t *testing.T) {
 		// From 03-03 on, only B5 and B6 remain.
 		res := run(t, conn, "machine-seconds", reports.Params{Since: at("2026-03-03 00:00:00")})
@@ -357,7 +478,7 @@ func TestReportsEmpty(t *testing.T) {
 	pool := dbtest.New(t)
 	all, err := reports.List()
 	require.NoError(t, err)
-	require.Len(t, all, 6)
+	require.Len(t, all, 8)
 	for _, r := range all {
 		require.NotEmpty(t, r.Description, r.Name)
 		res := run(t, pool, r.Name, reports.Params{Since: since})

@@ -20,6 +20,8 @@
 //     spec 004's per-chunk limiters (see ocr.go).
 //  6. launch: a phase's machines launched with presigned URLs against the
 //     same launches with unsigned ones (see launch.go).
+//  7. documents: documents through every indexing step against an instant
+//     fake provider, and search over stored chunks (see documents.go).
 //
 // Baseline and ingest run in alternating pairs (-pairs, default 3: baseline,
 // ingest, baseline, ...), and the ratio reported is the median of the
@@ -69,7 +71,7 @@ import (
 )
 
 // allParts are the parts of the benchmark, in the order they run.
-var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch"}
+var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch", "documents"}
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
@@ -81,7 +83,7 @@ func main() {
 	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
 	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
 	orchBin := flag.String("orchestrator", "", "e2e and ocr: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns in e2e (an A/B comparison), and ocr runs the first")
-	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof")
+	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof; documents: one of the bench process during the steps, documents-cpu.pprof")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
 	ocrCapacity := flag.Float64("ocr-capacity", 8, "ocr: the fake provider's capacity C, requests/s (inside the OCR limiter's default range, 1 to 10/s)")
@@ -91,6 +93,10 @@ func main() {
 	launchTasks := flag.Int("launch-tasks", 5000, "launch: machines launched per run")
 	launchWith := flag.String("launch-backends", strings.Join(launchBackends, ","), "launch: backends to launch with, comma-separated: fakefly, instant")
 	ocrEnv := flag.String("ocr-env", "", "ocr: extra orchestrator settings for both modes, KEY=VALUE,... (the figures are spec 004's limiter defaults without it)")
+	docCount := flag.Int("doc-count", 1000, "documents: documents taken through every step")
+	docChunks := flag.Int("doc-chunks", 20, "documents: chunks a document makes (sections of about 450 tokens)")
+	searchChunks := flag.Int("search-chunks", 100000, "documents: chunks stored for search")
+	searches := flag.Int("searches", 200, "documents: searches timed")
 	flag.Parse()
 	base := os.Getenv("BENCH_DATABASE_URL")
 	if base == "" {
@@ -101,13 +107,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -pairs must be at least 1")
 		os.Exit(2)
 	}
+	if *docCount < 1 || *docChunks < 1 || *searchChunks < 10 || *searches < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -doc-count, -doc-chunks and -searches must be positive, -search-chunks at least 10")
+		os.Exit(2)
+	}
 	if !(*ocrCapacity > 0) || *ocrRefs < 1 || *ocrDirFiles < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -ocr-capacity, -ocr-refs and -ocr-dir-files must be positive")
 		os.Exit(2)
 	}
 	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
 		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
-		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}, launchTasks: *launchTasks}
+		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}, launchTasks: *launchTasks,
+		docOpts: documentsOptions{docs: *docCount, chunks: *docChunks, searchChunks: *searchChunks, searches: *searches}}
 	launchBackends = nil
 	for _, b := range strings.Split(*launchWith, ",") {
 		if b = strings.TrimSpace(b); b != "fakefly" && b != "instant" {
@@ -152,6 +163,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(2)
 		}
+		r.docOpts.profile = filepath.Join(r.e2eOpts.profileDir, "documents-cpu.pprof")
 	}
 	ctx := context.Background()
 	if err := run(ctx, base, r); err != nil {
@@ -201,6 +213,9 @@ type results struct {
 
 	launchTasks int
 	launches    []launchRun
+
+	docOpts   documentsOptions
+	documents documentsRun
 }
 
 // ingestRun is one callback-ingest run's figures.
@@ -314,6 +329,11 @@ func run(ctx context.Context, base string, r *results) error {
 		bin, _, _ := strings.Cut(r.e2eOpts.orchestrator, ",")
 		if r.ocr, err = benchOCR(ctx, admin, base, bin, r.e2eOpts, r.ocrOpts); err != nil {
 			return fmt.Errorf("ocr: %w", err)
+		}
+	}
+	if r.has("documents") {
+		if r.documents, err = benchDocuments(ctx, admin, base, r.docOpts); err != nil {
+			return fmt.Errorf("documents: %w", err)
 		}
 	}
 	return nil
@@ -682,6 +702,9 @@ func (r *results) table() string {
 	if r.has("launch") {
 		b.WriteString(launchTable(r.launches))
 	}
+	if r.has("documents") {
+		b.WriteString(documentsTable(r.documents))
+	}
 	return b.String()
 }
 
@@ -741,6 +764,9 @@ Parts run: %s.
 	if r.has("launch") {
 		b.WriteString(launchMarkdown(r.launchTasks, r.pairs))
 	}
+	if r.has("documents") {
+		b.WriteString(documentsMarkdown(r.documents))
+	}
 	b.WriteString(r.targets())
 	b.WriteString(`
 Reproduce: ` + "`make bench`" + ` (it starts a throwaway PostgreSQL cluster with production
@@ -769,7 +795,7 @@ func memTotal() string {
 }
 
 // targets sets this run's figures against issue 5's targets and the OCR
-// issue's goals.
+// and documents issues' goals.
 func (r *results) targets() string {
 	var rows []string
 	row := func(figure, target, got string, met bool) {
@@ -825,6 +851,9 @@ func (r *results) targets() string {
 	for _, s := range summarizeLaunch(r.launches) {
 		got := s.ratio[urlsPresigned]
 		row(fmt.Sprintf("launch time, presigned / unsigned URLs (%s)", s.backend), "<= 1.10x", fmt.Sprintf("%.3fx", got), got <= 1.10)
+	}
+	if r.has("documents") {
+		documentsTargets(r.documents, row)
 	}
 	if len(rows) == 0 {
 		return ""

@@ -46,7 +46,7 @@ func runReport(ctx context.Context, args []string, lookup func(string) (string, 
 	}
 	since := flags.String("since", "7d", "start of the period covered")
 	format := flags.String("format", "table", "output format: "+strings.Join(reports.Formats, ", "))
-	limit := flags.Int("limit", reports.DefaultLimit, "rows kept by reports that rank rows (failure-reasons, slowest-tasks)")
+	limit := flags.Int("limit", reports.DefaultLimit, "rows kept by reports that rank rows (failure-reasons, slowest-tasks, document-slowest-steps)")
 	names, err := parseInterleaved(flags, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

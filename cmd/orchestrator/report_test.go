@@ -41,7 +41,7 @@ func TestReportCommand(t *testing.T) {
 	t.Run("List", func(t *testing.T) {
 		out, err := cli(nil)
 		require.NoError(t, err)
-		for _, name := range []string{"batch-durations", "failure-reasons", "machine-seconds", "slowest-tasks", "task-failures", "throughput"} {
+		for _, name := range []string{"batch-durations", "document-slowest-steps", "documents-by-status", "failure-reasons", "machine-seconds", "slowest-tasks", "task-failures", "throughput"} {
 			require.Regexp(t, `(?m)^  `+name+`\s+\S`, out)
 		}
 	})

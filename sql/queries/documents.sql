@@ -97,6 +97,17 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
 WHERE id = @id
 RETURNING *;
 
+-- name: DocumentRecordStepRun :one
+-- Records a run of step in step_timing (see the column) and returns the
+-- step's entry; finished says the run finished the step.
+UPDATE documents SET step_timing = step_timing || jsonb_build_object(@step::text, jsonb_build_object(
+        'startedAt', COALESCE(step_timing -> @step::text -> 'startedAt', to_jsonb(@started_at::timestamptz)),
+        'completedAt', CASE WHEN @finished::boolean THEN to_jsonb(@ended_at::timestamptz) END,
+        'runs', COALESCE((step_timing -> @step::text ->> 'runs')::integer, 0) + 1,
+        'workMs', round(COALESCE((step_timing -> @step::text ->> 'workMs')::numeric, 0) + (@work_ms::float8)::numeric, 1)))
+WHERE id = @id
+RETURNING (step_timing -> @step::text)::jsonb AS timing;
+
 -- name: DocumentRetry :one
 -- Resumes a failed document from the step that failed, with its retries
 -- anew.
