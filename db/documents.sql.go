@@ -719,7 +719,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 }
 
 const documentListPage = `-- name: DocumentListPage :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source FROM documents
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents
 WHERE ($1::text IS NULL OR status = $1::text)
     AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -768,6 +768,7 @@ func (q *Queries) DocumentListPage(ctx context.Context, arg DocumentListPagePara
 			&i.FailedAt,
 			&i.UpdatedAt,
 			&i.Source,
+			&i.StepTiming,
 		); err != nil {
 			return nil, err
 		}
