@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,8 @@ type launchRun struct {
 	urls    string // a urlModes entry
 	tasks   int
 	elapsed time.Duration // from the first launch request to the last machine recorded
+	// envBytes is the size of a machine's environment (names and values).
+	envBytes int
 }
 
 // launchBackends are the backends the launch part measures, in order
@@ -62,14 +66,20 @@ var launchBackends = []string{"fakefly", "instant"}
 
 // benchLaunch runs rounds of one run per presigner and backend, the order
 // rotating each round.
-func benchLaunch(ctx context.Context, admin *pgx.Conn, base string, tasks, rounds int) ([]launchRun, error) {
+// With profileDir set, each run writes a CPU profile of the bench process
+// while it launches, launch-BACKEND-MODE-ROUND.pprof.
+func benchLaunch(ctx context.Context, admin *pgx.Conn, base string, tasks, rounds int, profileDir string) ([]launchRun, error) {
 	var runs []launchRun
 	for _, backend := range launchBackends {
 		for i := range rounds {
 			for j := range urlModes {
 				mode := urlModes[(i+j)%len(urlModes)]
 				fmt.Fprintf(os.Stderr, "launch %s %d/%d: %d machines, %s URLs...\n", backend, i+1, rounds, tasks, mode)
-				run, err := launchOnce(ctx, admin, base, backend, mode, tasks)
+				profile := ""
+				if profileDir != "" {
+					profile = filepath.Join(profileDir, fmt.Sprintf("launch-%s-%s-%d.pprof", backend, mode, i+1))
+				}
+				run, err := launchOnce(ctx, admin, base, backend, mode, tasks, profile)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s URLs: %w", backend, mode, err)
 				}
@@ -81,7 +91,7 @@ func benchLaunch(ctx context.Context, admin *pgx.Conn, base string, tasks, round
 	return runs, nil
 }
 
-func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string, tasks int) (launchRun, error) {
+func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string, tasks int, profile string) (launchRun, error) {
 	run := launchRun{backend: backend, urls: mode, tasks: tasks}
 	dbURL, err := freshDatabase(ctx, admin, base, "bench_launch")
 	if err != nil {
@@ -145,6 +155,17 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 	}
 	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // the run is over; a slow stop changes no figure
 
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return run, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return run, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if _, err := client.Insert(ctx, jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
 		return run, err
 	}
@@ -156,6 +177,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 		}
 		if launched == tasks {
 			run.elapsed = time.Since(*rec.first.Load())
+			pprof.StopCPUProfile() // the launches only (a no-op without a profile)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -171,6 +193,9 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 	if spec == nil || spec.Env["OUTPUT_URLS"] == "" || spec.Env["R2_SECRET_ACCESS_KEY"] != "" ||
 		strings.Contains(fmt.Sprint(spec.Env), cfg.R2SecretAccessKey) || (mode == urlsPresigned) != signed(spec.Env["INPUT_URL"]) {
 		return run, errors.New("the machines' env is not what the run measures")
+	}
+	for k, v := range spec.Env {
+		run.envBytes += len(k) + len(v)
 	}
 	return run, nil
 }
@@ -257,16 +282,18 @@ type launchSummary struct {
 	rounds  int
 	median  map[string]time.Duration
 	ratio   map[string]float64 // padded and presigned over unsigned
+	env     map[string]int     // a machine's environment, bytes
 }
 
 func summarizeLaunch(runs []launchRun) []launchSummary {
 	var out []launchSummary
 	for _, backend := range launchBackends {
 		byMode := map[string][]time.Duration{}
-		s := launchSummary{backend: backend, median: map[string]time.Duration{}, ratio: map[string]float64{}}
+		s := launchSummary{backend: backend, median: map[string]time.Duration{}, ratio: map[string]float64{}, env: map[string]int{}}
 		for _, r := range runs {
 			if r.backend == backend {
 				s.tasks = r.tasks
+				s.env[r.urls] = r.envBytes
 				byMode[r.urls] = append(byMode[r.urls], r.elapsed)
 			}
 		}
@@ -293,6 +320,7 @@ func launchTable(runs []launchRun) string {
 		for _, mode := range urlModes {
 			fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("launch %d machines (%s), %s URLs", s.tasks, s.backend, mode), s.median[mode].Round(time.Millisecond))
 		}
+		fmt.Fprintf(&b, "%-44s %14s\n", "  machine env, bytes (un/padded/presigned)", fmt.Sprintf("%d/%d/%d", s.env[urlsUnsigned], s.env[urlsPadded], s.env[urlsPresigned]))
 		fmt.Fprintf(&b, "%-44s %13.3fx\n", "  padded / unsigned time (median round)", s.ratio[urlsPadded])
 		fmt.Fprintf(&b, "%-44s %13.3fx\n", "  presigned / unsigned time (median round)", s.ratio[urlsPresigned])
 	}
