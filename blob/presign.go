@@ -86,6 +86,21 @@ func (s *S3) Presign(_ context.Context, o Object, ttl time.Duration) (Presigned,
 	return s.presignAt(o, ttl, time.Now())
 }
 
+// PresignAll presigns each of objs as Presign does, in order, all at one
+// instant, so that their URLs differ only in path, signed headers and
+// signature: AppendCompact relies on it.
+func (s *S3) PresignAll(_ context.Context, objs []Object, ttl time.Duration) ([]Presigned, error) {
+	now := time.Now()
+	out := make([]Presigned, len(objs))
+	for i, o := range objs {
+		var err error
+		if out[i], err = s.presignAt(o, ttl, now); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, error) {
 	ttl = ttl.Truncate(time.Second)
 	switch {

@@ -83,10 +83,8 @@ func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
 	u = append(u, stamp...)
 	u = append(u, "&X-Amz-Expires="...)
 	u = strconv.AppendInt(u, int64(ttl/time.Second), 10)
-	u = append(u, "&X-Amz-SignedHeaders=host"...)
-	if ifAbsent {
-		u = append(u, "%3Bif-none-match"...)
-	}
+	u = append(u, "&X-Amz-SignedHeaders="...)
+	u = append(u, signedHeaders(o.Method)...)
 	queryStart, queryEnd := pathEnd+1, len(u)
 
 	var cbuf [1024]byte
@@ -126,6 +124,15 @@ func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
 	u = append(u, "&X-Amz-Signature="...)
 	u = hex.AppendEncode(u, signature[:])
 	return unsafe.String(unsafe.SliceData(u), len(u)) // u is not written again
+}
+
+// signedHeaders is the value of X-Amz-SignedHeaders for a request made with
+// m, escaped: Host, and If-None-Match for MethodPutIfAbsent.
+func signedHeaders(m Method) string {
+	if m == MethodPutIfAbsent {
+		return "host%3Bif-none-match"
+	}
+	return "host"
 }
 
 // dayKey is the day's key, derived once a day.
