@@ -119,13 +119,12 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 		// The task's deadline was set at its claim, just before: now plus
 		// the timeout is not earlier.
 		now := time.Now()
-		urls, err := w.deps.urls.Env(context.Background(), batchID, p, row.R2Key, batchurls.TTL(now, now.Add(pcfg.TaskTimeout)))
+		err := w.deps.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, now.Add(pcfg.TaskTimeout)))
 		if err != nil {
 			// A worker without its URLs asks for them, and reports
 			// why it cannot have them.
 			w.deps.Logger.Error("presigning a machine's URLs", "batch_id", batchID, "task_id", row.ID, "phase", string(name), "error", err)
 		}
-		maps.Copy(env, urls)
 	}
 	return compute.MachineSpec{
 		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,

@@ -26,13 +26,15 @@ import (
 
 // The launch part measures what presigning the machines' URLs costs a
 // launch: one image phase of -launch-tasks pending tasks (the phase that
-// presigns the most, six URLs a machine) launched in one round, with three
+// presigns the most, six URLs a machine: INPUT_URL in full, five outputs in
+// OUTPUT_URLS's compact lines) launched in one round, with three
 // presigners in rotating order:
 //
-//   - unsigned: bare URLs, no query (the baseline: the launch path with
-//     neither the signing nor the longer environment it makes);
-//   - padded: unsigned URLs as long as signed ones (the environment's size
-//     alone);
+//   - unsigned: bare URLs, no query, so lines without a signature (the
+//     baseline: the launch path with neither the signing nor the longer
+//     environment it makes);
+//   - padded: unsigned URLs with a query and zero signatures as long as
+//     signed ones (the environment's size alone);
 //   - presigned: the real presigner.
 //
 // Two backends: the fake Fly Machines API over HTTP, as the e2e part
@@ -259,19 +261,34 @@ func (b *recordingBackend) Launch(ctx context.Context, s compute.MachineSpec) (c
 // query as long as a signed URL's.
 type unsignedPresigner struct{ pad bool }
 
-// signedQuery is as long as the query of a URL the bench's store signs.
-var signedQuery = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=bench-key%2F20251029%2Fauto%2Fs3%2Faws4_request" +
-	"&X-Amz-Date=20251029T193745Z&X-Amz-Expires=1020&X-Amz-SignedHeaders=host&X-Amz-Signature=" + strings.Repeat("0", 64)
+// paddedQuery is as long as the shared query of the URLs the bench's store
+// signs; paddedExpiry is when it says they expire.
+const paddedQuery = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=bench-key%2F20251029%2Fauto%2Fs3%2Faws4_request" +
+	"&X-Amz-Date=20251029T193745Z&X-Amz-Expires=1020"
 
-func (u unsignedPresigner) Presign(_ context.Context, o blob.Object, ttl time.Duration) (blob.Presigned, error) {
-	p := blob.Presigned{Object: o, URL: "http://127.0.0.1:1/" + o.Bucket + "/" + o.Key, Expires: time.Now().Add(ttl)}
+var paddedExpiry = time.Date(2025, 10, 29, 19, 54, 45, 0, time.UTC)
+
+func (u unsignedPresigner) PresignAll(_ context.Context, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
+	expires := time.Now().Add(ttl)
 	if u.pad {
-		p.URL += signedQuery
+		expires = paddedExpiry
 	}
-	if o.Method == blob.MethodPutIfAbsent {
-		p.Header = map[string]string{"If-None-Match": "*"}
+	out := make([]blob.Presigned, len(objs))
+	for i, o := range objs {
+		p := blob.Presigned{Object: o, URL: "http://127.0.0.1:1/" + o.Bucket + "/" + o.Key, Expires: expires}
+		if u.pad {
+			headers := "host"
+			if o.Method == blob.MethodPutIfAbsent {
+				headers += "%3Bif-none-match"
+			}
+			p.URL += paddedQuery + "&X-Amz-SignedHeaders=" + headers + "&X-Amz-Signature=" + strings.Repeat("0", 64)
+		}
+		if o.Method == blob.MethodPutIfAbsent {
+			p.Header = map[string]string{"If-None-Match": "*"}
+		}
+		out[i] = p
 	}
-	return p, nil
+	return out, nil
 }
 
 // launchSummary is one backend's median time per presigner, and the
@@ -329,12 +346,14 @@ func launchTable(runs []launchRun) string {
 
 func launchMarkdown(tasks, rounds int) string {
 	return fmt.Sprintf(`- **Launch**: one IMAGE_PROCESSING phase of %d pending tasks launched in one
-  round (six presigned URLs a machine: the input's GET, three variants, the
-  archive copy and the ref.json), from the first launch request to the last
-  machine recorded in the database. Each backend runs %d rounds of three runs,
-  in rotating order: unsigned URLs without a query (the baseline), unsigned URLs
-  padded to a signed one's length (the larger environment alone), and presigned
-  URLs; ratios are the median of the rounds' ratios to the unsigned run.
+  round (six presigned URLs a machine: the input's GET in INPUT_URL, and three
+  variants, the archive copy and the ref.json as OUTPUT_URLS's compact lines, a
+  signature each), from the first launch request to the last machine recorded
+  in the database. Each backend runs %d rounds of three runs, in rotating order:
+  unsigned URLs without a query, so lines without a signature (the baseline),
+  unsigned URLs padded to a signed one's length (the larger environment alone),
+  and presigned URLs; ratios are the median of the rounds' ratios to the
+  unsigned run. "machine env" is the size of one machine's environment.
   "fakefly" launches through the fake Fly Machines API over HTTP, as the e2e
   part does; the fake runs in the bench's process, so its JSON work on each
   machine's config (decoding it, echoing it back, which Fly does in

@@ -3,7 +3,7 @@
 // objects under its batch's prefixes (phases.BatchPrefix) of the staging,
 // archive and CDN buckets, until its task's deadline plus Margin. The
 // launcher puts the URLs a task needs into its machine's environment
-// (Env); the API presigns any other a worker asks for (Sign).
+// (Env), compactly; the API presigns any other a worker asks for (Sign).
 package batchurls
 
 import (
@@ -88,14 +88,7 @@ func (s *Signer) Sign(ctx context.Context, batchID string, objs []blob.Object, t
 			return nil, &RefusedError{Reason: err.Error()}
 		}
 	}
-	out := make([]blob.Presigned, len(objs))
-	for i, o := range objs {
-		var err error
-		if out[i], err = s.presigner.Presign(ctx, o, ttl); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.presigner.PresignAll(ctx, objs, ttl)
 }
 
 // RefusedError is an object a worker may not reach.
@@ -109,39 +102,48 @@ const (
 	EnvOutputURLs = "OUTPUT_URLS"
 )
 
-// Env is the URL part of a task's machine environment: INPUT_URL, a GET of
-// its input (in the staging bucket), and, for a phase that plans its
-// outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs as a JSON array
-// of blob.Presigned. The input is the orchestrator's own choice and is not
-// checked; the planned outputs are, as if the worker had asked for them.
-// When they are refused, the error comes with INPUT_URL alone: the worker
-// then asks for them and reports the refusal.
-func (s *Signer) Env(ctx context.Context, batchID string, phase phases.Phase, input string, ttl time.Duration) (map[string]string, error) {
-	get, err := s.presigner.Presign(ctx, blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}, ttl)
-	if err != nil {
-		return nil, err
-	}
-	env := map[string]string{EnvInputURL: get.URL}
-	planner, ok := phase.(phases.OutputPlanner)
-	if !ok {
-		return env, nil
-	}
-	outs := planner.PlanOutputs(input)
-	objs := make([]blob.Object, len(outs))
-	for i, out := range outs {
-		objs[i] = blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
-		if out.IfAbsent {
-			objs[i].Method = blob.MethodPutIfAbsent
+// Env sets the URL part of a task's machine environment in env: INPUT_URL,
+// a GET of its input (in the staging bucket), and, for a phase that plans
+// its outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs in the compact
+// form of blob.AppendCompact, signed together with INPUT_URL, whose URL they
+// share but for path, signed headers and signature. The input is the
+// orchestrator's own choice and is not checked; the planned outputs are, as
+// if the worker had asked for them. When they are refused, the error comes
+// with INPUT_URL alone: the worker then asks for them and reports the
+// refusal.
+func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string, phase phases.Phase, input string, ttl time.Duration) error {
+	objs := []blob.Object{{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}}
+	var refused error
+	if planner, ok := phase.(phases.OutputPlanner); ok {
+		for _, out := range planner.PlanOutputs(input) {
+			o := blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
+			if out.IfAbsent {
+				o.Method = blob.MethodPutIfAbsent
+			}
+			if err := s.Check(batchID, o); err != nil {
+				refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
+				objs = objs[:1]
+				break
+			}
+			objs = append(objs, o)
 		}
 	}
-	urls, err := s.Sign(ctx, batchID, objs, ttl)
+	urls, err := s.presigner.PresignAll(ctx, objs, ttl)
 	if err != nil {
-		return env, fmt.Errorf("planning the outputs of %s: %w", input, err)
+		return err
 	}
-	size := 2
-	for _, u := range urls {
-		size += len(u.URL) + len(u.Bucket) + len(u.Key) + 160
+	env[EnvInputURL] = urls[0].URL
+	if len(urls) == 1 {
+		return refused
 	}
-	env[EnvOutputURLs] = string(blob.AppendJSON(make([]byte, 0, size), urls))
-	return env, nil
+	size := 0
+	for _, o := range objs[1:] {
+		size += len(o.Bucket) + len(o.Key) + 96 // method, separators, signature, some escapes
+	}
+	lines, err := blob.AppendCompact(make([]byte, 0, size), urls[0], urls[1:])
+	if err != nil {
+		return fmt.Errorf("planning the outputs of %s: %w", input, err)
+	}
+	env[EnvOutputURLs] = string(lines)
+	return nil
 }
