@@ -83,10 +83,11 @@ var _ Presigner = (*S3)(nil)
 // Content-Length are not signed: the holder sends what it writes.
 func (s *S3) PresignAll(_ context.Context, objs []Object, ttl time.Duration) ([]Presigned, error) {
 	now := time.Now()
+	date := amzDateOf(now)
 	out := make([]Presigned, len(objs))
 	for i, o := range objs {
 		var err error
-		if out[i], err = s.presignAt(o, ttl, now); err != nil {
+		if out[i], err = s.presign(o, ttl, now, &date); err != nil {
 			return nil, err
 		}
 	}
@@ -99,6 +100,12 @@ func (s *S3) Presign(_ context.Context, o Object, ttl time.Duration) (Presigned,
 }
 
 func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, error) {
+	date := amzDateOf(now)
+	return s.presign(o, ttl, now, &date)
+}
+
+// presign signs o at now, which date is.
+func (s *S3) presign(o Object, ttl time.Duration, now time.Time, date *amzDate) (Presigned, error) {
 	ttl = ttl.Truncate(time.Second)
 	switch {
 	case !o.Method.Valid():
@@ -108,7 +115,7 @@ func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, e
 	case o.Bucket == "" || o.Key == "":
 		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: bucket and key are required", o.Bucket, o.Key)
 	}
-	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, now),
+	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, date),
 		// X-Amz-Date has whole seconds.
 		Expires: now.UTC().Truncate(time.Second).Add(ttl)}
 	if o.Method == MethodPutIfAbsent {

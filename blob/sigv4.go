@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // presigner signs S3 requests with SigV4 query-string authentication
@@ -58,16 +57,16 @@ func newPresigner(endpoint, region, accessKeyID, secret string) (*presigner, err
 
 // sign returns the URL of o's request signed at now for ttl (whole
 // seconds). A MethodPutIfAbsent's signature covers If-None-Match: *.
-func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
-	var stampBuf [16]byte
-	stamp := now.UTC().AppendFormat(stampBuf[:0], "20060102T150405Z")
+func (p *presigner) sign(o Object, ttl time.Duration, now *amzDate) string {
+	stamp := now[:]
 	day := stamp[:8]
 	ifAbsent := o.Method == MethodPutIfAbsent
 
 	// The URL, whose path and query (its parameters in sorted order) are
-	// also the canonical request's.
-	u := make([]byte, 0, len(p.origin)+len(p.basePath)+3*(len(o.Bucket)+len(o.Key))+320)
-	u = append(u, p.origin...)
+	// also the canonical request's. It is built on the stack and copied
+	// once, at its length.
+	var ubuf [768]byte
+	u := append(ubuf[:0], p.origin...)
 	pathStart := len(u)
 	u = append(u, p.basePath...)
 	u = append(u, '/')
@@ -123,7 +122,15 @@ func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
 
 	u = append(u, "&X-Amz-Signature="...)
 	u = hex.AppendEncode(u, signature[:])
-	return unsafe.String(unsafe.SliceData(u), len(u)) // u is not written again
+	return string(u)
+}
+
+// amzDate is a signing time as X-Amz-Date has it (20060102T150405Z).
+type amzDate [16]byte
+
+func amzDateOf(t time.Time) (d amzDate) {
+	t.UTC().AppendFormat(d[:0], "20060102T150405Z")
+	return d
 }
 
 // signedHeaders is the value of X-Amz-SignedHeaders for a request made with
