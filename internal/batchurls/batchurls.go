@@ -112,21 +112,24 @@ const (
 // with INPUT_URL alone: the worker then asks for them and reports the
 // refusal.
 func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string, phase phases.Phase, input string, ttl time.Duration) error {
-	objs := []blob.Object{{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}}
-	var refused error
+	var outs []phases.Output
 	if planner, ok := phase.(phases.OutputPlanner); ok {
-		for _, out := range planner.PlanOutputs(input) {
-			o := blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
-			if out.IfAbsent {
-				o.Method = blob.MethodPutIfAbsent
-			}
-			if err := s.Check(batchID, o); err != nil {
-				refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
-				objs = objs[:1]
-				break
-			}
-			objs = append(objs, o)
+		outs = planner.PlanOutputs(input)
+	}
+	objs := make([]blob.Object, 1, 1+len(outs))
+	objs[0] = blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}
+	var refused error
+	for _, out := range outs {
+		o := blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
+		if out.IfAbsent {
+			o.Method = blob.MethodPutIfAbsent
 		}
+		if err := s.Check(batchID, o); err != nil {
+			refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
+			objs = objs[:1]
+			break
+		}
+		objs = append(objs, o)
 	}
 	urls, err := s.presigner.PresignAll(ctx, objs, ttl)
 	if err != nil {
@@ -138,7 +141,7 @@ func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string,
 	}
 	size := 0
 	for _, o := range objs[1:] {
-		size += len(o.Bucket) + len(o.Key) + 96 // method, separators, signature, some escapes
+		size += len(o.Bucket) + len(o.Key) + 84 // method, separators, signature, newline
 	}
 	lines, err := blob.AppendCompact(make([]byte, 0, size), urls[0], urls[1:])
 	if err != nil {
