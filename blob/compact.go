@@ -47,10 +47,14 @@ func sharedOf(base Presigned) (sharedURL, error) {
 		return sharedURL{}, fmt.Errorf("the base URL's bucket and key are required")
 	}
 	path, query, signed := strings.Cut(base.URL, "?")
-	objPath := append(appendEscaped([]byte{'/'}, base.Bucket, true), '/')
+	var buf [256]byte
+	objPath := append(appendEscaped(append(buf[:0], '/'), base.Bucket, true), '/')
 	objPath = appendEscaped(objPath, base.Key, false)
-	prefix, ok := strings.CutSuffix(path, string(objPath))
-	if !ok || !strings.Contains(prefix, "://") {
+	prefix := ""
+	if n := len(path) - len(objPath); n >= 0 && path[n:] == string(objPath) {
+		prefix = path[:n]
+	}
+	if !strings.Contains(prefix, "://") {
 		return sharedURL{}, fmt.Errorf("the URL of %s is not a path-style URL of that object", addr(base.Bucket, base.Key))
 	}
 	s := sharedURL{prefix: prefix, expires: base.Expires}

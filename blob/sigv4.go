@@ -171,18 +171,27 @@ func hmacSHA256(key []byte, data string) []byte {
 // appendEscaped appends s URI-encoded as SigV4 wants it: every byte but
 // the unreserved characters (A-Z a-z 0-9 - _ . ~) as %XX, and "/" too when
 // slash is true (a query value, a bucket) but not in a key, whose slashes
-// separate its path's segments.
+// separate its path's segments. Runs that need no escaping, most keys
+// whole, are copied at once.
 func appendEscaped(b []byte, s string, slash bool) []byte {
 	const hexDigits = "0123456789ABCDEF"
+	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9',
-			c == '-', c == '_', c == '.', c == '~', c == '/' && !slash:
-			b = append(b, c)
-		default:
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		if unreserved[c] || c == '/' && !slash {
+			continue
 		}
+		b = append(b, s[start:i]...)
+		b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		start = i + 1
 	}
-	return b
+	return append(b, s[start:]...)
 }
+
+// unreserved marks the bytes a URI leaves unescaped.
+var unreserved = func() (t [256]bool) {
+	for c := range t {
+		t[c] = 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~'
+	}
+	return t
+}()
