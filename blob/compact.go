@@ -1,6 +1,9 @@
 package blob
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -18,9 +21,11 @@ import (
 //	METHOD BUCKET KEY SIGNATURE
 //
 // separated by single spaces, BUCKET and KEY URI-escaped as in the URL's
-// path (so neither holds a space), SIGNATURE the hex X-Amz-Signature. The
-// request's URL is the base's with the path /BUCKET/KEY, the method's
-// X-Amz-SignedHeaders and the signature; it expires when the base does.
+// path (so neither holds a space), SIGNATURE the 32 bytes of the
+// X-Amz-Signature in unpadded base64url (43 characters, not 64 in hex).
+// The request's URL is the base's with the path /BUCKET/KEY, the method's
+// X-Amz-SignedHeaders and the signature in hex; it expires when the base
+// does.
 // Lines are separated by "\n". An unsigned base URL (no query: tests and
 // benchmarks) has lines without a signature.
 
@@ -112,7 +117,7 @@ func (s sharedURL) signature(u Presigned, bucket, key []byte) (string, bool) {
 			return "", false
 		}
 	}
-	return rest, rest != "" && isHex(rest)
+	return rest, len(rest) == hex.EncodedLen(sha256.Size) && isHex(rest)
 }
 
 // AppendCompact appends the lines of urls, presigned together with base
@@ -144,8 +149,10 @@ func AppendCompact(b []byte, base Presigned, urls []Presigned) ([]byte, error) {
 			return b, fmt.Errorf("compacting %s: not presigned together with %s", addr(u.Bucket, u.Key), addr(base.Bucket, base.Key))
 		}
 		if sig != "" {
+			var raw [sha256.Size]byte
+			_, _ = hex.Decode(raw[:], []byte(sig)) // checked by signature
 			b = append(b, ' ')
-			b = append(b, sig...)
+			b = base64.RawURLEncoding.AppendEncode(b, raw[:])
 		}
 	}
 	return b, nil
@@ -184,10 +191,12 @@ func ParseCompact(base Presigned, lines string) ([]Presigned, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		if signed != (s.query != "") || signed && (sig == "" || !isHex(sig)) {
-			return nil, fmt.Errorf("line %d (%s): not METHOD BUCKET KEY SIGNATURE, the signature in hex", n, addr(p.Bucket, p.Key))
+		var raw [sha256.Size]byte
+		if signed != (s.query != "") || signed && (base64.RawURLEncoding.EncodedLen(len(raw)) != len(sig) ||
+			decodeSignature(raw[:], sig) != nil) {
+			return nil, fmt.Errorf("line %d (%s): not METHOD BUCKET KEY SIGNATURE, the signature in base64url", n, addr(p.Bucket, p.Key))
 		}
-		u := make([]byte, 0, len(s.prefix)+len(line)+len(s.query)+64)
+		u := make([]byte, 0, len(s.prefix)+len(line)+len(s.query)+80)
 		u = append(u, s.prefix...)
 		u = append(u, '/')
 		u = append(u, bucketPath...)
@@ -198,7 +207,7 @@ func ParseCompact(base Presigned, lines string) ([]Presigned, error) {
 			u = append(u, signedHeadersParam...)
 			u = append(u, signedHeaders(p.Method)...)
 			u = append(u, signatureParam...)
-			u = append(u, sig...)
+			u = hex.AppendEncode(u, raw[:])
 		}
 		p.URL = string(u)
 		if p.Method == MethodPutIfAbsent {
@@ -220,7 +229,17 @@ func unescapePath(s string, slash bool) (string, error) {
 	return v, nil
 }
 
-// isHex reports whether s is lower-case hex, as a signature is, or empty.
+// decodeSignature decodes a line's signature into raw, which it fills
+// exactly, refusing any but the one encoding AppendCompact writes.
+func decodeSignature(raw []byte, sig string) error {
+	n, err := base64.RawURLEncoding.Strict().Decode(raw, []byte(sig))
+	if err == nil && n != len(raw) {
+		err = errors.New("short signature")
+	}
+	return err
+}
+
+// isHex reports whether s is lower-case hex, as a signature is.
 func isHex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {

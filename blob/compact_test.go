@@ -3,6 +3,8 @@ package blob_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
@@ -63,11 +65,11 @@ func TestCompactRoundTrip(t *testing.T) {
 
 	const query = "?X-Amz-Date=20251029T120000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host&X-Amz-Signature="
 	base := blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "b", Key: "k"}, URL: "https://h/b/k" + query + "01"}
-	put := blob.Presigned{Object: blob.Object{Method: blob.MethodPut, Bucket: "b", Key: "a b+%ü"}, URL: "https://h/b/a%20b%2B%25%C3%BC" + query + "00ff",
-		Expires: time.Date(2025, 10, 29, 12, 1, 0, 0, time.UTC)}
+	put := blob.Presigned{Object: blob.Object{Method: blob.MethodPut, Bucket: "b", Key: "a b+%ü"},
+		URL: "https://h/b/a%20b%2B%25%C3%BC" + query + strings.Repeat("00ff", 16), Expires: time.Date(2025, 10, 29, 12, 1, 0, 0, time.UTC)}
 	line, err := blob.AppendCompact(nil, base, []blob.Presigned{put})
 	require.NoError(t, err)
-	require.Equal(t, "PUT b a%20b%2B%25%C3%BC 00ff", string(line), "the format")
+	require.Equal(t, "PUT b a%20b%2B%25%C3%BC AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8", string(line), "the format")
 }
 
 // TestCompactUnsigned: unsigned URLs (no query, as tests and benchmarks
@@ -106,6 +108,9 @@ func TestCompactRefuses(t *testing.T) {
 	urls := presignAllAt(t, store, []blob.Object{get, put}, time.Hour, now)
 	base, out := urls[0], urls[1]
 	sig := out.URL[strings.LastIndex(out.URL, "=")+1:]
+	raw, err := hex.DecodeString(sig)
+	require.NoError(t, err)
+	sig64 := base64.RawURLEncoding.EncodeToString(raw)
 
 	other, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:2", AccessKeyID: "id", SecretAccessKey: "secret"})
 	require.NoError(t, err)
@@ -138,24 +143,31 @@ func TestCompactRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "is not a path-style URL of that object", "a base URL for another object")
 
 	for name, line := range map[string]string{
-		"Method":       "DELETE s staging/B/a.jpg " + sig,
+		"Method":       "DELETE s staging/B/a.jpg " + sig64,
 		"NoSignature":  "PUT s staging/B/a.jpg",
 		"Empty":        "PUT s staging/B/a.jpg ",
-		"NotHex":       "PUT s staging/B/a.jpg " + strings.ToUpper(sig),
-		"ExtraField":   "PUT s staging/B/a.jpg " + sig + " x",
+		"Hex":          "PUT s staging/B/a.jpg " + sig,
+		"Padded":       "PUT s staging/B/a.jpg " + sig64 + "=",
+		"Short":        "PUT s staging/B/a.jpg " + sig64[:42],
+		"NotBase64URL": "PUT s staging/B/a.jpg " + strings.ReplaceAll(strings.ReplaceAll(sig64[:42], "_", "/"), "-", "+") + "+",
+		"ExtraField":   "PUT s staging/B/a.jpg " + sig64 + " x",
 		"NoKey":        "PUT s",
-		"Uncanonical":  "PUT s staging/B/a%2bb.jpg " + sig,
-		"Unescaped":    "PUT s staging/B/a+b.jpg " + sig,
-		"SlashBucket":  "PUT a/b k " + sig,
-		"BadEscape":    "PUT s staging/B/a%zz " + sig,
-		"BlankBetween": "PUT s a " + sig + "\n\nPUT s b " + sig,
+		"Uncanonical":  "PUT s staging/B/a%2bb.jpg " + sig64,
+		"Unescaped":    "PUT s staging/B/a+b.jpg " + sig64,
+		"SlashBucket":  "PUT a/b k " + sig64,
+		"BadEscape":    "PUT s staging/B/a%zz " + sig64,
+		"BlankBetween": "PUT s a " + sig64 + "\n\nPUT s b " + sig64,
 		"JSON":         `[{"method":"PUT","bucket":"s","key":"k","url":"` + out.URL + `"}]`,
 		"SpacedJSON":   `[{"method": "PUT", "bucket": "s", "key": "k", "url": "` + out.URL + `"}]`,
 	} {
 		_, err := blob.ParseCompact(asWorker(base), line)
 		require.Error(t, err, name)
 		require.NotContains(t, err.Error(), sig, name)
+		require.NotContains(t, err.Error(), sig64[:20], name)
 	}
+	got, err := blob.ParseCompact(asWorker(base), "PUT_IF_ABSENT s staging/B/a%20b.jpg "+sig64)
+	require.NoError(t, err, "the line the cases above spoil")
+	require.Equal(t, []blob.Presigned{out}, got)
 }
 
 // TestCompactAgainstS3: rebuilt requests work against a real S3 server

@@ -24,13 +24,14 @@
 //	                         worker usually writes, signed together with INPUT_URL,
 //	                         one line each: "METHOD BUCKET KEY SIGNATURE" (METHOD
 //	                         PUT or PUT_IF_ABSENT; BUCKET and KEY escaped as in a
-//	                         URL path; SIGNATURE in hex). The request's URL is
-//	                         INPUT_URL with the path /BUCKET/KEY, the method's
-//	                         X-Amz-SignedHeaders and X-Amz-Signature=SIGNATURE; a
-//	                         PUT_IF_ABSENT sends "If-None-Match: *" (see
-//	                         blob.ParseCompact). Any other URL the worker needs
-//	                         (more pages, a taken name) it asks for at
-//	                         POST CALLBACK_URL/urls (see URLStore)
+//	                         URL path; SIGNATURE the signature's 32 bytes in
+//	                         unpadded base64url). The request's URL is INPUT_URL
+//	                         with the path /BUCKET/KEY, the method's
+//	                         X-Amz-SignedHeaders and the signature in hex as
+//	                         X-Amz-Signature; a PUT_IF_ABSENT sends
+//	                         "If-None-Match: *" (see blob.ParseCompact). Any other
+//	                         URL the worker needs (more pages, a taken name) it
+//	                         asks for at POST CALLBACK_URL/urls (see URLStore)
 //	R2_BUCKET                the staging bucket's name (input and TIFF outputs)
 //	INPUT_CID                optional, the manifest's cid of the input (image worker: ref_data.ipfs_cid)
 //	INPUT_CONTENT_TYPE       optional, the manifest's content type (image worker: ref_data.type; sniffed if unset)

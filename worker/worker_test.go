@@ -87,17 +87,19 @@ func TestParseEnv(t *testing.T) {
 		const query = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=id%2F20300102%2Fauto%2Fs3%2Faws4_request" +
 			"&X-Amz-Date=20300102T020405Z&X-Amz-Expires=3600&X-Amz-SignedHeaders="
 		e["INPUT_URL"] = "http://s3.test/arke-staging/staging/01BATCH/photo.tif" + query + "host&X-Amz-Signature=ab12"
-		e["OUTPUT_URLS"] = "PUT_IF_ABSENT arke-staging staging/01BATCH/photo%201.jpg cd34\nPUT arke-cdn v/a.jpg ef56\n"
+		// Signatures in base64url, 00ff... and 0000... in hex.
+		e["OUTPUT_URLS"] = "PUT_IF_ABSENT arke-staging staging/01BATCH/photo%201.jpg AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8\n" +
+			"PUT arke-cdn v/a.jpg " + strings.Repeat("A", 43) + "\n"
 		cfg, err := worker.ParseEnv(worker.KindTIFF, env(e))
 		require.NoError(t, err)
 		expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 		require.Equal(t, []blob.Presigned{{
 			Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "arke-staging", Key: "staging/01BATCH/photo 1.jpg"},
-			URL:    "http://s3.test/arke-staging/staging/01BATCH/photo%201.jpg" + query + "host%3Bif-none-match&X-Amz-Signature=cd34",
+			URL:    "http://s3.test/arke-staging/staging/01BATCH/photo%201.jpg" + query + "host%3Bif-none-match&X-Amz-Signature=" + strings.Repeat("00ff", 16),
 			Header: map[string]string{"If-None-Match": "*"}, Expires: expires,
 		}, {
 			Object: blob.Object{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "v/a.jpg"},
-			URL:    "http://s3.test/arke-cdn/v/a.jpg" + query + "host&X-Amz-Signature=ef56", Expires: expires,
+			URL:    "http://s3.test/arke-cdn/v/a.jpg" + query + "host&X-Amz-Signature=" + strings.Repeat("0", 64), Expires: expires,
 		}}, cfg.OutputURLs)
 	})
 

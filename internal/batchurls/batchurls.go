@@ -141,7 +141,7 @@ func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string,
 	}
 	size := 0
 	for _, o := range objs[1:] {
-		size += len(o.Bucket) + len(o.Key) + 84 // method, separators, signature, newline
+		size += len(o.Bucket) + len(o.Key) + 64 // method, separators, signature, newline
 	}
 	lines, err := blob.AppendCompact(make([]byte, 0, size), urls[0], urls[1:])
 	if err != nil {
