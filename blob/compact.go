@@ -117,7 +117,7 @@ func (s sharedURL) signature(u Presigned, bucket, key []byte) (string, bool) {
 			return "", false
 		}
 	}
-	return rest, len(rest) == hex.EncodedLen(sha256.Size) && isHex(rest)
+	return rest, rest != ""
 }
 
 // AppendCompact appends the lines of urls, presigned together with base
@@ -145,12 +145,11 @@ func AppendCompact(b []byte, base Presigned, urls []Presigned) ([]byte, error) {
 		key := len(b)
 		b = appendEscaped(b, u.Key, false)
 		sig, ok := s.signature(u, b[bucket:key-1], b[key:])
-		if !ok || !u.Expires.Equal(s.expires) || !signsHeader(u.Method, u.Header) {
+		var raw [sha256.Size]byte
+		if !ok || sig != "" && !decodeLowerHex(raw[:], sig) || !u.Expires.Equal(s.expires) || !signsHeader(u.Method, u.Header) {
 			return b, fmt.Errorf("compacting %s: not presigned together with %s", addr(u.Bucket, u.Key), addr(base.Bucket, base.Key))
 		}
 		if sig != "" {
-			var raw [sha256.Size]byte
-			_, _ = hex.Decode(raw[:], []byte(sig)) // checked by signature
 			b = append(b, ' ')
 			b = base64.RawURLEncoding.AppendEncode(b, raw[:])
 		}
@@ -239,14 +238,35 @@ func decodeSignature(raw []byte, sig string) error {
 	return err
 }
 
-// isHex reports whether s is lower-case hex, as a signature is.
-func isHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+// decodeLowerHex decodes s, lower-case hex as a signature is written, into
+// dst, which it must fill exactly.
+func decodeLowerHex(dst []byte, s string) bool {
+	if len(s) != 2*len(dst) {
+		return false
+	}
+	for i := range dst {
+		hi, lo := fromHex[s[2*i]], fromHex[s[2*i+1]]
+		if hi|lo > 0xf {
 			return false
 		}
+		dst[i] = hi<<4 | lo
 	}
 	return true
 }
+
+// fromHex is the value of each lower-case hex digit; 0xff for other bytes.
+var fromHex = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case '0' <= c && c <= '9':
+			t[c] = byte(c - '0')
+		case 'a' <= c && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = 0xff
+		}
+	}
+	return t
+}()
 
 func addr(bucket, key string) string { return "s3://" + bucket + "/" + key }

@@ -130,6 +130,8 @@ func TestCompactRefuses(t *testing.T) {
 		"OtherHeader":   mutate(func(u *blob.Presigned) { u.Header["X-Other"] = "1" }),
 		"OtherExpiry":   mutate(func(u *blob.Presigned) { u.Expires = u.Expires.Add(time.Second) }),
 		"Unsigned":      mutate(func(u *blob.Presigned) { u.URL, _, _ = strings.Cut(u.URL, "?") }),
+		"UpperHex":      mutate(func(u *blob.Presigned) { u.URL = strings.TrimSuffix(u.URL, sig) + strings.ToUpper(sig) }),
+		"ShortSig":      mutate(func(u *blob.Presigned) { u.URL = u.URL[:len(u.URL)-2] }),
 		"NoMethod":      mutate(func(u *blob.Presigned) { u.Method = "DELETE" }),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -204,5 +206,29 @@ func TestCompactAgainstS3(t *testing.T) {
 		b, err := store.Get(ctx, bucket, key)
 		require.NoError(t, err)
 		require.Equal(t, want, string(b))
+	}
+}
+
+// BenchmarkAppendCompact is the cost of an image machine's OUTPUT_URLS from
+// its signed URLs.
+func BenchmarkAppendCompact(b *testing.B) {
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "https://0123456789abcdef0123456789abcdef.r2.cloudflarestorage.com",
+		AccessKeyID: "0123456789abcdef0123456789abcdef", SecretAccessKey: "s3cr3t"})
+	require.NoError(b, err)
+	const input = "staging/01K8RNKN488RQCG3YGG72QBZS5/photos/IMG_0001.jpg"
+	objs := []blob.Object{{Method: blob.MethodGet, Bucket: "arke-staging", Key: input}}
+	for _, v := range []string{"thumbnail", "medium", "large"} {
+		objs = append(objs, blob.Object{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/01K8RNKN488RQCG3YGG72QBZS5/photos/IMG_0001.jpg/" + v + ".jpg"})
+	}
+	objs = append(objs, blob.Object{Method: blob.MethodPut, Bucket: "arke-archive", Key: input},
+		blob.Object{Method: blob.MethodPut, Bucket: "arke-staging", Key: input + ".ref.json"})
+	urls, err := store.PresignAll(b.Context(), objs, time.Hour)
+	require.NoError(b, err)
+	b.ReportAllocs()
+	buf := make([]byte, 0, 1024)
+	for b.Loop() {
+		if _, err := blob.AppendCompact(buf[:0], urls[0], urls[1:]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
