@@ -25,9 +25,8 @@ import (
 // X-Amz-Signature in unpadded base64url (43 characters, not 64 in hex).
 // The request's URL is the base's with the path /BUCKET/KEY, the method's
 // X-Amz-SignedHeaders and the signature in hex; it expires when the base
-// does.
-// Lines are separated by "\n". An unsigned base URL (no query: tests and
-// benchmarks) has lines without a signature.
+// does. Lines are separated by "\n". An unsigned base URL (no query: tests
+// and benchmarks) has lines without a signature.
 
 // The query parameters that differ between URLs signed together; the
 // signer writes them last, in this order.
@@ -49,7 +48,7 @@ type sharedURL struct {
 // the URL: it carries a signature.
 func sharedOf(base Presigned) (sharedURL, error) {
 	if base.Bucket == "" || base.Key == "" {
-		return sharedURL{}, fmt.Errorf("the base URL's bucket and key are required")
+		return sharedURL{}, errors.New("the base URL's bucket and key are required")
 	}
 	path, query, signed := strings.Cut(base.URL, "?")
 	var buf [256]byte
