@@ -72,6 +72,37 @@ func TestCompactRoundTrip(t *testing.T) {
 	require.Equal(t, "PUT b a%20b%2B%25%C3%BC AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8", string(line), "the format")
 }
 
+// TestPresignCompact: PresignCompact writes the lines AppendCompact makes
+// of the URLs PresignAll signs, and refuses what Presign refuses.
+func TestPresignCompact(t *testing.T) {
+	t.Parallel()
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "https://acct.r2.example.com/s3/", AccessKeyID: "AKID/+x", SecretAccessKey: "secret"})
+	require.NoError(t, err)
+	now := time.Date(2025, 10, 29, 23, 59, 59, 999, time.UTC)
+	ttl := 2*time.Hour + 15*time.Minute + time.Millisecond
+	base := blob.Object{Method: blob.MethodGet, Bucket: "arke-staging", Key: keysToEscape[1]}
+	var objs []blob.Object
+	for _, key := range keysToEscape {
+		for _, m := range []blob.Method{blob.MethodGet, blob.MethodPut, blob.MethodPutIfAbsent} {
+			objs = append(objs, blob.Object{Method: m, Bucket: "arke.cdn-1", Key: key})
+		}
+	}
+	gotBase, lines, err := blob.PresignCompactAt(store, base, objs, ttl, now)
+	require.NoError(t, err)
+	urls := presignAllAt(t, store, append([]blob.Object{base}, objs...), ttl, now)
+	require.Equal(t, urls[0], gotBase)
+	want, err := blob.AppendCompact(nil, urls[0], urls[1:])
+	require.NoError(t, err)
+	require.Equal(t, string(want), lines)
+
+	_, _, err = blob.PresignCompactAt(store, base, []blob.Object{{Method: "DELETE", Bucket: "b", Key: "k"}}, ttl, now)
+	require.ErrorContains(t, err, `unknown method "DELETE"`)
+	_, _, err = blob.PresignCompactAt(store, base, []blob.Object{{Method: blob.MethodPut, Bucket: "b"}}, ttl, now)
+	require.ErrorContains(t, err, "bucket and key are required")
+	_, _, err = blob.PresignCompactAt(store, base, objs, blob.MaxPresignExpiry+time.Second, now)
+	require.ErrorContains(t, err, "is not within")
+}
+
 // TestCompactUnsigned: unsigned URLs (no query, as tests and benchmarks
 // make) compact to lines without a signature.
 func TestCompactUnsigned(t *testing.T) {
@@ -172,36 +203,39 @@ func TestCompactRefuses(t *testing.T) {
 	require.Equal(t, []blob.Presigned{out}, got)
 }
 
-// TestCompactAgainstS3: rebuilt requests work against a real S3 server
-// that checks SigV4 query signatures: GET, PUT and PUT_IF_ABSENT.
+// TestCompactAgainstS3: the requests a worker rebuilds from a launch's
+// compact form (PresignCompact, ParseCompact) work against a real S3
+// server that checks SigV4 query signatures: GET, PUT and PUT_IF_ABSENT.
 func TestCompactAgainstS3(t *testing.T) {
 	t.Parallel()
 	store, bucket := newStore(t)
 	ctx := context.Background()
 	const input = "staging/B/ä b+c=%~&.jpg"
 	require.NoError(t, store.Put(ctx, bucket, input, strings.NewReader("input"), 5, "image/jpeg"))
-	urls, err := store.PresignAll(ctx, []blob.Object{
-		{Method: blob.MethodGet, Bucket: bucket, Key: input},
-		{Method: blob.MethodGet, Bucket: bucket, Key: input},
+	get := blob.Object{Method: blob.MethodGet, Bucket: bucket, Key: input}
+	base, lines, err := store.PresignCompact(ctx, get, []blob.Object{
+		get,
 		{Method: blob.MethodPut, Bucket: bucket, Key: "variants/B/ä b+c=%~&.jpg/large 1.jpg"},
 		{Method: blob.MethodPutIfAbsent, Bucket: bucket, Key: "staging/B/日本+%20.jpg"},
 	}, 15*time.Minute)
 	require.NoError(t, err)
-	lines, err := blob.AppendCompact(nil, urls[0], urls[1:])
+	got, err := blob.ParseCompact(asWorker(base), lines)
 	require.NoError(t, err)
-	got, err := blob.ParseCompact(asWorker(urls[0]), string(lines))
-	require.NoError(t, err)
-	require.Equal(t, urls[1:], got)
+	require.Len(t, got, 3)
 
-	code, body, _ := do(t, got[0], nil, "")
-	require.Equal(t, http.StatusOK, code, string(body))
-	require.Equal(t, "input", string(body))
-	code, body, _ = do(t, got[1], []byte("variant"), "image/jpeg")
+	for _, u := range []blob.Presigned{base, got[0]} {
+		code, body, _ := do(t, u, nil, "")
+		require.Equal(t, http.StatusOK, code, string(body))
+		require.Equal(t, "input", string(body))
+	}
+	code, body, _ := do(t, got[1], []byte("variant"), "image/jpeg")
 	require.Equal(t, http.StatusOK, code, string(body))
 	code, body, _ = do(t, got[2], []byte("first"), "image/jpeg")
 	require.Equal(t, http.StatusOK, code, string(body))
 	code, _, _ = do(t, got[2], []byte("second"), "image/jpeg")
 	require.Equal(t, http.StatusPreconditionFailed, code)
+	code, _, _ = do(t, got[2], []byte("third"), "image/jpeg", "If-None-Match")
+	require.Equal(t, http.StatusForbidden, code, "the condition is signed")
 	for key, want := range map[string]string{got[1].Key: "variant", got[2].Key: "first"} {
 		b, err := store.Get(ctx, bucket, key)
 		require.NoError(t, err)

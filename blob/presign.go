@@ -2,6 +2,7 @@ package blob
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"time"
@@ -74,6 +75,11 @@ type Presigner interface {
 	// instant, so that their URLs differ only in path, signed headers and
 	// signature: AppendCompact relies on it.
 	PresignAll(ctx context.Context, objs []Object, ttl time.Duration) ([]Presigned, error)
+	// PresignCompact signs base and objs as PresignAll does, and returns
+	// base's request and the others in the compact form (the lines
+	// AppendCompact writes for them with base) without making their URLs:
+	// what a machine's environment carries.
+	PresignCompact(ctx context.Context, base Object, objs []Object, ttl time.Duration) (Presigned, string, error)
 }
 
 var _ Presigner = (*S3)(nil)
@@ -94,6 +100,43 @@ func (s *S3) PresignAll(_ context.Context, objs []Object, ttl time.Duration) ([]
 	return out, nil
 }
 
+// PresignCompact implements Presigner.
+func (s *S3) PresignCompact(_ context.Context, base Object, objs []Object, ttl time.Duration) (Presigned, string, error) {
+	return s.presignCompactAt(base, objs, ttl, time.Now())
+}
+
+func (s *S3) presignCompactAt(base Object, objs []Object, ttl time.Duration, now time.Time) (Presigned, string, error) {
+	date := amzDateOf(now)
+	p, err := s.presign(base, ttl, now, &date)
+	if err != nil {
+		return Presigned{}, "", err
+	}
+	ttl = ttl.Truncate(time.Second)
+	size := 0
+	for _, o := range objs {
+		size += len(o.Method) + len(o.Bucket) + len(o.Key) + 48 // separators, signature
+	}
+	b := make([]byte, 0, size)
+	for i, o := range objs {
+		if err := checkPresign(o, ttl); err != nil {
+			return Presigned{}, "", err
+		}
+		var ubuf [768]byte
+		_, sig := s.presigner.appendSigned(ubuf[:0], o, ttl, &date)
+		if i > 0 {
+			b = append(b, '\n')
+		}
+		b = append(b, o.Method...)
+		b = append(b, ' ')
+		b = appendEscaped(b, o.Bucket, true)
+		b = append(b, ' ')
+		b = appendEscaped(b, o.Key, false)
+		b = append(b, ' ')
+		b = base64.RawURLEncoding.AppendEncode(b, sig[:])
+	}
+	return p, string(b), nil
+}
+
 // Presign is PresignAll for one object.
 func (s *S3) Presign(_ context.Context, o Object, ttl time.Duration) (Presigned, error) {
 	return s.presignAt(o, ttl, time.Now())
@@ -107,13 +150,8 @@ func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, e
 // presign signs o at now, which date is.
 func (s *S3) presign(o Object, ttl time.Duration, now time.Time, date *amzDate) (Presigned, error) {
 	ttl = ttl.Truncate(time.Second)
-	switch {
-	case !o.Method.Valid():
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: unknown method %q", o.Bucket, o.Key, o.Method)
-	case ttl <= 0 || ttl > MaxPresignExpiry:
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: validity %v is not within [1s, %v]", o.Bucket, o.Key, ttl, MaxPresignExpiry)
-	case o.Bucket == "" || o.Key == "":
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: bucket and key are required", o.Bucket, o.Key)
+	if err := checkPresign(o, ttl); err != nil {
+		return Presigned{}, err
 	}
 	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, date),
 		// X-Amz-Date has whole seconds.
@@ -122,4 +160,18 @@ func (s *S3) presign(o Object, ttl time.Duration, now time.Time, date *amzDate) 
 		p.Header = map[string]string{"If-None-Match": "*"}
 	}
 	return p, nil
+}
+
+// checkPresign refuses what cannot be presigned: an unknown method, a
+// validity (whole seconds) SigV4 does not allow, no bucket or key.
+func checkPresign(o Object, ttl time.Duration) error {
+	switch {
+	case !o.Method.Valid():
+		return fmt.Errorf("presigning s3://%s/%s: unknown method %q", o.Bucket, o.Key, o.Method)
+	case ttl <= 0 || ttl > MaxPresignExpiry:
+		return fmt.Errorf("presigning s3://%s/%s: validity %v is not within [1s, %v]", o.Bucket, o.Key, ttl, MaxPresignExpiry)
+	case o.Bucket == "" || o.Key == "":
+		return fmt.Errorf("presigning s3://%s/%s: bucket and key are required", o.Bucket, o.Key)
+	}
+	return nil
 }

@@ -58,15 +58,22 @@ func newPresigner(endpoint, region, accessKeyID, secret string) (*presigner, err
 // sign returns the URL of o's request signed at now for ttl (whole
 // seconds). A MethodPutIfAbsent's signature covers If-None-Match: *.
 func (p *presigner) sign(o Object, ttl time.Duration, now *amzDate) string {
+	// Built on the stack and copied once, at its length.
+	var ubuf [768]byte
+	u, _ := p.appendSigned(ubuf[:0], o, ttl, now)
+	return string(u)
+}
+
+// appendSigned appends the URL of o's request signed at now for ttl to u,
+// and returns it with the signature.
+func (p *presigner) appendSigned(u []byte, o Object, ttl time.Duration, now *amzDate) ([]byte, [sha256.Size]byte) {
 	stamp := now[:]
 	day := stamp[:8]
 	ifAbsent := o.Method == MethodPutIfAbsent
 
 	// The URL, whose path and query (its parameters in sorted order) are
-	// also the canonical request's. It is built on the stack and copied
-	// once, at its length.
-	var ubuf [768]byte
-	u := append(ubuf[:0], p.origin...)
+	// also the canonical request's.
+	u = append(u, p.origin...)
 	pathStart := len(u)
 	u = append(u, p.basePath...)
 	u = append(u, '/')
@@ -121,8 +128,7 @@ func (p *presigner) sign(o Object, ttl time.Duration, now *amzDate) string {
 	signature := sha256.Sum256(outer[:])
 
 	u = append(u, "&X-Amz-Signature="...)
-	u = hex.AppendEncode(u, signature[:])
-	return string(u)
+	return hex.AppendEncode(u, signature[:]), signature
 }
 
 // amzDate is a signing time as X-Amz-Date has it (20060102T150405Z).

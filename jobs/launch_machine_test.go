@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +119,15 @@ func BenchmarkMachineSpec(b *testing.B) {
 
 // unsignedPresigner makes URLs of the presigned ones' shape, unsigned.
 type unsignedPresigner struct{}
+
+func (u unsignedPresigner) PresignCompact(ctx context.Context, base blob.Object, objs []blob.Object, ttl time.Duration) (blob.Presigned, string, error) {
+	urls, err := u.PresignAll(ctx, []blob.Object{base}, ttl)
+	var lines []string
+	for _, o := range objs {
+		lines = append(lines, string(o.Method)+" "+o.Bucket+" "+o.Key)
+	}
+	return urls[0], strings.Join(lines, "\n"), err
+}
 
 func (unsignedPresigner) PresignAll(_ context.Context, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
 	expires := time.Now().Add(ttl)

@@ -116,9 +116,8 @@ func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string,
 	if planner, ok := phase.(phases.OutputPlanner); ok {
 		outs = planner.PlanOutputs(input)
 	}
-	objs := make([]blob.Object, 1, 1+len(outs))
-	objs[0] = blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}
 	var refused error
+	objs := make([]blob.Object, 0, len(outs))
 	for _, out := range outs {
 		o := blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
 		if out.IfAbsent {
@@ -126,27 +125,19 @@ func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string,
 		}
 		if err := s.Check(batchID, o); err != nil {
 			refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
-			objs = objs[:1]
+			objs = nil
 			break
 		}
 		objs = append(objs, o)
 	}
-	urls, err := s.presigner.PresignAll(ctx, objs, ttl)
+	get := blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}
+	base, lines, err := s.presigner.PresignCompact(ctx, get, objs, ttl)
 	if err != nil {
 		return err
 	}
-	env[EnvInputURL] = urls[0].URL
-	if len(urls) == 1 {
-		return refused
+	env[EnvInputURL] = base.URL
+	if len(objs) > 0 {
+		env[EnvOutputURLs] = lines
 	}
-	size := 0
-	for _, o := range objs[1:] {
-		size += len(o.Bucket) + len(o.Key) + 64 // method, separators, signature, newline
-	}
-	lines, err := blob.AppendCompact(make([]byte, 0, size), urls[0], urls[1:])
-	if err != nil {
-		return fmt.Errorf("planning the outputs of %s: %w", input, err)
-	}
-	env[EnvOutputURLs] = string(lines)
-	return nil
+	return refused
 }
