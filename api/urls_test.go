@@ -86,13 +86,14 @@ func TestMachineGetsURLsNotKeys(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, string(got))
 	require.Equal(t, "jpeg bytes", string(got))
 
-	var outputs []blob.Presigned
-	require.NoError(t, json.Unmarshal([]byte(l.Env["OUTPUT_URLS"]), &outputs))
+	input := "staging/" + batchID + "/photos/a.jpg"
+	outputs, err := blob.ParseCompact(blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: env.Bucket, Key: input}, URL: l.Env["INPUT_URL"]},
+		l.Env["OUTPUT_URLS"])
+	require.NoError(t, err)
 	var planned []blob.Object
 	for _, u := range outputs {
 		planned = append(planned, u.Object)
 	}
-	input := "staging/" + batchID + "/photos/a.jpg"
 	require.Equal(t, []blob.Object{
 		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + batchID + "/photos/a.jpg/thumbnail.jpg"},
 		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + batchID + "/photos/a.jpg/medium.jpg"},

@@ -19,3 +19,8 @@ var CopySource = copySource
 func PresignAt(s *S3, o Object, ttl time.Duration, now time.Time) (Presigned, error) {
 	return s.presignAt(o, ttl, now)
 }
+
+// PresignCompactAt is PresignCompact with the signing time given.
+func PresignCompactAt(s *S3, base Object, objs []Object, ttl time.Duration, now time.Time) (Presigned, string, error) {
+	return s.presignCompactAt(base, objs, ttl, now)
+}

@@ -2,12 +2,10 @@ package blob
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"time"
-	"unicode/utf8"
 )
 
 // Method is what a presigned URL lets its holder do to one object.
@@ -71,32 +69,91 @@ type Presigned struct {
 // Presigner makes presigned requests, so that a process without
 // credentials (a worker machine) can reach exactly the objects it is given.
 type Presigner interface {
-	// Presign signs a request for o valid for ttl (at most
-	// MaxPresignExpiry). It needs no network: the signature is computed
-	// locally from the credentials.
-	Presign(ctx context.Context, o Object, ttl time.Duration) (Presigned, error)
+	// PresignAll signs a request for each of objs, in order, valid for ttl
+	// (at most MaxPresignExpiry). It needs no network: the signatures are
+	// computed locally from the credentials. All are signed at one
+	// instant, so that their URLs differ only in path, signed headers and
+	// signature: AppendCompact relies on it.
+	PresignAll(ctx context.Context, objs []Object, ttl time.Duration) ([]Presigned, error)
+	// PresignCompact signs base and objs as PresignAll does, and returns
+	// base's request and the others in the compact form (the lines
+	// AppendCompact writes for them with base) without making their URLs:
+	// what a machine's environment carries.
+	PresignCompact(ctx context.Context, base Object, objs []Object, ttl time.Duration) (Presigned, string, error)
 }
 
 var _ Presigner = (*S3)(nil)
 
-// Presign implements Presigner with SigV4 query-string signing, for the
-// path-style URL of the object (see presigner). A PUT's Content-Type and
+// PresignAll implements Presigner with SigV4 query-string signing, for the
+// path-style URLs of the objects (see presigner). A PUT's Content-Type and
 // Content-Length are not signed: the holder sends what it writes.
+func (s *S3) PresignAll(_ context.Context, objs []Object, ttl time.Duration) ([]Presigned, error) {
+	now := time.Now()
+	date := amzDateOf(now)
+	out := make([]Presigned, len(objs))
+	for i, o := range objs {
+		var err error
+		if out[i], err = s.presign(o, ttl, now, &date); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// PresignCompact implements Presigner.
+func (s *S3) PresignCompact(_ context.Context, base Object, objs []Object, ttl time.Duration) (Presigned, string, error) {
+	return s.presignCompactAt(base, objs, ttl, time.Now())
+}
+
+func (s *S3) presignCompactAt(base Object, objs []Object, ttl time.Duration, now time.Time) (Presigned, string, error) {
+	date := amzDateOf(now)
+	p, err := s.presign(base, ttl, now, &date)
+	if err != nil {
+		return Presigned{}, "", err
+	}
+	ttl = ttl.Truncate(time.Second)
+	size := 0
+	for _, o := range objs {
+		size += len(o.Method) + len(o.Bucket) + len(o.Key) + 48 // separators, signature
+	}
+	b := make([]byte, 0, size)
+	for i, o := range objs {
+		if err := checkPresign(o, ttl); err != nil {
+			return Presigned{}, "", err
+		}
+		var ubuf [768]byte
+		_, sig := s.presigner.appendSigned(ubuf[:0], o, ttl, &date)
+		if i > 0 {
+			b = append(b, '\n')
+		}
+		b = append(b, o.Method...)
+		b = append(b, ' ')
+		b = appendEscaped(b, o.Bucket, true)
+		b = append(b, ' ')
+		b = appendEscaped(b, o.Key, false)
+		b = append(b, ' ')
+		b = base64.RawURLEncoding.AppendEncode(b, sig[:])
+	}
+	return p, string(b), nil
+}
+
+// Presign is PresignAll for one object.
 func (s *S3) Presign(_ context.Context, o Object, ttl time.Duration) (Presigned, error) {
 	return s.presignAt(o, ttl, time.Now())
 }
 
 func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, error) {
+	date := amzDateOf(now)
+	return s.presign(o, ttl, now, &date)
+}
+
+// presign signs o at now, which date is.
+func (s *S3) presign(o Object, ttl time.Duration, now time.Time, date *amzDate) (Presigned, error) {
 	ttl = ttl.Truncate(time.Second)
-	switch {
-	case !o.Method.Valid():
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: unknown method %q", o.Bucket, o.Key, o.Method)
-	case ttl <= 0 || ttl > MaxPresignExpiry:
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: validity %v is not within [1s, %v]", o.Bucket, o.Key, ttl, MaxPresignExpiry)
-	case o.Bucket == "" || o.Key == "":
-		return Presigned{}, fmt.Errorf("presigning s3://%s/%s: bucket and key are required", o.Bucket, o.Key)
+	if err := checkPresign(o, ttl); err != nil {
+		return Presigned{}, err
 	}
-	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, now),
+	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, date),
 		// X-Amz-Date has whole seconds.
 		Expires: now.UTC().Truncate(time.Second).Add(ttl)}
 	if o.Method == MethodPutIfAbsent {
@@ -105,87 +162,16 @@ func (s *S3) presignAt(o Object, ttl time.Duration, now time.Time) (Presigned, e
 	return p, nil
 }
 
-// AppendJSON appends urls as a JSON array, as encoding/json would (HTML
-// characters unescaped), at a fraction of its cost: a launch encodes its
-// machine's URLs into OUTPUT_URLS.
-func AppendJSON(b []byte, urls []Presigned) []byte {
-	b = append(b, '[')
-	for i, u := range urls {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"method":`...)
-		b = appendJSONString(b, string(u.Method))
-		b = append(b, `,"bucket":`...)
-		b = appendJSONString(b, u.Bucket)
-		b = append(b, `,"key":`...)
-		b = appendJSONString(b, u.Key)
-		b = append(b, `,"url":`...)
-		b = appendJSONString(b, u.URL)
-		if len(u.Header) > 0 {
-			b = append(b, `,"headers":{`...)
-			for j, k := range slices.Sorted(maps.Keys(u.Header)) {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendJSONString(b, k)
-				b = append(b, ':')
-				b = appendJSONString(b, u.Header[k])
-			}
-			b = append(b, '}')
-		}
-		b = append(b, `,"expires_at":"`...)
-		b = u.Expires.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, `"}`...)
+// checkPresign refuses what cannot be presigned: an unknown method, a
+// validity (whole seconds) SigV4 does not allow, no bucket or key.
+func checkPresign(o Object, ttl time.Duration) error {
+	switch {
+	case !o.Method.Valid():
+		return fmt.Errorf("presigning s3://%s/%s: unknown method %q", o.Bucket, o.Key, o.Method)
+	case ttl <= 0 || ttl > MaxPresignExpiry:
+		return fmt.Errorf("presigning s3://%s/%s: validity %v is not within [1s, %v]", o.Bucket, o.Key, ttl, MaxPresignExpiry)
+	case o.Bucket == "" || o.Key == "":
+		return fmt.Errorf("presigning s3://%s/%s: bucket and key are required", o.Bucket, o.Key)
 	}
-	return append(b, ']')
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes,
-// control characters and U+2028 and U+2029 escaped, invalid UTF-8
-// replaced by U+FFFD. Runs that need no escaping are copied whole.
-func appendJSONString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		size := 1
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c == '\b':
-			b = append(b, '\\', 'b')
-		case c == '\f':
-			b = append(b, '\\', 'f')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
-		default:
-			var r rune
-			r, size = utf8.DecodeRuneInString(s[i:])
-			switch {
-			case r == utf8.RuneError && size == 1:
-				b = append(b, `\ufffd`...)
-			case r == '\u2028' || r == '\u2029':
-				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&15])
-			default:
-				b = append(b, s[i:i+size]...)
-			}
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return nil
 }

@@ -3,7 +3,6 @@ package blob_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -222,35 +221,4 @@ func TestPresignMatchesTheSDK(t *testing.T) {
 			require.Len(t, got.Header, len(wantHeader))
 		}
 	}
-}
-
-// TestAppendJSON: the hand-written encoding decodes to what was encoded
-// and is what encoding/json writes, for strings that need escaping.
-func TestAppendJSON(t *testing.T) {
-	t.Parallel()
-	expires := time.Date(2025, 10, 29, 19, 37, 45, 0, time.UTC)
-	urls := []blob.Presigned{
-		{Object: blob.Object{Method: blob.MethodGet, Bucket: "b", Key: "staging/B/a.jpg"}, URL: "http://h/b/staging/B/a.jpg?X=1&Y=2", Expires: expires},
-		{Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "b", Key: "staging/B/\"q\"\\ é <&>\x01\n\r\t\b\f\u2028\u2029"}, URL: "http://h/x",
-			Header: map[string]string{"If-None-Match": "*", "A": "b"}, Expires: expires.Add(time.Nanosecond).In(time.FixedZone("x", 3600))},
-	}
-	var want bytes.Buffer
-	enc := json.NewEncoder(&want)
-	enc.SetEscapeHTML(false)
-	require.NoError(t, enc.Encode(urls))
-	got := blob.AppendJSON(nil, urls)
-	require.Equal(t, strings.TrimSuffix(want.String(), "\n"), string(got))
-
-	var back []blob.Presigned
-	require.NoError(t, json.Unmarshal(got, &back))
-	require.Len(t, back, 2)
-	require.Equal(t, urls[1].Key, back[1].Key)
-	require.True(t, urls[1].Expires.Equal(back[1].Expires))
-
-	// Invalid UTF-8 becomes U+FFFD, as encoding/json makes it.
-	bad := []blob.Presigned{{Object: blob.Object{Key: "a\xffb"}, Expires: expires}}
-	want.Reset()
-	require.NoError(t, enc.Encode(bad))
-	require.Equal(t, strings.TrimSuffix(want.String(), "\n"), string(blob.AppendJSON(nil, bad)))
-	require.Equal(t, "[]", string(blob.AppendJSON(nil, nil)))
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // presigner signs S3 requests with SigV4 query-string authentication
@@ -58,15 +57,22 @@ func newPresigner(endpoint, region, accessKeyID, secret string) (*presigner, err
 
 // sign returns the URL of o's request signed at now for ttl (whole
 // seconds). A MethodPutIfAbsent's signature covers If-None-Match: *.
-func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
-	var stampBuf [16]byte
-	stamp := now.UTC().AppendFormat(stampBuf[:0], "20060102T150405Z")
+func (p *presigner) sign(o Object, ttl time.Duration, now *amzDate) string {
+	// Built on the stack and copied once, at its length.
+	var ubuf [768]byte
+	u, _ := p.appendSigned(ubuf[:0], o, ttl, now)
+	return string(u)
+}
+
+// appendSigned appends the URL of o's request signed at now for ttl to u,
+// and returns it with the signature.
+func (p *presigner) appendSigned(u []byte, o Object, ttl time.Duration, now *amzDate) ([]byte, [sha256.Size]byte) {
+	stamp := now[:]
 	day := stamp[:8]
 	ifAbsent := o.Method == MethodPutIfAbsent
 
 	// The URL, whose path and query (its parameters in sorted order) are
 	// also the canonical request's.
-	u := make([]byte, 0, len(p.origin)+len(p.basePath)+3*(len(o.Bucket)+len(o.Key))+320)
 	u = append(u, p.origin...)
 	pathStart := len(u)
 	u = append(u, p.basePath...)
@@ -83,10 +89,8 @@ func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
 	u = append(u, stamp...)
 	u = append(u, "&X-Amz-Expires="...)
 	u = strconv.AppendInt(u, int64(ttl/time.Second), 10)
-	u = append(u, "&X-Amz-SignedHeaders=host"...)
-	if ifAbsent {
-		u = append(u, "%3Bif-none-match"...)
-	}
+	u = append(u, "&X-Amz-SignedHeaders="...)
+	u = append(u, signedHeaders(o.Method)...)
 	queryStart, queryEnd := pathEnd+1, len(u)
 
 	var cbuf [1024]byte
@@ -124,8 +128,24 @@ func (p *presigner) sign(o Object, ttl time.Duration, now time.Time) string {
 	signature := sha256.Sum256(outer[:])
 
 	u = append(u, "&X-Amz-Signature="...)
-	u = hex.AppendEncode(u, signature[:])
-	return unsafe.String(unsafe.SliceData(u), len(u)) // u is not written again
+	return hex.AppendEncode(u, signature[:]), signature
+}
+
+// amzDate is a signing time as X-Amz-Date has it (20060102T150405Z).
+type amzDate [16]byte
+
+func amzDateOf(t time.Time) (d amzDate) {
+	t.UTC().AppendFormat(d[:0], "20060102T150405Z")
+	return d
+}
+
+// signedHeaders is the value of X-Amz-SignedHeaders for a request made with
+// m, escaped: Host, and If-None-Match for MethodPutIfAbsent.
+func signedHeaders(m Method) string {
+	if m == MethodPutIfAbsent {
+		return "host%3Bif-none-match"
+	}
+	return "host"
 }
 
 // dayKey is the day's key, derived once a day.
@@ -157,18 +177,27 @@ func hmacSHA256(key []byte, data string) []byte {
 // appendEscaped appends s URI-encoded as SigV4 wants it: every byte but
 // the unreserved characters (A-Z a-z 0-9 - _ . ~) as %XX, and "/" too when
 // slash is true (a query value, a bucket) but not in a key, whose slashes
-// separate its path's segments.
+// separate its path's segments. Runs that need no escaping, most keys
+// whole, are copied at once.
 func appendEscaped(b []byte, s string, slash bool) []byte {
 	const hexDigits = "0123456789ABCDEF"
+	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9',
-			c == '-', c == '_', c == '.', c == '~', c == '/' && !slash:
-			b = append(b, c)
-		default:
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		if unreserved[c] || c == '/' && !slash {
+			continue
 		}
+		b = append(b, s[start:i]...)
+		b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		start = i + 1
 	}
-	return b
+	return append(b, s[start:]...)
 }
+
+// unreserved marks the bytes a URI leaves unescaped.
+var unreserved = func() (t [256]bool) {
+	for c := range t {
+		t[c] = 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~'
+	}
+	return t
+}()

@@ -346,6 +346,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		}
 		require.NotContains(t, string(b), "localsecret", f)
 		require.True(t, strings.HasPrefix(vars["INPUT_URL"], "http://"+s3Addr+"/arke-staging/"+prefix), f)
+		require.Equal(t, 1, strings.Count(string(b), "X-Amz-Signature="), "%s: INPUT_URL alone is a whole URL (OUTPUT_URLS is compact)", f)
 		require.NotEmpty(t, vars["CALLBACK_TOKEN"], f)
 	}
 }

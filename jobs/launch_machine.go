@@ -98,34 +98,39 @@ func (e *unresolvedLaunch) Unwrap() error { return e.err }
 // batchurls.Margin.
 func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
 	c := w.deps.Config
-	env := map[string]string{
-		"TASK_ID":            row.ID,
-		"BATCH_ID":           batchID,
-		"INPUT_R2_KEY":       row.R2Key,
-		"INPUT_FILE_NAME":    row.FileName,
-		"INPUT_CONTENT_TYPE": row.ContentType,
-		"R2_BUCKET":          c.R2Bucket,
-		"CALLBACK_URL":       c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID,
-		"CALLBACK_TOKEN":     row.Token,
+	p, known := phases.Get(name)
+	var shared []string
+	if known {
+		shared = p.Spec().SharedEnv
 	}
+	// Sized for every variable, INPUT_URL and OUTPUT_URLS included: a
+	// launch builds no map twice.
+	env := make(map[string]string, 11+len(pcfg.Env)+len(shared))
+	env["TASK_ID"] = row.ID
+	env["BATCH_ID"] = batchID
+	env["INPUT_R2_KEY"] = row.R2Key
+	env["INPUT_FILE_NAME"] = row.FileName
+	env["INPUT_CONTENT_TYPE"] = row.ContentType
+	env["R2_BUCKET"] = c.R2Bucket
+	env["CALLBACK_URL"] = c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID
+	env["CALLBACK_TOKEN"] = row.Token
 	if row.CID != nil {
 		env["INPUT_CID"] = *row.CID
 	}
 	maps.Copy(env, pcfg.Env)
-	if p, ok := phases.Get(name); ok {
-		for _, k := range p.Spec().SharedEnv {
+	if known {
+		for _, k := range shared {
 			env[k], _ = c.Shared(k)
 		}
 		// The task's deadline was set at its claim, just before: now plus
 		// the timeout is not earlier.
 		now := time.Now()
-		urls, err := w.deps.urls.Env(context.Background(), batchID, p, row.R2Key, batchurls.TTL(now, now.Add(pcfg.TaskTimeout)))
+		err := w.deps.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, now.Add(pcfg.TaskTimeout)))
 		if err != nil {
 			// A worker without its URLs asks for them, and reports
 			// why it cannot have them.
 			w.deps.Logger.Error("presigning a machine's URLs", "batch_id", batchID, "task_id", row.ID, "phase", string(name), "error", err)
 		}
-		maps.Copy(env, urls)
 	}
 	return compute.MachineSpec{
 		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,

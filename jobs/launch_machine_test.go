@@ -2,9 +2,9 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,11 +63,14 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 			ttl := int((pcfg.TaskTimeout + batchurls.Margin) / time.Second)
 			require.Contains(t, m.Env["INPUT_URL"], "/arke-staging/staging/B/x?")
 			require.Contains(t, m.Env["INPUT_URL"], "X-Amz-Expires="+strconv.Itoa(ttl)+"&")
-			if _, plans := p.(phases.OutputPlanner); plans {
-				var outs []blob.Presigned
-				require.NoError(t, json.Unmarshal([]byte(m.Env["OUTPUT_URLS"]), &outs))
-				require.NotEmpty(t, outs)
-				require.NotContains(t, m.Env["OUTPUT_URLS"], `\u0026`, "URLs are not HTML-escaped")
+			if planner, plans := p.(phases.OutputPlanner); plans {
+				input := blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "arke-staging", Key: "staging/B/x"}, URL: m.Env["INPUT_URL"]}
+				outs, err := blob.ParseCompact(input, m.Env["OUTPUT_URLS"])
+				require.NoError(t, err)
+				require.Len(t, outs, len(planner.PlanOutputs("staging/B/x")))
+				for _, u := range outs {
+					require.Contains(t, u.URL, "X-Amz-Expires="+strconv.Itoa(ttl)+"&")
+				}
 			} else {
 				require.NotContains(t, m.Env, "OUTPUT_URLS")
 			}
@@ -117,6 +120,23 @@ func BenchmarkMachineSpec(b *testing.B) {
 // unsignedPresigner makes URLs of the presigned ones' shape, unsigned.
 type unsignedPresigner struct{}
 
-func (unsignedPresigner) Presign(_ context.Context, o blob.Object, ttl time.Duration) (blob.Presigned, error) {
-	return blob.Presigned{Object: o, URL: "https://r2/" + o.Bucket + "/" + o.Key, Expires: time.Now().Add(ttl)}, nil
+func (u unsignedPresigner) PresignCompact(ctx context.Context, base blob.Object, objs []blob.Object, ttl time.Duration) (blob.Presigned, string, error) {
+	urls, err := u.PresignAll(ctx, []blob.Object{base}, ttl)
+	var lines []string
+	for _, o := range objs {
+		lines = append(lines, string(o.Method)+" "+o.Bucket+" "+o.Key)
+	}
+	return urls[0], strings.Join(lines, "\n"), err
+}
+
+func (unsignedPresigner) PresignAll(_ context.Context, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
+	expires := time.Now().Add(ttl)
+	out := make([]blob.Presigned, len(objs))
+	for i, o := range objs {
+		out[i] = blob.Presigned{Object: o, URL: "https://r2/" + o.Bucket + "/" + o.Key, Expires: expires}
+		if o.Method == blob.MethodPutIfAbsent {
+			out[i].Header = map[string]string{"If-None-Match": "*"}
+		}
+	}
+	return out, nil
 }

@@ -21,12 +21,17 @@
 //	INPUT_R2_KEY             the object to process, in R2_BUCKET (for logs and results)
 //	INPUT_URL                a presigned GET of that object
 //	OUTPUT_URLS              optional, the presigned requests for the objects the
-//	                         worker usually writes, as a JSON array of
-//	                         {"method": "PUT" or "PUT_IF_ABSENT", "bucket", "key",
-//	                         "url", "headers": {signed headers to send as given},
-//	                         "expires_at"}; any other URL the worker needs (more
-//	                         pages, a taken name) it asks for at
-//	                         POST CALLBACK_URL/urls (see URLStore)
+//	                         worker usually writes, signed together with INPUT_URL,
+//	                         one line each: "METHOD BUCKET KEY SIGNATURE" (METHOD
+//	                         PUT or PUT_IF_ABSENT; BUCKET and KEY escaped as in a
+//	                         URL path; SIGNATURE the signature's 32 bytes in
+//	                         unpadded base64url). The request's URL is INPUT_URL
+//	                         with the path /BUCKET/KEY, the method's
+//	                         X-Amz-SignedHeaders and the signature in hex as
+//	                         X-Amz-Signature; a PUT_IF_ABSENT sends
+//	                         "If-None-Match: *" (see blob.ParseCompact). Any other
+//	                         URL the worker needs (more pages, a taken name) it
+//	                         asks for at POST CALLBACK_URL/urls (see URLStore)
 //	R2_BUCKET                the staging bucket's name (input and TIFF outputs)
 //	INPUT_CID                optional, the manifest's cid of the input (image worker: ref_data.ipfs_cid)
 //	INPUT_CONTENT_TYPE       optional, the manifest's content type (image worker: ref_data.type; sniffed if unset)
@@ -51,7 +56,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -179,9 +183,12 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 		// Never quote it: it carries a signature.
 		e.Invalid = append(e.Invalid, "INPUT_URL: not an http:// or https:// URL")
 	}
-	if v := str("OUTPUT_URLS", false); v != "" {
-		if err := json.Unmarshal([]byte(v), &cfg.OutputURLs); err != nil {
-			e.Invalid = append(e.Invalid, "OUTPUT_URLS: not a JSON array of presigned requests: "+err.Error())
+	// OUTPUT_URLS is read with INPUT_URL, whose URL it shares: without
+	// that, the missing variable is the problem to report.
+	if v := str("OUTPUT_URLS", false); v != "" && cfg.InputURL != "" && cfg.Bucket != "" && cfg.Input.Key != "" {
+		var err error
+		if cfg.OutputURLs, err = blob.ParseCompact(cfg.inputPresigned(), v); err != nil {
+			e.Invalid = append(e.Invalid, "OUTPUT_URLS: "+err.Error())
 		}
 	}
 
@@ -246,11 +253,13 @@ func parseVariantSizes(s string) ([]Variant, error) {
 // NewStore returns the store of the configuration's URLs (see URLStore),
 // which asks for more at CALLBACK_URL/urls.
 func (c Config) NewStore(log *slog.Logger) *URLStore {
-	urls := append([]blob.Presigned{{
-		Object: blob.Object{Method: blob.MethodGet, Bucket: c.Bucket, Key: c.Input.Key},
-		URL:    c.InputURL, // its expiry is unknown (zero): it is used first
-	}}, c.OutputURLs...)
-	return NewURLStore(c.Callback, urls, nil, log)
+	return NewURLStore(c.Callback, append([]blob.Presigned{c.inputPresigned()}, c.OutputURLs...), nil, log)
+}
+
+// inputPresigned is INPUT_URL's request. Its expiry is unknown (zero): it
+// is used first.
+func (c Config) inputPresigned() blob.Presigned {
+	return blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: c.Bucket, Key: c.Input.Key}, URL: c.InputURL}
 }
 
 // Task is what a worker program gets for its one task: the common

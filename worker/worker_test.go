@@ -84,14 +84,22 @@ func TestParseEnv(t *testing.T) {
 	t.Run("OutputURLs", func(t *testing.T) {
 		t.Parallel()
 		e := baseEnv()
-		e["OUTPUT_URLS"] = `[{"method":"PUT_IF_ABSENT","bucket":"arke-staging","key":"staging/01BATCH/photo.jpg",
-			"url":"http://s3.test/x?X-Amz-Signature=s","headers":{"If-None-Match":"*"},"expires_at":"2030-01-02T03:04:05Z"}]`
+		const query = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=id%2F20300102%2Fauto%2Fs3%2Faws4_request" +
+			"&X-Amz-Date=20300102T020405Z&X-Amz-Expires=3600&X-Amz-SignedHeaders="
+		e["INPUT_URL"] = "http://s3.test/arke-staging/staging/01BATCH/photo.tif" + query + "host&X-Amz-Signature=ab12"
+		// Signatures in base64url, 00ff... and 0000... in hex.
+		e["OUTPUT_URLS"] = "PUT_IF_ABSENT arke-staging staging/01BATCH/photo%201.jpg AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8\n" +
+			"PUT arke-cdn v/a.jpg " + strings.Repeat("A", 43) + "\n"
 		cfg, err := worker.ParseEnv(worker.KindTIFF, env(e))
 		require.NoError(t, err)
+		expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 		require.Equal(t, []blob.Presigned{{
-			Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "arke-staging", Key: "staging/01BATCH/photo.jpg"},
-			URL:    "http://s3.test/x?X-Amz-Signature=s", Header: map[string]string{"If-None-Match": "*"},
-			Expires: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC),
+			Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "arke-staging", Key: "staging/01BATCH/photo 1.jpg"},
+			URL:    "http://s3.test/arke-staging/staging/01BATCH/photo%201.jpg" + query + "host%3Bif-none-match&X-Amz-Signature=" + strings.Repeat("00ff", 16),
+			Header: map[string]string{"If-None-Match": "*"}, Expires: expires,
+		}, {
+			Object: blob.Object{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "v/a.jpg"},
+			URL:    "http://s3.test/arke-cdn/v/a.jpg" + query + "host&X-Amz-Signature=" + strings.Repeat("0", 64), Expires: expires,
 		}}, cfg.OutputURLs)
 	})
 
@@ -99,13 +107,19 @@ func TestParseEnv(t *testing.T) {
 		t.Parallel()
 		e := baseEnv()
 		e["INPUT_URL"] = "s3://arke-staging/x?X-Amz-Signature=s1gnature"
-		e["OUTPUT_URLS"] = `{"not": "an array"}`
+		e["OUTPUT_URLS"] = "PUT arke-staging staging/01BATCH/photo.jpg"
 		_, err := worker.ParseEnv(worker.KindTIFF, env(e))
 		var envErr *worker.EnvError
 		require.ErrorAs(t, err, &envErr)
 		require.Len(t, envErr.Invalid, 2)
 		require.ErrorContains(t, err, "INPUT_URL: not an http:// or https:// URL")
-		require.ErrorContains(t, err, "OUTPUT_URLS: not a JSON array")
+		require.ErrorContains(t, err, "OUTPUT_URLS: the URL of s3://arke-staging/staging/01BATCH/photo.tif is not a path-style URL of that object")
+		require.NotContains(t, err.Error(), "s1gnature", "a URL's signature is never quoted")
+
+		e = baseEnv()
+		e["OUTPUT_URLS"] = `[{"method":"PUT","url":"http://s3.test/arke-staging/x?X-Amz-Signature=s1gnature"}]`
+		_, err = worker.ParseEnv(worker.KindTIFF, env(e))
+		require.ErrorContains(t, err, "OUTPUT_URLS: ")
 		require.NotContains(t, err.Error(), "s1gnature", "a URL's signature is never quoted")
 	})
 

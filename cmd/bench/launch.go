@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,13 +26,15 @@ import (
 
 // The launch part measures what presigning the machines' URLs costs a
 // launch: one image phase of -launch-tasks pending tasks (the phase that
-// presigns the most, six URLs a machine) launched in one round, with three
+// presigns the most, six URLs a machine: INPUT_URL in full, five outputs in
+// OUTPUT_URLS's compact lines) launched in one round, with three
 // presigners in rotating order:
 //
-//   - unsigned: bare URLs, no query (the baseline: the launch path with
-//     neither the signing nor the longer environment it makes);
-//   - padded: unsigned URLs as long as signed ones (the environment's size
-//     alone);
+//   - unsigned: bare URLs, no query, so lines without a signature (the
+//     baseline: the launch path with neither the signing nor the longer
+//     environment it makes);
+//   - padded: unsigned URLs with a query and zero signatures as long as
+//     signed ones (the environment's size alone);
 //   - presigned: the real presigner.
 //
 // Two backends: the fake Fly Machines API over HTTP, as the e2e part
@@ -54,6 +58,8 @@ type launchRun struct {
 	urls    string // a urlModes entry
 	tasks   int
 	elapsed time.Duration // from the first launch request to the last machine recorded
+	// envBytes is the size of a machine's environment (names and values).
+	envBytes int
 }
 
 // launchBackends are the backends the launch part measures, in order
@@ -62,14 +68,20 @@ var launchBackends = []string{"fakefly", "instant"}
 
 // benchLaunch runs rounds of one run per presigner and backend, the order
 // rotating each round.
-func benchLaunch(ctx context.Context, admin *pgx.Conn, base string, tasks, rounds int) ([]launchRun, error) {
+// With profileDir set, each run writes a CPU profile of the bench process
+// while it launches, launch-BACKEND-MODE-ROUND.pprof.
+func benchLaunch(ctx context.Context, admin *pgx.Conn, base string, tasks, rounds int, profileDir string) ([]launchRun, error) {
 	var runs []launchRun
 	for _, backend := range launchBackends {
 		for i := range rounds {
 			for j := range urlModes {
 				mode := urlModes[(i+j)%len(urlModes)]
 				fmt.Fprintf(os.Stderr, "launch %s %d/%d: %d machines, %s URLs...\n", backend, i+1, rounds, tasks, mode)
-				run, err := launchOnce(ctx, admin, base, backend, mode, tasks)
+				profile := ""
+				if profileDir != "" {
+					profile = filepath.Join(profileDir, fmt.Sprintf("launch-%s-%s-%d.pprof", backend, mode, i+1))
+				}
+				run, err := launchOnce(ctx, admin, base, backend, mode, tasks, profile)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s URLs: %w", backend, mode, err)
 				}
@@ -81,7 +93,7 @@ func benchLaunch(ctx context.Context, admin *pgx.Conn, base string, tasks, round
 	return runs, nil
 }
 
-func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string, tasks int) (launchRun, error) {
+func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string, tasks int, profile string) (launchRun, error) {
 	run := launchRun{backend: backend, urls: mode, tasks: tasks}
 	dbURL, err := freshDatabase(ctx, admin, base, "bench_launch")
 	if err != nil {
@@ -145,6 +157,17 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 	}
 	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // the run is over; a slow stop changes no figure
 
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return run, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return run, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if _, err := client.Insert(ctx, jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
 		return run, err
 	}
@@ -156,6 +179,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 		}
 		if launched == tasks {
 			run.elapsed = time.Since(*rec.first.Load())
+			pprof.StopCPUProfile() // the launches only (a no-op without a profile)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -171,6 +195,9 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 	if spec == nil || spec.Env["OUTPUT_URLS"] == "" || spec.Env["R2_SECRET_ACCESS_KEY"] != "" ||
 		strings.Contains(fmt.Sprint(spec.Env), cfg.R2SecretAccessKey) || (mode == urlsPresigned) != signed(spec.Env["INPUT_URL"]) {
 		return run, errors.New("the machines' env is not what the run measures")
+	}
+	for k, v := range spec.Env {
+		run.envBytes += len(k) + len(v)
 	}
 	return run, nil
 }
@@ -234,19 +261,57 @@ func (b *recordingBackend) Launch(ctx context.Context, s compute.MachineSpec) (c
 // query as long as a signed URL's.
 type unsignedPresigner struct{ pad bool }
 
-// signedQuery is as long as the query of a URL the bench's store signs.
-var signedQuery = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=bench-key%2F20251029%2Fauto%2Fs3%2Faws4_request" +
-	"&X-Amz-Date=20251029T193745Z&X-Amz-Expires=1020&X-Amz-SignedHeaders=host&X-Amz-Signature=" + strings.Repeat("0", 64)
+// paddedQuery is as long as the shared query of the URLs the bench's store
+// signs; paddedExpiry is when it says they expire.
+const paddedQuery = "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=bench-key%2F20251029%2Fauto%2Fs3%2Faws4_request" +
+	"&X-Amz-Date=20251029T193745Z&X-Amz-Expires=1020"
 
-func (u unsignedPresigner) Presign(_ context.Context, o blob.Object, ttl time.Duration) (blob.Presigned, error) {
-	p := blob.Presigned{Object: o, URL: "http://127.0.0.1:1/" + o.Bucket + "/" + o.Key, Expires: time.Now().Add(ttl)}
+var paddedExpiry = time.Date(2025, 10, 29, 19, 54, 45, 0, time.UTC)
+
+// PresignCompact writes the lines directly, as the real presigner does:
+// with no signature, or a zero one (the bench's keys need no escaping).
+func (u unsignedPresigner) PresignCompact(ctx context.Context, base blob.Object, objs []blob.Object, ttl time.Duration) (blob.Presigned, string, error) {
+	urls, err := u.PresignAll(ctx, []blob.Object{base}, ttl)
+	if err != nil {
+		return blob.Presigned{}, "", err
+	}
+	var b strings.Builder
+	for i, o := range objs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(string(o.Method) + " " + o.Bucket + " " + o.Key)
+		if u.pad {
+			b.WriteString(" " + zeroSignature)
+		}
+	}
+	return urls[0], b.String(), nil
+}
+
+// zeroSignature is 32 zero bytes in base64url, as a compact line has it.
+var zeroSignature = strings.Repeat("A", 43)
+
+func (u unsignedPresigner) PresignAll(_ context.Context, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
+	expires := time.Now().Add(ttl)
 	if u.pad {
-		p.URL += signedQuery
+		expires = paddedExpiry
 	}
-	if o.Method == blob.MethodPutIfAbsent {
-		p.Header = map[string]string{"If-None-Match": "*"}
+	out := make([]blob.Presigned, len(objs))
+	for i, o := range objs {
+		p := blob.Presigned{Object: o, URL: "http://127.0.0.1:1/" + o.Bucket + "/" + o.Key, Expires: expires}
+		if u.pad {
+			headers := "host"
+			if o.Method == blob.MethodPutIfAbsent {
+				headers += "%3Bif-none-match"
+			}
+			p.URL += paddedQuery + "&X-Amz-SignedHeaders=" + headers + "&X-Amz-Signature=" + strings.Repeat("0", 64)
+		}
+		if o.Method == blob.MethodPutIfAbsent {
+			p.Header = map[string]string{"If-None-Match": "*"}
+		}
+		out[i] = p
 	}
-	return p, nil
+	return out, nil
 }
 
 // launchSummary is one backend's median time per presigner, and the
@@ -257,16 +322,18 @@ type launchSummary struct {
 	rounds  int
 	median  map[string]time.Duration
 	ratio   map[string]float64 // padded and presigned over unsigned
+	env     map[string]int     // a machine's environment, bytes
 }
 
 func summarizeLaunch(runs []launchRun) []launchSummary {
 	var out []launchSummary
 	for _, backend := range launchBackends {
 		byMode := map[string][]time.Duration{}
-		s := launchSummary{backend: backend, median: map[string]time.Duration{}, ratio: map[string]float64{}}
+		s := launchSummary{backend: backend, median: map[string]time.Duration{}, ratio: map[string]float64{}, env: map[string]int{}}
 		for _, r := range runs {
 			if r.backend == backend {
 				s.tasks = r.tasks
+				s.env[r.urls] = r.envBytes
 				byMode[r.urls] = append(byMode[r.urls], r.elapsed)
 			}
 		}
@@ -293,6 +360,7 @@ func launchTable(runs []launchRun) string {
 		for _, mode := range urlModes {
 			fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("launch %d machines (%s), %s URLs", s.tasks, s.backend, mode), s.median[mode].Round(time.Millisecond))
 		}
+		fmt.Fprintf(&b, "%-44s %14s\n", "  machine env, bytes (un/padded/presigned)", fmt.Sprintf("%d/%d/%d", s.env[urlsUnsigned], s.env[urlsPadded], s.env[urlsPresigned]))
 		fmt.Fprintf(&b, "%-44s %13.3fx\n", "  padded / unsigned time (median round)", s.ratio[urlsPadded])
 		fmt.Fprintf(&b, "%-44s %13.3fx\n", "  presigned / unsigned time (median round)", s.ratio[urlsPresigned])
 	}
@@ -301,12 +369,14 @@ func launchTable(runs []launchRun) string {
 
 func launchMarkdown(tasks, rounds int) string {
 	return fmt.Sprintf(`- **Launch**: one IMAGE_PROCESSING phase of %d pending tasks launched in one
-  round (six presigned URLs a machine: the input's GET, three variants, the
-  archive copy and the ref.json), from the first launch request to the last
-  machine recorded in the database. Each backend runs %d rounds of three runs,
-  in rotating order: unsigned URLs without a query (the baseline), unsigned URLs
-  padded to a signed one's length (the larger environment alone), and presigned
-  URLs; ratios are the median of the rounds' ratios to the unsigned run.
+  round (six presigned URLs a machine: the input's GET in INPUT_URL, and three
+  variants, the archive copy and the ref.json as OUTPUT_URLS's compact lines, a
+  signature each), from the first launch request to the last machine recorded
+  in the database. Each backend runs %d rounds of three runs, in rotating order:
+  unsigned URLs without a query, so lines without a signature (the baseline),
+  unsigned URLs padded to a signed one's length (the larger environment alone),
+  and presigned URLs; ratios are the median of the rounds' ratios to the
+  unsigned run. "machine env" is the size of one machine's environment.
   "fakefly" launches through the fake Fly Machines API over HTTP, as the e2e
   part does; the fake runs in the bench's process, so its JSON work on each
   machine's config (decoding it, echoing it back, which Fly does in

@@ -159,7 +159,10 @@ func main() {
 		os.Exit(2)
 	}
 	if r.e2eOpts.profileDir != "" {
-		if r.e2eOpts.profileDir, err = filepath.Abs(r.e2eOpts.profileDir); err != nil {
+		if r.e2eOpts.profileDir, err = filepath.Abs(r.e2eOpts.profileDir); err == nil {
+			err = os.MkdirAll(r.e2eOpts.profileDir, 0o755)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(2)
 		}
@@ -321,7 +324,7 @@ func run(ctx context.Context, base string, r *results) error {
 		}
 	}
 	if r.has("launch") {
-		if r.launches, err = benchLaunch(ctx, admin, base, r.launchTasks, r.pairs); err != nil {
+		if r.launches, err = benchLaunch(ctx, admin, base, r.launchTasks, r.pairs, r.e2eOpts.profileDir); err != nil {
 			return fmt.Errorf("launch: %w", err)
 		}
 	}

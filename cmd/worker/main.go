@@ -68,8 +68,9 @@ func usage() string {
 	return "usage: worker " + strings.Join(kinds, "|") + "\n\n" + b.String() + `
 Configured by the environment: TASK_ID, BATCH_ID, INPUT_R2_KEY, R2_BUCKET,
 INPUT_URL (a presigned GET of the input), CALLBACK_URL, CALLBACK_TOKEN;
-optional OUTPUT_URLS (JSON: presigned PUTs of the usual outputs; others are
-asked for at CALLBACK_URL/urls), INPUT_CID, INPUT_CONTENT_TYPE,
+optional OUTPUT_URLS (presigned PUTs of the usual outputs, signed with
+INPUT_URL, a line "METHOD BUCKET KEY SIGNATURE" each; others are asked for
+at CALLBACK_URL/urls), INPUT_CID, INPUT_CONTENT_TYPE,
 INPUT_FILE_NAME, JPEG_QUALITY (90), LOG_LEVEL, LOG_FORMAT, VIPS_CONCURRENCY.
 No storage credentials.
 image also: ARCHIVE_BUCKET, CDN_PUBLIC_URL, CDN_BUCKET (arke-cdn),

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/internal/s3test"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker/samples"
@@ -103,30 +104,17 @@ func setup(t *testing.T, o *orchestrator, phase phases.Name, key string, data []
 	o.store = store
 	bucket, archive, cdn := srv.NewBucket(t), srv.NewBucket(t), srv.NewBucket(t)
 	require.NoError(t, store.Put(t.Context(), bucket, key, bytes.NewReader(data), int64(len(data)), ""))
-	input, err := store.Presign(t.Context(), blob.Object{Method: blob.MethodGet, Bucket: bucket, Key: key}, time.Hour)
+	signer, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: bucket, phases.ArchiveBucket: archive, phases.CDNBucket: cdn})
 	require.NoError(t, err)
-	var outputs []blob.Presigned
 	p, _ := phases.Get(phase)
-	if planner, ok := p.(phases.OutputPlanner); ok {
-		names := map[phases.Bucket]string{phases.StagingBucket: bucket, phases.ArchiveBucket: archive, phases.CDNBucket: cdn}
-		for _, out := range planner.PlanOutputs(key) {
-			m := blob.MethodPut
-			if out.IfAbsent {
-				m = blob.MethodPutIfAbsent
-			}
-			u, err := store.Presign(t.Context(), blob.Object{Method: m, Bucket: names[out.Bucket], Key: out.Key}, time.Hour)
-			require.NoError(t, err)
-			outputs = append(outputs, u)
-		}
-	}
-	planned, err := json.Marshal(outputs)
-	require.NoError(t, err)
+	urls := map[string]string{}
+	require.NoError(t, signer.Env(t.Context(), urls, "01BATCH", p, key, time.Hour))
 	return map[string]string{
 		"TASK_ID":        "task_1",
 		"BATCH_ID":       "01BATCH",
 		"INPUT_R2_KEY":   key,
-		"INPUT_URL":      input.URL,
-		"OUTPUT_URLS":    string(planned),
+		"INPUT_URL":      urls["INPUT_URL"],
+		"OUTPUT_URLS":    urls["OUTPUT_URLS"],
 		"R2_BUCKET":      bucket,
 		"CALLBACK_URL":   o.URL + "/callback/01BATCH/task_1",
 		"CALLBACK_TOKEN": "tok",

@@ -330,6 +330,18 @@ func classify(ctx context.Context, err error) error {
 	return compute.Ambiguous(err, 0)
 }
 
+// readBody reads a request's body, into a buffer of its length when that
+// is known (a launch's is several KB, which io.ReadAll would copy as it
+// grows).
+func readBody(req *http.Request) ([]byte, error) {
+	if n := req.ContentLength; n > 0 && n <= 1<<20 {
+		body := make([]byte, n)
+		_, err := io.ReadFull(req.Body, body)
+		return body, err
+	}
+	return io.ReadAll(req.Body)
+}
+
 // guardTransport sits under fly-go's retrying transport (see package doc).
 // It points requests at the configured base URL, keeps Retry-After of 429
 // answers, and stops fly-go from silently repeating a POST that may have
@@ -346,7 +358,7 @@ func (t *guardTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// net/http may still be reading it for the previous attempt (a data
 		// race; the retry can go out with an empty body). Handing net/http
 		// its own copy, read here before returning, rules that out.
-		body, err := io.ReadAll(req.Body)
+		body, err := readBody(req)
 		_ = req.Body.Close()
 		if err != nil {
 			return nil, err

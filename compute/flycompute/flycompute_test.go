@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -646,3 +647,27 @@ func readCloser(s string) *stringBody { return &stringBody{Reader: strings.NewRe
 type stringBody struct{ *strings.Reader }
 
 func (*stringBody) Close() error { return nil }
+
+// BenchmarkLaunch is one launch through fly-go and the fake Machines API
+// (in this process: its JSON work is counted too), by the size of the
+// machine's environment, in URL-like bytes.
+func BenchmarkLaunch(b *testing.B) {
+	fake := fakefly.New(b, fakefly.Options{Token: apiToken, Behave: hang, Apps: []string{app}, DetailLimit: 1})
+	backend, err := flycompute.New(b.Context(), flycompute.Config{APIToken: apiToken, BaseURL: fake.URL, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	for _, size := range []int{800, 1400, 3000} {
+		b.Run(fmt.Sprintf("Env%d", size), func(b *testing.B) {
+			s := spec("task_1")
+			s.Env["PAD"] = strings.Repeat("X-Amz-Date=20251029T193745Z&", size/28)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				s.TaskID = fmt.Sprintf("task_%d", i)
+				if _, err := backend.Launch(b.Context(), s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

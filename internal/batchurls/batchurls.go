@@ -3,7 +3,7 @@
 // objects under its batch's prefixes (phases.BatchPrefix) of the staging,
 // archive and CDN buckets, until its task's deadline plus Margin. The
 // launcher puts the URLs a task needs into its machine's environment
-// (Env); the API presigns any other a worker asks for (Sign).
+// (Env), compactly; the API presigns any other a worker asks for (Sign).
 package batchurls
 
 import (
@@ -88,14 +88,7 @@ func (s *Signer) Sign(ctx context.Context, batchID string, objs []blob.Object, t
 			return nil, &RefusedError{Reason: err.Error()}
 		}
 	}
-	out := make([]blob.Presigned, len(objs))
-	for i, o := range objs {
-		var err error
-		if out[i], err = s.presigner.Presign(ctx, o, ttl); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.presigner.PresignAll(ctx, objs, ttl)
 }
 
 // RefusedError is an object a worker may not reach.
@@ -109,39 +102,42 @@ const (
 	EnvOutputURLs = "OUTPUT_URLS"
 )
 
-// Env is the URL part of a task's machine environment: INPUT_URL, a GET of
-// its input (in the staging bucket), and, for a phase that plans its
-// outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs as a JSON array
-// of blob.Presigned. The input is the orchestrator's own choice and is not
-// checked; the planned outputs are, as if the worker had asked for them.
-// When they are refused, the error comes with INPUT_URL alone: the worker
-// then asks for them and reports the refusal.
-func (s *Signer) Env(ctx context.Context, batchID string, phase phases.Phase, input string, ttl time.Duration) (map[string]string, error) {
-	get, err := s.presigner.Presign(ctx, blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}, ttl)
-	if err != nil {
-		return nil, err
+// Env sets the URL part of a task's machine environment in env: INPUT_URL,
+// a GET of its input (in the staging bucket), and, for a phase that plans
+// its outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs in the compact
+// form of blob.AppendCompact, signed together with INPUT_URL, whose URL they
+// share but for path, signed headers and signature. The input is the
+// orchestrator's own choice and is not checked; the planned outputs are, as
+// if the worker had asked for them. When they are refused, the error comes
+// with INPUT_URL alone: the worker then asks for them and reports the
+// refusal.
+func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string, phase phases.Phase, input string, ttl time.Duration) error {
+	var outs []phases.Output
+	if planner, ok := phase.(phases.OutputPlanner); ok {
+		outs = planner.PlanOutputs(input)
 	}
-	env := map[string]string{EnvInputURL: get.URL}
-	planner, ok := phase.(phases.OutputPlanner)
-	if !ok {
-		return env, nil
-	}
-	outs := planner.PlanOutputs(input)
-	objs := make([]blob.Object, len(outs))
-	for i, out := range outs {
-		objs[i] = blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
+	var refused error
+	objs := make([]blob.Object, 0, len(outs))
+	for _, out := range outs {
+		o := blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
 		if out.IfAbsent {
-			objs[i].Method = blob.MethodPutIfAbsent
+			o.Method = blob.MethodPutIfAbsent
 		}
+		if err := s.Check(batchID, o); err != nil {
+			refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
+			objs = nil
+			break
+		}
+		objs = append(objs, o)
 	}
-	urls, err := s.Sign(ctx, batchID, objs, ttl)
+	get := blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}
+	base, lines, err := s.presigner.PresignCompact(ctx, get, objs, ttl)
 	if err != nil {
-		return env, fmt.Errorf("planning the outputs of %s: %w", input, err)
+		return err
 	}
-	size := 2
-	for _, u := range urls {
-		size += len(u.URL) + len(u.Bucket) + len(u.Key) + 160
+	env[EnvInputURL] = base.URL
+	if len(objs) > 0 {
+		env[EnvOutputURLs] = lines
 	}
-	env[EnvOutputURLs] = string(blob.AppendJSON(make([]byte, 0, size), urls))
-	return env, nil
+	return refused
 }

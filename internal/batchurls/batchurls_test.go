@@ -2,6 +2,8 @@ package batchurls_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,4 +43,49 @@ func TestCheckSharedBucket(t *testing.T) {
 	_, err = s.Sign(context.Background(), "B", []blob.Object{{Method: blob.MethodGet, Bucket: "one", Key: "staging/B/x"}, {Method: blob.MethodGet, Bucket: "one", Key: "staging/C/x"}}, time.Hour)
 	var refused *batchurls.RefusedError
 	require.ErrorAs(t, err, &refused)
+}
+
+// TestEnv: a machine's environment holds its input's GET and its planned
+// outputs' PUTs in the compact form, all valid for ttl; outputs outside the
+// batch are refused, and the input's GET comes alone.
+func TestEnv(t *testing.T) {
+	t.Parallel()
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
+	require.NoError(t, err)
+	s, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "s", phases.ArchiveBucket: "a", phases.CDNBucket: "c"})
+	require.NoError(t, err)
+	get := func(key string) blob.Presigned {
+		return blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "s", Key: key}}
+	}
+
+	for _, name := range []phases.Name{phases.TIFFConversion, phases.ImageProcessing} {
+		p, _ := phases.Get(name)
+		const input = "staging/B/dir/ä b+%.tif"
+		env := map[string]string{}
+		require.NoError(t, s.Env(context.Background(), env, "B", p, input, time.Hour))
+		base := get(input)
+		base.URL = env[batchurls.EnvInputURL]
+		require.Contains(t, base.URL, "/s/staging/B/dir/%C3%A4%20b%2B%25.tif?")
+		urls, err := blob.ParseCompact(base, env[batchurls.EnvOutputURLs])
+		require.NoError(t, err)
+		outs := p.(phases.OutputPlanner).PlanOutputs(input)
+		require.Len(t, urls, len(outs))
+		for i, u := range urls {
+			require.Equal(t, outs[i].Key, u.Key)
+			require.WithinDuration(t, time.Now().Add(time.Hour), u.Expires, 2*time.Second)
+			require.Contains(t, u.URL, "X-Amz-Expires=3600&")
+		}
+	}
+
+	pdf, _ := phases.Get(phases.PDFPages)
+	env := map[string]string{}
+	require.NoError(t, s.Env(context.Background(), env, "B", pdf, "staging/B/x.pdf", time.Hour))
+	require.Equal(t, []string{batchurls.EnvInputURL}, slices.Collect(maps.Keys(env)), "no planned outputs")
+
+	image, _ := phases.Get(phases.ImageProcessing)
+	env = map[string]string{}
+	err = s.Env(context.Background(), env, "B", image, "staging/C/x.jpg", time.Hour)
+	var refused *batchurls.RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.Equal(t, []string{batchurls.EnvInputURL}, slices.Collect(maps.Keys(env)), "the input alone")
 }
