@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"io"
 	"net/http"
 	"testing"
 
@@ -24,16 +23,7 @@ func TestAdminCredential(t *testing.T) {
 	basic := func(user, pass string) cred { return func(r *http.Request) { r.SetBasicAuth(user, pass) } }
 	do := func(t *testing.T, method, path string, c cred) (*http.Response, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, env.Server.URL+path, nil)
-		require.NoError(t, err)
-		c(req)
-		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := client.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp, string(b)
+		return send(t, method, env.Server.URL+path, "", c)
 	}
 
 	routes := []struct {

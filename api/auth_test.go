@@ -13,27 +13,40 @@ import (
 	"github.com/arke-institute/orchestrator/internal/testenv"
 )
 
-// authRequest sends a request with set applied and returns the status and
-// body.
-func authRequest(t *testing.T, env *testenv.Env, method, path, body string, set func(*http.Request)) (int, string) {
+// send sends a request to url with body (JSON, none if empty) and set
+// applied (nil: nothing), without following redirects, and returns the
+// answer and its body: the one request helper of the api tests that craft
+// their own credentials and headers.
+func send(t *testing.T, method, url, body string, set func(*http.Request)) (*http.Response, string) {
 	t.Helper()
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, env.Server.URL+path, r)
+	req, err := http.NewRequest(method, url, r)
 	require.NoError(t, err)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	set(req)
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
+	if set != nil {
+		set(req)
+	}
+	resp, err := noRedirects.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, string(b)
+	return resp, string(b)
+}
+
+// noRedirects is a client that answers redirects rather than following them.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// authRequest is send to env's server, returning the status and body.
+func authRequest(t *testing.T, env *testenv.Env, method, path, body string, set func(*http.Request)) (int, string) {
+	t.Helper()
+	resp, b := send(t, method, env.Server.URL+path, body, set)
+	return resp.StatusCode, b
 }
 
 // TestCredentialsOpenTheirRoutes: each credential opens its own routes and

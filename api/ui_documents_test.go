@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -25,19 +24,12 @@ const hostileText = "The zebra crossed the savanna at dawn. <script>alert('zebra
 // body.
 func uiRequest(t *testing.T, env *testenv.Env, method, path, user, password string, set func(*http.Request)) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, env.Server.URL+path, nil)
-	require.NoError(t, err)
-	req.SetBasicAuth(user, password)
-	if set != nil {
-		set(req)
-	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp, string(b)
+	return send(t, method, env.Server.URL+path, "", func(r *http.Request) {
+		r.SetBasicAuth(user, password)
+		if set != nil {
+			set(r)
+		}
+	})
 }
 
 // resultDocuments are the document ids of a search page's results, in

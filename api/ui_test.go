@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -38,18 +37,9 @@ func TestDashboardAccess(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code)
 	env.AwaitStatus(t, exampleBatchID, launched)
 
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(t *testing.T, base, method, path string, set func(*http.Request)) (*http.Response, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, nil)
-		require.NoError(t, err)
-		set(req)
-		resp, err := noRedirect.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp, string(b)
+		return send(t, method, base+path, "", set)
 	}
 	admin := func(r *http.Request) { r.SetBasicAuth("admin", testenv.AdminToken) }
 	base := env.Server.URL
