@@ -381,12 +381,8 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 		return err
 	}
 	if len(rows) == 0 {
-		return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-			q := db.New(tx)
-			if err := q.DocumentSetStep(ctx, db.DocumentSetStepParams{ID: doc.ID, CurrentStep: "tags"}); err != nil {
-				return err
-			}
-			return run.record(ctx, q, true)
+		return w.commit(ctx, run, true, func(q *db.Queries) error {
+			return q.DocumentSetStep(ctx, db.DocumentSetStepParams{ID: doc.ID, CurrentStep: "tags"})
 		})
 	}
 	texts := make([]string, len(rows))
@@ -405,17 +401,13 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+	return w.commitChunks(ctx, run, []string{"embedding_done", "tags_done", "stored"}, func(q *db.Queries) error {
 		for i, r := range rows {
 			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Embedding: vectors[i]}); err != nil {
 				return err
 			}
 		}
-		if err := q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"embedding_done", "tags_done", "stored"}}); err != nil {
-			return err
-		}
-		return run.record(ctx, q, false)
+		return nil
 	})
 }
 
@@ -447,12 +439,8 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 		if docTags == nil {
 			docTags = []string{}
 		}
-		return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-			q := db.New(tx)
-			if err := q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: docTags}); err != nil {
-				return err
-			}
-			return run.record(ctx, q, true)
+		return w.commit(ctx, run, true, func(q *db.Queries) error {
+			return q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: docTags})
 		})
 	}
 	texts := make([]string, len(rows))
@@ -467,8 +455,7 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+	return w.commitChunks(ctx, run, []string{"tags_done", "stored"}, func(q *db.Queries) error {
 		for i, r := range rows {
 			t := tags[i]
 			if t == nil {
@@ -478,10 +465,30 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 				return err
 			}
 		}
-		if err := q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: doc.ID, Done: []string{"tags_done", "stored"}}); err != nil {
+		return nil
+	})
+}
+
+// commit runs write and records the run (finished: it finished its step)
+// in one transaction, so the step's outcome and its timing agree.
+func (w *DocumentStepWorker) commit(ctx context.Context, run *stepRun, finished bool, write func(q *db.Queries) error) error {
+	return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := write(q); err != nil {
 			return err
 		}
-		return run.record(ctx, q, false)
+		return run.record(ctx, q, finished)
+	})
+}
+
+// commitChunks is commit for a run that wrote a batch of chunks: the
+// document's processed chunks are recounted as those in a done status.
+func (w *DocumentStepWorker) commitChunks(ctx context.Context, run *stepRun, done []string, write func(q *db.Queries) error) error {
+	return w.commit(ctx, run, false, func(q *db.Queries) error {
+		if err := write(q); err != nil {
+			return err
+		}
+		return q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: run.doc.ID, Done: done})
 	})
 }
 
