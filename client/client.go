@@ -18,6 +18,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,6 +151,67 @@ func (c *Client) Reset(ctx context.Context, batchID string) (Status, error) {
 // after. A batch with nothing to retry is an *Error with StatusCode 409.
 func (c *Client) Retry(ctx context.Context, batchID string) (Status, error) {
 	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID), asAdmin)
+}
+
+// IndexDocument is POST /documents (ingest credential, else the admin
+// token): index the object at key, under DOCUMENTS_PREFIX in the staging
+// bucket. created is true when a new version was queued (202), false when
+// the key's current content is indexed or under way already (200).
+func (c *Client) IndexDocument(ctx context.Context, key string) (doc Document, created bool, err error) {
+	as := asIngest
+	if c.cfg.IngestToken == "" && c.cfg.IngestSigningSecret == "" {
+		as = asAdmin
+	}
+	resp, data, err := c.do(ctx, http.MethodPost, "/documents", map[string]string{"r2_key": key}, as)
+	if err != nil {
+		return Document{}, false, err
+	}
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		return Document{}, false, newError(resp, data)
+	}
+	doc, err = decodeDocument(resp, data)
+	return doc, resp.StatusCode == http.StatusAccepted, err
+}
+
+// Document is GET /documents/:id, a document's status. An unknown document
+// is an *Error with StatusCode 404.
+func (c *Client) Document(ctx context.Context, id int64) (Document, error) {
+	resp, data, err := c.do(ctx, http.MethodGet, "/documents/"+strconv.FormatInt(id, 10), nil, asReader)
+	if err != nil {
+		return Document{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return Document{}, newError(resp, data)
+	}
+	return decodeDocument(resp, data)
+}
+
+func decodeDocument(resp *http.Response, data []byte) (Document, error) {
+	var doc Document
+	if json.Unmarshal(data, &doc) != nil || doc.ID == 0 {
+		return Document{}, fmt.Errorf("the orchestrator answered %s with no document: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	return doc, nil
+}
+
+// SearchDocuments is GET /documents/search: the k chunks of indexed
+// documents nearest to query, best first.
+func (c *Client) SearchDocuments(ctx context.Context, query string, k int) ([]SearchResult, error) {
+	path := "/documents/search?" + url.Values{"q": {query}, "k": {strconv.Itoa(k)}}.Encode()
+	resp, data, err := c.do(ctx, http.MethodGet, path, nil, asReader)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, newError(resp, data)
+	}
+	var res struct {
+		Results *[]SearchResult `json:"results"`
+	}
+	if json.Unmarshal(data, &res) != nil || res.Results == nil {
+		return nil, fmt.Errorf("the orchestrator answered %s with no search results: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	return *res.Results, nil
 }
 
 // Await reads the batch's status at once, then again interval after each

@@ -110,3 +110,54 @@ type OCRProgress struct {
 	RefsFailed  int32 `json:"refs_failed"`
 	RefsSkipped int32 `json:"refs_skipped"`
 }
+
+// The states of a document (Document.Status), spec 003's.
+const (
+	DocumentNotStarted = "not_started"
+	DocumentProcessing = "processing"
+	DocumentCompleted  = "completed"
+	DocumentFailed     = "failed"
+)
+
+// Document is a document's status (spec 003's), the answer of
+// IndexDocument and Document.
+type Document struct {
+	ID      int64  `json:"id"`
+	R2Key   string `json:"r2Key"`
+	Version int32  `json:"version"`
+	// Status is DocumentNotStarted, DocumentProcessing, DocumentCompleted
+	// or DocumentFailed.
+	Status string `json:"status"`
+	// CurrentStep is download, embeddings, tags or store.
+	CurrentStep string `json:"currentStep"`
+	Progress    struct {
+		TotalChunks     int32 `json:"totalChunks"`
+		ProcessedChunks int32 `json:"processedChunks"`
+		Percentage      int   `json:"percentage"`
+	} `json:"progress"`
+	Errors []struct {
+		Step      string `json:"step"`
+		Error     string `json:"error"`
+		Timestamp string `json:"timestamp"`
+	} `json:"errors"`
+	Timing struct {
+		StartedAt   *time.Time `json:"startedAt"`
+		CompletedAt *time.Time `json:"completedAt"`
+	} `json:"timing"`
+	DocumentTags []string `json:"documentTags"`
+	// Message says what IndexDocument did.
+	Message string `json:"message,omitempty"`
+}
+
+// Ended reports whether the document is completed or failed.
+func (d Document) Ended() bool { return d.Status == DocumentCompleted || d.Status == DocumentFailed }
+
+// SearchResult is one chunk found by SearchDocuments, best first.
+type SearchResult struct {
+	DocumentID int64    `json:"documentId"`
+	R2Key      string   `json:"r2Key"`
+	ChunkIndex int32    `json:"chunkIndex"`
+	Score      float32  `json:"score"`
+	Text       string   `json:"text"`
+	Tags       []string `json:"tags"`
+}

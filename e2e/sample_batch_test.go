@@ -349,6 +349,32 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		require.Equal(t, 1, strings.Count(string(b), "X-Amz-Signature="), "%s: INPUT_URL alone is a whole URL (OUTPUT_URLS is compact)", f)
 		require.NotEmpty(t, vars["CALLBACK_TOKEN"], f)
 	}
+
+	// A newcomer indexes one markdown file with `orchestrator document`,
+	// which uploads it and follows its steps to completed, and finds it
+	// with `orchestrator search`.
+	doc := filepath.Join(t.TempDir(), "lighthouse.md")
+	require.NoError(t, os.WriteFile(doc, []byte("# The lighthouse keeper's log\n\n"+
+		"The keeper trimmed the lamp wick every evening and logged the passing schooners.\n\n"+
+		"## Storms\n\nIn the winter gales the fog bell rang through the night.\n"), 0o644))
+	run := func(args ...string) string {
+		cmd := exec.CommandContext(ctx, orchestrator, args...)
+		cmd.Env = env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "%v failed\nstdout:\n%s\nstderr:\n%s", args, out.String(), errOut.String())
+		return out.String()
+	}
+	out := run("document", "-url", base, doc)
+	require.Regexp(t, `^\d+\ntags: `, out)
+	require.Contains(t, out, "keeper")
+	ok, err := store.Exists(ctx, "arke-staging", "documents/lighthouse.md")
+	require.NoError(t, err)
+	require.True(t, ok, "document uploaded under DOCUMENTS_PREFIX")
+	found := run("search", "-url", base, "-k", "3", "fog bell in winter gales")
+	lines := strings.Split(strings.TrimSpace(found), "\n")
+	require.GreaterOrEqual(t, len(lines), 2, found)
+	require.Contains(t, lines[1], "documents/lighthouse.md", "the lighthouse document ranks first:\n%s", found)
 }
 
 func unescape(t *testing.T, s string) string {

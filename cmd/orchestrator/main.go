@@ -7,6 +7,8 @@
 //	orchestrator status    print a batch's status (through the API)
 //	orchestrator reset     reset a batch (admin, through the API)
 //	orchestrator retry     re-run a batch's failed work (admin, through the API)
+//	orchestrator document  upload a text document, index it and follow it
+//	orchestrator search    search the indexed documents
 //	orchestrator report    print a report of the database (batch durations, failures, cost, ...)
 //
 // Configuration comes from the environment; see README.md.
@@ -37,6 +39,8 @@ Usage:
   orchestrator reset ID              reset a batch: ERROR, open tasks ended (ADMIN_TOKEN)
   orchestrator retry ID              re-run a batch's failed work (ADMIN_TOKEN)
                                      (status, reset, retry: -url, default $ORCHESTRATOR_URL)
+  orchestrator document [flags] FILE upload a markdown or text file and index it (document -h)
+  orchestrator search [-k 10] QUERY  search the indexed documents
   orchestrator report [NAME] [-since 7d] [-format table|csv|json] [-limit 20]
                                      print a report of DATABASE_URL; no NAME lists them
   orchestrator help                  show this help
@@ -79,6 +83,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return batchCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "report":
 		return report(ctx, args[1:], stdout, stderr)
+	case "document":
+		return document(ctx, args[1:], stdout, stderr)
+	case "search":
+		return search(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

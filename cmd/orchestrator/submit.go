@@ -156,24 +156,9 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 	flags.BoolVar(&o.noWait, "no-wait", false, "exit once the batch is submitted")
 	flags.DurationVar(&o.pollInterval, "poll-interval", 500*time.Millisecond, "how often the batch status is read")
 
-	var dirs []string
-	rest := args
-	for {
-		if err := flags.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return o, err
-			}
-			return o, usageError{err.Error()}
-		}
-		after := flags.Args()
-		if consumed := len(rest) - len(after); consumed > 0 && rest[consumed-1] == "--" {
-			dirs = append(dirs, after...)
-			break
-		}
-		if len(after) == 0 {
-			break
-		}
-		dirs, rest = append(dirs, after[0]), after[1:]
+	dirs, err := parseInterspersed(flags, args)
+	if err != nil {
+		return o, err
 	}
 	if len(dirs) != 1 {
 		flags.Usage()
