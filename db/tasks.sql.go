@@ -266,6 +266,20 @@ func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]
 	return items, nil
 }
 
+const taskCountDeleteByBatch = `-- name: TaskCountDeleteByBatch :execrows
+DELETE FROM task_counts WHERE batch_id = $1 AND n = 0
+`
+
+// TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
+// are gone (they are all zero then).
+func (q *Queries) TaskCountDeleteByBatch(ctx context.Context, batchID string) (int64, error) {
+	result, err := q.db.Exec(ctx, taskCountDeleteByBatch, batchID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const taskCountPending = `-- name: TaskCountPending :one
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = $1 AND phase = $2 AND status = 'pending'
@@ -283,6 +297,26 @@ func (q *Queries) TaskCountPending(ctx context.Context, arg TaskCountPendingPara
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const taskDeleteByBatch = `-- name: TaskDeleteByBatch :execrows
+DELETE FROM tasks
+WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = $1 LIMIT $2)
+`
+
+type TaskDeleteByBatchParams struct {
+	BatchID string
+	Max     int32
+}
+
+// TaskDeleteByBatch deletes up to max of a batch's tasks (retention: one
+// short statement at a time). The triggers count them out of task_counts.
+func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchParams) (int64, error) {
+	result, err := q.db.Exec(ctx, taskDeleteByBatch, arg.BatchID, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const taskExpiredGroups = `-- name: TaskExpiredGroups :many

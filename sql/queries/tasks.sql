@@ -97,6 +97,17 @@ WHERE b.id = @batch_id AND b.status = @phase::text;
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
 
+-- TaskDeleteByBatch deletes up to max of a batch's tasks (retention: one
+-- short statement at a time). The triggers count them out of task_counts.
+-- name: TaskDeleteByBatch :execrows
+DELETE FROM tasks
+WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = @batch_id LIMIT @max);
+
+-- TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
+-- are gone (they are all zero then).
+-- name: TaskCountDeleteByBatch :execrows
+DELETE FROM task_counts WHERE batch_id = @batch_id AND n = 0;
+
 -- TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
 -- It compares with now(), not clock_timestamp(): a stable value is a range
 -- condition on tasks_deadline_idx, a volatile one made every sweep read the
