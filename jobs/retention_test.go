@@ -165,10 +165,12 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	// Bounded: every table went 3 rows a statement (plus the statement
 	// that found fewer).
 	for table, n := range map[string]int64{
-		jobs.TableTasks: old.Tasks + errored.Tasks, jobs.TableBatchEvents: old.Events + errored.Events,
-		jobs.TableFiles: old.Files - old.FinalFiles + errored.Files - errored.FinalFiles,
-		jobs.TableChunkItems: old.ChunkItems, jobs.TableChunks: old.Chunks,
-		jobs.TableTaskCounts: old.TaskCounts + errored.TaskCounts,
+		jobs.TableTasks:       old.Tasks + errored.Tasks,
+		jobs.TableTaskCounts:  old.TaskCounts + errored.TaskCounts,
+		jobs.TableBatchEvents: old.Events + errored.Events,
+		jobs.TableFiles:       old.Files - old.FinalFiles + errored.Files - errored.FinalFiles,
+		jobs.TableChunkItems:  old.ChunkItems,
+		jobs.TableChunks:      old.Chunks,
 	} {
 		require.Equal(t, n, res.Removed[table], table)
 		require.Equal(t, float64(n), metricstest.Value(t, env.Metrics.Registry(), "orchestrator_retention_removed_total", map[string]string{"table": table}), table)
