@@ -227,9 +227,14 @@ func (q *Queries) TaskCountByBatch(ctx context.Context, batchID string) ([]TaskC
 }
 
 const taskCountByBatches = `-- name: TaskCountByBatches :many
-SELECT batch_id, phase, status, n AS count
-FROM task_counts
-WHERE batch_id = ANY($1::text[]) AND n <> 0
+SELECT c.batch_id, c.phase, c.status, c.n AS count
+FROM task_counts c
+WHERE c.batch_id = ANY($1::text[]) AND c.n <> 0
+    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = c.batch_id AND b.pruned_counts IS NOT NULL)
+UNION ALL
+SELECT b.id, k.phase, k.status, k.n
+FROM batches b, jsonb_to_recordset(b.pruned_counts -> 'tasks') AS k(phase text, status text, n bigint)
+WHERE b.id = ANY($1::text[]) AND b.pruned_counts IS NOT NULL
 `
 
 type TaskCountByBatchesRow struct {
@@ -240,7 +245,9 @@ type TaskCountByBatchesRow struct {
 }
 
 // TaskCountByBatches is TaskCountByBatch for several batches at once (a
-// page of the dashboard's listing).
+// page of the dashboard's listing). A batch whose processing state
+// retention removed (or is removing) has the counts it kept instead
+// (batches.pruned_counts, migration 00017).
 func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]TaskCountByBatchesRow, error) {
 	rows, err := q.db.Query(ctx, taskCountByBatches, batchIds)
 	if err != nil {

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -217,6 +218,17 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	code, body = env.Do(t, http.MethodGet, "/ui/batches/OLD", nil)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Contains(t, string(body), `id="batch-pruned"`)
+
+	// The dashboard's listing shows the kept counts too.
+	code, body = env.Do(t, http.MethodGet, "/ui", nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	_, item, found := strings.Cut(string(body), `data-batch="OLD"`)
+	require.True(t, found)
+	item, _, _ = strings.Cut(item, "</li>")
+	for _, p := range statusBefore.Phases {
+		require.Contains(t, item, fmt.Sprintf(`data-phase="%s"`, p.Phase))
+		require.Contains(t, item, fmt.Sprintf("%d / %d done", p.TasksCompleted, p.TasksTotal))
+	}
 
 	code, body = env.Do(t, http.MethodPost, "/admin/retry/ERRORED", nil)
 	require.Equal(t, http.StatusConflict, code, string(body))
