@@ -248,12 +248,14 @@ const batchListPrunable = `-- name: BatchListPrunable :many
 SELECT id FROM batches
 WHERE completed_at < $1::timestamptz AND pruned_at IS NULL
     AND status IN ('DONE', 'ERROR') AND ingest_status <> 'pending'
+    AND id <> ALL(coalesce($2::text[], '{}'))
 ORDER BY completed_at, id
-LIMIT $2
+LIMIT $3
 `
 
 type BatchListPrunableParams struct {
 	Cutoff time.Time
+	Skip   []string
 	Max    int32
 }
 
@@ -261,9 +263,10 @@ type BatchListPrunableParams struct {
 // retention may remove (jobs/retention.go), oldest first: DONE or ERROR
 // since before cutoff, not pruned yet (or pruned part way), and not still
 // delivering to ingest (batch_finalize reads the final generation and the
-// staging objects it names). Served by batches_prunable_idx.
+// staging objects it names), nor one of skip (whose pruning failed in
+// this run). Served by batches_prunable_idx.
 func (q *Queries) BatchListPrunable(ctx context.Context, arg BatchListPrunableParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, batchListPrunable, arg.Cutoff, arg.Max)
+	rows, err := q.db.Query(ctx, batchListPrunable, arg.Cutoff, arg.Skip, arg.Max)
 	if err != nil {
 		return nil, err
 	}

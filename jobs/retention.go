@@ -80,6 +80,9 @@ type PruneOptions struct {
 type PruneResult struct {
 	// Batches are the batches whose processing state is gone now.
 	Batches []string
+	// Failed are the batches whose pruning failed (logged); the next run
+	// tries them again.
+	Failed []string
 	// Removed counts the rows removed per table, and the staging objects
 	// (StagingObjects).
 	Removed map[string]int64
@@ -109,6 +112,10 @@ const processedManifestName = "_manifest.processed.json"
 // its documents (data, not processing state). It ends with one
 // batch.pruned event saying what went.
 //
+// A batch whose pruning fails (say, storage refuses to delete its staging
+// objects) is logged and left for the next run, and the others go on;
+// only a failure to list the batches due fails Prune.
+//
 // Rows go RETENTION_DELETE_ROWS at a time, each delete its own short
 // transaction, so retention never holds locks for long nor writes a
 // batch's whole history to the WAL at once. An interrupted Prune is taken
@@ -136,7 +143,7 @@ func Prune(ctx context.Context, d Deps, opts PruneOptions) (PruneResult, error) 
 	defer p.report(start)
 	q := db.New(d.Pool)
 	for {
-		due, err := q.BatchListPrunable(ctx, db.BatchListPrunableParams{Cutoff: cutoff, Max: prunePage})
+		due, err := q.BatchListPrunable(ctx, db.BatchListPrunableParams{Cutoff: cutoff, Skip: res.Failed, Max: prunePage})
 		if err != nil {
 			return res, fmt.Errorf("listing batches to prune: %w", err)
 		}
@@ -146,7 +153,11 @@ func Prune(ctx context.Context, d Deps, opts PruneOptions) (PruneResult, error) 
 				return res, nil
 			}
 			if err := p.batch(ctx, id, cutoff); err != nil {
-				return res, err
+				if ctx.Err() != nil {
+					return res, err
+				}
+				d.Logger.Warn("pruning a finished batch failed; the next run tries again", "batch_id", id, "error", err)
+				res.Failed = append(res.Failed, id)
 			}
 		}
 		if len(due) < prunePage {
@@ -278,10 +289,10 @@ func (p *pruner) count(removed map[string]int64) {
 
 // report logs one line for the run, if it removed anything.
 func (p *pruner) report(start time.Time) {
-	if len(p.res.Batches) == 0 && len(p.res.Removed) == 0 {
+	if len(p.res.Batches) == 0 && len(p.res.Failed) == 0 && len(p.res.Removed) == 0 {
 		return
 	}
-	attrs := []any{"batches", len(p.res.Batches), "statements", p.res.Statements, "more", p.res.More,
+	attrs := []any{"batches", len(p.res.Batches), "failed", len(p.res.Failed), "statements", p.res.Statements, "more", p.res.More,
 		"duration_ms", time.Since(start).Milliseconds(), "retention_days", p.deps.Config.Retention.Days}
 	for _, t := range []string{TableChunkItems, TableChunks, TableTasks, TableTaskCounts, TableFiles, TableBatchEvents, StagingObjects} {
 		attrs = append(attrs, t, p.res.Removed[t])

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
@@ -313,6 +315,55 @@ func TestPruneStagingObjects(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, "without RETENTION_STAGING objects stay")
 	})
+}
+
+// refusingStore is the test's S3 store, refusing to delete the objects of
+// one staging prefix, as storage without the delete permission would.
+type refusingStore struct {
+	*blob.S3
+	prefix string
+}
+
+func (s refusingStore) Delete(ctx context.Context, bucket string, keys []string) error {
+	for _, k := range keys {
+		if strings.HasPrefix(k, s.prefix) {
+			return errors.New("AccessDenied: not allowed to delete " + k)
+		}
+	}
+	return s.S3.Delete(ctx, bucket, keys)
+}
+
+// TestPruneFailureLeavesBatchForNextRun: a batch whose pruning fails (its
+// staging objects cannot be deleted) does not hold up the others, stays
+// due (not marked pruned), and is pruned by the next run that succeeds.
+func TestPruneFailureLeavesBatchForNextRun(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{NoWorkers: true, Settings: map[string]string{"RETENTION_DAYS": "0"}})
+	ctx := context.Background()
+	insertFinished(t, env.Pool, "F1", 9*24*time.Hour) // first in line
+	insertFinished(t, env.Pool, "F2", 8*24*time.Hour)
+	env.PutObject(t, "staging/F1/a.tif", []byte("x"))
+	env.PutObject(t, "staging/F2/a.tif", []byte("x"))
+
+	deps := retentionDeps(env, func(r *config.Retention) { r.Staging = true })
+	deps.Store = refusingStore{S3: env.Store.(*blob.S3), prefix: "staging/F1/"}
+	res, err := jobs.Prune(ctx, deps, jobs.PruneOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"F2"}, res.Batches)
+	require.Equal(t, []string{"F1"}, res.Failed)
+	b, err := db.New(env.Pool).BatchGetByID(ctx, "F1")
+	require.NoError(t, err)
+	require.Nil(t, b.PrunedAt, "F1 is still due")
+	require.NotNil(t, env.Status(t, "F1").Pruned, "its details are (partly) gone already")
+
+	res, err = jobs.Prune(ctx, retentionDeps(env, func(r *config.Retention) { r.Staging = true }), jobs.PruneOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"F1"}, res.Batches)
+	require.Empty(t, res.Failed)
+	ok, err := env.Store.Exists(ctx, env.Bucket, "staging/F1/a.tif")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, int64(1), countBatchRows(t, env.Pool, "F1").Events, "only batch.pruned is left")
 }
 
 // TestRetentionJobRunsPeriodically: with RETENTION_DAYS set, the client

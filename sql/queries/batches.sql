@@ -64,11 +64,13 @@ LIMIT @max;
 -- retention may remove (jobs/retention.go), oldest first: DONE or ERROR
 -- since before cutoff, not pruned yet (or pruned part way), and not still
 -- delivering to ingest (batch_finalize reads the final generation and the
--- staging objects it names). Served by batches_prunable_idx.
+-- staging objects it names), nor one of skip (whose pruning failed in
+-- this run). Served by batches_prunable_idx.
 -- name: BatchListPrunable :many
 SELECT id FROM batches
 WHERE completed_at < @cutoff::timestamptz AND pruned_at IS NULL
     AND status IN ('DONE', 'ERROR') AND ingest_status <> 'pending'
+    AND id <> ALL(coalesce(@skip::text[], '{}'))
 ORDER BY completed_at, id
 LIMIT @max;
 
