@@ -229,7 +229,8 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
 		}
 	}
-	if st.OCR = keptOCR; pruned == nil {
+	st.OCR = keptOCR
+	if pruned == nil {
 		if st.OCR, err = ocrProgress(ctx, q, batchID); err != nil {
 			return Status{}, err
 		}
