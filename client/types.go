@@ -57,9 +57,21 @@ type Status struct {
 	// Documents is the batch's DOCUMENT_INDEXING phase, once its
 	// documents are written.
 	Documents *DocumentsProgress `json:"documents,omitempty"`
+	// Pruned is set once retention (RETENTION_DAYS) removed the batch's
+	// processing details; Phases, Progress and OCR are then as they were.
+	Pruned *Pruned `json:"pruned,omitempty"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`
+}
+
+// Pruned says that retention removed a batch's processing details (tasks,
+// chunks, events, intermediate files).
+type Pruned struct {
+	// At is when the removal ended; nil while it is going on.
+	At *time.Time `json:"at"`
+	// Note says what is gone, for people.
+	Note string `json:"note"`
 }
 
 // Ended reports whether the batch is DONE or ERROR.

@@ -159,6 +159,10 @@ type Config struct {
 	// it with PDF_MAX_PAGES: a PDF makes up to two files a page.
 	MaxOutputsPerTask int
 
+	// Retention removes the processing state of batches finished long
+	// ago (RETENTION_*).
+	Retention Retention
+
 	// LogFormat is "json" or "text"; empty picks text on a terminal and JSON
 	// otherwise.
 	LogFormat string
@@ -176,6 +180,29 @@ type Config struct {
 	// API, which workers and ingest reach. Off by default.
 	MetricsAddr string
 }
+
+// Retention says when and how the processing state of finished batches
+// (tasks, chunks, events, intermediate file generations) is removed. The
+// batch row, its final file generation and its documents stay.
+type Retention struct {
+	// Days is how long a batch keeps its processing state after it
+	// finished, DONE or ERROR (RETENTION_DAYS, spec 002's 7); 0 keeps it
+	// for ever.
+	Days int
+	// Staging also deletes the batch's objects under staging/{batch_id}/
+	// in R2_BUCKET, all but the processed manifest (RETENTION_STAGING).
+	Staging bool
+	// Interval is how often the retention job looks for batches to prune
+	// (RETENTION_INTERVAL).
+	Interval time.Duration
+	// DeleteRows bounds the rows one delete statement removes, each in a
+	// transaction of its own (RETENTION_DELETE_ROWS).
+	DeleteRows int
+}
+
+// Age is how long after it finished a batch is pruned; zero when
+// retention is off.
+func (r Retention) Age() time.Duration { return time.Duration(r.Days) * 24 * time.Hour }
 
 // Documents configures document indexing (spec 003): what may be indexed
 // and the embeddings and tags providers. Without an API URL the local
@@ -377,6 +404,12 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		CPUProfile:           r.str("CPU_PROFILE", ""),
 		MetricsAddr:          r.str("METRICS_ADDR", ""),
 		Phases:               make(map[phases.Name]Phase),
+	}
+	c.Retention = Retention{
+		Days:       r.intIn("RETENTION_DAYS", 7, 0, 36500),
+		Staging:    r.boolean("RETENTION_STAGING", false),
+		Interval:   r.millis("RETENTION_INTERVAL", time.Hour),
+		DeleteRows: r.intIn("RETENTION_DELETE_ROWS", 5000, 1, 1_000_000),
 	}
 	apps := make(map[string]string) // Fly app -> the Short of the phase using it
 	for _, spec := range specs {

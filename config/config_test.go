@@ -323,3 +323,22 @@ func TestCredentialsMustDiffer(t *testing.T) {
 	require.Equal(t, "signing-secret-long-enough", c.IngestSigningSecret)
 	require.True(t, c.StatusPublic)
 }
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	c, err := Load(lookup(map[string]string{}))
+	require.NoError(t, err)
+	require.Equal(t, Retention{Days: 7, Interval: time.Hour, DeleteRows: 5000}, c.Retention, "spec 002 keeps 7 days")
+	require.Equal(t, 7*24*time.Hour, c.Retention.Age())
+
+	c, err = Load(lookup(map[string]string{"RETENTION_DAYS": "0", "RETENTION_STAGING": "true", "RETENTION_INTERVAL": "10m", "RETENTION_DELETE_ROWS": "100"}))
+	require.NoError(t, err)
+	require.Equal(t, Retention{Days: 0, Staging: true, Interval: 10 * time.Minute, DeleteRows: 100}, c.Retention)
+	require.Zero(t, c.Retention.Age(), "0 keeps everything")
+
+	_, err = Load(lookup(map[string]string{"RETENTION_DAYS": "-1", "RETENTION_STAGING": "yes please", "RETENTION_INTERVAL": "soon", "RETENTION_DELETE_ROWS": "0"}))
+	require.ErrorContains(t, err, `RETENTION_DAYS must be a whole number from 0 to 36500, got "-1"`)
+	require.ErrorContains(t, err, `RETENTION_STAGING must be true or false`)
+	require.ErrorContains(t, err, `RETENTION_INTERVAL must be a positive number of milliseconds, got "soon"`)
+	require.ErrorContains(t, err, `RETENTION_DELETE_ROWS must be a whole number from 1 to 1000000, got "0"`)
+}

@@ -11,6 +11,26 @@ import (
 	"time"
 )
 
+const batchEventDeleteByBatch = `-- name: BatchEventDeleteByBatch :execrows
+DELETE FROM batch_events
+WHERE id IN (SELECT e.id FROM batch_events e WHERE e.batch_id = $1 ORDER BY e.id LIMIT $2)
+`
+
+type BatchEventDeleteByBatchParams struct {
+	BatchID string
+	Max     int32
+}
+
+// BatchEventDeleteByBatch deletes up to max of a batch's events, oldest
+// first (retention: one short statement at a time).
+func (q *Queries) BatchEventDeleteByBatch(ctx context.Context, arg BatchEventDeleteByBatchParams) (int64, error) {
+	result, err := q.db.Exec(ctx, batchEventDeleteByBatch, arg.BatchID, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const batchEventInsert = `-- name: BatchEventInsert :exec
 INSERT INTO batch_events (batch_id, type, phase, task_id, data)
 VALUES ($1, $2, $3, $4, $5)

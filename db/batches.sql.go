@@ -32,7 +32,7 @@ func (q *Queries) BatchBuildAdvance(ctx context.Context, arg BatchBuildAdvancePa
 }
 
 const batchGetByID = `-- name: BatchGetByID :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor FROM batches WHERE id = $1
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at FROM batches WHERE id = $1
 `
 
 func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
@@ -56,12 +56,14 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
 
 const batchGetByIDForUpdate = `-- name: BatchGetByIDForUpdate :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor FROM batches WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at FROM batches WHERE id = $1 FOR NO KEY UPDATE
 `
 
 // BatchGetByIDForUpdate locks the batch row against other writers of it.
@@ -90,6 +92,8 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
@@ -118,7 +122,7 @@ const batchInsert = `-- name: BatchInsert :one
 INSERT INTO batches (id, uploader, queue_message)
 VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
 `
 
 type BatchInsertParams struct {
@@ -150,6 +154,8 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
@@ -231,6 +237,47 @@ func (q *Queries) BatchList(ctx context.Context, arg BatchListParams) ([]BatchLi
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const batchListPrunable = `-- name: BatchListPrunable :many
+SELECT id FROM batches
+WHERE completed_at < $1::timestamptz AND pruned_at IS NULL
+    AND status IN ('DONE', 'ERROR') AND ingest_status <> 'pending'
+    AND id <> ALL(coalesce($2::text[], '{}'))
+ORDER BY completed_at, id
+LIMIT $3
+`
+
+type BatchListPrunableParams struct {
+	Cutoff time.Time
+	Skip   []string
+	Max    int32
+}
+
+// BatchListPrunable lists finished batches whose processing state
+// retention may remove (jobs/retention.go), oldest first: DONE or ERROR
+// since before cutoff, not pruned yet (or pruned part way), and not still
+// delivering to ingest (batch_finalize reads the final generation and the
+// staging objects it names), nor one of skip (whose pruning failed in
+// this run). Served by batches_prunable_idx.
+func (q *Queries) BatchListPrunable(ctx context.Context, arg BatchListPrunableParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, batchListPrunable, arg.Cutoff, arg.Skip, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -390,11 +437,67 @@ func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
 	return err
 }
 
+const batchPruneBegin = `-- name: BatchPruneBegin :one
+UPDATE batches b
+SET pruned_counts = coalesce(b.pruned_counts, jsonb_build_object(
+    'tasks', coalesce((
+        SELECT jsonb_agg(jsonb_build_object('phase', c.phase, 'status', c.status, 'n', c.n) ORDER BY c.phase, c.status)
+        FROM task_counts c WHERE c.batch_id = b.id AND c.n <> 0), '[]'::jsonb),
+    'ocr', (
+        SELECT CASE WHEN count(*) > 0 THEN jsonb_build_object(
+            'chunks_total', count(*),
+            'chunks_done', count(*) FILTER (WHERE k.state = 'DONE'),
+            'chunks_error', count(*) FILTER (WHERE k.state = 'ERROR'),
+            'refs_total', coalesce(sum(k.total_refs), 0),
+            'refs_done', coalesce(sum(k.completed), 0),
+            'refs_failed', coalesce(sum(k.failed), 0),
+            'refs_skipped', coalesce(sum(k.skipped), 0)) END
+        FROM chunks k WHERE k.batch_id = b.id AND k.phase = $1::text)))
+WHERE b.id = $2 AND b.completed_at < $3::timestamptz AND b.pruned_at IS NULL
+    AND b.status IN ('DONE', 'ERROR') AND b.ingest_status <> 'pending'
+RETURNING b.id, b.status, b.generation
+`
+
+type BatchPruneBeginParams struct {
+	OcrPhase string
+	ID       string
+	Cutoff   time.Time
+}
+
+type BatchPruneBeginRow struct {
+	ID         string
+	Status     string
+	Generation int32
+}
+
+// BatchPruneBegin marks a batch as being pruned, if it still may be (as
+// BatchListPrunable; the row lock orders it with an admin retry, which
+// refuses a batch once this committed), and keeps what its status needs
+// once its tasks and chunks are gone: the task counts per phase and status
+// and its OCR phase's chunk summary (pruned_counts, migration 00017).
+// Beginning again a removal that was interrupted keeps the first counts.
+func (q *Queries) BatchPruneBegin(ctx context.Context, arg BatchPruneBeginParams) (BatchPruneBeginRow, error) {
+	row := q.db.QueryRow(ctx, batchPruneBegin, arg.OcrPhase, arg.ID, arg.Cutoff)
+	var i BatchPruneBeginRow
+	err := row.Scan(&i.ID, &i.Status, &i.Generation)
+	return i, err
+}
+
+const batchPruneEnd = `-- name: BatchPruneEnd :exec
+UPDATE batches SET pruned_at = clock_timestamp() WHERE id = $1 AND pruned_counts IS NOT NULL
+`
+
+// BatchPruneEnd records that a batch's processing state is gone.
+func (q *Queries) BatchPruneEnd(ctx context.Context, id string) error {
+	_, err := q.db.Exec(ctx, batchPruneEnd, id)
+	return err
+}
+
 const batchResume = `-- name: BatchResume :one
 UPDATE batches
 SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
 WHERE id = $2 AND status = 'ERROR'
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
 `
 
 type BatchResumeParams struct {
@@ -426,6 +529,8 @@ func (q *Queries) BatchResume(ctx context.Context, arg BatchResumeParams) (Batch
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
@@ -445,7 +550,7 @@ UPDATE batches
 SET status = 'DONE', generation = $1, error = NULL, ingest_status = 'pending',
     completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
 `
 
 type BatchSetDoneParams struct {
@@ -477,6 +582,8 @@ func (q *Queries) BatchSetDone(ctx context.Context, arg BatchSetDoneParams) (Bat
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
@@ -485,7 +592,7 @@ const batchSetError = `-- name: BatchSetError :one
 UPDATE batches
 SET status = 'ERROR', error = $1, completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
 `
 
 type BatchSetErrorParams struct {
@@ -516,6 +623,8 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
@@ -525,7 +634,7 @@ UPDATE batches
 SET status = $1, phase = $1, generation = $2,
     phase_retry_count = 0, updated_at = clock_timestamp()
 WHERE id = $3 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
 `
 
 type BatchSetPhaseParams struct {
@@ -557,6 +666,8 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }
@@ -566,7 +677,7 @@ UPDATE batches
 SET status = $1, phase = $1, generation = $2, phase_retry_count = 0,
     build_from = $3::text, build_cursor = $4::integer, updated_at = clock_timestamp()
 WHERE id = $5 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
 `
 
 type BatchSetPhaseBuildingParams struct {
@@ -608,6 +719,8 @@ func (q *Queries) BatchSetPhaseBuilding(ctx context.Context, arg BatchSetPhaseBu
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.PrunedCounts,
+		&i.PrunedAt,
 	)
 	return i, err
 }

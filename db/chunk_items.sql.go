@@ -79,6 +79,27 @@ func (q *Queries) ChunkItemClaimPending(ctx context.Context, arg ChunkItemClaimP
 	return items, nil
 }
 
+const chunkItemDeleteByBatch = `-- name: ChunkItemDeleteByBatch :execrows
+DELETE FROM chunk_items
+WHERE (batch_id, phase, chunk_id, item_index) IN (
+    SELECT i.batch_id, i.phase, i.chunk_id, i.item_index FROM chunk_items i WHERE i.batch_id = $1 LIMIT $2)
+`
+
+type ChunkItemDeleteByBatchParams struct {
+	BatchID string
+	Max     int32
+}
+
+// ChunkItemDeleteByBatch deletes up to max of a batch's chunk items
+// (retention: one short statement at a time).
+func (q *Queries) ChunkItemDeleteByBatch(ctx context.Context, arg ChunkItemDeleteByBatchParams) (int64, error) {
+	result, err := q.db.Exec(ctx, chunkItemDeleteByBatch, arg.BatchID, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const chunkItemGroupResults = `-- name: ChunkItemGroupResults :many
 SELECT ci.directory_path,
     count(*) AS total,

@@ -52,6 +52,27 @@ func (q *Queries) ChunkCountOpen(ctx context.Context, arg ChunkCountOpenParams) 
 	return count, err
 }
 
+const chunkDeleteByBatch = `-- name: ChunkDeleteByBatch :execrows
+DELETE FROM chunks
+WHERE (batch_id, phase, chunk_id) IN (
+    SELECT k.batch_id, k.phase, k.chunk_id FROM chunks k WHERE k.batch_id = $1 LIMIT $2)
+`
+
+type ChunkDeleteByBatchParams struct {
+	BatchID string
+	Max     int32
+}
+
+// ChunkDeleteByBatch deletes up to max of a batch's chunks (retention),
+// once their items are gone.
+func (q *Queries) ChunkDeleteByBatch(ctx context.Context, arg ChunkDeleteByBatchParams) (int64, error) {
+	result, err := q.db.Exec(ctx, chunkDeleteByBatch, arg.BatchID, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const chunkGet = `-- name: ChunkGet :one
 SELECT batch_id, phase, chunk_id, state, total_refs, completed, failed, skipped, global_retry_count, error, processing_time_ms, created_at, started_at, finished_at FROM chunks
 WHERE batch_id = $1 AND phase = $2 AND chunk_id = $3

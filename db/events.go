@@ -36,6 +36,9 @@ const (
 	EventChunkFailed      = "chunk.failed"
 	EventRateLimitChanged = "rate_limit.changed"
 	EventItemsRequeued    = "chunk.items_requeued"
+	// EventBatchPruned: retention removed the batch's processing state
+	// (its earlier events included); its data says what went.
+	EventBatchPruned = "batch.pruned"
 )
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test

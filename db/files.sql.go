@@ -28,6 +28,27 @@ func (q *Queries) FileCountByBatchGeneration(ctx context.Context, arg FileCountB
 	return column_1, err
 }
 
+const fileDeleteOtherGenerations = `-- name: FileDeleteOtherGenerations :execrows
+DELETE FROM files
+WHERE id IN (SELECT f.id FROM files f WHERE f.batch_id = $1 AND f.generation <> $2 LIMIT $3)
+`
+
+type FileDeleteOtherGenerationsParams struct {
+	BatchID string
+	Keep    int32
+	Max     int32
+}
+
+// FileDeleteOtherGenerations deletes up to max files of a batch that are
+// not of generation keep (retention: the final generation stays).
+func (q *Queries) FileDeleteOtherGenerations(ctx context.Context, arg FileDeleteOtherGenerationsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, fileDeleteOtherGenerations, arg.BatchID, arg.Keep, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 type FileInsertManyParams struct {
 	BatchID          string
 	Generation       int32

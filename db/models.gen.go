@@ -27,6 +27,8 @@ type Batch struct {
 	IngestDeliveredAt *time.Time
 	BuildFrom         *string
 	BuildCursor       *int32
+	PrunedCounts      json.RawMessage
+	PrunedAt          *time.Time
 }
 
 type BatchEvent struct {

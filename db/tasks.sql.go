@@ -227,9 +227,14 @@ func (q *Queries) TaskCountByBatch(ctx context.Context, batchID string) ([]TaskC
 }
 
 const taskCountByBatches = `-- name: TaskCountByBatches :many
-SELECT batch_id, phase, status, n AS count
-FROM task_counts
-WHERE batch_id = ANY($1::text[]) AND n <> 0
+SELECT c.batch_id, c.phase, c.status, c.n AS count
+FROM task_counts c
+WHERE c.batch_id = ANY($1::text[]) AND c.n <> 0
+    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = c.batch_id AND b.pruned_counts IS NOT NULL)
+UNION ALL
+SELECT b.id, k.phase, k.status, k.n
+FROM batches b, jsonb_to_recordset(b.pruned_counts -> 'tasks') AS k(phase text, status text, n bigint)
+WHERE b.id = ANY($1::text[]) AND b.pruned_counts IS NOT NULL
 `
 
 type TaskCountByBatchesRow struct {
@@ -240,7 +245,9 @@ type TaskCountByBatchesRow struct {
 }
 
 // TaskCountByBatches is TaskCountByBatch for several batches at once (a
-// page of the dashboard's listing).
+// page of the dashboard's listing). A batch whose processing state
+// retention removed (or is removing) has the counts it kept instead
+// (batches.pruned_counts, migration 00017).
 func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]TaskCountByBatchesRow, error) {
 	rows, err := q.db.Query(ctx, taskCountByBatches, batchIds)
 	if err != nil {
@@ -266,6 +273,20 @@ func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]
 	return items, nil
 }
 
+const taskCountDeleteByBatch = `-- name: TaskCountDeleteByBatch :execrows
+DELETE FROM task_counts WHERE batch_id = $1 AND n = 0
+`
+
+// TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
+// are gone (they are all zero then).
+func (q *Queries) TaskCountDeleteByBatch(ctx context.Context, batchID string) (int64, error) {
+	result, err := q.db.Exec(ctx, taskCountDeleteByBatch, batchID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const taskCountPending = `-- name: TaskCountPending :one
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = $1 AND phase = $2 AND status = 'pending'
@@ -283,6 +304,26 @@ func (q *Queries) TaskCountPending(ctx context.Context, arg TaskCountPendingPara
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const taskDeleteByBatch = `-- name: TaskDeleteByBatch :execrows
+DELETE FROM tasks
+WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = $1 LIMIT $2)
+`
+
+type TaskDeleteByBatchParams struct {
+	BatchID string
+	Max     int32
+}
+
+// TaskDeleteByBatch deletes up to max of a batch's tasks (retention: one
+// short statement at a time). The triggers count them out of task_counts.
+func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchParams) (int64, error) {
+	result, err := q.db.Exec(ctx, taskDeleteByBatch, arg.BatchID, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const taskExpiredGroups = `-- name: TaskExpiredGroups :many

@@ -116,7 +116,7 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 // target is logged and kept in the batch's events.
 func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body []byte) (string, error) {
 	if w.deps.Config.WorkerURL == "" {
-		key := "staging/" + batch.ID + "/_manifest.processed.json"
+		key := "staging/" + batch.ID + "/" + processedManifestName
 		err := w.deps.Store.Put(ctx, w.deps.Config.R2Bucket, key, bytes.NewReader(body), int64(len(body)), "application/json")
 		return "s3://" + w.deps.Config.R2Bucket + "/" + key, err
 	}

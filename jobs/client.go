@@ -17,7 +17,9 @@
 //   - task_sweep (periodic): fail tasks past their deadline, and nudge
 //     batches whose wake-up was lost;
 //   - batch_finalize: deliver the final manifest to ingest (an outbox);
-//   - machine_destroy: best-effort cleanup of machines no longer wanted.
+//   - machine_destroy: best-effort cleanup of machines no longer wanted;
+//   - retention (periodic): remove the processing state of batches that
+//     finished more than RETENTION_DAYS ago.
 package jobs
 
 import (
@@ -169,6 +171,7 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})
+	river.AddWorker(workers, &RetentionWorker{deps: deps})
 	if deps.Documents == nil {
 		docs, err := NewDocuments(deps.Config)
 		if err != nil {
@@ -193,6 +196,16 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			river.PeriodicInterval(deps.Config.SweepInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return TaskSweepArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "task_sweep"},
+		))
+	}
+	if deps.Config.Retention.Days > 0 {
+		if _, ok := deps.Store.(blob.Deleter); deps.Config.Retention.Staging && !ok {
+			return nil, errors.New("jobs: RETENTION_STAGING needs a store that can list and delete objects")
+		}
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(deps.Config.Retention.Interval),
+			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true, ID: "retention"},
 		))
 	}
 	rescueAfter := min(chunkTimeout(deps.Config.OCR.Timeout), chunkTimeout(deps.Config.Documents.Timeout))

@@ -130,6 +130,7 @@ type Metrics struct {
 	documentStepTime  *prometheus.HistogramVec
 	documentsFinished *prometheus.CounterVec
 	documentDuration  *prometheus.HistogramVec
+	retentionRemoved  *prometheus.CounterVec
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -261,6 +262,11 @@ func New(cfg Config) *Metrics {
 		m.launchFailures, m.phaseRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
 		m.providerRequests, m.providerRate, m.providerTokens, m.chunkItems,
 		m.documentSteps, m.documentStepTime, m.documentsFinished, m.documentDuration)
+	m.retentionRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_retention_removed_total",
+		Help: "Rows (by table) and staging objects (table staging_objects) that retention removed with finished batches' processing state.",
+	}, []string{"table"})
+	m.reg.MustRegister(m.retentionRemoved)
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {
@@ -505,4 +511,13 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 func (c *queueCollector) failed(err error) {
 	c.errors.Inc()
 	c.logger.Warn("reading River queue depth for metrics", "error", err, "timeout_ms", c.timeout.Milliseconds())
+}
+
+// RetentionRemoved counts n rows of table (or staging objects, table
+// "staging_objects") that retention removed.
+func (m *Metrics) RetentionRemoved(table string, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.retentionRemoved.WithLabelValues(table).Add(float64(n))
 }

@@ -32,6 +32,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.IngestAttempted(true)
 	m.DocumentStep("embeddings", metrics.StepDone, time.Millisecond)
 	m.DocumentFinished(metrics.DocumentCompleted, time.Second)
+	m.RetentionRemoved("tasks", 3)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)

@@ -28,7 +28,8 @@ import (
 //     stopped while its next generation was being written goes on writing
 //     it. While the jobs a reset asked to stop are still running, the
 //     answer is ErrConflict: try again in a moment.
-//   - a DONE or PENDING batch: ErrConflict.
+//   - a DONE or PENDING batch, or one whose processing details retention
+//     removed: ErrConflict.
 //
 // The change is recorded as an admin.retry event, plus a task.requeued
 // event per task.
@@ -48,6 +49,11 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		b, err := lockBatch(ctx, tx, batchID)
 		if err != nil {
 			return err
+		}
+		if b.PrunedCounts != nil {
+			// Retention removed the tasks and files a retry starts from
+			// (the lock orders this with its start, jobs.Prune).
+			return s.errPruned(batchID)
 		}
 		data := map[string]any{"previous_status": b.Status}
 		var phase string

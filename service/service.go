@@ -186,6 +186,10 @@ type Status struct {
 	// Documents is the batch's DOCUMENT_INDEXING phase, while it has one
 	// (documents written).
 	Documents *DocumentsProgress `json:"documents,omitempty"`
+	// Pruned is set once retention removed the batch's processing
+	// details; Phases, Progress and OCR are then as they were when it
+	// began.
+	Pruned *Pruned `json:"pruned,omitempty"`
 }
 
 // Ingest reports delivery of a finished batch to the ingest service.
@@ -205,22 +209,31 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 	if err != nil {
 		return Status{}, db.NotFound(err, "batch "+batchID)
 	}
-	counts, err := q.TaskCountByBatch(ctx, batchID)
+	counts, keptOCR, pruned, err := s.prunedProgress(b)
 	if err != nil {
-		return Status{}, fmt.Errorf("counting tasks of batch %s: %w", batchID, err)
+		return Status{}, err
+	}
+	if pruned == nil {
+		if counts, err = q.TaskCountByBatch(ctx, batchID); err != nil {
+			return Status{}, fmt.Errorf("counting tasks of batch %s: %w", batchID, err)
+		}
 	}
 	st := Status{
 		BatchID: b.ID, Status: b.Status, StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt,
 		CompletedAt: b.CompletedAt, Error: b.Error, Phase: b.Phase, Phases: phaseProgress(counts),
 		Ingest: Ingest{Status: b.IngestStatus, Attempts: b.IngestAttempts, LastError: b.IngestLastError, DeliveredAt: b.IngestDeliveredAt},
+		Pruned: pruned,
 	}
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
 		}
 	}
-	if st.OCR, err = ocrProgress(ctx, q, batchID); err != nil {
-		return Status{}, err
+	st.OCR = keptOCR
+	if pruned == nil {
+		if st.OCR, err = ocrProgress(ctx, q, batchID); err != nil {
+			return Status{}, err
+		}
 	}
 	if st.OCR != nil && b.Phase != nil && *b.Phase == string(phases.OCR) {
 		// The phase's progress is its refs (it has no tasks); a skipped ref

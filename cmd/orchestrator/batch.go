@@ -185,6 +185,9 @@ func printStatus(w io.Writer, st client.Status) error {
 		ingest += ", last error: " + *st.Ingest.LastError
 	}
 	fmt.Fprintf(tw, "ingest\t%s\n", ingest)
+	if st.Pruned != nil {
+		fmt.Fprintf(tw, "details\t%s\n", st.Pruned.Note)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

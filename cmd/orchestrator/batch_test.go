@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/service"
 )
@@ -122,4 +123,25 @@ func TestBatchCommands(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(errOut, "Usage: orchestrator retry"), errOut)
 	})
+}
+
+// TestPrintStatusOfPrunedBatch: `status` says when retention removed a
+// batch's processing details, and still prints the counts it kept.
+func TestPrintStatusOfPrunedBatch(t *testing.T) {
+	t.Parallel()
+	var raw client.Status
+	require.NoError(t, json.Unmarshal([]byte(`{"batch_id": "OLD", "status": "DONE",
+		"progress": {"tasks_total": 2, "tasks_completed": 2, "tasks_failed": 0},
+		"phases": [{"phase": "TIFF_CONVERSION", "tasks_total": 2, "tasks_completed": 2}],
+		"ingest": {"status": "delivered", "attempts": 1},
+		"pruned": {"at": "2026-11-20T10:00:00Z", "note": "processing details removed 7 days after the batch finished"}}`), &raw))
+	var out bytes.Buffer
+	require.NoError(t, printStatus(&out, raw))
+	require.Contains(t, out.String(), "details    processing details removed 7 days after the batch finished\n")
+	require.Contains(t, out.String(), "TIFF_CONVERSION  2")
+
+	raw.Pruned = nil
+	out.Reset()
+	require.NoError(t, printStatus(&out, raw))
+	require.NotContains(t, out.String(), "details")
 }

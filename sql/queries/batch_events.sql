@@ -1,3 +1,9 @@
+-- BatchEventDeleteByBatch deletes up to max of a batch's events, oldest
+-- first (retention: one short statement at a time).
+-- name: BatchEventDeleteByBatch :execrows
+DELETE FROM batch_events
+WHERE id IN (SELECT e.id FROM batch_events e WHERE e.batch_id = @batch_id ORDER BY e.id LIMIT @max);
+
 -- name: BatchEventInsert :exec
 INSERT INTO batch_events (batch_id, type, phase, task_id, data)
 VALUES (@batch_id, @type, @phase, @task_id, @data);

@@ -60,6 +60,20 @@ WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
 ORDER BY started_at DESC, id DESC
 LIMIT @max;
 
+-- BatchListPrunable lists finished batches whose processing state
+-- retention may remove (jobs/retention.go), oldest first: DONE or ERROR
+-- since before cutoff, not pruned yet (or pruned part way), and not still
+-- delivering to ingest (batch_finalize reads the final generation and the
+-- staging objects it names), nor one of skip (whose pruning failed in
+-- this run). Served by batches_prunable_idx.
+-- name: BatchListPrunable :many
+SELECT id FROM batches
+WHERE completed_at < @cutoff::timestamptz AND pruned_at IS NULL
+    AND status IN ('DONE', 'ERROR') AND ingest_status <> 'pending'
+    AND id <> ALL(coalesce(@skip::text[], '{}'))
+ORDER BY completed_at, id
+LIMIT @max;
+
 -- BatchPhaseRetry counts one more phase-level failure and returns the count.
 -- name: BatchPhaseRetry :one
 UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
@@ -68,6 +82,36 @@ RETURNING phase_retry_count;
 
 -- name: BatchPhaseRetryReset :exec
 UPDATE batches SET phase_retry_count = 0 WHERE id = @id AND phase_retry_count <> 0;
+
+-- BatchPruneBegin marks a batch as being pruned, if it still may be (as
+-- BatchListPrunable; the row lock orders it with an admin retry, which
+-- refuses a batch once this committed), and keeps what its status needs
+-- once its tasks and chunks are gone: the task counts per phase and status
+-- and its OCR phase's chunk summary (pruned_counts, migration 00017).
+-- Beginning again a removal that was interrupted keeps the first counts.
+-- name: BatchPruneBegin :one
+UPDATE batches b
+SET pruned_counts = coalesce(b.pruned_counts, jsonb_build_object(
+    'tasks', coalesce((
+        SELECT jsonb_agg(jsonb_build_object('phase', c.phase, 'status', c.status, 'n', c.n) ORDER BY c.phase, c.status)
+        FROM task_counts c WHERE c.batch_id = b.id AND c.n <> 0), '[]'::jsonb),
+    'ocr', (
+        SELECT CASE WHEN count(*) > 0 THEN jsonb_build_object(
+            'chunks_total', count(*),
+            'chunks_done', count(*) FILTER (WHERE k.state = 'DONE'),
+            'chunks_error', count(*) FILTER (WHERE k.state = 'ERROR'),
+            'refs_total', coalesce(sum(k.total_refs), 0),
+            'refs_done', coalesce(sum(k.completed), 0),
+            'refs_failed', coalesce(sum(k.failed), 0),
+            'refs_skipped', coalesce(sum(k.skipped), 0)) END
+        FROM chunks k WHERE k.batch_id = b.id AND k.phase = @ocr_phase::text)))
+WHERE b.id = @id AND b.completed_at < @cutoff::timestamptz AND b.pruned_at IS NULL
+    AND b.status IN ('DONE', 'ERROR') AND b.ingest_status <> 'pending'
+RETURNING b.id, b.status, b.generation;
+
+-- BatchPruneEnd records that a batch's processing state is gone.
+-- name: BatchPruneEnd :exec
+UPDATE batches SET pruned_at = clock_timestamp() WHERE id = @id AND pruned_counts IS NOT NULL;
 
 -- BatchResume puts a batch in ERROR back to work, in @status (the phase it
 -- failed in, or PENDING when it failed before its first phase), for an admin

@@ -16,6 +16,13 @@ WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id =
     AND i.item_index = claimed.item_index
 RETURNING i.*;
 
+-- name: ChunkItemDeleteByBatch :execrows
+-- ChunkItemDeleteByBatch deletes up to max of a batch's chunk items
+-- (retention: one short statement at a time).
+DELETE FROM chunk_items
+WHERE (batch_id, phase, chunk_id, item_index) IN (
+    SELECT i.batch_id, i.phase, i.chunk_id, i.item_index FROM chunk_items i WHERE i.batch_id = @batch_id LIMIT @max);
+
 -- name: ChunkItemInsertMany :copyfrom
 INSERT INTO chunk_items (batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, error)
 VALUES (@batch_id, @phase, @chunk_id, @item_index, @directory_path, @file_id, @r2_key, @status, sqlc.narg(error));

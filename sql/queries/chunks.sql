@@ -4,6 +4,13 @@
 SELECT count(*) FROM chunks
 WHERE batch_id = @batch_id AND phase = @phase AND state NOT IN ('DONE', 'ERROR');
 
+-- name: ChunkDeleteByBatch :execrows
+-- ChunkDeleteByBatch deletes up to max of a batch's chunks (retention),
+-- once their items are gone.
+DELETE FROM chunks
+WHERE (batch_id, phase, chunk_id) IN (
+    SELECT k.batch_id, k.phase, k.chunk_id FROM chunks k WHERE k.batch_id = @batch_id LIMIT @max);
+
 -- name: ChunkGet :one
 -- ChunkGet is a chunk with its counters, for spec 004's chunk status.
 SELECT * FROM chunks

@@ -16,6 +16,12 @@ INSERT INTO files (
 SELECT count(*)::bigint FROM files
 WHERE batch_id = @batch_id AND generation = @generation;
 
+-- FileDeleteOtherGenerations deletes up to max files of a batch that are
+-- not of generation keep (retention: the final generation stays).
+-- name: FileDeleteOtherGenerations :execrows
+DELETE FROM files
+WHERE id IN (SELECT f.id FROM files f WHERE f.batch_id = @batch_id AND f.generation <> @keep LIMIT @max);
+
 -- name: FileListByBatchGeneration :many
 SELECT * FROM files
 WHERE batch_id = @batch_id AND generation = @generation

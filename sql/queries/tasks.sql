@@ -63,11 +63,18 @@ FROM task_counts
 WHERE batch_id = @batch_id AND n <> 0;
 
 -- TaskCountByBatches is TaskCountByBatch for several batches at once (a
--- page of the dashboard's listing).
+-- page of the dashboard's listing). A batch whose processing state
+-- retention removed (or is removing) has the counts it kept instead
+-- (batches.pruned_counts, migration 00017).
 -- name: TaskCountByBatches :many
-SELECT batch_id, phase, status, n AS count
-FROM task_counts
-WHERE batch_id = ANY(@batch_ids::text[]) AND n <> 0;
+SELECT c.batch_id, c.phase, c.status, c.n AS count
+FROM task_counts c
+WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0
+    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = c.batch_id AND b.pruned_counts IS NOT NULL)
+UNION ALL
+SELECT b.id, k.phase, k.status, k.n
+FROM batches b, jsonb_to_recordset(b.pruned_counts -> 'tasks') AS k(phase text, status text, n bigint)
+WHERE b.id = ANY(@batch_ids::text[]) AND b.pruned_counts IS NOT NULL;
 
 -- TaskHasOpen asks whether any task of a phase is still pending or
 -- processing: the fan-in's question. It reads the counters (task_counts),
@@ -96,6 +103,17 @@ WHERE b.id = @batch_id AND b.status = @phase::text;
 -- name: TaskCountPending :one
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
+
+-- TaskDeleteByBatch deletes up to max of a batch's tasks (retention: one
+-- short statement at a time). The triggers count them out of task_counts.
+-- name: TaskDeleteByBatch :execrows
+DELETE FROM tasks
+WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = @batch_id LIMIT @max);
+
+-- TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
+-- are gone (they are all zero then).
+-- name: TaskCountDeleteByBatch :execrows
+DELETE FROM task_counts WHERE batch_id = @batch_id AND n = 0;
 
 -- TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
 -- It compares with now(), not clock_timestamp(): a stable value is a range
