@@ -32,7 +32,7 @@ func (q *Queries) BatchBuildAdvance(ctx context.Context, arg BatchBuildAdvancePa
 }
 
 const batchGetByID = `-- name: BatchGetByID :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor FROM batches WHERE id = $1
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since FROM batches WHERE id = $1
 `
 
 func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
@@ -56,12 +56,13 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }
 
 const batchGetByIDForUpdate = `-- name: BatchGetByIDForUpdate :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor FROM batches WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since FROM batches WHERE id = $1 FOR NO KEY UPDATE
 `
 
 // BatchGetByIDForUpdate locks the batch row against other writers of it.
@@ -90,6 +91,7 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }
@@ -118,7 +120,7 @@ const batchInsert = `-- name: BatchInsert :one
 INSERT INTO batches (id, uploader, queue_message)
 VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since
 `
 
 type BatchInsertParams struct {
@@ -150,8 +152,25 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
+}
+
+const batchLaunchOutage = `-- name: BatchLaunchOutage :one
+UPDATE batches SET launch_outage_since = coalesce(launch_outage_since, clock_timestamp()), updated_at = clock_timestamp()
+WHERE id = $1
+RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::bigint AS lasted_ms
+`
+
+// BatchLaunchOutage records a transient launch failure of the batch's
+// phase: it returns how long the run of such failures has lasted, which
+// starts now if none was running.
+func (q *Queries) BatchLaunchOutage(ctx context.Context, id string) (int64, error) {
+	row := q.db.QueryRow(ctx, batchLaunchOutage, id)
+	var lasted_ms int64
+	err := row.Scan(&lasted_ms)
+	return lasted_ms, err
 }
 
 const batchList = `-- name: BatchList :many
@@ -382,7 +401,8 @@ func (q *Queries) BatchPhaseRetry(ctx context.Context, id string) (int32, error)
 }
 
 const batchPhaseRetryReset = `-- name: BatchPhaseRetryReset :exec
-UPDATE batches SET phase_retry_count = 0 WHERE id = $1 AND phase_retry_count <> 0
+UPDATE batches SET phase_retry_count = 0, launch_outage_since = NULL
+WHERE id = $1 AND (phase_retry_count <> 0 OR launch_outage_since IS NOT NULL)
 `
 
 func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
@@ -392,9 +412,9 @@ func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
 
 const batchResume = `-- name: BatchResume :one
 UPDATE batches
-SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
+SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = $2 AND status = 'ERROR'
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since
 `
 
 type BatchResumeParams struct {
@@ -426,6 +446,7 @@ func (q *Queries) BatchResume(ctx context.Context, arg BatchResumeParams) (Batch
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }
@@ -445,7 +466,7 @@ UPDATE batches
 SET status = 'DONE', generation = $1, error = NULL, ingest_status = 'pending',
     completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since
 `
 
 type BatchSetDoneParams struct {
@@ -477,6 +498,7 @@ func (q *Queries) BatchSetDone(ctx context.Context, arg BatchSetDoneParams) (Bat
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }
@@ -485,7 +507,7 @@ const batchSetError = `-- name: BatchSetError :one
 UPDATE batches
 SET status = 'ERROR', error = $1, completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since
 `
 
 type BatchSetErrorParams struct {
@@ -516,6 +538,7 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }
@@ -523,9 +546,9 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 const batchSetPhase = `-- name: BatchSetPhase :one
 UPDATE batches
 SET status = $1, phase = $1, generation = $2,
-    phase_retry_count = 0, updated_at = clock_timestamp()
+    phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = $3 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since
 `
 
 type BatchSetPhaseParams struct {
@@ -557,16 +580,17 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }
 
 const batchSetPhaseBuilding = `-- name: BatchSetPhaseBuilding :one
 UPDATE batches
-SET status = $1, phase = $1, generation = $2, phase_retry_count = 0,
+SET status = $1, phase = $1, generation = $2, phase_retry_count = 0, launch_outage_since = NULL,
     build_from = $3::text, build_cursor = $4::integer, updated_at = clock_timestamp()
 WHERE id = $5 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since
 `
 
 type BatchSetPhaseBuildingParams struct {
@@ -608,6 +632,7 @@ func (q *Queries) BatchSetPhaseBuilding(ctx context.Context, arg BatchSetPhaseBu
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 	)
 	return i, err
 }

@@ -27,6 +27,7 @@ type Batch struct {
 	IngestDeliveredAt *time.Time
 	BuildFrom         *string
 	BuildCursor       *int32
+	LaunchOutageSince *time.Time
 }
 
 type BatchEvent struct {
@@ -159,22 +160,24 @@ type RiverJob struct {
 }
 
 type Task struct {
-	ID         string
-	BatchID    string
-	Phase      string
-	FileID     int64
-	Status     string
-	Attempt    int32
-	MachineID  *string
-	TokenHash  []byte
-	Deadline   *time.Time
-	Result     json.RawMessage
-	Error      *string
-	CreatedAt  time.Time
-	LaunchedAt *time.Time
-	FinishedAt *time.Time
-	UpdatedAt  time.Time
-	EndedBy    *string
+	ID                  string
+	BatchID             string
+	Phase               string
+	FileID              int64
+	Status              string
+	Attempt             int32
+	MachineID           *string
+	TokenHash           []byte
+	Deadline            *time.Time
+	Result              json.RawMessage
+	Error               *string
+	CreatedAt           time.Time
+	LaunchedAt          *time.Time
+	FinishedAt          *time.Time
+	UpdatedAt           time.Time
+	EndedBy             *string
+	Failures            int32
+	SupersededTokenHash []byte
 }
 
 type TaskCount struct {

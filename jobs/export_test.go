@@ -1,4 +1,0 @@
-package jobs
-
-// MaxLaunchAttempts is maxLaunchAttempts, for tests.
-const MaxLaunchAttempts = maxLaunchAttempts
