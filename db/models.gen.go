@@ -160,24 +160,24 @@ type RiverJob struct {
 }
 
 type Task struct {
-	ID                  string
-	BatchID             string
-	Phase               string
-	FileID              int64
-	Status              string
-	Attempt             int32
-	MachineID           *string
-	TokenHash           []byte
-	Deadline            *time.Time
-	Result              json.RawMessage
-	Error               *string
-	CreatedAt           time.Time
-	LaunchedAt          *time.Time
-	FinishedAt          *time.Time
-	UpdatedAt           time.Time
-	EndedBy             *string
-	Failures            int32
-	SupersededTokenHash []byte
+	ID                    string
+	BatchID               string
+	Phase                 string
+	FileID                int64
+	Status                string
+	Attempt               int32
+	MachineID             *string
+	TokenHash             []byte
+	Deadline              *time.Time
+	Result                json.RawMessage
+	Error                 *string
+	CreatedAt             time.Time
+	LaunchedAt            *time.Time
+	FinishedAt            *time.Time
+	UpdatedAt             time.Time
+	EndedBy               *string
+	Failures              int32
+	SupersededTokenHashes [][]byte
 }
 
 type TaskCount struct {

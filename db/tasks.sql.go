@@ -47,7 +47,8 @@ WITH claimed AS (
 )
 UPDATE tasks t
 SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL,
-    superseded_token_hash = coalesce(t.token_hash, t.superseded_token_hash),
+    superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
+        ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
     deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
     launched_at = clock_timestamp(), updated_at = clock_timestamp()
@@ -80,8 +81,8 @@ type TaskClaimPendingRow struct {
 // TaskClaimPending moves up to @max pending tasks of a phase to processing
 // for launch. Each gets a fresh random callback token: only its SHA-256 is
 // stored, and the token itself is returned once, for the machine's env; the
-// previous attempt's hash is kept as superseded, so that its late callbacks
-// are told they are late. SKIP LOCKED lets several launchers share a phase
+// previous attempt's hash joins the superseded ones, so that its late
+// callbacks are told they are late. SKIP LOCKED lets several launchers share a phase
 // without waiting on each other. A task that still has its last attempt's
 // machine (ended_by 'retry', being retired) is not claimed: a task never has
 // two machines. The deadline is @timeout_seconds plus @seconds_per_gb per
@@ -621,19 +622,19 @@ func (q *Queries) TaskListFailedByBatch(ctx context.Context, arg TaskListFailedB
 }
 
 const taskListForCallbacks = `-- name: TaskListForCallbacks :many
-SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hash
+SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hashes
 FROM tasks
 WHERE id = ANY($1::text[])
 `
 
 type TaskListForCallbacksRow struct {
-	ID                  string
-	BatchID             string
-	Phase               string
-	Status              string
-	TokenHash           []byte
-	EndedBy             *string
-	SupersededTokenHash []byte
+	ID                    string
+	BatchID               string
+	Phase                 string
+	Status                string
+	TokenHash             []byte
+	EndedBy               *string
+	SupersededTokenHashes [][]byte
 }
 
 // TaskListForCallbacks reads what authenticating and classifying a group
@@ -654,7 +655,7 @@ func (q *Queries) TaskListForCallbacks(ctx context.Context, ids []string) ([]Tas
 			&i.Status,
 			&i.TokenHash,
 			&i.EndedBy,
-			&i.SupersededTokenHash,
+			&i.SupersededTokenHashes,
 		); err != nil {
 			return nil, err
 		}
@@ -755,7 +756,7 @@ func (q *Queries) TaskRelease(ctx context.Context, arg TaskReleaseParams) ([]str
 
 const taskReleaseRetired = `-- name: TaskReleaseRetired :many
 UPDATE tasks t
-SET machine_id = NULL, superseded_token_hash = t.token_hash, token_hash = NULL, deadline = NULL,
+SET machine_id = NULL, superseded_token_hashes = array_append(t.superseded_token_hashes, t.token_hash), token_hash = NULL, deadline = NULL,
     launched_at = NULL, updated_at = clock_timestamp()
 FROM (SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt) u
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'pending' AND t.ended_by = 'retry' AND t.machine_id IS NOT NULL
@@ -769,7 +770,7 @@ type TaskReleaseRetiredParams struct {
 
 // TaskReleaseRetired makes tasks whose last attempt's machine is gone (or
 // given up on) launchable again, each while it is still waiting in the
-// attempt given. Their token becomes the superseded one.
+// attempt given. Their token joins the superseded ones.
 func (q *Queries) TaskReleaseRetired(ctx context.Context, arg TaskReleaseRetiredParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, taskReleaseRetired, arg.IDs, arg.Attempts)
 	if err != nil {
@@ -897,7 +898,8 @@ UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
     status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
     failures = CASE WHEN u.action IN ('release', 'fail') THEN t.failures + 1 ELSE t.failures END,
-    superseded_token_hash = CASE WHEN u.action = 'release' THEN t.token_hash ELSE t.superseded_token_hash END,
+    superseded_token_hashes = CASE WHEN u.action = 'release' THEN array_append(t.superseded_token_hashes, t.token_hash)
+        ELSE t.superseded_token_hashes END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,

@@ -102,7 +102,7 @@ func TestLateSuccessOfCurrentAttempt(t *testing.T) {
 	c, pool := newCommitter(t, batch, 4)
 	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'pending', ended_by = 'retry', failures = 1 WHERE id = 'tiff_t000';
 		UPDATE tasks SET status = 'failed', ended_by = 'timeout', failures = 3 WHERE id IN ('tiff_t001', 'tiff_t003');
-		UPDATE tasks SET superseded_token_hash = token_hash, token_hash = sha256('new token'), attempt = 2 WHERE id = 'tiff_t002'`)
+		UPDATE tasks SET superseded_token_hashes = ARRAY[token_hash], token_hash = sha256('new token'), attempt = 2 WHERE id = 'tiff_t002'`)
 	require.NoError(t, err)
 
 	got := applyOne(t, c, success(batch, "tiff_t000"), success(batch, "tiff_t001"), success(batch, "tiff_t002"))

@@ -160,10 +160,12 @@ func (c *Committer) explain(ctx context.Context, q *db.Queries, r *request, curr
 		return refuse(BadToken, "missing bearer token")
 	}
 	if t.TokenHash == nil || subtle.ConstantTimeCompare(r.TokenHash, t.TokenHash) != 1 {
-		if t.SupersededTokenHash != nil && subtle.ConstantTimeCompare(r.TokenHash, t.SupersededTokenHash) == 1 {
-			// The attempt before the current one: its machine was given
-			// up on and the task launched again.
-			return superseded(ctx, q, r, t)
+		for _, h := range t.SupersededTokenHashes {
+			if subtle.ConstantTimeCompare(r.TokenHash, h) == 1 {
+				// An earlier attempt's: its machine was given up on and
+				// the task launched again.
+				return superseded(ctx, q, r, t)
+			}
 		}
 		// A task ended by a timeout or reset keeps the hash of its last
 		// launch, so its late worker still authenticates and gets its 409.

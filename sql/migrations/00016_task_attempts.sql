@@ -10,11 +10,11 @@
 -- still has its last attempt's machine_id: the launcher destroys that
 -- machine (or gives up after deadline, reused as the retirement's limit)
 -- before it claims the task again, so a task never has two machines.
--- superseded_token_hash is the token of the attempt before the current
--- one: its late callbacks are answered 409, not 401.
+-- superseded_token_hashes are the tokens of the attempts before the
+-- current one: their late callbacks are answered 409, not 401.
 ALTER TABLE tasks
     ADD COLUMN failures integer NOT NULL DEFAULT 0,
-    ADD COLUMN superseded_token_hash bytea,
+    ADD COLUMN superseded_token_hashes bytea[] NOT NULL DEFAULT '{}',
     DROP CONSTRAINT tasks_ended_by_check,
     ADD CONSTRAINT tasks_ended_by_check CHECK (ended_by IN ('callback', 'timeout', 'reset', 'retry'));
 
@@ -29,5 +29,5 @@ UPDATE tasks SET ended_by = NULL WHERE ended_by = 'retry';
 ALTER TABLE tasks
     DROP CONSTRAINT tasks_ended_by_check,
     ADD CONSTRAINT tasks_ended_by_check CHECK (ended_by IN ('callback', 'timeout', 'reset')),
-    DROP COLUMN superseded_token_hash,
+    DROP COLUMN superseded_token_hashes,
     DROP COLUMN failures;
