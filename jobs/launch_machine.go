@@ -129,7 +129,10 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 		now := time.Now()
 		deadline := now.Add(pcfg.TaskTimeout)
 		if row.Deadline != nil {
-			deadline = *row.Deadline
+			// Two seconds more: the signature's date and TTL are whole
+			// seconds, and the URLs must not expire before the deadline
+			// plus the margin.
+			deadline = row.Deadline.Add(2 * time.Second)
 		}
 		err := w.deps.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, deadline))
 		if err != nil {
