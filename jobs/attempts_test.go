@@ -97,6 +97,41 @@ func TestTimedOutTaskIsRetriedOnAFreshMachine(t *testing.T) {
 	require.Contains(t, string(body), "superseded")
 }
 
+// TestRelaunchWaitsForTheDestruction: the timed-out machine's destruction
+// fails for a while (Fly answers 503 to its DELETE); the task is launched
+// again only once the destruction went through.
+func TestRelaunchWaitsForTheDestruction(t *testing.T) {
+	t.Parallel()
+	var fly atomic.Pointer[fakefly.Server]
+	var aliveAtRelaunch atomic.Int32
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		switch {
+		case !isFile(l, "t000.tif"):
+			return succeed(l)
+		case l.Attempt == 1:
+			// Hangs; its destruction will fail for a while.
+			fly.Load().FailDestroys(http.StatusServiceUnavailable, 8)
+			return fakefly.Behavior{Hang: true}
+		}
+		for _, m := range fly.Load().Machines(tiffApp) {
+			if m.TaskID == l.TaskID {
+				aliveAtRelaunch.Add(1)
+			}
+		}
+		return succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1000"}})
+	fly.Store(env.Fly)
+	const id = "RETIRE-WAITS"
+	env.Submit(t, id, tiffs(1))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	taskID := taskOf(t, env, id, "t000.tif")
+	ls := launchesOf(env, taskID)
+	require.Len(t, ls, 2)
+	require.Zero(t, aliveAtRelaunch.Load(), "no second machine while the first was alive")
+	require.Contains(t, env.Fly.Destroyed(), ls[0].MachineID)
+}
+
 // TestWorkerErrorsRetriedOnlyWhenTransient: a worker that reports a
 // transient error ("retryable": true) gets another machine and completes;
 // one that reports a permanent error fails at once; one whose every
