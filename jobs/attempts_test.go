@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/metricstest"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 )
 
@@ -89,6 +90,9 @@ func TestTimedOutTaskIsRetriedOnAFreshMachine(t *testing.T) {
 	require.Zero(t, aliveAtRelaunch.Load(), "the first machine was destroyed before the second launch")
 	require.Equal(t, 1, countEvents(t, env, id, "task.timed_out"))
 	require.Equal(t, 1, countEvents(t, env, id, "task.retrying"))
+	metricstest.Await(t, env.Metrics.Registry(), metricstest.S("orchestrator_task_retries_total", 1, "phase", "TIFF_CONVERSION", "reason", "timeout"))
+	require.Zero(t, metricstest.Value(t, env.Metrics.Registry(), "orchestrator_tasks_finished_total",
+		map[string]string{"phase": "TIFF_CONVERSION", "outcome": "timed_out"}), "a retried attempt does not finish its task")
 
 	// The superseded attempt's late callback.
 	late, _ := json.Marshal(map[string]any{"status": "success", "output_r2_key": "staging/" + id + "/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1})
@@ -169,6 +173,7 @@ func TestWorkerErrorsRetriedOnlyWhenTransient(t *testing.T) {
 	require.Len(t, launchesOf(env, exhausted), 2, "only the last attempt's failure is final")
 
 	require.Equal(t, 2, countEvents(t, env, id, "task.retrying"))
+	metricstest.Await(t, env.Metrics.Registry(), metricstest.S("orchestrator_task_retries_total", 2, "phase", "TIFF_CONVERSION", "reason", "transient_error"))
 	requireOneMachinePerAttempt(t, env, id)
 }
 

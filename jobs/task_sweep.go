@@ -119,7 +119,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 	if len(settle.IDs) == 0 {
 		return nil
 	}
-	gaveUp := 0 // tasks failed for want of a machine
+	gaveUp, relaunched := 0, 0 // tasks failed for want of a machine, and sent back for another
 	err = EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)
@@ -132,6 +132,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 			switch t.Action {
 			case settleRelease:
 				released = true
+				relaunched++
 				events = append(events, newEvent(batchID, db.EventTaskRetrying, phase, t.ID, map[string]any{
 					"reason": "no machine was found for its launch",
 				}))
@@ -150,6 +151,9 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		}
 		return gaveUp > 0, nil
 	})
+	if err == nil {
+		w.deps.Metrics.TasksRetried(phase, metrics.RetryNoMachine, relaunched)
+	}
 	if err == nil && gaveUp > 0 {
 		w.deps.Metrics.TasksFinished(phase, metrics.TaskFailed, gaveUp)
 		w.deps.Logger.Warn("tasks failed: no machine could be launched", "batch_id", batchID, "phase", phase, "count", gaveUp)
@@ -218,6 +222,7 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 		w.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", expired)
 	}
 	if err == nil && retried > 0 {
+		w.deps.Metrics.TasksRetried(phase, metrics.RetryTimeout, retried)
 		w.deps.Logger.Warn("timed-out tasks to be retried", "batch_id", batchID, "phase", phase, "count", retried)
 	}
 	return err

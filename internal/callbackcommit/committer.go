@@ -387,6 +387,9 @@ func (c *Committer) answer(group []*request, decisions []decision, err error) {
 		return
 	}
 	for i, d := range decisions {
+		if d.applied && d.Status == phases.TaskPending {
+			c.metrics.TasksRetried(d.phase, metrics.RetryTransientError, 1)
+		}
 		if d.applied && d.Status != phases.TaskPending {
 			// Committed: counted once, by the callback that ended the task
 			// (a retried task has not ended).
