@@ -36,6 +36,10 @@ type Phase struct {
 	// TaskTimeout is how long a task may stay processing before it is failed
 	// (TASK_TIMEOUT_<PHASE>, milliseconds).
 	TaskTimeout time.Duration
+	// TaskTimeoutPerGB is added to TaskTimeout per 10^9 bytes of a task's
+	// input (TASK_TIMEOUT_PER_GB_<PHASE>, milliseconds): a 5 GB TIFF needs
+	// longer than a small one.
+	TaskTimeoutPerGB time.Duration
 	// MemoryMB, CPUs and CPUKind size the phase's machines (spec 000 §4.3).
 	MemoryMB int
 	CPUs     int
@@ -144,7 +148,22 @@ type Config struct {
 	Phases map[phases.Name]Phase
 
 	AlarmDelayErrorRetry time.Duration
-	MaxRetryAttempts     int
+	// MaxRetryAttempts bounds the phase-level retries after permanent launch
+	// errors (MAX_RETRY_ATTEMPTS); transient ones spend LaunchOutageBudget.
+	MaxRetryAttempts int
+	// LaunchOutageBudget is how long a phase's launches may keep failing
+	// transiently (Fly 5xx, timeouts, no capacity) before the batch errs
+	// (LAUNCH_OUTAGE_BUDGET, milliseconds).
+	LaunchOutageBudget time.Duration
+	// TaskMaxAttempts bounds the attempts of one task: a timeout, a
+	// transient worker error or a launch that made no machine is retried
+	// on a fresh machine until this many attempts have failed
+	// (TASK_MAX_ATTEMPTS).
+	TaskMaxAttempts int
+	// CallbackRetryWindow is how long a worker keeps retrying its callback
+	// while the orchestrator is unreachable or answers 5xx
+	// (CALLBACK_RETRY_WINDOW, milliseconds; passed to the machines).
+	CallbackRetryWindow time.Duration
 
 	MaxFileSize  int64
 	MaxBatchSize int64
@@ -393,6 +412,9 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		LocalMaxMachines:     r.positiveInt("LOCAL_MAX_MACHINES", runtime.NumCPU()),
 		AlarmDelayErrorRetry: r.millis("ALARM_DELAY_ERROR_RETRY", 30*time.Second),
 		MaxRetryAttempts:     r.positiveInt("MAX_RETRY_ATTEMPTS", 5),
+		LaunchOutageBudget:   r.millis("LAUNCH_OUTAGE_BUDGET", 30*time.Minute),
+		TaskMaxAttempts:      r.intIn("TASK_MAX_ATTEMPTS", 3, 1, 100),
+		CallbackRetryWindow:  r.millis("CALLBACK_RETRY_WINDOW", 15*time.Minute),
 		MaxFileSize:          r.positiveInt64("MAX_FILE_SIZE", 5<<30),
 		MaxBatchSize:         r.positiveInt64("MAX_BATCH_SIZE", 100<<30),
 		MaxFilesPerBatch:     r.positiveInt64("MAX_FILES_PER_BATCH", 200_000),
@@ -419,6 +441,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 			pc.BatchSize = r.positiveInt("BATCH_SIZE_"+name, def.BatchSize)
 			pc.AlarmDelay = r.millis("ALARM_DELAY_"+name, def.AlarmDelay)
 			pc.TaskTimeout = r.millis("TASK_TIMEOUT_"+name, def.TaskTimeout)
+			pc.TaskTimeoutPerGB = r.nonNegativeMillis("TASK_TIMEOUT_PER_GB_"+name, def.TaskTimeoutPerGB)
 			pc.MemoryMB, pc.CPUs, pc.CPUKind = def.Guest.MemoryMB, def.Guest.CPUs, def.Guest.CPUKind
 		}
 		for _, st := range spec.Settings {
@@ -813,4 +836,12 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 	}
 	r.problems = append(r.problems, fmt.Sprintf("%s must be one of %s, got %q", name, strings.Join(allowed, ", "), v))
 	return def
+}
+
+// nonNegativeMillis is millis that also accepts 0 (nothing added).
+func (r *reader) nonNegativeMillis(name string, def time.Duration) time.Duration {
+	if v := r.str(name, ""); v == "0" {
+		return 0
+	}
+	return r.millis(name, def)
 }

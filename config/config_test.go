@@ -29,12 +29,15 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, "ord", c.FlyRegion)
 	require.Equal(t, 30*time.Second, c.AlarmDelayErrorRetry)
 	require.Equal(t, 5, c.MaxRetryAttempts)
+	require.Equal(t, 3, c.TaskMaxAttempts)
+	require.Equal(t, 30*time.Minute, c.LaunchOutageBudget)
+	require.Equal(t, 15*time.Minute, c.CallbackRetryWindow)
 	require.Equal(t, int64(5<<30), c.MaxFileSize)
 	require.Equal(t, int64(100<<30), c.MaxBatchSize)
 	require.Equal(t, 4001, c.MaxOutputsPerTask)
 	tiff := c.Phases[phases.TIFFConversion]
 	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute,
-		MemoryMB: 1024, CPUs: 2, CPUKind: "shared", Env: map[string]string{}}, tiff)
+		TaskTimeoutPerGB: 2 * time.Minute, MemoryMB: 1024, CPUs: 2, CPUKind: "shared", Env: map[string]string{}}, tiff)
 	img := c.Phases[phases.ImageProcessing]
 	require.Equal(t, "arke-image-processor", img.FlyAppName)
 	require.Equal(t, 2*time.Minute, img.TaskTimeout)

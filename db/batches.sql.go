@@ -32,7 +32,7 @@ func (q *Queries) BatchBuildAdvance(ctx context.Context, arg BatchBuildAdvancePa
 }
 
 const batchGetByID = `-- name: BatchGetByID :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at FROM batches WHERE id = $1
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at FROM batches WHERE id = $1
 `
 
 func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
@@ -56,6 +56,7 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
@@ -63,7 +64,7 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 }
 
 const batchGetByIDForUpdate = `-- name: BatchGetByIDForUpdate :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at FROM batches WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at FROM batches WHERE id = $1 FOR NO KEY UPDATE
 `
 
 // BatchGetByIDForUpdate locks the batch row against other writers of it.
@@ -92,6 +93,7 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
@@ -122,7 +124,7 @@ const batchInsert = `-- name: BatchInsert :one
 INSERT INTO batches (id, uploader, queue_message)
 VALUES ($1, $2, $3)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
 `
 
 type BatchInsertParams struct {
@@ -154,10 +156,27 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
 	return i, err
+}
+
+const batchLaunchOutage = `-- name: BatchLaunchOutage :one
+UPDATE batches SET launch_outage_since = coalesce(launch_outage_since, clock_timestamp()), updated_at = clock_timestamp()
+WHERE id = $1
+RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::bigint AS lasted_ms
+`
+
+// BatchLaunchOutage records a transient launch failure of the batch's
+// phase: it returns how long the run of such failures has lasted, which
+// starts now if none was running.
+func (q *Queries) BatchLaunchOutage(ctx context.Context, id string) (int64, error) {
+	row := q.db.QueryRow(ctx, batchLaunchOutage, id)
+	var lasted_ms int64
+	err := row.Scan(&lasted_ms)
+	return lasted_ms, err
 }
 
 const batchList = `-- name: BatchList :many
@@ -429,7 +448,8 @@ func (q *Queries) BatchPhaseRetry(ctx context.Context, id string) (int32, error)
 }
 
 const batchPhaseRetryReset = `-- name: BatchPhaseRetryReset :exec
-UPDATE batches SET phase_retry_count = 0 WHERE id = $1 AND phase_retry_count <> 0
+UPDATE batches SET phase_retry_count = 0, launch_outage_since = NULL
+WHERE id = $1 AND (phase_retry_count <> 0 OR launch_outage_since IS NOT NULL)
 `
 
 func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
@@ -495,9 +515,9 @@ func (q *Queries) BatchPruneEnd(ctx context.Context, id string) error {
 
 const batchResume = `-- name: BatchResume :one
 UPDATE batches
-SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
+SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = $2 AND status = 'ERROR'
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
 `
 
 type BatchResumeParams struct {
@@ -529,6 +549,7 @@ func (q *Queries) BatchResume(ctx context.Context, arg BatchResumeParams) (Batch
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
@@ -550,7 +571,7 @@ UPDATE batches
 SET status = 'DONE', generation = $1, error = NULL, ingest_status = 'pending',
     completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
 `
 
 type BatchSetDoneParams struct {
@@ -582,6 +603,7 @@ func (q *Queries) BatchSetDone(ctx context.Context, arg BatchSetDoneParams) (Bat
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
@@ -592,7 +614,7 @@ const batchSetError = `-- name: BatchSetError :one
 UPDATE batches
 SET status = 'ERROR', error = $1, completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
 `
 
 type BatchSetErrorParams struct {
@@ -623,6 +645,7 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
@@ -632,9 +655,9 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 const batchSetPhase = `-- name: BatchSetPhase :one
 UPDATE batches
 SET status = $1, phase = $1, generation = $2,
-    phase_retry_count = 0, updated_at = clock_timestamp()
+    phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = $3 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
 `
 
 type BatchSetPhaseParams struct {
@@ -666,6 +689,7 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)
@@ -674,10 +698,10 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 
 const batchSetPhaseBuilding = `-- name: BatchSetPhaseBuilding :one
 UPDATE batches
-SET status = $1, phase = $1, generation = $2, phase_retry_count = 0,
+SET status = $1, phase = $1, generation = $2, phase_retry_count = 0, launch_outage_since = NULL,
     build_from = $3::text, build_cursor = $4::integer, updated_at = clock_timestamp()
 WHERE id = $5 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
 `
 
 type BatchSetPhaseBuildingParams struct {
@@ -719,6 +743,7 @@ func (q *Queries) BatchSetPhaseBuilding(ctx context.Context, arg BatchSetPhaseBu
 		&i.IngestDeliveredAt,
 		&i.BuildFrom,
 		&i.BuildCursor,
+		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
 	)

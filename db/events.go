@@ -27,6 +27,7 @@ const (
 	EventTaskCompleted    = "task.completed"
 	EventTaskFailed       = "task.failed"
 	EventTaskTimedOut     = "task.timed_out"
+	EventTaskRetrying     = "task.retrying"
 	EventCallbackRejected = "callback.rejected"
 	EventAdminReset       = "admin.reset"
 	EventAdminRetry       = "admin.retry"

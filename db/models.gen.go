@@ -27,6 +27,7 @@ type Batch struct {
 	IngestDeliveredAt *time.Time
 	BuildFrom         *string
 	BuildCursor       *int32
+	LaunchOutageSince *time.Time
 	PrunedCounts      json.RawMessage
 	PrunedAt          *time.Time
 }
@@ -161,22 +162,24 @@ type RiverJob struct {
 }
 
 type Task struct {
-	ID         string
-	BatchID    string
-	Phase      string
-	FileID     int64
-	Status     string
-	Attempt    int32
-	MachineID  *string
-	TokenHash  []byte
-	Deadline   *time.Time
-	Result     json.RawMessage
-	Error      *string
-	CreatedAt  time.Time
-	LaunchedAt *time.Time
-	FinishedAt *time.Time
-	UpdatedAt  time.Time
-	EndedBy    *string
+	ID                    string
+	BatchID               string
+	Phase                 string
+	FileID                int64
+	Status                string
+	Attempt               int32
+	MachineID             *string
+	TokenHash             []byte
+	Deadline              *time.Time
+	Result                json.RawMessage
+	Error                 *string
+	CreatedAt             time.Time
+	LaunchedAt            *time.Time
+	FinishedAt            *time.Time
+	UpdatedAt             time.Time
+	EndedBy               *string
+	Failures              int32
+	SupersededTokenHashes [][]byte
 }
 
 type TaskCount struct {

@@ -12,7 +12,7 @@ const TaskCompleteManySQL = taskCompleteMany
 
 // TaskCompleteManyArgs lists arg as TaskCompleteManySQL's parameters.
 func TaskCompleteManyArgs(arg TaskCompleteManyParams) []any {
-	return []any{arg.IDs, arg.BatchIDs, arg.Statuses, arg.Results, arg.Errors, arg.TokenHashes}
+	return []any{arg.IDs, arg.BatchIDs, arg.Statuses, arg.Results, arg.Errors, arg.TokenHashes, arg.Retryables, arg.MaxAttempts, arg.RetireSeconds}
 }
 
 // BatchLockSharedManySQL is BatchLockSharedMany's statement: the shared

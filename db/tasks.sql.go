@@ -36,35 +36,41 @@ func (q *Queries) PhaseOpenCount(ctx context.Context, arg PhaseOpenCountParams) 
 const taskClaimPending = `-- name: TaskClaimPending :many
 WITH claimed AS (
     SELECT p.id FROM tasks p
-    WHERE p.batch_id = $2 AND p.phase = $3 AND p.status = 'pending'
+    WHERE p.batch_id = $1 AND p.phase = $2 AND p.status = 'pending' AND p.machine_id IS NULL
     ORDER BY p.created_at, p.id
-    LIMIT $4
+    LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), tokens AS (
-    SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token
+    SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token,
+        $4::float8 AS timeout_seconds, $5::float8 AS seconds_per_gb
     FROM claimed
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL,
+SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL,
+    superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
+        ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
-    deadline = clock_timestamp() + make_interval(secs => $1::float8),
+    deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
     launched_at = clock_timestamp(), updated_at = clock_timestamp()
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
-RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token
+RETURNING t.id, t.file_id, t.attempt, t.failures, t.deadline, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token
 `
 
 type TaskClaimPendingParams struct {
-	TimeoutSeconds float64
 	BatchID        string
 	Phase          string
 	Max            int32
+	TimeoutSeconds float64
+	SecondsPerGb   float64
 }
 
 type TaskClaimPendingRow struct {
 	ID          string
 	FileID      int64
 	Attempt     int32
+	Failures    int32
+	Deadline    *time.Time
 	R2Key       string
 	FileName    string
 	ContentType string
@@ -74,14 +80,20 @@ type TaskClaimPendingRow struct {
 
 // TaskClaimPending moves up to @max pending tasks of a phase to processing
 // for launch. Each gets a fresh random callback token: only its SHA-256 is
-// stored, and the token itself is returned once, for the machine's env. SKIP
-// LOCKED lets several launchers share a phase without waiting on each other.
+// stored, and the token itself is returned once, for the machine's env; the
+// previous attempt's hash joins the superseded ones, so that its late
+// callbacks are told they are late. SKIP LOCKED lets several launchers share a phase
+// without waiting on each other. A task that still has its last attempt's
+// machine (ended_by 'retry', being retired) is not claimed: a task never has
+// two machines. The deadline is @timeout_seconds plus @seconds_per_gb per
+// 10^9 bytes of the input file.
 func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingParams) ([]TaskClaimPendingRow, error) {
 	rows, err := q.db.Query(ctx, taskClaimPending,
-		arg.TimeoutSeconds,
 		arg.BatchID,
 		arg.Phase,
 		arg.Max,
+		arg.TimeoutSeconds,
+		arg.SecondsPerGb,
 	)
 	if err != nil {
 		return nil, err
@@ -94,6 +106,8 @@ func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingPara
 			&i.ID,
 			&i.FileID,
 			&i.Attempt,
+			&i.Failures,
+			&i.Deadline,
 			&i.R2Key,
 			&i.FileName,
 			&i.ContentType,
@@ -112,34 +126,51 @@ func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingPara
 
 const taskCompleteMany = `-- name: TaskCompleteMany :many
 WITH input AS (
-    SELECT id, batch_id, status, result, error, token_hash FROM (
+    SELECT id, batch_id, status, result, error, token_hash, retryable FROM (
         SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS batch_id, unnest($3::text[]) AS status,
-            unnest($4::text[]) AS result, unnest($5::text[]) AS error, unnest($6::bytea[]) AS token_hash
+            unnest($4::text[]) AS result, unnest($5::text[]) AS error, unnest($6::bytea[]) AS token_hash,
+            unnest($7::bool[]) AS retryable
     ) c
     ORDER BY id COLLATE "C"
 ), ended AS (
     UPDATE tasks t
-    SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
-        finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    SET status = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN 'pending' ELSE input.status END,
+        result = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN NULL ELSE input.result::jsonb END,
+        error = nullif(input.error, ''),
+        ended_by = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN 'retry' ELSE 'callback' END,
+        failures = t.failures + CASE WHEN input.retryable AND input.status = 'failed' THEN 1 ELSE 0 END,
+        deadline = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int
+            THEN clock_timestamp() + make_interval(secs => $9::float8) ELSE t.deadline END,
+        finished_at = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN NULL ELSE clock_timestamp() END,
+        updated_at = clock_timestamp()
     FROM input
-    WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.status = 'processing' AND t.token_hash = input.token_hash
-    RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash
+    WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.token_hash = input.token_hash
+        AND (t.status = 'processing'
+            OR (input.status = 'completed' AND t.ended_by = 'retry' AND t.status = 'pending')
+            OR (input.status = 'completed' AND t.ended_by = 'timeout' AND t.status = 'failed'
+                AND EXISTS (SELECT 1 FROM batches b WHERE b.id = t.batch_id AND b.status = t.phase)))
+    RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash, t.failures
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
-    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' ELSE 'task.failed' END, phase, id,
-        CASE status WHEN 'completed' THEN '{}'::jsonb ELSE jsonb_build_object('error', error) END
+    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' WHEN 'pending' THEN 'task.retrying' ELSE 'task.failed' END, phase, id,
+        CASE status WHEN 'completed' THEN '{}'::jsonb
+            WHEN 'pending' THEN jsonb_build_object('error', error, 'reason', 'transient error', 'failed_attempts', failures)
+            ELSE jsonb_build_object('error', error) END
     FROM ended
 )
-SELECT id, batch_id, phase, token_hash FROM ended
+SELECT id, batch_id, phase, token_hash, status FROM ended
 `
 
 type TaskCompleteManyParams struct {
-	IDs         []string
-	BatchIDs    []string
-	Statuses    []string
-	Results     []string
-	Errors      []string
-	TokenHashes [][]byte
+	IDs           []string
+	BatchIDs      []string
+	Statuses      []string
+	Results       []string
+	Errors        []string
+	TokenHashes   [][]byte
+	Retryables    []bool
+	MaxAttempts   int32
+	RetireSeconds float64
 }
 
 type TaskCompleteManyRow struct {
@@ -147,18 +178,26 @@ type TaskCompleteManyRow struct {
 	BatchID   string
 	Phase     string
 	TokenHash []byte
+	Status    string
 }
 
 // TaskCompleteMany applies a group of workers' callbacks (one group commit)
-// and records a task.completed or task.failed event for each task it ended,
-// in one statement. It matches only processing tasks of the batch named
-// whose current token is the one presented, so a callback from an earlier
-// launch of a relaunched task cannot apply. An id may come more than once
-// with different batches or tokens (a stray caller's and the worker's): at
-// most one of them matches, and RETURNING says which. The input is sorted
-// by task id, in byte order (as Go sorts strings), so that concurrent
-// groups and the launcher's bookkeeping (TaskSetMachines) lock rows in one
-// order.
+// and records an event for each task it ended, in one statement. It matches
+// only tasks of the batch named whose current token is the one presented,
+// so a callback from an earlier launch of a relaunched task cannot apply;
+// and only processing tasks, except that a success is taken late (work is
+// not thrown away for being late) while its attempt is still the current
+// one: from a task waiting for its timed-out machine's retirement (pending,
+// ended_by 'retry'), or from a task whose last attempt timed out while its
+// phase is still the batch's (the fan-in's shared lock, which the group
+// holds, keeps the phase from ending meanwhile). An error the worker calls
+// retryable, with attempts left (@max_attempts), sends the task back to
+// pending to be retried (task.retrying) instead of failing it. An id may
+// come more than once with different batches or tokens (a stray caller's
+// and the worker's): at most one of them matches, and RETURNING says which.
+// The input is sorted by task id, in byte order (as Go sorts strings), so
+// that concurrent groups and the launcher's bookkeeping (TaskSetMachines)
+// lock rows in one order.
 func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyParams) ([]TaskCompleteManyRow, error) {
 	rows, err := q.db.Query(ctx, taskCompleteMany,
 		arg.IDs,
@@ -167,6 +206,9 @@ func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyPara
 		arg.Results,
 		arg.Errors,
 		arg.TokenHashes,
+		arg.Retryables,
+		arg.MaxAttempts,
+		arg.RetireSeconds,
 	)
 	if err != nil {
 		return nil, err
@@ -180,6 +222,7 @@ func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyPara
 			&i.BatchID,
 			&i.Phase,
 			&i.TokenHash,
+			&i.Status,
 		); err != nil {
 			return nil, err
 		}
@@ -363,28 +406,46 @@ func (q *Queries) TaskExpiredGroups(ctx context.Context, max int32) ([]TaskExpir
 
 const taskFailExpired = `-- name: TaskFailExpired :many
 UPDATE tasks
-SET status = 'failed', ended_by = 'timeout', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+SET status = CASE WHEN failures + 1 < $1::int THEN 'pending' ELSE 'failed' END,
+    ended_by = CASE WHEN failures + 1 < $1::int THEN 'retry' ELSE 'timeout' END,
+    failures = failures + 1,
+    deadline = CASE WHEN failures + 1 < $1::int THEN clock_timestamp() + make_interval(secs => $2::float8) ELSE deadline END,
+    finished_at = CASE WHEN failures + 1 < $1::int THEN NULL ELSE clock_timestamp() END,
+    updated_at = clock_timestamp(),
     error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
-WHERE batch_id = $1 AND phase = $2 AND status = 'processing' AND deadline < clock_timestamp()
+WHERE batch_id = $3 AND phase = $4 AND status = 'processing' AND deadline < clock_timestamp()
     AND machine_id IS NOT NULL
-RETURNING id, machine_id, error
+RETURNING id, machine_id, error, failures, (status = 'pending')::bool AS retry
 `
 
 type TaskFailExpiredParams struct {
-	BatchID string
-	Phase   string
+	MaxAttempts   int32
+	RetireSeconds float64
+	BatchID       string
+	Phase         string
 }
 
 type TaskFailExpiredRow struct {
 	ID        string
 	MachineID *string
 	Error     *string
+	Failures  int32
+	Retry     bool
 }
 
-// TaskFailExpired fails the processing tasks of a phase that are past their
-// deadline, with the message of spec 000.
+// TaskFailExpired ends the processing tasks of a phase that are past their
+// deadline, with the message of spec 000: a task with attempts left
+// (@max_attempts) goes back to pending to be retried once its machine is
+// retired (ended_by 'retry', its token kept so that a late success of this
+// attempt still counts; deadline: until @retire_seconds from now), the
+// others fail. retry says which.
 func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams) ([]TaskFailExpiredRow, error) {
-	rows, err := q.db.Query(ctx, taskFailExpired, arg.BatchID, arg.Phase)
+	rows, err := q.db.Query(ctx, taskFailExpired,
+		arg.MaxAttempts,
+		arg.RetireSeconds,
+		arg.BatchID,
+		arg.Phase,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +453,13 @@ func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams
 	var items []TaskFailExpiredRow
 	for rows.Next() {
 		var i TaskFailExpiredRow
-		if err := rows.Scan(&i.ID, &i.MachineID, &i.Error); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.MachineID,
+			&i.Error,
+			&i.Failures,
+			&i.Retry,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -507,7 +574,7 @@ type TaskInsertManyParams struct {
 }
 
 const taskListExpiredUnlaunched = `-- name: TaskListExpiredUnlaunched :many
-SELECT id, attempt FROM tasks
+SELECT id, attempt, failures FROM tasks
 WHERE batch_id = $1 AND phase = $2 AND status = 'processing'
     AND machine_id IS NULL AND deadline < clock_timestamp()
 `
@@ -518,8 +585,9 @@ type TaskListExpiredUnlaunchedParams struct {
 }
 
 type TaskListExpiredUnlaunchedRow struct {
-	ID      string
-	Attempt int32
+	ID       string
+	Attempt  int32
+	Failures int32
 }
 
 // TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
@@ -534,7 +602,7 @@ func (q *Queries) TaskListExpiredUnlaunched(ctx context.Context, arg TaskListExp
 	var items []TaskListExpiredUnlaunchedRow
 	for rows.Next() {
 		var i TaskListExpiredUnlaunchedRow
-		if err := rows.Scan(&i.ID, &i.Attempt); err != nil {
+		if err := rows.Scan(&i.ID, &i.Attempt, &i.Failures); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -595,18 +663,19 @@ func (q *Queries) TaskListFailedByBatch(ctx context.Context, arg TaskListFailedB
 }
 
 const taskListForCallbacks = `-- name: TaskListForCallbacks :many
-SELECT id, batch_id, phase, status, token_hash, ended_by
+SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hashes
 FROM tasks
 WHERE id = ANY($1::text[])
 `
 
 type TaskListForCallbacksRow struct {
-	ID        string
-	BatchID   string
-	Phase     string
-	Status    string
-	TokenHash []byte
-	EndedBy   *string
+	ID                    string
+	BatchID               string
+	Phase                 string
+	Status                string
+	TokenHash             []byte
+	EndedBy               *string
+	SupersededTokenHashes [][]byte
 }
 
 // TaskListForCallbacks reads what authenticating and classifying a group
@@ -627,6 +696,57 @@ func (q *Queries) TaskListForCallbacks(ctx context.Context, ids []string) ([]Tas
 			&i.Status,
 			&i.TokenHash,
 			&i.EndedBy,
+			&i.SupersededTokenHashes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskListRetiring = `-- name: TaskListRetiring :many
+SELECT id, attempt, machine_id::text AS machine_id, coalesce(deadline < clock_timestamp(), true)::bool AS overdue
+FROM tasks
+WHERE batch_id = $1 AND phase = $2 AND status = 'pending' AND ended_by = 'retry' AND machine_id IS NOT NULL
+ORDER BY id
+LIMIT $3
+`
+
+type TaskListRetiringParams struct {
+	BatchID string
+	Phase   string
+	Max     int32
+}
+
+type TaskListRetiringRow struct {
+	ID        string
+	Attempt   int32
+	MachineID string
+	Overdue   bool
+}
+
+// TaskListRetiring lists up to @max tasks of a phase waiting to be retried
+// whose last attempt's machine is still recorded: the launcher destroys it
+// before the task is claimed again (deadline: when to give up waiting for
+// the destruction).
+func (q *Queries) TaskListRetiring(ctx context.Context, arg TaskListRetiringParams) ([]TaskListRetiringRow, error) {
+	rows, err := q.db.Query(ctx, taskListRetiring, arg.BatchID, arg.Phase, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListRetiringRow
+	for rows.Next() {
+		var i TaskListRetiringRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Attempt,
+			&i.MachineID,
+			&i.Overdue,
 		); err != nil {
 			return nil, err
 		}
@@ -675,9 +795,46 @@ func (q *Queries) TaskRelease(ctx context.Context, arg TaskReleaseParams) ([]str
 	return items, nil
 }
 
+const taskReleaseRetired = `-- name: TaskReleaseRetired :many
+UPDATE tasks t
+SET machine_id = NULL, superseded_token_hashes = array_append(t.superseded_token_hashes, t.token_hash), token_hash = NULL, deadline = NULL,
+    launched_at = NULL, updated_at = clock_timestamp()
+FROM (SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'pending' AND t.ended_by = 'retry' AND t.machine_id IS NOT NULL
+RETURNING t.id
+`
+
+type TaskReleaseRetiredParams struct {
+	IDs      []string
+	Attempts []int32
+}
+
+// TaskReleaseRetired makes tasks whose last attempt's machine is gone (or
+// given up on) launchable again, each while it is still waiting in the
+// attempt given. Their token joins the superseded ones.
+func (q *Queries) TaskReleaseRetired(ctx context.Context, arg TaskReleaseRetiredParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, taskReleaseRetired, arg.IDs, arg.Attempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskRequeueFailed = `-- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = $1 AND phase = $2 AND status = 'failed'
 RETURNING id
@@ -692,6 +849,7 @@ type TaskRequeueFailedParams struct {
 // admin retry, forgetting their last launch (token, machine, deadline,
 // outcome) so the launcher claims them afresh; completed tasks are not
 // touched. A late callback of the failed launch no longer authenticates.
+// The tasks get TASK_MAX_ATTEMPTS attempts afresh.
 func (q *Queries) TaskRequeueFailed(ctx context.Context, arg TaskRequeueFailedParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, taskRequeueFailed, arg.BatchID, arg.Phase)
 	if err != nil {
@@ -780,6 +938,9 @@ WITH u AS (
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
     status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
+    failures = CASE WHEN u.action IN ('release', 'fail') THEN t.failures + 1 ELSE t.failures END,
+    superseded_token_hashes = CASE WHEN u.action = 'release' THEN array_append(t.superseded_token_hashes, t.token_hash)
+        ELSE t.superseded_token_hashes END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
@@ -809,7 +970,7 @@ type TaskSettleUnlaunchedRow struct {
 // machine was never recorded, each as the sweep decided (@actions):
 // 'found' records the machine its lookup found; 'release' returns the task
 // to pending to be launched again, forgetting its token; 'fail' fails it
-// for want of a machine, with @error. Each change is for the launch attempt
+// for want of a machine, with @error. Both count a failed attempt. Each change is for the launch attempt
 // the sweep looked at; a task that ended, got its machine or was launched
 // again meanwhile is left alone. It locks the rows first, explicitly in
 // byte order of their ids (the order TaskCompleteMany and TaskSetMachines

@@ -15,7 +15,6 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
-	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -232,9 +231,9 @@ func TestUnrecordedLaunchIsRelaunched(t *testing.T) {
 
 // TestSweepSettlesUnrecordedLaunches: three tasks of a batch expire with
 // no recorded machine. One's machine still runs: the sweep records it and
-// the task times out. One's machine is gone: it is launched again and
-// completes. The third is out of launch attempts: it fails with its own
-// message. The sweep settles the three in one statement.
+// the task, in its last attempt, times out. One's machine is gone: it is
+// launched again and completes. The third is out of attempts: it fails
+// with its own message. The sweep settles the three in one statement.
 func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 	t.Parallel()
 	var first atomic.Bool
@@ -268,11 +267,11 @@ func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 			return err
 		}
 		// The launcher's crash: no machine recorded, deadlines passed; the
-		// last task has used up its launches.
+		// last task, and the running one, are in their last attempt.
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET machine_id = NULL, deadline = now() - interval '1 second' WHERE batch_id = $1`, id); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE tasks SET attempt = $2 WHERE id = $1`, gone[1], jobs.MaxLaunchAttempts)
+		_, err = tx.Exec(ctx, `UPDATE tasks SET failures = $3 - 1 WHERE id IN ($1, $2)`, gone[1], running, env.Config.TaskMaxAttempts)
 		return err
 	}))
 

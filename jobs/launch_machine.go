@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,7 +106,7 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	}
 	// Sized for every variable, INPUT_URL and OUTPUT_URLS included: a
 	// launch builds no map twice.
-	env := make(map[string]string, 11+len(pcfg.Env)+len(shared))
+	env := make(map[string]string, 12+len(pcfg.Env)+len(shared))
 	env["TASK_ID"] = row.ID
 	env["BATCH_ID"] = batchID
 	env["INPUT_R2_KEY"] = row.R2Key
@@ -114,6 +115,7 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	env["R2_BUCKET"] = c.R2Bucket
 	env["CALLBACK_URL"] = c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID
 	env["CALLBACK_TOKEN"] = row.Token
+	env["CALLBACK_RETRY_WINDOW"] = strconv.FormatInt(c.CallbackRetryWindow.Milliseconds(), 10)
 	if row.CID != nil {
 		env["INPUT_CID"] = *row.CID
 	}
@@ -122,10 +124,17 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 		for _, k := range shared {
 			env[k], _ = c.Shared(k)
 		}
-		// The task's deadline was set at its claim, just before: now plus
-		// the timeout is not earlier.
+		// The task's deadline was set at its claim, just before (the
+		// timeout scaled by the input's size).
 		now := time.Now()
-		err := w.deps.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, now.Add(pcfg.TaskTimeout)))
+		deadline := now.Add(pcfg.TaskTimeout)
+		if row.Deadline != nil {
+			// Two seconds more: the signature's date and TTL are whole
+			// seconds, and the URLs must not expire before the deadline
+			// plus the margin.
+			deadline = row.Deadline.Add(2 * time.Second)
+		}
+		err := w.deps.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, deadline))
 		if err != nil {
 			// A worker without its URLs asks for them, and reports
 			// why it cannot have them.

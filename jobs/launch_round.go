@@ -152,7 +152,8 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 			break
 		}
 		rows, err := db.New(w.deps.Pool).TaskClaimPending(ctx, db.TaskClaimPendingParams{
-			BatchID: batchID, Phase: string(name), Max: int32(granted), TimeoutSeconds: pcfg.TaskTimeout.Seconds(),
+			BatchID: batchID, Phase: string(name), Max: int32(granted),
+			TimeoutSeconds: pcfg.TaskTimeout.Seconds(), SecondsPerGb: pcfg.TaskTimeoutPerGB.Seconds(),
 		})
 		if err != nil {
 			claimErr = fmt.Errorf("claiming pending tasks: %w", err)

@@ -50,7 +50,7 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	env := testenv.New(t, testenv.Options{
 		Behave:   behave,
-		Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1500"},
+		Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1500", "TASK_MAX_ATTEMPTS": "1"},
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	env.Ingest.FailFirst.Store(1)

@@ -2,12 +2,14 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -37,11 +39,13 @@ type PhaseLaunchWorker struct {
 	limiter *ratelimit.Limiter
 }
 
-// Work launches up to BATCH_SIZE_<PHASE> machines, then snoozes for
-// ALARM_DELAY_<PHASE> while tasks are pending. Launches take tokens from the
-// bucket every orchestrator shares; a 429 from Fly is back-pressure (snooze
-// and retry, tasks stay pending); any other launch error counts against the
-// phase's MAX_RETRY_ATTEMPTS with exponential backoff, after which the batch
+// Work retires the machines of tasks to be retried, launches up to
+// BATCH_SIZE_<PHASE> machines, then snoozes for ALARM_DELAY_<PHASE> while
+// tasks are pending. Launches take tokens from the bucket every
+// orchestrator shares; a 429 from Fly is back-pressure (snooze and retry,
+// tasks stay pending); a transient launch error (5xx, timeout, no
+// capacity) backs off within LAUNCH_OUTAGE_BUDGET; a permanent one counts
+// against the phase's MAX_RETRY_ATTEMPTS. Either way, once spent, the batch
 // goes to ERROR.
 func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunchArgs]) error {
 	args := job.Args
@@ -60,6 +64,10 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		return nil // moved on, reset or finished: nothing to launch
 	}
 
+	ret, err := w.retire(ctx, batch.ID, name, pcfg)
+	if err != nil {
+		return err
+	}
 	total, err := w.round(ctx, batch.ID, name, pcfg)
 	if err != nil {
 		return err
@@ -85,6 +93,10 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		return river.JobSnooze(200 * time.Millisecond)
 	case pending == 0:
 		return nil
+	case pending <= int64(ret.waiting):
+		// Only tasks whose last machine could not be destroyed yet:
+		// try again soon, not at once.
+		return river.JobSnooze(max(time.Second, min(pcfg.AlarmDelay, 5*time.Second)))
 	case total.rateLimited > 0:
 		return river.JobSnooze(max(total.rateLimited, 50*time.Millisecond))
 	case total.launched < pcfg.BatchSize:
@@ -95,11 +107,16 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 	}
 }
 
-// phaseError counts a phase-level launch failure: retried with exponential
-// backoff (2, 4, 8, 16 s ... capped at ALARM_DELAY_ERROR_RETRY, with jitter)
-// until MAX_RETRY_ATTEMPTS, then the batch goes to ERROR.
+// phaseError counts a phase-level launch failure, retried with exponential
+// backoff (2, 4, 8, 16 s ... capped at ALARM_DELAY_ERROR_RETRY, with
+// jitter). A permanent failure (the provider rejected the request) counts
+// toward MAX_RETRY_ATTEMPTS; a transient one (an outage: 5xx, timeouts,
+// no capacity) does not, and only the outage's length counts: the batch
+// goes to ERROR once it has lasted LAUNCH_OUTAGE_BUDGET. Running tasks go
+// on meanwhile.
 func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg config.Phase, cause error) error {
 	args := job.Args
+	transient := transientLaunchError(cause)
 	var (
 		retryErr error
 		failed   *db.Batch // the batch, if it went to ERROR
@@ -107,12 +124,35 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 	)
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		count, err := q.BatchPhaseRetry(ctx, args.BatchID)
-		if err != nil {
-			return err
+		var (
+			count  int32
+			lasted time.Duration
+			msg    string // the batch's error, if this failure ends it
+		)
+		if transient {
+			ms, err := q.BatchLaunchOutage(ctx, args.BatchID)
+			if err != nil {
+				return err
+			}
+			// The backoff's count: how many of the cap's doublings the
+			// outage has lasted, so that it stays capped.
+			lasted = time.Duration(ms) * time.Millisecond
+			count = int32(min(20, 1+lasted/time.Second))
+			if lasted >= w.deps.Config.LaunchOutageBudget {
+				msg = fmt.Sprintf("Launching %s machines failed transiently for %s (LAUNCH_OUTAGE_BUDGET %s): %v",
+					args.Phase, lasted.Round(time.Second), w.deps.Config.LaunchOutageBudget, cause)
+			}
+		} else {
+			var err error
+			if count, err = q.BatchPhaseRetry(ctx, args.BatchID); err != nil {
+				return err
+			}
+			if int(count) >= w.deps.Config.MaxRetryAttempts {
+				msg = fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
+			}
 		}
-		if int(count) >= w.deps.Config.MaxRetryAttempts {
-			msg := fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
+		if msg != "" {
+			var err error
 			if failed, err = failBatch(ctx, q, args.BatchID, args.Phase, msg); err != nil {
 				return err
 			}
@@ -122,13 +162,19 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 			if ended, _, err = StopBatchWork(ctx, tx, client, appOf, args.BatchID, "Batch failed: "+msg); err != nil {
 				return err
 			}
-			_, err := river.JobCompleteTx[*riverDriver](ctx, tx, job)
+			_, err = river.JobCompleteTx[*riverDriver](ctx, tx, job)
 			return err
 		}
 		delay := backoff(int(count), w.deps.Config.AlarmDelayErrorRetry)
-		if err := q.EventRecord(ctx, db.Event{BatchID: args.BatchID, Type: db.EventPhaseRetry, Phase: args.Phase, Data: map[string]any{
-			"retry": count, "max_retries": w.deps.Config.MaxRetryAttempts, "delay_ms": delay.Milliseconds(), "error": cause.Error(),
-		}}); err != nil {
+		data := map[string]any{"delay_ms": delay.Milliseconds(), "error": cause.Error(), "transient": transient}
+		if transient {
+			data["outage_ms"] = lasted.Milliseconds()
+			data["outage_budget_ms"] = w.deps.Config.LaunchOutageBudget.Milliseconds()
+		} else {
+			data["retry"] = count
+			data["max_retries"] = w.deps.Config.MaxRetryAttempts
+		}
+		if err := q.EventRecord(ctx, db.Event{BatchID: args.BatchID, Type: db.EventPhaseRetry, Phase: args.Phase, Data: data}); err != nil {
 			return err
 		}
 		retryErr = river.JobSnooze(delay)
@@ -137,11 +183,20 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 	if err != nil {
 		return err
 	}
-	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.FlyAppName)
+	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.FlyAppName, "transient", transient)
 	if retryErr != nil {
 		w.deps.Metrics.PhaseRetried(args.Phase)
 	}
 	w.deps.Metrics.TasksFinished(args.Phase, metrics.TaskCancelled, ended)
 	w.deps.batchFinished(failed)
 	return retryErr
+}
+
+// transientLaunchError tells an outage (the provider answered 5xx, 408 or
+// 409, had no capacity, or did not answer) from a rejection that repeating
+// the request cannot fix (another 4xx: a bad image, an unknown app, a bad
+// token). Only the backend can tell them apart (compute.ErrAmbiguous,
+// compute.ErrPermanent); anything unclassified is taken as permanent.
+func transientLaunchError(err error) bool {
+	return errors.Is(err, compute.ErrAmbiguous) || errors.Is(err, compute.ErrRateLimited)
 }

@@ -57,7 +57,9 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		}
 		return succeed(l)
 	}
-	env := testenv.New(t, testenv.Options{Behave: behave, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1500"}})
+	// One attempt per task: the hung machine's task fails at its timeout
+	// (attempts_test.go has the retries).
+	env := testenv.New(t, testenv.Options{Behave: behave, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1500", "TASK_MAX_ATTEMPTS": "1"}})
 	ocr := manifest.ProcessingConfig{OCR: true, Describe: true, Pinax: true}
 	const id = "E2E-MIXED"
 	env.Submit(t, id, []testenv.File{

@@ -42,7 +42,7 @@ func TestReconciliationIsFencedByAttempt(t *testing.T) {
 				default:
 					return fakefly.Behavior{Hang: true, CreateThenFail: tc.ambiguous}
 				}
-			}})
+			}, Settings: map[string]string{"TASK_MAX_ATTEMPTS": "1"}}) // a timeout is final
 			ctx := context.Background()
 			id := "FENCE-" + strings.ToUpper(tc.name)
 			env.Submit(t, id, tiffs(2))

@@ -54,9 +54,6 @@ func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs
 	return w.backstop(ctx)
 }
 
-// maxLaunchAttempts bounds relaunches of a task whose machine never existed.
-const maxLaunchAttempts = 3
-
 // What the sweep does with an expired task whose machine was never
 // recorded (TaskSettleUnlaunched's actions).
 const (
@@ -70,7 +67,8 @@ const (
 // claiming and recording). It looks each machine up by the task's id and
 // launch attempt (compute.Fence): a live one of this attempt is recorded,
 // and then times out like any other; a task with none goes back to pending
-// to be launched again, up to maxLaunchAttempts; a failed lookup is tried
+// to be launched again, a failed attempt of the TASK_MAX_ATTEMPTS it has;
+// a failed lookup is tried
 // again on the next sweep. Machines of earlier attempts, and duplicates of
 // this one, are destroyed.
 func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase string) error {
@@ -80,7 +78,8 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		return err
 	}
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
-	msg := fmt.Sprintf("no machine could be launched after %d attempts", maxLaunchAttempts)
+	maxAttempts := int32(w.deps.Config.TaskMaxAttempts)
+	msg := fmt.Sprintf("no machine could be launched after %d attempts", maxAttempts)
 	settle := db.TaskSettleUnlaunchedParams{Error: msg}
 	decide := func(id string, attempt int32, action, machineID string) {
 		settle.IDs = append(settle.IDs, id)
@@ -105,7 +104,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 				unwanted = append(unwanted, m.ID)
 			}
 			decide(r.ID, r.Attempt, settleFound, f.Current[0].ID)
-		case r.Attempt < maxLaunchAttempts:
+		case r.Failures+1 < maxAttempts:
 			decide(r.ID, r.Attempt, settleRelease, "")
 		default:
 			decide(r.ID, r.Attempt, settleFail, "")
@@ -120,7 +119,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 	if len(settle.IDs) == 0 {
 		return nil
 	}
-	gaveUp := 0 // tasks failed for want of a machine
+	gaveUp, relaunched := 0, 0 // tasks failed for want of a machine, and sent back for another
 	err = EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)
@@ -133,6 +132,10 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 			switch t.Action {
 			case settleRelease:
 				released = true
+				relaunched++
+				events = append(events, newEvent(batchID, db.EventTaskRetrying, phase, t.ID, map[string]any{
+					"reason": "no machine was found for its launch",
+				}))
 			case settleFail:
 				gaveUp++
 				events = append(events, newEvent(batchID, db.EventTaskFailed, phase, t.ID, map[string]any{"error": msg}))
@@ -143,14 +146,14 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 				return false, err
 			}
 		}
-		if gaveUp == 0 {
-			return false, nil
-		}
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 			return false, err
 		}
-		return true, nil
+		return gaveUp > 0, nil
 	})
+	if err == nil {
+		w.deps.Metrics.TasksRetried(phase, metrics.RetryNoMachine, relaunched)
+	}
 	if err == nil && gaveUp > 0 {
 		w.deps.Metrics.TasksFinished(phase, metrics.TaskFailed, gaveUp)
 		w.deps.Logger.Warn("tasks failed: no machine could be launched", "batch_id", batchID, "phase", phase, "count", gaveUp)
@@ -158,16 +161,21 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 	return err
 }
 
-// expire fails the expired tasks of one (batch, phase) with "Task timed out
-// after Ns", queues their machines for destruction and makes sure the
-// phase's check runs, as any other task end does (EndTasks).
+// expire ends the expired tasks of one (batch, phase) with "Task timed out
+// after Ns": a task with attempts left (TASK_MAX_ATTEMPTS) goes back to
+// pending and its launcher retires its machine before launching it again
+// (retire); the others fail, their machines are queued for destruction and
+// the phase's check is made sure to run, as any other task end does
+// (EndTasks).
 func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) error {
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
-	expired := 0
+	expired, retried := 0, 0
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	err := EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
-		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{BatchID: batchID, Phase: phase})
+		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{
+			BatchID: batchID, Phase: phase, MaxAttempts: int32(w.deps.Config.TaskMaxAttempts), RetireSeconds: RetireLimit.Seconds(),
+		})
 		if err != nil {
 			return false, fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)
 		}
@@ -177,12 +185,22 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 		events := make([]db.BatchEventInsertManyParams, 0, len(rows))
 		var machines []string
 		for _, r := range rows {
-			data := map[string]any{"error": deref(r.Error)}
+			data := map[string]any{"error": deref(r.Error), "failed_attempts": r.Failures}
 			if r.MachineID != nil {
-				machines = append(machines, *r.MachineID)
 				data["machine_id"] = *r.MachineID
 			}
 			events = append(events, newEvent(batchID, db.EventTaskTimedOut, phase, r.ID, data))
+			if r.Retry {
+				retried++
+				events = append(events, newEvent(batchID, db.EventTaskRetrying, phase, r.ID, map[string]any{
+					"reason": "timed out", "error": deref(r.Error), "failed_attempts": r.Failures,
+				}))
+				continue // its launcher destroys the machine first
+			}
+			expired++
+			if r.MachineID != nil {
+				machines = append(machines, *r.MachineID)
+			}
 		}
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 			return false, err
@@ -192,12 +210,20 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 				return false, err
 			}
 		}
-		expired = len(rows)
-		return true, nil
+		if retried > 0 {
+			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
+				return false, err
+			}
+		}
+		return expired > 0, nil
 	})
 	if err == nil && expired > 0 {
 		w.deps.Metrics.TasksFinished(phase, metrics.TaskTimedOut, expired)
 		w.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", expired)
+	}
+	if err == nil && retried > 0 {
+		w.deps.Metrics.TasksRetried(phase, metrics.RetryTimeout, retried)
+		w.deps.Logger.Warn("timed-out tasks to be retried", "batch_id", batchID, "phase", phase, "count", retried)
 	}
 	return err
 }

@@ -38,6 +38,17 @@ const (
 	TaskCancelled = "cancelled"
 )
 
+// Task retry reasons (the reason label of orchestrator_task_retries_total):
+// why an attempt failed and the task was sent back for another.
+const (
+	// RetryTimeout: the attempt was still processing at its deadline.
+	RetryTimeout = "timeout"
+	// RetryTransientError: the worker reported an error it calls retryable.
+	RetryTransientError = "transient_error"
+	// RetryNoMachine: the attempt's launch made no machine.
+	RetryNoMachine = "no_machine"
+)
+
 // Launch failure reasons (the reason label of
 // orchestrator_machine_launch_failures_total).
 const (
@@ -118,6 +129,7 @@ type Metrics struct {
 	launches          *prometheus.CounterVec
 	launchFailures    *prometheus.CounterVec
 	phaseRetries      *prometheus.CounterVec
+	taskRetries       *prometheus.CounterVec
 	callbackDuration  *prometheus.HistogramVec
 	callbacksRejected *prometheus.CounterVec
 	ingestAttempts    prometheus.Counter
@@ -205,6 +217,10 @@ func New(cfg Config) *Metrics {
 			Name: "orchestrator_phase_retries_total",
 			Help: "Phase-level launch retries scheduled after a launch error, by phase.",
 		}, []string{"phase"}),
+		taskRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_task_retries_total",
+			Help: "Task attempts that failed and were retried on a fresh machine, by phase and reason (timeout, transient_error, no_machine).",
+		}, []string{"phase", "reason"}),
 		callbackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "orchestrator_callback_duration_seconds",
 			Help:    "Time to handle a worker's callback (POST /callback/...), by result (applied, duplicate, rejected, error).",
@@ -259,7 +275,7 @@ func New(cfg Config) *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.1, 2, 17),
 	}, []string{"status"})
 	m.reg.MustRegister(m.batchesStarted, m.batchesFinished, m.batchDuration, m.tasksFinished, m.launches,
-		m.launchFailures, m.phaseRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
+		m.launchFailures, m.phaseRetries, m.taskRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
 		m.providerRequests, m.providerRate, m.providerTokens, m.chunkItems,
 		m.documentSteps, m.documentStepTime, m.documentsFinished, m.documentDuration)
 	m.retentionRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -401,6 +417,15 @@ func (m *Metrics) PhaseRetried(phase string) {
 		return
 	}
 	m.phaseRetries.WithLabelValues(phase).Inc()
+}
+
+// TasksRetried counts n task attempts of phase that failed for reason (a
+// Retry* constant) and were sent back for another attempt.
+func (m *Metrics) TasksRetried(phase, reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.taskRetries.WithLabelValues(phase, reason).Add(float64(n))
 }
 
 // CallbackHandled observes the time taken by one callback request and its

@@ -27,6 +27,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.MachineLaunched("TIFF_CONVERSION")
 	m.LaunchFailed("TIFF_CONVERSION", metrics.Launch5xx)
 	m.PhaseRetried("TIFF_CONVERSION")
+	m.TasksRetried("TIFF_CONVERSION", metrics.RetryTimeout, 1)
 	m.CallbackHandled(metrics.CallbackApplied, time.Millisecond)
 	m.CallbackRejected(metrics.RejectedBadToken)
 	m.IngestAttempted(true)

@@ -72,7 +72,10 @@ type Defaults struct {
 	ChunkSize   int           // chunked phases: directory groups per chunk
 	AlarmDelay  time.Duration // ALARM_DELAY_<PHASE>: pause between launch rounds
 	TaskTimeout time.Duration // TASK_TIMEOUT_<PHASE>: how long a task may run
-	Guest       Guest
+	// TaskTimeoutPerGB (TASK_TIMEOUT_PER_GB_<PHASE>) is added to TaskTimeout
+	// per 10^9 bytes of the task's input.
+	TaskTimeoutPerGB time.Duration
+	Guest            Guest
 }
 
 // Setting is an orchestrator setting that a phase owns and passes to its

@@ -52,12 +52,13 @@ func (tiffConversion) Spec() Spec {
 		Executor:   Machine,
 		Worker:     "tiff",
 		Defaults: Defaults{
-			FlyAppName:  "arke-tiff-worker",
-			WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0",
-			BatchSize:   1000,
-			AlarmDelay:  5 * time.Second,
-			TaskTimeout: 60 * time.Second,
-			Guest:       Guest{MemoryMB: 1024, CPUs: 2, CPUKind: "shared"},
+			FlyAppName:       "arke-tiff-worker",
+			WorkerImage:      "registry.fly.io/arke-tiff-worker:v1.0.0",
+			BatchSize:        1000,
+			AlarmDelay:       5 * time.Second,
+			TaskTimeout:      60 * time.Second,
+			TaskTimeoutPerGB: 120 * time.Second,
+			Guest:            Guest{MemoryMB: 1024, CPUs: 2, CPUKind: "shared"},
 		},
 	}
 }

@@ -41,6 +41,10 @@ type callbackBody struct {
 	BatchID *string `json:"batch_id"`
 	Status  *string `json:"status"`
 	Error   *string `json:"error"`
+	// Retryable marks an error as transient (an outage, a timeout): the
+	// task is retried on a fresh machine while it has attempts left.
+	// Absent means false, as from workers older than the field.
+	Retryable *bool `json:"retryable"`
 }
 
 // Callback applies a worker's callback to its task, and answers only once
@@ -49,8 +53,10 @@ type callbackBody struct {
 //
 // Outcomes: 404 for an unknown batch or task, 401 for a missing or wrong
 // token, 400 for a malformed body, 409 for a task that already ended some
-// other way (timed out, reset; the rejection is recorded), and a harmless
-// 200 for a repeat.
+// other way (its attempt timed out and was superseded, reset; the
+// rejection is recorded), and a harmless 200 for a repeat. A retryable
+// error with attempts left answers 200 with status "pending": the task is
+// retried.
 func (s *Service) Callback(ctx context.Context, batchID, taskID, token string, body []byte) (CallbackResult, error) {
 	out, err := s.callbacks.Apply(ctx, newCallback(batchID, taskID, token, body))
 	if err != nil {
@@ -78,7 +84,7 @@ func newCallback(batchID, taskID, token string, body []byte) callbackcommit.Call
 		sum := sha256.Sum256([]byte(token))
 		cb.TokenHash = sum[:]
 	}
-	cb.Status, cb.Result, cb.Error, cb.Invalid = parseCallback(taskID, batchID, body)
+	cb.Status, cb.Result, cb.Error, cb.Retryable, cb.Invalid = parseCallback(taskID, batchID, body)
 	return cb
 }
 
@@ -87,10 +93,11 @@ func newCallback(batchID, taskID, token string, body []byte) callbackcommit.Call
 // and batch_id, when given, must match the URL. It returns the status, the
 // result to keep, the worker's error message and what is wrong with the
 // body ("" for nothing). A success's result fields are checked against the
-// task's phase once the task has been read.
-func parseCallback(taskID, batchID string, body []byte) (status phases.TaskStatus, result []byte, errMsg, invalid string) {
-	bad := func(format string, a ...any) (phases.TaskStatus, []byte, string, string) {
-		return "", nil, "", fmt.Sprintf(format, a...)
+// task's phase once the task has been read. retryable is an error's
+// "retryable" (false when absent).
+func parseCallback(taskID, batchID string, body []byte) (status phases.TaskStatus, result []byte, errMsg string, retryable bool, invalid string) {
+	bad := func(format string, a ...any) (phases.TaskStatus, []byte, string, bool, string) {
+		return "", nil, "", false, fmt.Sprintf(format, a...)
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
@@ -119,9 +126,9 @@ func parseCallback(taskID, batchID string, body []byte) (status phases.TaskStatu
 		if b.Error != nil && *b.Error != "" {
 			msg = *b.Error
 		}
-		return phases.TaskFailed, trimmed, msg, ""
+		return phases.TaskFailed, trimmed, msg, b.Retryable != nil && *b.Retryable, ""
 	case "success":
-		return phases.TaskCompleted, trimmed, "", ""
+		return phases.TaskCompleted, trimmed, "", false, ""
 	default:
 		return bad(`status must be "success" or "error", got %q`, *b.Status)
 	}

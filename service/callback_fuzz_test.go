@@ -23,7 +23,7 @@ func FuzzParseCallback(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		status, _, errMsg, invalid := parseCallback("tiff_1", "B", body)
+		status, _, errMsg, _, invalid := parseCallback("tiff_1", "B", body)
 		switch {
 		case invalid != "":
 			if status != "" {

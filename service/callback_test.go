@@ -50,6 +50,9 @@ func TestCallbackAnswers(t *testing.T) {
 	svc, pool := newCallbackService(t, batch, 6)
 	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 'tiff_t003'`)
 	require.NoError(t, err)
+	// Its phase is over: the timed-out task's late success is refused.
+	_, err = pool.Exec(ctx, `UPDATE batches SET status = 'IMAGE_PROCESSING' WHERE id = $1`, batch)
+	require.NoError(t, err)
 	// Valid JSON that jsonb rejects (a lone surrogate).
 	poison := []byte(`{"status":"success","output_r2_key":"staging/ANSWERS/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
 

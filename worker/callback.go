@@ -39,17 +39,38 @@ func (c Callback) Complete() bool {
 
 // Backoff is the retry schedule of a callback: the first retry waits
 // Initial, each next one twice as long up to Max, with ±20% jitter so that
-// the workers of a batch that failed together do not retry together.
+// the workers of a batch that failed together do not retry together. It
+// gives up after Attempts attempts or once Window has passed since the
+// first, whichever comes first (a zero one is no limit; not both).
 type Backoff struct {
 	Initial  time.Duration
 	Max      time.Duration
-	Attempts int // total attempts, the first included
+	Attempts int           // total attempts, the first included
+	Window   time.Duration // how long to keep retrying, from the first attempt
 }
 
-// DefaultBackoff retries for about two minutes: the orchestrator may be
-// restarting or briefly overloaded, and a task's result is worth the wait
-// (its timeout sweep fails the task otherwise).
-var DefaultBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Attempts: 10}
+// DefaultCallbackRetryWindow is how long a callback is retried unless
+// CALLBACK_RETRY_WINDOW says otherwise: long enough to outlast a Postgres
+// failover or an orchestrator restart, during which callbacks answer 503.
+const DefaultCallbackRetryWindow = 15 * time.Minute
+
+// DefaultBackoff retries for DefaultCallbackRetryWindow: the orchestrator
+// may be restarting, its database failing over, or briefly overloaded, and
+// a task's result is worth the wait.
+var DefaultBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Window: DefaultCallbackRetryWindow}
+
+// urlsBackoff paces a worker's requests for URLs in the middle of its work:
+// a few attempts, not the callback's window, since the task's deadline
+// runs meanwhile.
+var urlsBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Attempts: 8}
+
+// backoff is the callback's schedule, DefaultBackoff when unset.
+func (c *Callback) backoff() Backoff {
+	if c.Backoff.Attempts <= 0 && c.Backoff.Window <= 0 {
+		return DefaultBackoff
+	}
+	return c.Backoff
+}
 
 // ErrNotWanted is matched by a callback answered 409 Conflict: the
 // orchestrator no longer expects this task's result (it timed out, was
@@ -82,16 +103,18 @@ func PostCallback(ctx context.Context, url, token string, body any) error {
 // Post sends body (marshalled to JSON unless it is a json.RawMessage or
 // []byte) and returns nil once the orchestrator answers 2xx. Network
 // errors, 5xx and 429 are retried with backoff (a 429's or 503's
-// Retry-After is honoured up to Backoff.Max); a 409 returns ErrNotWanted at
-// once, any other status a *StatusError at once. It gives up when ctx ends.
+// Retry-After is honoured up to Backoff.Max) for Backoff's window; a 409
+// returns ErrNotWanted at once, any other status a *StatusError at once.
+// It gives up when ctx ends.
 func (c *Callback) Post(ctx context.Context, body any) error {
-	return c.exchange(ctx, "callback", c.URL, body, nil)
+	return c.exchange(ctx, "callback", c.URL, c.backoff(), body, nil)
 }
 
-// exchange POSTs body to url as Post does and, when out is not nil, decodes
-// the 2xx answer's JSON into out (a malformed answer is retried too). what
-// names the request in errors and logs.
-func (c *Callback) exchange(ctx context.Context, what, url string, body, out any) error {
+// exchange POSTs body to url as Post does, retrying on bo's schedule, and,
+// when out is not nil, decodes the 2xx answer's JSON into out (a malformed
+// answer is retried too). what names the request in errors and logs, which
+// never show the token.
+func (c *Callback) exchange(ctx context.Context, what, url string, bo Backoff, body, out any) error {
 	var data []byte
 	switch b := body.(type) {
 	case json.RawMessage:
@@ -104,10 +127,6 @@ func (c *Callback) exchange(ctx context.Context, what, url string, body, out any
 			return fmt.Errorf("encoding %s body: %w", what, err)
 		}
 	}
-	bo := c.Backoff
-	if bo.Attempts <= 0 {
-		bo = DefaultBackoff
-	}
 	client := c.Client
 	if client == nil {
 		client = &http.Client{Timeout: 30 * time.Second}
@@ -118,6 +137,7 @@ func (c *Callback) exchange(ctx context.Context, what, url string, body, out any
 	}
 
 	delay := bo.Initial
+	start := time.Now()
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		retryAfter, err := c.attempt(ctx, client, what, url, data, out)
@@ -129,14 +149,19 @@ func (c *Callback) exchange(ctx context.Context, what, url string, body, out any
 		if errors.Is(err, ErrNotWanted) || (errors.As(err, &se) && !retryable(se.Code)) {
 			return err
 		}
-		if attempt >= bo.Attempts {
-			return fmt.Errorf("%s not delivered after %d attempts: %w", what, attempt, lastErr)
+		elapsed := time.Since(start)
+		if (bo.Attempts > 0 && attempt >= bo.Attempts) || (bo.Window > 0 && elapsed >= bo.Window) {
+			return fmt.Errorf("%s not delivered after %d attempts in %s: %w", what, attempt, elapsed.Round(time.Millisecond), lastErr)
 		}
 		wait := min(jitter(delay), bo.Max)
 		if retryAfter > wait {
 			wait = min(retryAfter, bo.Max)
 		}
-		log.Warn(what+" failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", err.Error())
+		if bo.Window > 0 {
+			wait = min(wait, bo.Window-elapsed) // the last attempt at the window's end
+		}
+		log.Warn(what+" failed, retrying", "attempt", attempt, "elapsed", elapsed.Round(time.Millisecond).String(),
+			"retry_in", wait.String(), "error", err.Error())
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s not delivered after %d attempts (%w): %w", what, attempt, context.Cause(ctx), lastErr)

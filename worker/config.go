@@ -18,6 +18,9 @@
 //	TASK_ID, BATCH_ID        the task and batch, echoed in the callback
 //	CALLBACK_URL             where the callback is POSTed
 //	CALLBACK_TOKEN           sent as "Authorization: Bearer <token>"
+//	CALLBACK_RETRY_WINDOW    optional, milliseconds, default 900000 (15 min): how long
+//	                         the callback is retried while the orchestrator is
+//	                         unreachable or answers 5xx or 429
 //	INPUT_R2_KEY             the object to process, in R2_BUCKET (for logs and results)
 //	INPUT_URL                a presigned GET of that object
 //	OUTPUT_URLS              optional, the presigned requests for the objects the
@@ -61,6 +64,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/phases"
@@ -170,6 +174,15 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 		BatchID: str("BATCH_ID", true),
 		URL:     str("CALLBACK_URL", true),
 		Token:   str("CALLBACK_TOKEN", true),
+		Backoff: DefaultBackoff,
+	}
+	if v := str("CALLBACK_RETRY_WINDOW", false); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("CALLBACK_RETRY_WINDOW: %q is not a positive number of milliseconds", v))
+		} else {
+			cfg.Callback.Backoff.Window = time.Duration(ms) * time.Millisecond
+		}
 	}
 	cfg.Input = Input{
 		Key:         str("INPUT_R2_KEY", true),

@@ -24,16 +24,21 @@ type ErrorBody struct {
 	BatchID string `json:"batch_id"`
 	Status  string `json:"status"` // always "error"
 	Error   string `json:"error"`
+	// Retryable says the failure is transient (Retryable): the
+	// orchestrator retries the task on a fresh machine while it has
+	// attempts left. False for a permanent one (bad input).
+	Retryable bool `json:"retryable"`
 }
 
 // maxErrorLen bounds the error message sent: a libvips or S3 message can
 // be long, and the orchestrator stores it with the task.
 const maxErrorLen = 2000
 
-// reportTimeout bounds the delivery of the callback once the work is over,
-// even if the work's own context was cancelled (a SIGTERM): the result, or
-// the reason there is none, must still get out.
-var reportTimeout = 2 * time.Minute
+// reportMargin is added to the callback's retry window to bound its
+// delivery once the work is over, even if the work's own context was
+// cancelled (a SIGTERM): the result, or the reason there is none, must
+// still get out.
+const reportMargin = time.Minute
 
 // Run runs fn and always posts a callback: fn's result as the success body
 // (its JSON fields plus task_id, batch_id and status "success"), or an
@@ -63,19 +68,21 @@ func Run(ctx context.Context, cb Callback, log *slog.Logger, fn func(context.Con
 		body, err = successBody(cb, result)
 	}
 	if err != nil {
-		log.Error("task failed", "error", err.Error(), "duration_ms", time.Since(start).Milliseconds())
-		body = errorBody(cb, err.Error())
+		retry := Retryable(err)
+		log.Error("task failed", "error", err.Error(), "retryable", retry, "duration_ms", time.Since(start).Milliseconds())
+		body = errorBody(cb, err.Error(), retry)
 	} else {
 		log.Info("task succeeded", "duration_ms", time.Since(start).Milliseconds())
 	}
 
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	bo := cb.backoff()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(bo.Window, time.Duration(bo.Attempts)*bo.Max)+reportMargin)
 	defer cancel()
 	perr := cb.Post(rctx, body)
 	var se *StatusError
 	if err == nil && errors.As(perr, &se) && (se.Code == http.StatusBadRequest || se.Code == http.StatusRequestEntityTooLarge || se.Code == http.StatusUnprocessableEntity) {
 		log.Error("orchestrator refused the result", "error", perr.Error())
-		perr = cb.Post(rctx, errorBody(cb, "orchestrator refused the worker's result: "+perr.Error()))
+		perr = cb.Post(rctx, errorBody(cb, "orchestrator refused the worker's result: "+perr.Error(), false))
 	}
 	switch {
 	case perr == nil:
@@ -100,8 +107,9 @@ func call(ctx context.Context, fn func(context.Context) (any, error), log *slog.
 	result, err = fn(ctx)
 	if err != nil && ctx.Err() != nil {
 		// Say why the work stopped (e.g. "received SIGTERM"), not just
-		// "context canceled".
-		return nil, fmt.Errorf("interrupted (%v): %w", context.Cause(ctx), err)
+		// "context canceled". The machine was stopped under the work:
+		// another may well finish it.
+		return nil, Transient(fmt.Errorf("interrupted (%v): %w", context.Cause(ctx), err))
 	}
 	return result, err
 }
@@ -125,7 +133,7 @@ func successBody(cb Callback, result any) (json.RawMessage, error) {
 	return json.Marshal(fields)
 }
 
-func errorBody(cb Callback, msg string) json.RawMessage {
+func errorBody(cb Callback, msg string, retryable bool) json.RawMessage {
 	if len(msg) > maxErrorLen {
 		cut := maxErrorLen
 		for cut > 0 && !utf8.RuneStart(msg[cut]) {
@@ -133,6 +141,6 @@ func errorBody(cb Callback, msg string) json.RawMessage {
 		}
 		msg = msg[:cut] + "…"
 	}
-	data, _ := json.Marshal(ErrorBody{TaskID: cb.TaskID, BatchID: cb.BatchID, Status: ResultError, Error: msg})
+	data, _ := json.Marshal(ErrorBody{TaskID: cb.TaskID, BatchID: cb.BatchID, Status: ResultError, Error: msg, Retryable: retryable})
 	return data
 }

@@ -111,7 +111,11 @@ func (s *URLStore) ask(ctx context.Context, objs []blob.Object) error {
 		URLs []blob.Presigned `json:"urls"`
 	}
 	t := time.Now()
-	err := s.callback.exchange(ctx, "request for URLs", s.callback.URL, map[string]any{"objects": objs}, &answer)
+	bo := urlsBackoff
+	if s.callback.Backoff.Attempts > 0 {
+		bo = s.callback.Backoff // a test's schedule
+	}
+	err := s.callback.exchange(ctx, "request for URLs", s.callback.URL, bo, map[string]any{"objects": objs}, &answer)
 	if err != nil {
 		return fmt.Errorf("asking the orchestrator for %d URLs (%s first): %w", len(objs), addr(objs[0].Bucket, objs[0].Key), err)
 	}

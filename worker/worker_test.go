@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,7 +44,9 @@ func TestParseEnv(t *testing.T) {
 		t.Parallel()
 		cfg, err := worker.ParseEnv(worker.KindTIFF, env(baseEnv()))
 		require.NoError(t, err)
-		require.Equal(t, worker.Callback{TaskID: "tiff_1", BatchID: "01BATCH", URL: "http://orchestrator/callback/01BATCH/tiff_1", Token: "secret"}, cfg.Callback)
+		require.Equal(t, worker.Callback{TaskID: "tiff_1", BatchID: "01BATCH", URL: "http://orchestrator/callback/01BATCH/tiff_1", Token: "secret",
+			Backoff: worker.DefaultBackoff}, cfg.Callback)
+		require.Equal(t, 15*time.Minute, cfg.Callback.Backoff.Window)
 		require.Equal(t, "staging/01BATCH/photo.tif", cfg.Input.Key)
 		require.Equal(t, "arke-staging", cfg.Bucket)
 		require.Equal(t, 90, cfg.JPEGQuality)
@@ -303,7 +306,19 @@ func TestRun(t *testing.T) {
 			return nil, errors.New("decoding TIFF staging/01BATCH/x.tif: bad")
 		})
 		require.NoError(t, err, "the error was reported")
-		require.JSONEq(t, `{"task_id":"tiff_1","batch_id":"01BATCH","status":"error","error":"decoding TIFF staging/01BATCH/x.tif: bad"}`, string(o.requests()[0]))
+		require.JSONEq(t, `{"task_id":"tiff_1","batch_id":"01BATCH","status":"error","error":"decoding TIFF staging/01BATCH/x.tif: bad","retryable":false}`, string(o.requests()[0]))
+	})
+
+	t.Run("TransientErrorRetryable", func(t *testing.T) {
+		t.Parallel()
+		o := newOrchestrator(t, 200)
+		err := worker.Run(t.Context(), o.callback(), nil, func(context.Context) (any, error) {
+			return nil, fmt.Errorf("downloading input: %w", &worker.HTTPError{StatusCode: http.StatusServiceUnavailable})
+		})
+		require.NoError(t, err)
+		var got worker.ErrorBody
+		require.NoError(t, json.Unmarshal(o.requests()[0], &got))
+		require.True(t, got.Retryable, "an S3 503 is worth another attempt: %s", got.Error)
 	})
 
 	t.Run("PanicReported", func(t *testing.T) {

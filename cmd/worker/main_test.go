@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -303,4 +304,43 @@ func TestEveryPhaseHasAProgram(t *testing.T) {
 		require.NotNil(t, p.run, k)
 	}
 	require.Len(t, programs, len(kinds()))
+}
+
+// TestFailuresClassified: a storage outage (S3 answering 503 to the
+// input's GET, through every retry) is reported as retryable, so the task
+// gets another machine; a corrupt input is reported as permanent.
+func TestFailuresClassified(t *testing.T) {
+	t.Parallel()
+	t.Run("StorageOutageRetryable", func(t *testing.T) {
+		t.Parallel()
+		o := newOrchestrator(t, http.StatusOK)
+		vars := setup(t, o, phases.TIFFConversion, "staging/01BATCH/x.tif", tiffSample(t, samples.LZW))
+		down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`<Error><Code>ServiceUnavailable</Code><Message>down for a while</Message></Error>`))
+		}))
+		t.Cleanup(down.Close)
+		u, err := url.Parse(vars["INPUT_URL"])
+		require.NoError(t, err)
+		d, err := url.Parse(down.URL)
+		require.NoError(t, err)
+		u.Host = d.Host
+		vars["INPUT_URL"] = u.String()
+
+		code, logs := runWorker(t, vars, "tiff")
+		require.Equal(t, 0, code, logs)
+		body := o.last(t)
+		require.Equal(t, "error", body["status"])
+		require.Equal(t, true, body["retryable"], body["error"])
+	})
+	t.Run("CorruptInputPermanent", func(t *testing.T) {
+		t.Parallel()
+		o := newOrchestrator(t, http.StatusOK)
+		vars := setup(t, o, phases.TIFFConversion, "staging/01BATCH/x.tif", samples.TruncatedTIFF(64, 48))
+		code, logs := runWorker(t, vars, "tiff")
+		require.Equal(t, 0, code, logs)
+		body := o.last(t)
+		require.Equal(t, "error", body["status"])
+		require.Equal(t, false, body["retryable"], body["error"])
+	})
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// MaxOutputs caps the output files of one success's result
 	// (MAX_OUTPUTS_PER_TASK); phases.DefaultMaxOutputs when not positive.
 	MaxOutputs int
+	// TaskMaxAttempts bounds a task's attempts (TASK_MAX_ATTEMPTS): an
+	// error its worker calls retryable is retried until this many attempts
+	// have failed. 1 when not positive: no retries.
+	TaskMaxAttempts int
 }
 
 // DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
@@ -81,6 +85,7 @@ type Committer struct {
 	committers int
 	maxQueued  int
 	maxOutputs int
+	maxTries   int // TaskMaxAttempts
 	logger     *slog.Logger
 	metrics    *metrics.Metrics
 
@@ -104,7 +109,7 @@ func New(cfg Config) *Committer {
 		cfg.MaxOutputs = phases.DefaultMaxOutputs
 	}
 	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
-		logger: cfg.Logger, metrics: cfg.Metrics}
+		maxTries: max(1, cfg.TaskMaxAttempts), logger: cfg.Logger, metrics: cfg.Metrics}
 }
 
 // Callback is a worker's callback as far as it can be checked without the
@@ -121,6 +126,9 @@ type Callback struct {
 	Result []byte
 	// Error is the worker's message, for an error callback.
 	Error string
+	// Retryable is true for an error the worker calls transient: the task
+	// is retried on a fresh machine while it has attempts left.
+	Retryable bool
 	// Invalid says what is wrong with the body, or is empty. It is reported
 	// only after the task and token have been checked, so that an
 	// unauthenticated caller learns nothing from it.
@@ -379,8 +387,12 @@ func (c *Committer) answer(group []*request, decisions []decision, err error) {
 		return
 	}
 	for i, d := range decisions {
-		if d.applied {
-			// Committed: counted once, by the callback that ended the task.
+		if d.applied && d.Status == phases.TaskPending {
+			c.metrics.TasksRetried(d.phase, metrics.RetryTransientError, 1)
+		}
+		if d.applied && d.Status != phases.TaskPending {
+			// Committed: counted once, by the callback that ended the task
+			// (a retried task has not ended).
 			c.metrics.TasksFinished(d.phase, taskOutcome(d.Status), 1)
 			c.logger.Debug("callback applied", "batch_id", group[i].BatchID, "task_id", group[i].TaskID, "phase", d.phase, "status", d.Status)
 		}

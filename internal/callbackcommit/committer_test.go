@@ -94,6 +94,10 @@ func TestGroupOutcomes(t *testing.T) {
 	c, pool := newCommitter(t, batch, 10)
 	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'failed', ended_by = 'timeout', error = 'Task timed out after 1.0s' WHERE id = 'tiff_t005'`)
 	require.NoError(t, err)
+	// The phase has ended since: a late success of its last attempt is too
+	// late (attempts_test.go has the one that is not).
+	_, err = pool.Exec(ctx, `UPDATE batches SET status = 'IMAGE_PROCESSING' WHERE id = $1`, batch)
+	require.NoError(t, err)
 
 	// Valid JSON that jsonb rejects (a lone surrogate): it fails the group's
 	// transaction, which is then applied callback by callback.

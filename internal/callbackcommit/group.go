@@ -43,7 +43,7 @@ type decision struct {
 // answer follows the usual order (explain).
 func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*request, commitPrev func(error)) (*pipelinedTx, []decision, error) {
 	decisions := make([]decision, len(group))
-	var params db.TaskCompleteManyParams
+	params := db.TaskCompleteManyParams{MaxAttempts: int32(c.maxTries), RetireSeconds: jobs.RetireLimit.Seconds()}
 	// The request that tries to end a task with a batch and token. One
 	// task's callbacks with different batches or tokens are all tried (at
 	// most one can match): were only the first tried, a stray caller's
@@ -61,6 +61,7 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 		params.Results = append(params.Results, string(r.Result))
 		params.Errors = append(params.Errors, r.Error)
 		params.TokenHashes = append(params.TokenHashes, r.TokenHash)
+		params.Retryables = append(params.Retryables, r.Retryable)
 	}
 
 	tx := &pipelinedTx{conn: conn}
@@ -69,24 +70,32 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 		return tx, nil, err
 	}
 
-	// Phases with an ended task and no pending check get one.
-	var checks []jobs.PhaseRef
-	ended := make(map[attempt]string, len(applied.ended)) // -> the task's phase
+	// Phases with an ended task and no pending check get one; those with
+	// a task to retry get their launcher.
+	var checks, launches []jobs.PhaseRef
+	ended := make(map[attempt]db.TaskCompleteManyRow, len(applied.ended))
 	for _, e := range applied.ended {
-		ended[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e.Phase
-		if k := (jobs.PhaseRef{BatchID: e.BatchID, Phase: e.Phase}); !applied.pending[k] {
+		ended[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e
+		k := jobs.PhaseRef{BatchID: e.BatchID, Phase: e.Phase}
+		switch {
+		case phases.TaskStatus(e.Status) == phases.TaskPending:
+			launches = append(launches, k)
+		case !applied.pending[k]:
 			checks = append(checks, k)
 		}
 	}
 	if err := jobs.InsertPhaseChecks(ctx, tx, c.river, checks); err != nil {
 		return tx, nil, err
 	}
+	if err := jobs.InsertPhaseLaunches(ctx, tx, c.river, launches); err != nil {
+		return tx, nil, err
+	}
 
 	var unapplied []int
 	for i, r := range group {
 		k := attemptOf(r)
-		if phase, ok := ended[k]; ok && first[k] == i {
-			decisions[i] = decision{Outcome: Outcome{Status: r.Status}, applied: true, phase: phase}
+		if e, ok := ended[k]; ok && first[k] == i {
+			decisions[i] = decision{Outcome: Outcome{Status: phases.TaskStatus(e.Status)}, applied: true, phase: e.Phase}
 			continue
 		}
 		unapplied = append(unapplied, i)
@@ -151,6 +160,13 @@ func (c *Committer) explain(ctx context.Context, q *db.Queries, r *request, curr
 		return refuse(BadToken, "missing bearer token")
 	}
 	if t.TokenHash == nil || subtle.ConstantTimeCompare(r.TokenHash, t.TokenHash) != 1 {
+		for _, h := range t.SupersededTokenHashes {
+			if subtle.ConstantTimeCompare(r.TokenHash, h) == 1 {
+				// An earlier attempt's: its machine was given up on and
+				// the task launched again.
+				return superseded(ctx, q, r, t)
+			}
+		}
 		// A task ended by a timeout or reset keeps the hash of its last
 		// launch, so its late worker still authenticates and gets its 409.
 		return refuse(BadToken, "wrong callback token for task %s", r.TaskID)
@@ -175,7 +191,9 @@ func notApplied(ctx context.Context, q *db.Queries, r *request, task db.TaskList
 	if task.EndedBy != nil {
 		endedBy = *task.EndedBy
 	}
-	if endedBy == "callback" {
+	if endedBy == "callback" || (endedBy == "retry" && r.Status == phases.TaskFailed) {
+		// A repeat; or an error of an attempt already being retried (its
+		// late report after a timeout changes nothing either).
 		return decision{Outcome: Outcome{Status: phases.TaskStatus(task.Status), Duplicate: true}}, nil
 	}
 	reason := fmt.Sprintf("task %s is %s", r.TaskID, task.Status)
@@ -185,6 +203,17 @@ func notApplied(ctx context.Context, q *db.Queries, r *request, task db.TaskList
 	case "reset":
 		reason = fmt.Sprintf("batch %s was reset or has failed", r.BatchID)
 	}
+	if err := q.EventRecord(ctx, db.Event{BatchID: r.BatchID, Type: db.EventCallbackRejected, Phase: task.Phase, TaskID: r.TaskID,
+		Data: map[string]any{"reason": reason, "reported": string(r.Status)}}); err != nil {
+		return decision{}, err
+	}
+	return decision{Outcome: Outcome{Refusal: TaskEnded, Reason: reason}}, nil
+}
+
+// superseded refuses, and records, a callback of an attempt that a later
+// attempt of its task has replaced.
+func superseded(ctx context.Context, q *db.Queries, r *request, task db.TaskListForCallbacksRow) (decision, error) {
+	reason := fmt.Sprintf("task %s already timed out: this attempt was superseded by a new one", r.TaskID)
 	if err := q.EventRecord(ctx, db.Event{BatchID: r.BatchID, Type: db.EventCallbackRejected, Phase: task.Phase, TaskID: r.TaskID,
 		Data: map[string]any{"reason": reason, "reported": string(r.Status)}}); err != nil {
 		return decision{}, err

@@ -104,7 +104,7 @@ func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyPa
 		return applied, fmt.Errorf("locking batches: %w", err)
 	}
 	var row db.TaskCompleteManyRow
-	if err := readRows(p, m, []any{&row.ID, &row.BatchID, &row.Phase, &row.TokenHash}, func() {
+	if err := readRows(p, m, []any{&row.ID, &row.BatchID, &row.Phase, &row.TokenHash, &row.Status}, func() {
 		applied.ended = append(applied.ended, row) // Scan copies a bytea
 	}); err != nil {
 		return applied, fmt.Errorf("ending tasks: %w", err)

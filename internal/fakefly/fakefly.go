@@ -208,9 +208,12 @@ type Server struct {
 	counts    Counts
 	failCode  int
 	failLeft  int
-	seq       uint64
-	idBase    uint64
-	queue     []*job
+	// destroyFailCode and destroyFailLeft are FailDestroys'.
+	destroyFailCode int
+	destroyFailLeft int
+	seq             uint64
+	idBase          uint64
+	queue           []*job
 }
 
 type appState struct {
@@ -338,6 +341,31 @@ func (s *Server) Fail(status int, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failCode, s.failLeft = status, n
+}
+
+// FailDestroys makes the next n DELETE requests (machine destructions)
+// answer status, and only them, as when Fly cannot reach a machine's host
+// for a while: the machine stays alive. It replaces any such failure still
+// pending.
+func (s *Server) FailDestroys(status int, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.destroyFailCode, s.destroyFailLeft = status, n
+}
+
+// injectedDestroy answers a destruction with the failure set by
+// FailDestroys, if any is left.
+func (s *Server) injectedDestroy(w http.ResponseWriter) bool {
+	s.mu.Lock()
+	if s.destroyFailLeft <= 0 {
+		s.mu.Unlock()
+		return false
+	}
+	s.destroyFailLeft--
+	code := s.destroyFailCode
+	s.mu.Unlock()
+	writeError(w, code, "injected destroy failure", 0)
+	return true
 }
 
 // Launches returns every launch request received, rejected ones included, in
@@ -953,7 +981,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDestroy(w http.ResponseWriter, r *http.Request) {
-	if s.injected(w) || !s.authorized(w, r) {
+	if s.injected(w) || s.injectedDestroy(w) || !s.authorized(w, r) {
 		return
 	}
 	app, id := r.PathValue("app"), r.PathValue("id")

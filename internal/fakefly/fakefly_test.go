@@ -424,6 +424,29 @@ func TestTokenSchemes(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, get(""))
 }
 
+func TestFailDestroysKeepsTheMachine(t *testing.T) {
+	fake := fakefly.New(t, fakefly.Options{Behave: func(fakefly.Launch) fakefly.Behavior {
+		return fakefly.Behavior{Hang: true}
+	}})
+	c := flapsClient(t, fake)
+	m, err := c.Launch(t.Context(), app, fly.LaunchMachineInput{Config: &fly.MachineConfig{Image: "img"}})
+	require.NoError(t, err)
+	fake.FailDestroys(http.StatusServiceUnavailable, 1)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, fake.URL+"/v1/apps/"+app+"/machines/"+m.ID+"?kill=true", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+fakefly.DefaultToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Len(t, fake.Machines(app), 1, "the machine lives on")
+	_, err = c.List(t.Context(), app, "")
+	require.NoError(t, err, "other routes answer")
+
+	require.NoError(t, c.Destroy(t.Context(), app, fly.RemoveMachineInput{ID: m.ID, Kill: true}, ""))
+	require.Equal(t, []string{m.ID}, fake.Destroyed())
+}
+
 func TestFailInjectsStatusOnAnyRoute(t *testing.T) {
 	t.Parallel()
 	fake := fakefly.New(t, fakefly.Options{RetryAfter: 3 * time.Second})

@@ -166,7 +166,8 @@ func settingsTable(specs []phases.Spec) string {
 			row(ph, "FLY_"+sp.Short+"_WORKER_IMAGE", "`"+d.WorkerImage+"`", "image its machines run")
 			row(ph, "BATCH_SIZE_"+n, fmt.Sprintf("`%d`", d.BatchSize), "tasks launched per round")
 			row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
-			row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "a task still processing after this fails (ms)")
+			row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "an attempt still processing after this, plus the per-GB part, times out (ms)")
+			row(ph, "TASK_TIMEOUT_PER_GB_"+n, millis(d.TaskTimeoutPerGB), "added to the timeout per 10^9 bytes of the task's input (ms; 0 for none)")
 		case phases.Documents:
 			row(ph, "DOCUMENT_MAX_BYTES", "`20000000`", fmt.Sprintf("%s by `document_step` jobs, no machines: the document settings apply (`DOCUMENT_MAX_BYTES`, `DOCUMENT_CHUNK_TOKENS`, the embeddings and tags providers); a larger document fails and its file passes through without document fields", sp.Title))
 		default:

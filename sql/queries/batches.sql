@@ -81,7 +81,16 @@ WHERE id = @id
 RETURNING phase_retry_count;
 
 -- name: BatchPhaseRetryReset :exec
-UPDATE batches SET phase_retry_count = 0 WHERE id = @id AND phase_retry_count <> 0;
+UPDATE batches SET phase_retry_count = 0, launch_outage_since = NULL
+WHERE id = @id AND (phase_retry_count <> 0 OR launch_outage_since IS NOT NULL);
+
+-- BatchLaunchOutage records a transient launch failure of the batch's
+-- phase: it returns how long the run of such failures has lasted, which
+-- starts now if none was running.
+-- name: BatchLaunchOutage :one
+UPDATE batches SET launch_outage_since = coalesce(launch_outage_since, clock_timestamp()), updated_at = clock_timestamp()
+WHERE id = @id
+RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::bigint AS lasted_ms;
 
 -- BatchPruneBegin marks a batch as being pruned, if it still may be (as
 -- BatchListPrunable; the row lock orders it with an admin retry, which
@@ -118,7 +127,7 @@ UPDATE batches SET pruned_at = clock_timestamp() WHERE id = @id AND pruned_count
 -- retry. Any other batch is left as it is (no row is returned).
 -- name: BatchResume :one
 UPDATE batches
-SET status = @status, error = NULL, completed_at = NULL, phase_retry_count = 0, updated_at = clock_timestamp()
+SET status = @status, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = @id AND status = 'ERROR'
 RETURNING *;
 
@@ -149,7 +158,7 @@ RETURNING *;
 -- name: BatchSetPhase :one
 UPDATE batches
 SET status = @phase, phase = @phase, generation = @generation,
-    phase_retry_count = 0, updated_at = clock_timestamp()
+    phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = @id AND status NOT IN ('DONE', 'ERROR')
 RETURNING *;
 
@@ -159,7 +168,7 @@ RETURNING *;
 -- input file (of generation - 1, transformed by phase from) it covered.
 -- name: BatchSetPhaseBuilding :one
 UPDATE batches
-SET status = @phase, phase = @phase, generation = @generation, phase_retry_count = 0,
+SET status = @phase, phase = @phase, generation = @generation, phase_retry_count = 0, launch_outage_since = NULL,
     build_from = @build_from::text, build_cursor = @cursor::integer, updated_at = clock_timestamp()
 WHERE id = @id AND status NOT IN ('DONE', 'ERROR')
 RETURNING *;

@@ -1,58 +1,87 @@
 -- TaskClaimPending moves up to @max pending tasks of a phase to processing
 -- for launch. Each gets a fresh random callback token: only its SHA-256 is
--- stored, and the token itself is returned once, for the machine's env. SKIP
--- LOCKED lets several launchers share a phase without waiting on each other.
+-- stored, and the token itself is returned once, for the machine's env; the
+-- previous attempt's hash joins the superseded ones, so that its late
+-- callbacks are told they are late. SKIP LOCKED lets several launchers share a phase
+-- without waiting on each other. A task that still has its last attempt's
+-- machine (ended_by 'retry', being retired) is not claimed: a task never has
+-- two machines. The deadline is @timeout_seconds plus @seconds_per_gb per
+-- 10^9 bytes of the input file.
 -- name: TaskClaimPending :many
 WITH claimed AS (
     SELECT p.id FROM tasks p
-    WHERE p.batch_id = @batch_id AND p.phase = @phase AND p.status = 'pending'
+    WHERE p.batch_id = @batch_id AND p.phase = @phase AND p.status = 'pending' AND p.machine_id IS NULL
     ORDER BY p.created_at, p.id
     LIMIT @max
     FOR UPDATE SKIP LOCKED
 ), tokens AS (
-    SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token
+    SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token,
+        @timeout_seconds::float8 AS timeout_seconds, @seconds_per_gb::float8 AS seconds_per_gb
     FROM claimed
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL,
+SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL,
+    superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
+        ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
-    deadline = clock_timestamp() + make_interval(secs => @timeout_seconds::float8),
+    deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
     launched_at = clock_timestamp(), updated_at = clock_timestamp()
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
-RETURNING t.id, t.file_id, t.attempt, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token;
+RETURNING t.id, t.file_id, t.attempt, t.failures, t.deadline, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token;
 
 -- TaskCompleteMany applies a group of workers' callbacks (one group commit)
--- and records a task.completed or task.failed event for each task it ended,
--- in one statement. It matches only processing tasks of the batch named
--- whose current token is the one presented, so a callback from an earlier
--- launch of a relaunched task cannot apply. An id may come more than once
--- with different batches or tokens (a stray caller's and the worker's): at
--- most one of them matches, and RETURNING says which. The input is sorted
--- by task id, in byte order (as Go sorts strings), so that concurrent
--- groups and the launcher's bookkeeping (TaskSetMachines) lock rows in one
--- order.
+-- and records an event for each task it ended, in one statement. It matches
+-- only tasks of the batch named whose current token is the one presented,
+-- so a callback from an earlier launch of a relaunched task cannot apply;
+-- and only processing tasks, except that a success is taken late (work is
+-- not thrown away for being late) while its attempt is still the current
+-- one: from a task waiting for its timed-out machine's retirement (pending,
+-- ended_by 'retry'), or from a task whose last attempt timed out while its
+-- phase is still the batch's (the fan-in's shared lock, which the group
+-- holds, keeps the phase from ending meanwhile). An error the worker calls
+-- retryable, with attempts left (@max_attempts), sends the task back to
+-- pending to be retried (task.retrying) instead of failing it. An id may
+-- come more than once with different batches or tokens (a stray caller's
+-- and the worker's): at most one of them matches, and RETURNING says which.
+-- The input is sorted by task id, in byte order (as Go sorts strings), so
+-- that concurrent groups and the launcher's bookkeeping (TaskSetMachines)
+-- lock rows in one order.
 -- name: TaskCompleteMany :many
 WITH input AS (
     SELECT * FROM (
         SELECT unnest(@ids::text[]) AS id, unnest(@batch_ids::text[]) AS batch_id, unnest(@statuses::text[]) AS status,
-            unnest(@results::text[]) AS result, unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash
+            unnest(@results::text[]) AS result, unnest(@errors::text[]) AS error, unnest(@token_hashes::bytea[]) AS token_hash,
+            unnest(@retryables::bool[]) AS retryable
     ) c
     ORDER BY id COLLATE "C"
 ), ended AS (
     UPDATE tasks t
-    SET status = input.status, result = input.result::jsonb, error = nullif(input.error, ''), ended_by = 'callback',
-        finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    SET status = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN 'pending' ELSE input.status END,
+        result = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN NULL ELSE input.result::jsonb END,
+        error = nullif(input.error, ''),
+        ended_by = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN 'retry' ELSE 'callback' END,
+        failures = t.failures + CASE WHEN input.retryable AND input.status = 'failed' THEN 1 ELSE 0 END,
+        deadline = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int
+            THEN clock_timestamp() + make_interval(secs => @retire_seconds::float8) ELSE t.deadline END,
+        finished_at = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN NULL ELSE clock_timestamp() END,
+        updated_at = clock_timestamp()
     FROM input
-    WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.status = 'processing' AND t.token_hash = input.token_hash
-    RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash
+    WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.token_hash = input.token_hash
+        AND (t.status = 'processing'
+            OR (input.status = 'completed' AND t.ended_by = 'retry' AND t.status = 'pending')
+            OR (input.status = 'completed' AND t.ended_by = 'timeout' AND t.status = 'failed'
+                AND EXISTS (SELECT 1 FROM batches b WHERE b.id = t.batch_id AND b.status = t.phase)))
+    RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash, t.failures
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
-    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' ELSE 'task.failed' END, phase, id,
-        CASE status WHEN 'completed' THEN '{}'::jsonb ELSE jsonb_build_object('error', error) END
+    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' WHEN 'pending' THEN 'task.retrying' ELSE 'task.failed' END, phase, id,
+        CASE status WHEN 'completed' THEN '{}'::jsonb
+            WHEN 'pending' THEN jsonb_build_object('error', error, 'reason', 'transient error', 'failed_attempts', failures)
+            ELSE jsonb_build_object('error', error) END
     FROM ended
 )
-SELECT id, batch_id, phase, token_hash FROM ended;
+SELECT id, batch_id, phase, token_hash, status FROM ended;
 
 -- TaskCountByBatch counts a batch's tasks per phase and status. It reads
 -- the counters triggers keep (task_counts, migration 00004): a few rows,
@@ -124,21 +153,30 @@ SELECT DISTINCT batch_id, phase FROM tasks
 WHERE status = 'processing' AND deadline < now()
 LIMIT @max;
 
--- TaskFailExpired fails the processing tasks of a phase that are past their
--- deadline, with the message of spec 000.
+-- TaskFailExpired ends the processing tasks of a phase that are past their
+-- deadline, with the message of spec 000: a task with attempts left
+-- (@max_attempts) goes back to pending to be retried once its machine is
+-- retired (ended_by 'retry', its token kept so that a late success of this
+-- attempt still counts; deadline: until @retire_seconds from now), the
+-- others fail. retry says which.
 -- name: TaskFailExpired :many
 UPDATE tasks
-SET status = 'failed', ended_by = 'timeout', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+SET status = CASE WHEN failures + 1 < @max_attempts::int THEN 'pending' ELSE 'failed' END,
+    ended_by = CASE WHEN failures + 1 < @max_attempts::int THEN 'retry' ELSE 'timeout' END,
+    failures = failures + 1,
+    deadline = CASE WHEN failures + 1 < @max_attempts::int THEN clock_timestamp() + make_interval(secs => @retire_seconds::float8) ELSE deadline END,
+    finished_at = CASE WHEN failures + 1 < @max_attempts::int THEN NULL ELSE clock_timestamp() END,
+    updated_at = clock_timestamp(),
     error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing' AND deadline < clock_timestamp()
     AND machine_id IS NOT NULL
-RETURNING id, machine_id, error;
+RETURNING id, machine_id, error, failures, (status = 'pending')::bool AS retry;
 
 -- TaskSettleUnlaunched settles, in one statement, expired tasks whose
 -- machine was never recorded, each as the sweep decided (@actions):
 -- 'found' records the machine its lookup found; 'release' returns the task
 -- to pending to be launched again, forgetting its token; 'fail' fails it
--- for want of a machine, with @error. Each change is for the launch attempt
+-- for want of a machine, with @error. Both count a failed attempt. Each change is for the launch attempt
 -- the sweep looked at; a task that ended, got its machine or was launched
 -- again meanwhile is left alone. It locks the rows first, explicitly in
 -- byte order of their ids (the order TaskCompleteMany and TaskSetMachines
@@ -158,6 +196,9 @@ WITH u AS (
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
     status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
+    failures = CASE WHEN u.action IN ('release', 'fail') THEN t.failures + 1 ELSE t.failures END,
+    superseded_token_hashes = CASE WHEN u.action = 'release' THEN array_append(t.superseded_token_hashes, t.token_hash)
+        ELSE t.superseded_token_hashes END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
@@ -173,7 +214,7 @@ RETURNING t.id, u.action::text AS action;
 -- no recorded machine: the launcher died, or could not tell whether its
 -- launch made one, between claiming and recording them.
 -- name: TaskListExpiredUnlaunched :many
-SELECT id, attempt FROM tasks
+SELECT id, attempt, failures FROM tasks
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
     AND machine_id IS NULL AND deadline < clock_timestamp();
 
@@ -204,7 +245,7 @@ LIMIT @max;
 -- TaskListForCallbacks reads what authenticating and classifying a group
 -- of callbacks needs.
 -- name: TaskListForCallbacks :many
-SELECT id, batch_id, phase, status, token_hash, ended_by
+SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hashes
 FROM tasks
 WHERE id = ANY(@ids::text[]);
 
@@ -227,9 +268,10 @@ RETURNING t.id;
 -- admin retry, forgetting their last launch (token, machine, deadline,
 -- outcome) so the launcher claims them afresh; completed tasks are not
 -- touched. A late callback of the failed launch no longer authenticates.
+-- The tasks get TASK_MAX_ATTEMPTS attempts afresh.
 -- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
 RETURNING id;
@@ -256,3 +298,25 @@ SET machine_id = u.machine_id, updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
 RETURNING t.id, t.ended_by;
+
+-- TaskListRetiring lists up to @max tasks of a phase waiting to be retried
+-- whose last attempt's machine is still recorded: the launcher destroys it
+-- before the task is claimed again (deadline: when to give up waiting for
+-- the destruction).
+-- name: TaskListRetiring :many
+SELECT id, attempt, machine_id::text AS machine_id, coalesce(deadline < clock_timestamp(), true)::bool AS overdue
+FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending' AND ended_by = 'retry' AND machine_id IS NOT NULL
+ORDER BY id
+LIMIT @max;
+
+-- TaskReleaseRetired makes tasks whose last attempt's machine is gone (or
+-- given up on) launchable again, each while it is still waiting in the
+-- attempt given. Their token joins the superseded ones.
+-- name: TaskReleaseRetired :many
+UPDATE tasks t
+SET machine_id = NULL, superseded_token_hashes = array_append(t.superseded_token_hashes, t.token_hash), token_hash = NULL, deadline = NULL,
+    launched_at = NULL, updated_at = clock_timestamp()
+FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'pending' AND t.ended_by = 'retry' AND t.machine_id IS NOT NULL
+RETURNING t.id;
