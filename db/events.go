@@ -36,6 +36,7 @@ const (
 	EventChunkFailed      = "chunk.failed"
 	EventRateLimitChanged = "rate_limit.changed"
 	EventItemsRequeued    = "chunk.items_requeued"
+	EventBatchResumed     = "batch.resumed"
 )
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test

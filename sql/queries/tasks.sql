@@ -238,3 +238,10 @@ SET machine_id = u.machine_id, updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
 RETURNING t.id, t.ended_by;
+
+-- TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
+-- admin retry reruns as new tasks of the files they failed on
+-- (jobs.ResumeBatch); their outcomes stay in batch_events.
+-- name: TaskDeleteFailedByBatch :many
+DELETE FROM tasks WHERE batch_id = @batch_id AND status = 'failed'
+RETURNING id, phase;
