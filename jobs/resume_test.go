@@ -1,0 +1,157 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/fakeai"
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/service"
+)
+
+// manifestFiles is a delivered manifest's files by logical path.
+func manifestFiles(t *testing.T, body []byte) map[string]manifest.FileInfo {
+	t.Helper()
+	var m jobs.ProcessedManifest
+	require.NoError(t, json.Unmarshal(body, &m))
+	out := map[string]manifest.FileInfo{}
+	for _, d := range m.Manifest.Directories {
+		for _, f := range d.Files {
+			out[f.LogicalPath] = f
+		}
+	}
+	return out
+}
+
+// TestRetryDoneBatchRerunsOnlyFailures: a DONE batch with one TIFF whose
+// conversion failed and one document whose indexing failed. An admin
+// retry reruns exactly those: one TIFF machine, one image machine for the
+// JPEG it makes (derived work flows through the later phases), and the
+// failed document resumed (same document) with embeddings for it alone.
+// Every other file keeps its results, the final manifest is delivered
+// again under a new idempotency key, and a second retry has nothing to do.
+func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
+	t.Parallel()
+	const id = "RESUME-DONE"
+	var (
+		mu       sync.Mutex
+		launched = map[string]int{} // machines by input file name
+		fixed    atomic.Bool        // the failures are mended
+		embedded = map[string]int{} // embeddings requests by document word
+	)
+	behave := func(l fakefly.Launch) fakefly.Behavior {
+		name := path.Base(l.Env["INPUT_R2_KEY"])
+		mu.Lock()
+		launched[name]++
+		mu.Unlock()
+		if name == "bad.tif" && !fixed.Load() {
+			return fakefly.Behavior{Body: map[string]any{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "error", "error": "Failed to decode TIFF: truncated strip"}}
+		}
+		return fakefly.Behavior{}
+	}
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route != fakeai.Embeddings {
+			return fakeai.Behavior{}
+		}
+		text := strings.Join(r.Inputs, " ")
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range []string{"lighthouse", "parish"} {
+			if strings.Contains(text, w) {
+				embedded[w]++
+			}
+		}
+		if strings.Contains(text, "parish") && !fixed.Load() {
+			return fakeai.Behavior{Status: http.StatusBadRequest, Message: "input refused"}
+		}
+		return fakeai.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{Behave: behave, Settings: map[string]string{
+		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
+	}})
+	describe := manifest.ProcessingConfig{Describe: true}
+	env.PutObject(t, "staging/"+id+"/docs/guide.md", []byte("# Harbour\n\nThe lighthouse keeper logs every ship.\n"))
+	env.PutObject(t, "staging/"+id+"/docs/minutes.txt", []byte("Minutes of the parish council: the bridge repairs are approved.\n"))
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/scans/good.tif", Size: 100, ContentType: "image/tiff"},
+		{LogicalPath: "/scans/bad.tif", Size: 100, ContentType: "image/tiff"},
+		{LogicalPath: "/docs/guide.md", Size: 50, ContentType: "text/markdown", Config: describe},
+		{LogicalPath: "/docs/minutes.txt", Size: 60, ContentType: "text/plain", Config: describe},
+	})
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 1, Failed: 1}, st.Documents)
+	first := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+	require.NotContains(t, first, "/scans/bad.jpg.ref.json", "the failed TIFF was not converted")
+	require.Contains(t, first, "/scans/good.jpg.ref.json")
+	require.Zero(t, first["/docs/minutes.txt"].DocumentID, "the failed document's file has no document")
+	guideDoc := first["/docs/guide.md"].DocumentID
+	require.NotZero(t, guideDoc)
+	var failedDoc int64
+	require.NoError(t, env.Pool.QueryRow(context.Background(),
+		`SELECT id FROM documents WHERE batch_id = $1 AND status = 'failed'`, id).Scan(&failedDoc))
+	mu.Lock()
+	require.Equal(t, map[string]int{"good.tif": 1, "bad.tif": 1, "good.jpg": 1}, launched)
+	before := map[string]int{"lighthouse": embedded["lighthouse"], "parish": embedded["parish"]}
+	mu.Unlock()
+
+	fixed.Store(true)
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, "body: %s", body)
+	var resumed service.Status
+	require.NoError(t, json.Unmarshal(body, &resumed))
+	require.Equal(t, "TIFF_CONVERSION", resumed.Status, "the rerun starts at the earliest phase with a failure")
+	require.Nil(t, resumed.CompletedAt)
+
+	st = env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
+	calls := awaitIngest(t, env, 2)
+	require.Len(t, calls, 2)
+	require.NotEqual(t, calls[0].IdempotencyKey, calls[1].IdempotencyKey, "a new delivery has a new idempotency key")
+	second := manifestFiles(t, calls[1].Body)
+
+	// Exactly the failures ran again, and what derives from them.
+	mu.Lock()
+	require.Equal(t, map[string]int{"good.tif": 1, "bad.tif": 2, "good.jpg": 1, "bad.jpg": 1}, launched)
+	require.Equal(t, before["lighthouse"], embedded["lighthouse"], "the completed document is not indexed again")
+	require.Greater(t, embedded["parish"], before["parish"])
+	mu.Unlock()
+
+	// The rerun's results are in; every other file is as it was.
+	require.Contains(t, second["/scans/bad.tif"].PreprocessorTags, "TiffConverter:source")
+	require.Contains(t, second, "/scans/bad.jpg.ref.json")
+	require.Equal(t, failedDoc, second["/docs/minutes.txt"].DocumentID, "the failed document resumed, not made anew")
+	for _, lp := range []string{"/scans/good.tif", "/scans/good.jpg.ref.json", "/docs/guide.md"} {
+		require.Equal(t, first[lp], second[lp], lp)
+	}
+	require.Len(t, second, len(first)+1, "bad.tif's JPEG ref joined the list")
+	var docs int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM documents WHERE batch_id = $1`, id).Scan(&docs))
+	require.Equal(t, 2, docs)
+
+	var data string
+	require.NoError(t, env.Pool.QueryRow(context.Background(),
+		`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = $2`, id, db.EventBatchResumed).Scan(&data))
+	require.JSONEq(t, `{"phase": "TIFF_CONVERSION", "files": 2, "tasks": {"TIFF_CONVERSION": 1}, "ocr_items": 0, "documents": 1}`, data)
+	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
+
+	// Nothing failed any more.
+	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusConflict, code)
+	require.Contains(t, string(body), "is DONE with nothing failed; there is nothing to retry")
+	require.Len(t, awaitIngest(t, env, 2), 2)
+}
