@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"path"
 	"strings"
@@ -34,6 +35,21 @@ func manifestFiles(t *testing.T, body []byte) map[string]manifest.FileInfo {
 		}
 	}
 	return out
+}
+
+// batchPage is the dashboard's page of a batch, as the admin sees it.
+func batchPage(t *testing.T, env *testenv.Env, id string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, env.Server.URL+"/ui/batches/"+id, nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("admin", testenv.AdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", body)
+	return string(body)
 }
 
 // TestRetryDoneBatchRerunsOnlyFailures: a DONE batch with one TIFF whose
@@ -109,6 +125,8 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	before := map[string]int{"lighthouse": embedded["lighthouse"], "parish": embedded["parish"]}
 	mu.Unlock()
 
+	require.Contains(t, batchPage(t, env, id), `id="retry"`, "the dashboard offers the retry of a DONE batch with failures")
+
 	fixed.Store(true)
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, "body: %s", body)
@@ -151,6 +169,7 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
 
 	// Nothing failed any more.
+	require.NotContains(t, batchPage(t, env, id), `id="retry"`)
 	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusConflict, code)
 	require.Contains(t, string(body), "is DONE with nothing failed; there is nothing to retry")
