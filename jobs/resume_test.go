@@ -17,6 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakeocr"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -287,4 +288,53 @@ func TestAbandonedDocumentFails(t *testing.T) {
 	final := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
 	require.Zero(t, final["/stuck.txt"].DocumentID)
 	require.NotZero(t, final["/ok.txt"].DocumentID)
+}
+
+// TestRetryDoneBatchRerunsFailedOCR: a DONE batch whose provider refused
+// one image's OCR. A retry resumes in OCR with that ref alone (a new
+// chunk; the provider sees no other image again), and the OCR text it
+// gets flows on: the ref is indexed as a document in DOCUMENT_INDEXING,
+// while the other refs keep their text and documents.
+func TestRetryDoneBatchRerunsFailedOCR(t *testing.T) {
+	t.Parallel()
+	const id = "RESUME-OCR"
+	refuse := variantText("staging/" + id + "/a/p001.jpg")
+	var fixed atomic.Bool
+	fake := fakeocr.New(t, fakeocr.Options{Behave: func(r fakeocr.Request) fakeocr.Behavior {
+		if r.Text == refuse && !fixed.Load() {
+			return fakeocr.Behavior{Status: http.StatusUnprocessableEntity, Message: "image could not be decoded"}
+		}
+		return fakeocr.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: ocrSettings(fake, nil)})
+	env.Submit(t, id, images("/a", 3, describeOn))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 3, RefsDone: 2, RefsFailed: 1}, st.OCR)
+	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
+	first := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+	require.Zero(t, first["/a/p001.jpg.ref.json"].DocumentID)
+
+	fixed.Store(true)
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, "body: %s", body)
+	require.Contains(t, string(body), `"status":"OCR"`)
+	st = env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.OCRProgress{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 3, RefsDone: 3}, st.OCR)
+	require.Equal(t, &service.DocumentsProgress{Total: 3, Completed: 3}, st.Documents)
+	requireEachAnsweredOnce(t, fake, 3)
+
+	second := manifestFiles(t, awaitIngest(t, env, 2)[1].Body)
+	ref := second["/a/p001.jpg.ref.json"]
+	require.Equal(t, "staging/"+id+"/a/p001.jpg.ocr.ref.json", ref.R2Key)
+	require.Contains(t, ref.PreprocessorTags, "OCR")
+	require.NotZero(t, ref.DocumentID, "the rerun's OCR text is indexed")
+	for _, lp := range []string{"/a/p000.jpg.ref.json", "/a/p002.jpg.ref.json"} {
+		require.Equal(t, first[lp], second[lp], lp)
+	}
+	var data string
+	require.NoError(t, env.Pool.QueryRow(context.Background(),
+		`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = $2`, id, db.EventBatchResumed).Scan(&data))
+	require.JSONEq(t, `{"phase": "OCR", "files": 1, "tasks": {}, "ocr_items": 1, "documents": 0}`, data)
 }
