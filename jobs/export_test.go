@@ -2,3 +2,9 @@ package jobs
 
 // MaxLaunchAttempts is maxLaunchAttempts, for tests.
 const MaxLaunchAttempts = maxLaunchAttempts
+
+// NewDocumentStepWorker is a document step worker with providers of the
+// test's choosing and no rate limiter, for tests that work one job.
+func NewDocumentStepWorker(deps Deps, docs Documents) *DocumentStepWorker {
+	return &DocumentStepWorker{deps: deps, docs: docs}
+}
