@@ -226,11 +226,8 @@ const documentBatchSummary = `-- name: DocumentBatchSummary :one
 SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
        count(*) FILTER (WHERE status = 'failed')::int AS failed
-FROM (
-    SELECT DISTINCT ON (d.r2_key) d.status FROM documents d
-    WHERE d.batch_id = $1
-    ORDER BY d.r2_key, d.version DESC
-) latest
+FROM documents d
+WHERE d.batch_id = $1
 `
 
 type DocumentBatchSummaryRow struct {
@@ -239,9 +236,10 @@ type DocumentBatchSummaryRow struct {
 	Failed    int32
 }
 
-// A batch's documents by status, for its status document: the latest
-// version of each of its keys (a DONE batch retried by an admin resumes its
-// failed documents, and indexes the files its rerun made).
+// A batch's documents by status, for its status document. A batch has one
+// document per key: a phase run again after an admin retry of the DONE
+// batch resumes its failed documents (DocumentBatchResume) rather than
+// making new ones, and its completed ones' files are not indexed again.
 func (q *Queries) DocumentBatchSummary(ctx context.Context, batchID *string) (DocumentBatchSummaryRow, error) {
 	row := q.db.QueryRow(ctx, documentBatchSummary, batchID)
 	var i DocumentBatchSummaryRow

@@ -165,17 +165,15 @@ WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @gene
 ORDER BY d.id;
 
 -- name: DocumentBatchSummary :one
--- A batch's documents by status, for its status document: the latest
--- version of each of its keys (a DONE batch retried by an admin resumes its
--- failed documents, and indexes the files its rerun made).
+-- A batch's documents by status, for its status document. A batch has one
+-- document per key: a phase run again after an admin retry of the DONE
+-- batch resumes its failed documents (DocumentBatchResume) rather than
+-- making new ones, and its completed ones' files are not indexed again.
 SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
        count(*) FILTER (WHERE status = 'failed')::int AS failed
-FROM (
-    SELECT DISTINCT ON (d.r2_key) d.status FROM documents d
-    WHERE d.batch_id = @batch_id
-    ORDER BY d.r2_key, d.version DESC
-) latest;
+FROM documents d
+WHERE d.batch_id = @batch_id;
 
 -- name: DocumentBatchResume :many
 -- The batch's failed documents of these keys, for its DOCUMENT_INDEXING
