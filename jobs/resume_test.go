@@ -177,70 +177,85 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	require.Len(t, awaitIngest(t, env, 2), 2)
 }
 
-// TestRetryRunningBatchResumesFailedDocuments: in DOCUMENT_INDEXING, with
-// one document failed and one still running, an admin retry resumes the
-// failed one (the same document, from the step that failed); with none
-// failed it has nothing to do. The batch then finishes with both indexed.
-func TestRetryRunningBatchResumesFailedDocuments(t *testing.T) {
+// TestRetryResumesFailedDocuments: in DOCUMENT_INDEXING, with one
+// document failed and one still running, an admin retry of the running
+// batch, or of the batch reset to ERROR, resumes the failed one (the same
+// document, from the step that failed); with none failed a running batch
+// has nothing to retry. The batch then finishes with both indexed.
+func TestRetryResumesFailedDocuments(t *testing.T) {
 	t.Parallel()
-	const id = "RESUME-DOCS"
-	gate := make(chan struct{})
-	var (
-		gateOnce sync.Once
-		fixed    atomic.Bool
-	)
-	open := func() { gateOnce.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
-		text := strings.Join(r.Inputs, " ")
-		switch {
-		case r.Route != fakeai.Embeddings:
-		case strings.Contains(text, "slow"):
-			<-gate
-		case strings.Contains(text, "refused") && !fixed.Load():
-			return fakeai.Behavior{Status: http.StatusBadRequest, Message: "input refused"}
-		}
-		return fakeai.Behavior{}
-	}})
-	env := testenv.New(t, testenv.Options{Settings: map[string]string{
-		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
-	}})
-	describe := manifest.ProcessingConfig{Describe: true}
-	env.PutObject(t, "staging/"+id+"/slow.txt", []byte("a slow document"))
-	env.PutObject(t, "staging/"+id+"/refused.txt", []byte("a refused document"))
-	env.Submit(t, id, []testenv.File{
-		{LogicalPath: "/slow.txt", Size: 15, ContentType: "text/plain", Config: describe},
-		{LogicalPath: "/refused.txt", Size: 18, ContentType: "text/plain", Config: describe},
-	})
-	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Documents != nil && st.Documents.Failed == 1 })
-	require.Equal(t, "DOCUMENT_INDEXING", st.Status)
-	var failedID int64
-	require.NoError(t, env.Pool.QueryRow(context.Background(),
-		`SELECT id FROM documents WHERE batch_id = $1 AND status = 'failed'`, id).Scan(&failedID))
+	for _, reset := range []bool{false, true} {
+		name := map[bool]string{false: "Running", true: "AfterReset"}[reset]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			id := "RESUME-DOCS-" + strings.ToUpper(name)
+			gate := make(chan struct{})
+			var (
+				gateOnce sync.Once
+				fixed    atomic.Bool
+			)
+			open := func() { gateOnce.Do(func() { close(gate) }) }
+			t.Cleanup(open)
+			fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+				text := strings.Join(r.Inputs, " ")
+				switch {
+				case r.Route != fakeai.Embeddings:
+				case strings.Contains(text, "slow"):
+					<-gate
+				case strings.Contains(text, "refused") && !fixed.Load():
+					return fakeai.Behavior{Status: http.StatusBadRequest, Message: "input refused"}
+				}
+				return fakeai.Behavior{}
+			}})
+			env := testenv.New(t, testenv.Options{Settings: map[string]string{
+				"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+				"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
+			}})
+			describe := manifest.ProcessingConfig{Describe: true}
+			env.PutObject(t, "staging/"+id+"/slow.txt", []byte("a slow document"))
+			env.PutObject(t, "staging/"+id+"/refused.txt", []byte("a refused document"))
+			env.Submit(t, id, []testenv.File{
+				{LogicalPath: "/slow.txt", Size: 15, ContentType: "text/plain", Config: describe},
+				{LogicalPath: "/refused.txt", Size: 18, ContentType: "text/plain", Config: describe},
+			})
+			st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Documents != nil && st.Documents.Failed == 1 })
+			require.Equal(t, "DOCUMENT_INDEXING", st.Status)
+			var failedID int64
+			require.NoError(t, env.Pool.QueryRow(context.Background(),
+				`SELECT id FROM documents WHERE batch_id = $1 AND status = 'failed'`, id).Scan(&failedID))
+			want := `{"previous_status": "DOCUMENT_INDEXING", "resumed_status": "DOCUMENT_INDEXING", "phase": "DOCUMENT_INDEXING", "documents_resumed": 1}`
+			if reset {
+				code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
+				require.Equal(t, http.StatusOK, code, "body: %s", body)
+				want = `{"previous_status": "ERROR", "previous_error": "Manually reset by admin", "resumed_status": "DOCUMENT_INDEXING",
+					"phase": "DOCUMENT_INDEXING", "documents_resumed": 1}`
+			}
 
-	fixed.Store(true)
-	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
-	require.Equal(t, http.StatusOK, code, "body: %s", body)
-	awaitTrue(t, "the failed document to be indexed", func() bool {
-		var status string
-		require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT status FROM documents WHERE id = $1`, failedID).Scan(&status))
-		return status == "completed"
-	})
-	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
-	require.Equal(t, http.StatusConflict, code)
-	require.Contains(t, string(body), "is running DOCUMENT_INDEXING with no failed document")
+			fixed.Store(true)
+			code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+			require.Equal(t, http.StatusOK, code, "body: %s", body)
+			awaitTrue(t, "the failed document to be indexed", func() bool {
+				var status string
+				require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT status FROM documents WHERE id = $1`, failedID).Scan(&status))
+				return status == "completed"
+			})
+			code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+			require.Equal(t, http.StatusConflict, code)
+			require.Contains(t, string(body), "is running DOCUMENT_INDEXING with no failed document")
 
-	open()
-	st = env.AwaitStatus(t, id, isDone)
-	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
-	final := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
-	require.Equal(t, failedID, final["/refused.txt"].DocumentID)
-	var data string
-	require.NoError(t, env.Pool.QueryRow(context.Background(),
-		`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = 'admin.retry'`, id).Scan(&data))
-	require.JSONEq(t, `{"previous_status": "DOCUMENT_INDEXING", "resumed_status": "DOCUMENT_INDEXING", "phase": "DOCUMENT_INDEXING", "documents_resumed": 1}`, data)
+			open()
+			st = env.AwaitStatus(t, id, isDone)
+			require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+			require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
+			final := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+			require.Equal(t, failedID, final["/refused.txt"].DocumentID)
+			require.NotZero(t, final["/slow.txt"].DocumentID)
+			var data string
+			require.NoError(t, env.Pool.QueryRow(context.Background(),
+				`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = 'admin.retry'`, id).Scan(&data))
+			require.JSONEq(t, want, data)
+		})
+	}
 }
 
 // TestAbandonedDocumentFails: a batch document whose step job River stops
