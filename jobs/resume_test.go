@@ -353,3 +353,39 @@ func TestRetryDoneBatchRerunsFailedOCR(t *testing.T) {
 		`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = $2`, id, db.EventBatchResumed).Scan(&data))
 	require.JSONEq(t, `{"phase": "OCR", "files": 1, "tasks": {}, "ocr_items": 1, "documents": 0}`, data)
 }
+
+// TestRetryDoneBatchLeavesKeptFilesAlone: a DONE batch whose only failure
+// is a document (a text file that was not UTF-8, since mended). Its PDF's
+// page with a text layer is a ref the OCR phase would find again (it was
+// skipped, not OCR'd), but it is kept: the retry goes straight to
+// DOCUMENT_INDEXING, makes no OCR chunk and sends the provider nothing.
+func TestRetryDoneBatchLeavesKeptFilesAlone(t *testing.T) {
+	t.Parallel()
+	fake := fakeocr.New(t, fakeocr.Options{})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: ocrSettings(fake, nil)})
+	const id = "RESUME-KEPT"
+	env.PutObject(t, "staging/"+id+"/docs/latin1.txt", []byte("caf\xe9 cr\xe8me"))
+	env.PutObject(t, "staging/"+id+"/docs/report-p1.txt", []byte("Annual report of the harbour board."))
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/docs/latin1.txt", Size: 10, ContentType: "text/plain", Config: describeOn},
+		{LogicalPath: "/docs/report.pdf", Size: 900, ContentType: "application/pdf", Config: describeOn},
+	})
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 2, RefsDone: 1, RefsSkipped: 1}, st.OCR)
+	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 1, Failed: 1}, st.Documents)
+	awaitIngest(t, env, 1)
+	sent := len(fake.Requests())
+
+	env.PutObject(t, "staging/"+id+"/docs/latin1.txt", []byte("café crème"))
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, "body: %s", body)
+	require.Contains(t, string(body), `"status":"DOCUMENT_INDEXING"`, "the skipped page is kept: no OCR phase")
+	st = env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 2, RefsDone: 1, RefsSkipped: 1}, st.OCR)
+	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
+	require.Len(t, fake.Requests(), sent)
+	final := manifestFiles(t, awaitIngest(t, env, 2)[1].Body)
+	require.NotZero(t, final["/docs/latin1.txt"].DocumentID)
+}
