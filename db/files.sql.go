@@ -201,8 +201,14 @@ WITH failed AS (
     SELECT d.r2_key FROM documents d
     WHERE d.batch_id = $1::text AND d.status = 'failed'
 ), marked AS (
-    UPDATE files f SET kept = NOT EXISTS (SELECT 1 FROM failed WHERE failed.r2_key = f.r2_key)
-    WHERE f.batch_id = $1::text AND f.generation = $2
+    -- A join, not a lookup of the failures per file.
+    UPDATE files f SET kept = m.kept
+    FROM (
+        SELECT g.id, r.r2_key IS NULL AS kept FROM files g
+        LEFT JOIN failed r ON r.r2_key = g.r2_key
+        WHERE g.batch_id = $1::text AND g.generation = $2
+    ) m
+    WHERE f.id = m.id
     RETURNING f.kept
 )
 SELECT (SELECT count(*) FROM marked WHERE NOT marked.kept)::int AS rerun,
