@@ -146,8 +146,9 @@ func (c *Client) Reset(ctx context.Context, batchID string) (Status, error) {
 }
 
 // Retry is POST /admin/retry/:batchId (admin): the failed tasks of the
-// batch's current phase run again, or a batch in ERROR resumes where it
-// failed; completed work is never redone. It returns the batch's status
+// batch's current phase run again, a batch in ERROR resumes where it
+// failed, or a DONE batch reruns what failed; completed work is never
+// redone. It returns the batch's status
 // after. A batch with nothing to retry is an *Error with StatusCode 409.
 func (c *Client) Retry(ctx context.Context, batchID string) (Status, error) {
 	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID), asAdmin)

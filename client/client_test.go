@@ -98,7 +98,7 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		_, err = c.Reset(ctx, "DOCS")
 		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; there is nothing to reset")
 		_, err = c.Retry(ctx, "DOCS")
-		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; completed work is never redone")
+		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE with nothing failed; there is nothing to retry")
 	})
 
 	t.Run("ResetAndRetry", func(t *testing.T) {

@@ -513,6 +513,45 @@ func (q *Queries) BatchPruneEnd(ctx context.Context, id string) error {
 	return err
 }
 
+const batchReopen = `-- name: BatchReopen :one
+UPDATE batches
+SET status = 'PENDING', error = NULL, completed_at = NULL, phase_retry_count = 0,
+    ingest_status = 'none', ingest_attempts = 0, ingest_last_error = NULL, ingest_delivered_at = NULL, updated_at = clock_timestamp()
+WHERE id = $1 AND status = 'DONE'
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+`
+
+// BatchReopen takes a DONE batch back to work for an admin retry of what
+// failed (jobs.ResumeBatch), in the transaction that moves it into the
+// phase it resumes in; its delivery to ingest is to be made again.
+func (q *Queries) BatchReopen(ctx context.Context, id string) (Batch, error) {
+	row := q.db.QueryRow(ctx, batchReopen, id)
+	var i Batch
+	err := row.Scan(
+		&i.ID,
+		&i.Status,
+		&i.Phase,
+		&i.Generation,
+		&i.PhaseRetryCount,
+		&i.Uploader,
+		&i.QueueMessage,
+		&i.Error,
+		&i.StartedAt,
+		&i.UpdatedAt,
+		&i.CompletedAt,
+		&i.IngestStatus,
+		&i.IngestAttempts,
+		&i.IngestLastError,
+		&i.IngestDeliveredAt,
+		&i.BuildFrom,
+		&i.BuildCursor,
+		&i.LaunchOutageSince,
+		&i.PrunedCounts,
+		&i.PrunedAt,
+	)
+	return i, err
+}
+
 const batchResume = `-- name: BatchResume :one
 UPDATE batches
 SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()

@@ -100,6 +100,51 @@ func (q *Queries) ChunkItemDeleteByBatch(ctx context.Context, arg ChunkItemDelet
 	return result.RowsAffected(), nil
 }
 
+const chunkItemDropUnfinished = `-- name: ChunkItemDropUnfinished :many
+WITH items AS (
+    DELETE FROM chunk_items ci
+    WHERE ci.batch_id = $1 AND ci.status NOT IN ('done', 'skipped')
+    RETURNING ci.phase, ci.chunk_id, ci.status
+), per_chunk AS (
+    SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
+    FROM items i GROUP BY i.phase, i.chunk_id
+)
+UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
+FROM per_chunk
+WHERE c.batch_id = $1 AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
+RETURNING c.phase, c.chunk_id, per_chunk.n::int AS dropped
+`
+
+type ChunkItemDropUnfinishedRow struct {
+	Phase   string
+	ChunkID string
+	Dropped int32
+}
+
+// ChunkItemDropUnfinished removes a DONE batch's items that were neither
+// done nor skipped (failed, or left pending by a chunk that stopped), and
+// uncounts them in their chunks: an admin retry reruns them as items of
+// new chunks (jobs.ResumeBatch). It returns the chunks touched.
+func (q *Queries) ChunkItemDropUnfinished(ctx context.Context, batchID string) ([]ChunkItemDropUnfinishedRow, error) {
+	rows, err := q.db.Query(ctx, chunkItemDropUnfinished, batchID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkItemDropUnfinishedRow
+	for rows.Next() {
+		var i ChunkItemDropUnfinishedRow
+		if err := rows.Scan(&i.Phase, &i.ChunkID, &i.Dropped); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chunkItemGroupResults = `-- name: ChunkItemGroupResults :many
 SELECT ci.directory_path,
     count(*) AS total,

@@ -33,6 +33,61 @@ func (q *Queries) DocumentBatchHasOpen(ctx context.Context, arg DocumentBatchHas
 	return exists, err
 }
 
+const documentBatchListAbandoned = `-- name: DocumentBatchListAbandoned :many
+SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
+JOIN files f ON f.id = d.file_id
+JOIN LATERAL (
+    SELECT r.id, r.state FROM river_job r
+    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
+    ORDER BY r.id DESC LIMIT 1
+) j ON true
+WHERE d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
+  AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
+ORDER BY d.id
+`
+
+type DocumentBatchListAbandonedParams struct {
+	BatchID    *string
+	Generation int32
+}
+
+type DocumentBatchListAbandonedRow struct {
+	ID       int64
+	Resumes  int32
+	JobState string
+	JobID    int64
+}
+
+// The running documents of a batch's phase (generation) whose step job
+// River has given up on (discarded: its attempts spent, or cancelled):
+// no run will end them, so the sweep fails them. A document whose job is
+// missing altogether is not here: its job is enqueued again
+// (EnsureDocumentJobs).
+func (q *Queries) DocumentBatchListAbandoned(ctx context.Context, arg DocumentBatchListAbandonedParams) ([]DocumentBatchListAbandonedRow, error) {
+	rows, err := q.db.Query(ctx, documentBatchListAbandoned, arg.BatchID, arg.Generation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentBatchListAbandonedRow
+	for rows.Next() {
+		var i DocumentBatchListAbandonedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Resumes,
+			&i.JobState,
+			&i.JobID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentBatchListOpen = `-- name: DocumentBatchListOpen :many
 SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
 WHERE d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
@@ -72,13 +127,107 @@ func (q *Queries) DocumentBatchListOpen(ctx context.Context, arg DocumentBatchLi
 	return items, nil
 }
 
+const documentBatchResume = `-- name: DocumentBatchResume :many
+UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL,
+    file_id = k.file_id, source = k.source,
+    current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
+    updated_at = now()
+FROM (SELECT unnest($2::text[]) AS r2_key, unnest($3::bigint[]) AS file_id,
+             unnest($4::jsonb[]) AS source) k
+WHERE d.batch_id = $1 AND d.status = 'failed' AND d.r2_key = k.r2_key
+    AND d.version = (SELECT max(l.version) FROM documents l WHERE l.r2_key = d.r2_key)
+RETURNING d.id, d.resumes, d.r2_key
+`
+
+type DocumentBatchResumeParams struct {
+	BatchID *string
+	R2Keys  []string
+	FileIDs []int64
+	Sources []json.RawMessage
+}
+
+type DocumentBatchResumeRow struct {
+	ID      int64
+	Resumes int32
+	R2Key   string
+}
+
+// The batch's failed documents of these keys, for its DOCUMENT_INDEXING
+// phase run again after an admin retry of the DONE batch: each now indexes
+// the file given (of the phase's generation), from the step that failed
+// (from download when its source changed), with its retries anew, as
+// DocumentRetry resumes one.
+func (q *Queries) DocumentBatchResume(ctx context.Context, arg DocumentBatchResumeParams) ([]DocumentBatchResumeRow, error) {
+	rows, err := q.db.Query(ctx, documentBatchResume,
+		arg.BatchID,
+		arg.R2Keys,
+		arg.FileIDs,
+		arg.Sources,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentBatchResumeRow
+	for rows.Next() {
+		var i DocumentBatchResumeRow
+		if err := rows.Scan(&i.ID, &i.Resumes, &i.R2Key); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentBatchRetryFailed = `-- name: DocumentBatchRetryFailed :many
+UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+FROM files f
+WHERE f.id = d.file_id AND d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
+    AND d.status = 'failed'
+RETURNING d.id, d.resumes
+`
+
+type DocumentBatchRetryFailedParams struct {
+	BatchID    *string
+	Generation int32
+}
+
+type DocumentBatchRetryFailedRow struct {
+	ID      int64
+	Resumes int32
+}
+
+// The failed documents of a batch's phase (generation) resume from the
+// step that failed, with their retries anew: an admin retry of the batch.
+func (q *Queries) DocumentBatchRetryFailed(ctx context.Context, arg DocumentBatchRetryFailedParams) ([]DocumentBatchRetryFailedRow, error) {
+	rows, err := q.db.Query(ctx, documentBatchRetryFailed, arg.BatchID, arg.Generation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentBatchRetryFailedRow
+	for rows.Next() {
+		var i DocumentBatchRetryFailedRow
+		if err := rows.Scan(&i.ID, &i.Resumes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentBatchSummary = `-- name: DocumentBatchSummary :one
 SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
        count(*) FILTER (WHERE status = 'failed')::int AS failed
 FROM documents d
 WHERE d.batch_id = $1
-  AND d.created_at = (SELECT max(l.created_at) FROM documents l WHERE l.batch_id = $1)
 `
 
 type DocumentBatchSummaryRow struct {
@@ -87,8 +236,10 @@ type DocumentBatchSummaryRow struct {
 	Failed    int32
 }
 
-// A batch's documents by status, for its status document: those of its
-// latest DOCUMENT_INDEXING run (a retried batch indexes its files again).
+// A batch's documents by status, for its status document. A batch has one
+// document per key: a phase run again after an admin retry of the DONE
+// batch resumes its failed documents (DocumentBatchResume) rather than
+// making new ones, and its completed ones' files are not indexed again.
 func (q *Queries) DocumentBatchSummary(ctx context.Context, batchID *string) (DocumentBatchSummaryRow, error) {
 	row := q.db.QueryRow(ctx, documentBatchSummary, batchID)
 	var i DocumentBatchSummaryRow

@@ -39,7 +39,8 @@ const (
 	EventItemsRequeued    = "chunk.items_requeued"
 	// EventBatchPruned: retention removed the batch's processing state
 	// (its earlier events included); its data says what went.
-	EventBatchPruned = "batch.pruned"
+	EventBatchPruned  = "batch.pruned"
+	EventBatchResumed = "batch.resumed"
 )
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test

@@ -134,6 +134,7 @@ type File struct {
 	PreprocessorTags []string
 	CreatedAt        time.Time
 	DocumentID       *int64
+	Kept             bool
 }
 
 type IntakeSignature struct {

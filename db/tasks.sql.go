@@ -369,6 +369,39 @@ func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchPa
 	return result.RowsAffected(), nil
 }
 
+const taskDeleteFailedByBatch = `-- name: TaskDeleteFailedByBatch :many
+DELETE FROM tasks WHERE batch_id = $1 AND status = 'failed'
+RETURNING id, phase
+`
+
+type TaskDeleteFailedByBatchRow struct {
+	ID    string
+	Phase string
+}
+
+// TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
+// admin retry reruns as new tasks of the files they failed on
+// (jobs.ResumeBatch); their outcomes stay in batch_events.
+func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, batchID string) ([]TaskDeleteFailedByBatchRow, error) {
+	rows, err := q.db.Query(ctx, taskDeleteFailedByBatch, batchID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskDeleteFailedByBatchRow
+	for rows.Next() {
+		var i TaskDeleteFailedByBatchRow
+		if err := rows.Scan(&i.ID, &i.Phase); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskExpiredGroups = `-- name: TaskExpiredGroups :many
 SELECT DISTINCT batch_id, phase FROM tasks
 WHERE status = 'processing' AND deadline < now()

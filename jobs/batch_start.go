@@ -148,7 +148,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		if err != nil {
 			return err
 		}
-		if finished, err = enterNextPhase(ctx, tx, w.deps, id, phases.First(), 0, files); err != nil {
+		if finished, err = enterNextPhase(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), w.deps, id, phases.First(), 0, files); err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {

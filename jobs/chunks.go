@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -86,11 +87,21 @@ func (d Deps) chunkMaxAttempts() int { return d.Config.OCR.MaxGlobalRetries + 1 
 // it packs files (the stored generation) into chunks, writes them and
 // their items (a skipped item is written settled, and counted), moves the
 // batch into p and enqueues a job per chunk. Runs in the transition's
-// transaction.
-func enterChunkedPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, p phases.Chunker, generation int32, files []phases.File) error {
+// transaction. The chunks of a phase entered again (a DONE batch retried)
+// are numbered on from those of its earlier run, which stay.
+func enterChunkedPhase(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], d Deps, batchID string, p phases.Chunker, generation int32, files []phases.File) error {
 	q := db.New(tx)
 	name := p.Spec().Name
 	chunks := p.Chunks(files, d.Config.Phases[name].ChunkSize)
+	earlier, err := q.ChunkSummary(ctx, db.ChunkSummaryParams{BatchID: batchID, Phase: string(name)})
+	if err != nil {
+		return fmt.Errorf("counting earlier chunks of %s %s: %w", batchID, name, err)
+	}
+	if earlier.ChunksTotal > 0 {
+		for i := range chunks {
+			chunks[i].ID = strconv.Itoa(int(earlier.ChunksTotal) + i)
+		}
+	}
 	rows := make([]db.ChunkInsertManyParams, 0, len(chunks))
 	var items []db.ChunkItemInsertManyParams
 	ids := make([]string, 0, len(chunks))
@@ -131,7 +142,6 @@ func enterChunkedPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, p
 		return err
 	}
 	d.Metrics.ChunkItemsFinished(string(name), metrics.ItemSkipped, skipped)
-	client := river.ClientFromContext[pgx.Tx](ctx)
 	if _, err := client.InsertManyTx(ctx, tx, chunkParams(batchID, name, ids, d.chunkMaxAttempts())); err != nil {
 		return fmt.Errorf("enqueueing the chunks of %s %s: %w", batchID, name, err)
 	}

@@ -10,11 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/tagging"
@@ -121,8 +123,83 @@ func (w *DocumentStepWorker) call(ctx context.Context, service, providerName str
 	return err
 }
 
-// Work runs the document's current step.
+// Work runs the document's current step. A run that fails on the job's
+// last attempt fails the document (giveUp): River discards the job, and
+// no later run would end the document.
 func (w *DocumentStepWorker) Work(ctx context.Context, job *river.Job[DocumentStepArgs]) error {
+	err := w.work(ctx, job)
+	if err == nil || job.Attempt < job.MaxAttempts || errors.Is(ctx.Err(), context.Canceled) {
+		// Done, snoozed or to be retried; or stopped (a shutdown gives the
+		// attempt back).
+		return err
+	}
+	if _, ok := errors.AsType[*rivertype.JobSnoozeError](err); ok {
+		return err
+	}
+	reason := fmt.Sprintf("gave up after %d attempts: %v", job.Attempt, err)
+	if _, gerr := w.giveUp(context.WithoutCancel(ctx), job.Args.DocumentID, reason); gerr != nil {
+		return errors.Join(err, gerr)
+	}
+	return err
+}
+
+// giveUp fails a running document for good with reason, as a failed step
+// does, and reports whether it did. It ends a batch's document as a step
+// does (endDocument), so the batch's phase sees it ended.
+func (w *DocumentStepWorker) giveUp(ctx context.Context, id int64, reason string) (bool, error) {
+	client, _ := river.ClientFromContextSafely[pgx.Tx](ctx) // absent only when a test calls Work
+	return failDocument(ctx, w.deps, client, id, -1, reason)
+}
+
+// failDocument fails document id for good with reason in its errors, if it
+// is still running (and, with resumes >= 0, not resumed since: its count
+// of resumes is that). A batch's document ends under the batch's shared
+// fan-in lock with a phase_check made sure of (EndTasks), as a step ends
+// it. It reports whether it failed the document.
+func failDocument(ctx context.Context, d Deps, client *river.Client[pgx.Tx], id int64, resumes int32, reason string) (bool, error) {
+	doc, err := db.New(d.Pool).DocumentGet(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var (
+		failed db.Document
+		ended  bool
+	)
+	end := func(tx pgx.Tx) (bool, error) {
+		q := db.New(tx)
+		cur, err := q.DocumentGetForUpdate(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if cur.Status != "not_started" && cur.Status != "processing" || resumes >= 0 && cur.Resumes != resumes {
+			return false, nil
+		}
+		failed, err = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: id, Error: reason, Fail: true})
+		ended = err == nil
+		return ended, err
+	}
+	if doc.BatchID == nil {
+		err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { _, err := end(tx); return err })
+	} else {
+		err = EndTasks(ctx, d.Pool, client, PhaseRef{BatchID: *doc.BatchID, Phase: string(phases.DocumentIndexing)}, end)
+	}
+	if err != nil || !ended {
+		return false, err
+	}
+	took := time.Duration(0)
+	if failed.StartedAt != nil && failed.FailedAt != nil {
+		took = failed.FailedAt.Sub(*failed.StartedAt)
+	}
+	d.Metrics.DocumentFinished(metrics.DocumentFailed, took)
+	d.Logger.Warn("document failed", "document_id", id, "r2_key", doc.R2Key, "step", failed.CurrentStep, "error", reason)
+	return true, nil
+}
+
+// work is one run of Work.
+func (w *DocumentStepWorker) work(ctx context.Context, job *river.Job[DocumentStepArgs]) error {
 	started := time.Now()
 	id := job.Args.DocumentID
 	q := db.New(w.deps.Pool)

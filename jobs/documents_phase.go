@@ -26,17 +26,18 @@ import (
 
 // enterDocumentsPhase is enterNextPhase for a documents phase p with work:
 // it writes the documents of files (the stored generation), moves the
-// batch into p and enqueues a step job per document. Runs in the
-// transition's transaction.
-func enterDocumentsPhase(ctx context.Context, tx pgx.Tx, batchID string, p phases.Documenter, generation int32, files []phases.File) error {
+// batch into p and enqueues a step job per document. A file whose key has
+// a failed document of the batch (its phase run again after an admin
+// retry of the DONE batch) resumes that document instead (DocumentBatchResume).
+// Runs in the transition's transaction.
+func enterDocumentsPhase(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], batchID string, p phases.Documenter, generation int32, files []phases.File) error {
 	q := db.New(tx)
 	name := p.Spec().Name
 	works := p.Documents(files)
-	params := db.DocumentInsertBatchParams{BatchID: batchID,
-		R2Keys: make([]string, len(works)), FileIDs: make([]int64, len(works)), Sources: make([]json.RawMessage, len(works))}
+	keys, fileIDs, sources := make([]string, len(works)), make([]int64, len(works)), make([]json.RawMessage, len(works))
 	pdfs, ocrRefs := 0, 0
 	for i, w := range works {
-		params.R2Keys[i], params.FileIDs[i] = w.File.R2Key, w.File.ID
+		keys[i], fileIDs[i] = w.File.R2Key, w.File.ID
 		if w.Source == nil {
 			continue
 		}
@@ -44,11 +45,25 @@ func enterDocumentsPhase(ctx context.Context, tx pgx.Tx, batchID string, p phase
 		if err != nil {
 			return err
 		}
-		params.Sources[i] = src
+		sources[i] = src
 		if w.Source.OCRRef {
 			ocrRefs++
 		} else {
 			pdfs++
+		}
+	}
+	resumed, err := q.DocumentBatchResume(ctx, db.DocumentBatchResumeParams{BatchID: &batchID, R2Keys: keys, FileIDs: fileIDs, Sources: sources})
+	if err != nil {
+		return fmt.Errorf("resuming failed documents of %s: %w", batchID, err)
+	}
+	params := db.DocumentInsertBatchParams{BatchID: batchID}
+	resumedKeys := make(map[string]bool, len(resumed))
+	for _, r := range resumed {
+		resumedKeys[r.R2Key] = true
+	}
+	for i, k := range keys {
+		if !resumedKeys[k] {
+			params.R2Keys, params.FileIDs, params.Sources = append(params.R2Keys, k), append(params.FileIDs, fileIDs[i]), append(params.Sources, sources[i])
 		}
 	}
 	ids, err := q.DocumentInsertBatch(ctx, params)
@@ -61,12 +76,22 @@ func enterDocumentsPhase(ctx context.Context, tx pgx.Tx, batchID string, p phase
 		}
 		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
 	}
-	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: string(name), Data: map[string]any{
-		"documents": len(ids), "pdfs": pdfs, "ocr_refs": ocrRefs, "generation": generation,
-	}}); err != nil {
+	data := map[string]any{"documents": len(works), "pdfs": pdfs, "ocr_refs": ocrRefs, "generation": generation}
+	if len(resumed) > 0 {
+		data["resumed"] = len(resumed)
+	}
+	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: string(name), Data: data}); err != nil {
 		return err
 	}
-	if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertManyTx(ctx, tx, documentParams(ids, nil)); err != nil {
+	jobs := documentParams(ids, nil)
+	if len(resumed) > 0 {
+		rids, resumes := make([]int64, len(resumed)), make([]int32, len(resumed))
+		for i, r := range resumed {
+			rids[i], resumes[i] = r.ID, r.Resumes
+		}
+		jobs = append(jobs, documentParams(rids, resumes)...)
+	}
+	if _, err := client.InsertManyTx(ctx, tx, jobs); err != nil {
 		return fmt.Errorf("enqueueing the documents of %s: %w", batchID, err)
 	}
 	return nil

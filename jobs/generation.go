@@ -24,7 +24,7 @@ import (
 // planner joined and sorted the whole generation first, 146 ms at 100,000
 // files for the first 2,000.)
 const generationTasksSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, t.id, t.status, t.result
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept, t.id, t.status, t.result
 FROM files f
 LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
@@ -37,7 +37,7 @@ ORDER BY f.ordinal, t.id`
 // a chunk that ended early) is a failed task, which leaves the file as it
 // was.
 const generationItemsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept,
 	CASE WHEN t.file_id IS NOT NULL THEN t.chunk_id || '/' || t.item_index END,
 	CASE WHEN t.status = 'done' THEN 'completed' WHEN t.file_id IS NOT NULL THEN 'failed' END,
 	CASE WHEN t.status = 'done' THEN jsonb_build_object('text_length', t.text_length, 'ref_r2_key', t.published_key, 'ref_size', t.published_size) END
@@ -53,7 +53,7 @@ ORDER BY f.ordinal, t.chunk_id, t.item_index`
 // leaves the file as it was. ($3, the phase, is the documents table's
 // only phase; it is read so that the query takes the same parameters.)
 const generationDocumentsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept,
 	t.id::text,
 	CASE WHEN t.status = 'completed' THEN 'completed' WHEN t.id IS NOT NULL THEN 'failed' END,
 	CASE WHEN t.status = 'completed' THEN jsonb_build_object('document_id', t.id) END
@@ -128,7 +128,7 @@ func (g *generationReader) Next() bool {
 	for g.err == nil && g.rows.Next() {
 		r, taskID, status, cfg, result = db.File{}, nil, nil, nil, nil
 		if err := g.rows.Scan(&ordinal, &r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &taskID, &status, &result); err != nil {
+			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &r.Kept, &taskID, &status, &result); err != nil {
 			g.err = err
 			return false
 		}
@@ -206,10 +206,10 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation
 	return files, nil
 }
 
-// fileColumns are db.FileInsertMany's columns and document_id, in the order
+// fileColumns are db.FileInsertMany's columns, document_id and kept, in the order
 // generationSource.Values gives them.
 var fileColumns = []string{"batch_id", "generation", "ordinal", "parent_id", "phase", "directory_path", "r2_key",
-	"logical_path", "file_name", "file_size", "content_type", "cid", "processing_config", "preprocessor_tags", "document_id"}
+	"logical_path", "file_name", "file_size", "content_type", "cid", "processing_config", "preprocessor_tags", "document_id", "kept"}
 
 // generationSource feeds a generation to COPY one file at a time. It does
 // what db.FileInsertMany does without first converting the whole generation
@@ -267,7 +267,7 @@ func (s *generationSource) Values() ([]any, error) {
 		doc = &f.DocumentID
 	}
 	return []any{s.batchID, s.generation, s.first + int32(s.i), parent, s.phase, f.DirectoryPath, f.R2Key,
-		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags, doc}, nil
+		f.LogicalPath, f.FileName, f.FileSize, f.ContentType, cid, cfg, f.Tags, doc, f.Kept}, nil
 }
 
 // Err reports an error that ended the rows early.
@@ -289,7 +289,7 @@ func fileFromRow(r db.File, configs map[string]phases.ProcessingConfig) (phases.
 	f := phases.File{
 		ID: r.ID, R2Key: r.R2Key, LogicalPath: r.LogicalPath, FileName: r.FileName, FileSize: r.FileSize,
 		ContentType: unique.Make(r.ContentType).Value(), ProcessingConfig: cfg, Tags: r.PreprocessorTags,
-		DirectoryPath: unique.Make(r.DirectoryPath).Value(),
+		DirectoryPath: unique.Make(r.DirectoryPath).Value(), Kept: r.Kept,
 	}
 	if r.ParentID != nil {
 		f.ParentID = *r.ParentID

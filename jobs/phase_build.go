@@ -68,7 +68,7 @@ var errBuildMoved = errors.New("the batch moved on")
 func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
 	q := db.New(tx)
 	name := string(p.Spec().Name)
-	work := p.Discover(stored)
+	work := phases.Work(p, stored)
 	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 		if err != nil {
 			return err
 		}
-		work := b.p.Discover(stored)
+		work := phases.Work(b.p, stored)
 		if err := insertTasks(ctx, tx, args.BatchID, b.p.Spec().Name, work); err != nil {
 			return err
 		}

@@ -284,7 +284,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	dInsert := lap()
 	var finished *db.Batch
 	if complete {
-		finished, err = enterNextPhase(ctx, tx, w.deps, batch.ID, phases.Next(p.Spec().Name), next, stored)
+		finished, err = enterNextPhase(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), w.deps, batch.ID, phases.Next(p.Spec().Name), next, stored)
 	} else {
 		err = startBuild(ctx, tx, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}
@@ -322,7 +322,7 @@ func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo 
 		if rd.problem != nil {
 			a.problems = append(a.problems, *rd.problem)
 		}
-		if candidate != nil && !a.decided && len(candidate.Discover(rd.outs)) > 0 {
+		if candidate != nil && !a.decided && len(phases.Work(candidate, rd.outs)) > 0 {
 			a.decided = true
 		}
 	}

@@ -276,7 +276,11 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 			}
 		case executorOf(b.Phase) == phases.Documents:
 			// No tasks: the documents' step jobs (unique: kept when they
-			// exist) and a check once they have all ended.
+			// exist) and a check once they have all ended. A document
+			// whose job River gave up on fails first: no run would end it.
+			if err := w.failAbandoned(ctx, client, b.ID, b.Generation); err != nil {
+				return err
+			}
 			if err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 				n, err := EnsureDocumentJobs(ctx, tx, client, b.ID, b.Generation)
 				if n > 0 {
@@ -314,6 +318,24 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	for _, r := range res {
 		if !r.UniqueSkippedAsDuplicate {
 			w.deps.Logger.Warn("backstop re-enqueued a lost wake-up", jobAttrs(r.Job)...)
+		}
+	}
+	return nil
+}
+
+// failAbandoned fails the running documents of a batch's documents phase
+// (generation) whose step job River discarded (its attempts spent, a dead
+// process's last one included) or cancelled, with the reason in their
+// errors; their ends make sure of the phase's check.
+func (w *TaskSweepWorker) failAbandoned(ctx context.Context, client *river.Client[pgx.Tx], batchID string, generation int32) error {
+	rows, err := db.New(w.deps.Pool).DocumentBatchListAbandoned(ctx, db.DocumentBatchListAbandonedParams{BatchID: &batchID, Generation: generation})
+	if err != nil {
+		return fmt.Errorf("finding abandoned documents of %s: %w", batchID, err)
+	}
+	for _, r := range rows {
+		reason := fmt.Sprintf("step job %d was %s by River; the document cannot go on", r.JobID, r.JobState)
+		if _, err := failDocument(ctx, w.deps, client, r.ID, r.Resumes, reason); err != nil {
+			return fmt.Errorf("failing abandoned document %d of %s: %w", r.ID, batchID, err)
 		}
 	}
 	return nil

@@ -34,11 +34,10 @@ func failBatch(ctx context.Context, q *db.Queries, batchID, phase, message strin
 // batch into it and enqueues its launcher. When from is "" or no phase has work, the batch is DONE with
 // this generation as its final file list, and delivery to ingest is queued;
 // the batch is then returned, for the caller to count once its transaction
-// has committed (Deps.batchFinished). Runs inside a job, in the job's
-// transaction.
-func enterNextPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
+// has committed (Deps.batchFinished). Runs in tx, the transaction of a job
+// or of an admin retry, which client inserts jobs in.
+func enterNextPhase(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
 	q := db.New(tx)
-	client := river.ClientFromContext[pgx.Tx](ctx)
 	var p phases.Phase
 	var work []phases.File
 	if from != "" {
@@ -61,10 +60,10 @@ func enterNextPhase(ctx context.Context, tx pgx.Tx, d Deps, batchID string, from
 		return &b, nil
 	}
 	if c, ok := p.(phases.Chunker); ok && p.Spec().Executor == phases.Chunked {
-		return nil, enterChunkedPhase(ctx, tx, d, batchID, c, generation, files)
+		return nil, enterChunkedPhase(ctx, tx, client, d, batchID, c, generation, files)
 	}
 	if dp, ok := p.(phases.Documenter); ok && p.Spec().Executor == phases.Documents {
-		return nil, enterDocumentsPhase(ctx, tx, batchID, dp, generation, files)
+		return nil, enterDocumentsPhase(ctx, tx, client, batchID, dp, generation, files)
 	}
 	name := string(p.Spec().Name)
 	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {

@@ -85,7 +85,8 @@ func (documentIndexing) Documents(files []File) []DocumentWork { return Document
 // indexes nothing twice): each .md or .txt file but a PDF page's text;
 // each split PDF with text on at least one page, made of its pages' text
 // files, or for a scanned page its OCR'd ref; each OCR'd ref that is not
-// such a PDF's page.
+// such a PDF's page. Kept files (File.Kept) are left out, but for a kept
+// PDF one of whose pages' text is not kept: its text comes from a rerun.
 func DocumentsOf(files []File) []DocumentWork {
 	pdfs := pdfPagesOf(files)
 	var out []DocumentWork
@@ -94,13 +95,13 @@ func DocumentsOf(files []File) []DocumentWork {
 			continue
 		}
 		switch {
-		case isTextDocument(f):
+		case isTextDocument(f) && !f.Kept:
 			out = append(out, DocumentWork{File: f})
 		case hasTag(f, TagPDFSource):
-			if pages, ok := pdfs.pages[i]; ok {
+			if pages, ok := pdfs.pages[i]; ok && (!f.Kept || pdfs.rerun[i]) {
 				out = append(out, DocumentWork{File: f, Source: &DocumentSource{Pages: pages}})
 			}
-		case isOCRText(f) && !pdfs.isPage[i]:
+		case isOCRText(f) && !pdfs.isPage[i] && !f.Kept:
 			out = append(out, DocumentWork{File: f, Source: &DocumentSource{OCRRef: true}})
 		}
 	}
@@ -119,10 +120,12 @@ func isOCRText(f File) bool {
 }
 
 // splitPDFs are the pages of a file list's split PDFs: by the PDF's
-// index, its pages' text keys (only PDFs with some text); and the indexes
-// of the files that are their pages' text.
+// index, its pages' text keys (only PDFs with some text), and whether the
+// text of one of them is not kept (File.Kept); and the indexes of the
+// files that are their pages' text.
 type splitPDFs struct {
 	pages  map[int][]string
+	rerun  map[int]bool
 	isPage map[int]bool
 }
 
@@ -140,7 +143,7 @@ func pdfPagesOf(files []File) splitPDFs {
 			byStem[pdfKey{path.Dir(f.LogicalPath), PDFStem(f.FileName)}] = i
 		}
 	}
-	out := splitPDFs{pages: map[int][]string{}, isPage: map[int]bool{}}
+	out := splitPDFs{pages: map[int][]string{}, rerun: map[int]bool{}, isPage: map[int]bool{}}
 	if len(byStem) == 0 {
 		return out
 	}
@@ -175,6 +178,9 @@ func pdfPagesOf(files []File) splitPDFs {
 		}
 		if prev, dup := texts[pdf][page]; !dup || prev.from == "ocr" && t.from == "text" {
 			texts[pdf][page] = t
+		}
+		if !f.Kept {
+			out.rerun[pdf] = true
 		}
 	}
 	for pdf, byPage := range texts {

@@ -30,6 +30,7 @@ func TestDocumentsOf(t *testing.T) {
 	}
 	off := func(f File) File { f.ProcessingConfig.Describe = false; return f }
 	indexed := func(f File) File { f.DocumentID = 9; return f }
+	kept := func(f File) File { f.Kept = true; return f }
 	key := func(name string) string { return "staging/b/docs/" + name }
 	pages := func(keys ...string) *DocumentSource { return &DocumentSource{Pages: keys} }
 	ocrRef := &DocumentSource{OCRRef: true}
@@ -62,6 +63,12 @@ func TestDocumentsOf(t *testing.T) {
 			{File: file("a.pdf", TagPDFSource), Source: pages(key("a-p1.txt"))},
 			{File: file("a-p1.pdf", TagPDFSource), Source: pages("", key("a-p1-p2.txt"))},
 		}},
+		{"KeptIsNoWork", []File{kept(file("a.txt")), kept(file("s.jpg.ref.json", TagImageProcessor, TagOCR)), file("b.md")},
+			[]DocumentWork{{File: file("b.md")}}},
+		{"KeptPDFWithKeptPages", []File{kept(file("r.pdf", TagPDFSource)), kept(file("r-p1.txt", TagPDFText))}, nil},
+		{"KeptPDFWithRerunPage", []File{ // its page's OCR ran again: the PDF's text comes from the rerun
+			kept(file("r.pdf", TagPDFSource)), file("r-p1.jpg.ref.json", TagImageProcessor, TagOCR),
+		}, []DocumentWork{{File: kept(file("r.pdf", TagPDFSource)), Source: pages(key("r-p1.jpg.ref.json"))}}},
 		{"PageOfAnotherDirectory", []File{file("r.pdf", TagPDFSource), {R2Key: "k", LogicalPath: "/other/r-p1.txt", FileName: "r-p1.txt",
 			ProcessingConfig: describe, Tags: []string{TagPDFText}}}, nil},
 	}

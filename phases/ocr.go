@@ -129,7 +129,7 @@ func OCRSkipped(files []File) map[int]string {
 	return out
 }
 
-// OCRChunks groups the refs Discover finds by their manifest directory
+// OCRChunks groups the refs Work finds (kept ones are no items) by their manifest directory
 // (DirectoryPath), in order of first appearance, and packs the groups into
 // chunks of groupsPerChunk (at least 1) with ids "0", "1", ... in order,
 // as spec 004 chunks PIs. Skipped refs are items too, marked.
@@ -139,7 +139,7 @@ func OCRChunks(files []File, groupsPerChunk int) []Chunk {
 	var order []string
 	groups := map[string][]ChunkItem{}
 	for i, f := range files {
-		if !isOCRRef(f) {
+		if !isOCRRef(f) || f.Kept {
 			continue
 		}
 		if _, ok := groups[f.DirectoryPath]; !ok {

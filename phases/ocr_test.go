@@ -133,6 +133,15 @@ func TestOCRChunks(t *testing.T) {
 		})
 	}
 	require.Empty(t, OCRChunks(files[2:3], 10))
+
+	// Kept refs (a DONE batch's retry) are no items: the skipped page is
+	// not made again, a kept group makes no chunk.
+	rerun := append([]File(nil), files...)
+	for _, i := range []int{0, 3, 5} {
+		rerun[i].Kept = true
+	}
+	require.Equal(t, []Chunk{{ID: "0", Groups: []string{"/b", "/e"}, Items: []ChunkItem{{Index: 1, Ref: rerun[1]}, {Index: 6, Ref: rerun[6]}}}},
+		OCRChunks(rerun, 2))
 }
 
 func TestOCRTransform(t *testing.T) {

@@ -71,6 +71,10 @@ type File struct {
 	// DocumentID is the document the file was indexed as
 	// (DOCUMENT_INDEXING), 0 for none.
 	DocumentID int64
+	// Kept marks a file that keeps the results of an earlier pass of its
+	// batch (an admin retry of a DONE batch reruns only what failed): no
+	// phase works on it again (Work). Outputs inherit their input's mark.
+	Kept bool
 }
 
 // TaskStatus is the lifecycle state of one task. Only TaskCompleted tasks
@@ -116,8 +120,31 @@ type Phase interface {
 	SampleResult(in File) json.RawMessage
 }
 
+// Work is the files of the list that need a task of p: those p discovers,
+// less the kept ones (File.Kept). Callers ask Work, not Discover, so that
+// no phase needs to know of kept files.
+func Work(p Phase, files []File) []File {
+	work := p.Discover(files)
+	kept := 0
+	for _, f := range work {
+		if f.Kept {
+			kept++
+		}
+	}
+	if kept == 0 {
+		return work
+	}
+	out := make([]File, 0, len(work)-kept)
+	for _, f := range work {
+		if !f.Kept {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // NextWithWork starts at phase from (inclusive; "" means phase First()) and
-// walks Next until it finds a phase whose Discover(files) is non-empty; it
+// walks Next until it finds a phase whose Work(files) is non-empty; it
 // returns that phase and the discovered files, or (nil, nil) when no
 // remaining phase has work (or from is not a phase). A phase with no tasks is
 // skipped: its transform would leave every file unchanged, so no new
@@ -131,7 +158,7 @@ func NextWithWork(from Name, files []File) (Phase, []File) {
 		return nil, nil
 	}
 	for _, p := range registry[i:] {
-		if work := p.Discover(files); len(work) > 0 {
+		if work := Work(p, files); len(work) > 0 {
 			return p, work
 		}
 	}
@@ -159,8 +186,8 @@ func (e *TransformError) Unwrap() error { return e.Err }
 
 // Apply runs p.Transform over every file in order, looking tasks up by
 // FileID, and returns the next generation. Every output gets ParentID =
-// input's ID and ID = 0, since each output becomes a new row of the next
-// generation; its Tags are copied so the result shares no memory with files.
+// input's ID, ID = 0, since each output becomes a new row of the next
+// generation, and the input's Kept; its Tags are copied so the result shares no memory with files.
 // A Transform error never loses the file: that file passes through unchanged
 // and the error is returned in problems (a *TransformError carrying the
 // file's r2_key) so the caller can record it.
@@ -196,6 +223,7 @@ func ApplyOne(p Phase, f File, task *Task) (outs []File, problem error) {
 	for i, o := range got {
 		o.ID = 0
 		o.ParentID = f.ID
+		o.Kept = f.Kept
 		o.Tags = slices.Clone(o.Tags)
 		outs[i] = o
 	}

@@ -710,6 +710,7 @@ func TestNextWithWork(t *testing.T) {
 	png := File{FileName: "b.png", ContentType: "image/png"}
 	pdf := File{FileName: "doc.pdf", ContentType: "application/pdf"}
 	splitPDF := File{FileName: "doc.pdf", ContentType: "application/pdf", Tags: []string{TagPDFSource}}
+	kept := func(f File) File { f.Kept = true; return f }
 
 	tests := []struct {
 		name      string
@@ -728,6 +729,8 @@ func TestNextWithWork(t *testing.T) {
 		{name: "ConvertedTIFFOnly", from: TIFFConversion, files: []File{convertedTIF, splitPDF}, wantPhase: ""},
 		{name: "LastPhaseNoWork", from: ImageProcessing, files: []File{tif, pdf}, wantPhase: ""},
 		{name: "UnknownPhase", from: "DONE", files: []File{tif, jpg}, wantPhase: ""},
+		{name: "KeptFilesAreNoWork", from: "", files: []File{kept(pdf), kept(tif), png, kept(jpg)}, wantPhase: ImageProcessing, wantFiles: []string{"b.png"}},
+		{name: "AllKept", from: "", files: []File{kept(pdf), kept(tif), kept(jpg)}, wantPhase: ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -938,4 +941,24 @@ func TestMaxOutputsIsConfigurable(t *testing.T) {
 			require.EqualError(t, err, tt.wantErr)
 		})
 	}
+}
+
+// TestApplyPassesKeptOn: a kept file's outputs are kept, a rerun file's
+// are not, whatever the transform builds.
+func TestApplyPassesKeptOn(t *testing.T) {
+	t.Parallel()
+	p, _ := Get(ImageProcessing)
+	img := File{ID: 4, R2Key: "staging/b/a.jpg", FileName: "a.jpg", LogicalPath: "/a.jpg", ContentType: "image/jpeg"}
+	done := &Task{FileID: 4, Status: TaskCompleted, Result: p.SampleResult(img)}
+	outs, err := ApplyOne(p, img, done)
+	require.NoError(t, err)
+	require.False(t, outs[0].Kept)
+	keptImg := img
+	keptImg.Kept = true
+	outs, err = ApplyOne(p, keptImg, nil)
+	require.NoError(t, err)
+	require.True(t, outs[0].Kept)
+	outs, err = ApplyOne(p, keptImg, done)
+	require.NoError(t, err)
+	require.True(t, outs[0].Kept, "the mark goes with the input, not with what the transform built")
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,11 +29,20 @@ import (
 //     stopped while its next generation was being written goes on writing
 //     it. While the jobs a reset asked to stop are still running, the
 //     answer is ErrConflict: try again in a moment.
-//   - a DONE or PENDING batch, or one whose processing details retention
+//   - a DONE batch with failed work (tasks, OCR refs, documents): only that
+//     work runs again, in a new pass through the phases from the first that
+//     has any, and the files the rerun makes go on through the phases after
+//     it; every other file keeps its results (jobs.ResumeBatch). Once DONE
+//     again, the batch is delivered to ingest again under a new
+//     idempotency key. With nothing failed: ErrConflict.
+//   - in a documents phase (running or ERROR), its failed documents resume
+//     from the step that failed.
+//   - a PENDING batch, or one whose processing details retention
 //     removed: ErrConflict.
 //
 // The change is recorded as an admin.retry event, plus a task.requeued
-// event per task.
+// event per task (a DONE batch's resume: a batch.resumed event with what
+// is rerun).
 func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 	var (
 		logAttrs []any
@@ -59,7 +69,9 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		var phase string
 		switch phases.BatchStatus(b.Status) {
 		case phases.BatchDone:
-			return fmt.Errorf("%w: batch %s is DONE; completed work is never redone", ErrConflict, batchID)
+			attrs, err := s.resumeDone(ctx, tx, b, data)
+			logAttrs, resumed = attrs, err == nil
+			return err
 		case phases.BatchPending:
 			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", ErrConflict, batchID)
 		case phases.BatchError:
@@ -113,8 +125,13 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			phase = b.Status
 		}
 
-		if p, _ := phases.Get(phases.Name(phase)); p.Spec().Executor == phases.Chunked {
+		switch p, _ := phases.Get(phases.Name(phase)); p.Spec().Executor {
+		case phases.Chunked:
 			attrs, err := s.retryChunks(ctx, tx, b, phase, data)
+			logAttrs = attrs
+			return err
+		case phases.Documents:
+			attrs, err := s.retryDocuments(ctx, tx, b, phase, data)
 			logAttrs = attrs
 			return err
 		}
@@ -242,4 +259,58 @@ func (s *Service) retryChunks(ctx context.Context, tx pgx.Tx, b db.Batch, phase 
 		return nil, fmt.Errorf("recording retry events: %w", err)
 	}
 	return []any{"phase", phase, "items_requeued", items, "chunk_jobs", enqueued, "previous_status", b.Status}, nil
+}
+
+// resumeDone is Retry for a DONE batch: a new pass that reruns only what
+// failed (jobs.ResumeBatch). The caller holds the batch's exclusive lock.
+func (s *Service) resumeDone(ctx context.Context, tx pgx.Tx, b db.Batch, data map[string]any) ([]any, error) {
+	r, err := jobs.ResumeBatch(ctx, tx, s.river, s.cfg, s.metrics, b)
+	if errors.Is(err, jobs.ErrNothingToResume) {
+		return nil, fmt.Errorf("%w: batch %s is DONE with nothing failed; there is nothing to retry", ErrConflict, b.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	data["resumed_status"], data["phase"], data["files_rerun"] = r.Phase, r.Phase, r.Files
+	if err := db.New(tx).EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: r.Phase, Data: data}); err != nil {
+		return nil, fmt.Errorf("recording retry event: %w", err)
+	}
+	return []any{"phase", r.Phase, "files_rerun", r.Files, "tasks_rerun", r.Tasks, "ocr_items_rerun", r.OCRItems,
+		"documents_rerun", r.Documents, "previous_status", b.Status}, nil
+}
+
+// retryDocuments is Retry for a documents phase: its failed documents
+// resume from the step that failed, and every running one is made sure of
+// its step job. The caller holds the batch's exclusive lock.
+func (s *Service) retryDocuments(ctx context.Context, tx pgx.Tx, b db.Batch, phase string, data map[string]any) ([]any, error) {
+	q := db.New(tx)
+	rows, err := q.DocumentBatchRetryFailed(ctx, db.DocumentBatchRetryFailedParams{BatchID: &b.ID, Generation: b.Generation})
+	if err != nil {
+		return nil, fmt.Errorf("resuming the failed documents of %s: %w", b.ID, err)
+	}
+	wasError := phases.BatchStatus(b.Status) == phases.BatchError
+	if len(rows) == 0 && !wasError {
+		return nil, fmt.Errorf("%w: batch %s is running %s with no failed document; there is nothing to retry", ErrConflict, b.ID, phase)
+	}
+	// The resumed documents' jobs (their args carry the new resume count),
+	// and any a reset left missing.
+	enqueued, err := jobs.EnsureDocumentJobs(ctx, tx, s.river, b.ID, b.Generation)
+	if err != nil {
+		return nil, err
+	}
+	// With nothing open the check moves the batch on; otherwise the
+	// documents' ends make sure of one.
+	if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: b.ID, Phase: phase}); err != nil {
+		return nil, err
+	}
+	if !wasError {
+		if err := q.BatchRetryTouch(ctx, b.ID); err != nil {
+			return nil, err
+		}
+	}
+	data["resumed_status"], data["phase"], data["documents_resumed"] = phase, phase, len(rows)
+	if err := q.EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: phase, Data: data}); err != nil {
+		return nil, fmt.Errorf("recording retry event: %w", err)
+	}
+	return []any{"phase", phase, "documents_resumed", len(rows), "document_jobs", enqueued, "previous_status", b.Status}, nil
 }

@@ -192,6 +192,21 @@ type Status struct {
 	Pruned *Pruned `json:"pruned,omitempty"`
 }
 
+// HasFailures reports whether the batch has failed work an admin retry
+// would rerun: failed tasks in any phase, OCR refs not done nor skipped,
+// failed documents.
+func (s Status) HasFailures() bool {
+	for _, p := range s.Phases {
+		if p.TasksFailed > 0 {
+			return true
+		}
+	}
+	if s.OCR != nil && s.OCR.RefsDone+s.OCR.RefsSkipped < s.OCR.RefsTotal {
+		return true
+	}
+	return s.Documents != nil && s.Documents.Failed > 0
+}
+
 // Ingest reports delivery of a finished batch to the ingest service.
 type Ingest struct {
 	// Status is none (not finished yet), pending (being delivered, retried

@@ -131,6 +131,16 @@ SET status = @status, error = NULL, completed_at = NULL, phase_retry_count = 0, 
 WHERE id = @id AND status = 'ERROR'
 RETURNING *;
 
+-- BatchReopen takes a DONE batch back to work for an admin retry of what
+-- failed (jobs.ResumeBatch), in the transaction that moves it into the
+-- phase it resumes in; its delivery to ingest is to be made again.
+-- name: BatchReopen :one
+UPDATE batches
+SET status = 'PENDING', error = NULL, completed_at = NULL, phase_retry_count = 0,
+    ingest_status = 'none', ingest_attempts = 0, ingest_last_error = NULL, ingest_delivered_at = NULL, updated_at = clock_timestamp()
+WHERE id = @id AND status = 'DONE'
+RETURNING *;
+
 -- BatchRetryTouch marks a running batch as changed by an admin retry.
 -- name: BatchRetryTouch :exec
 UPDATE batches SET phase_retry_count = 0, updated_at = clock_timestamp() WHERE id = @id;

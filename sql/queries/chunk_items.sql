@@ -158,3 +158,21 @@ FROM (
 LEFT JOIN files f ON f.id = ci.file_id
 WHERE ci.n <= @max_per_chunk::bigint
 ORDER BY ci.chunk_id, ci.item_index;
+
+-- ChunkItemDropUnfinished removes a DONE batch's items that were neither
+-- done nor skipped (failed, or left pending by a chunk that stopped), and
+-- uncounts them in their chunks: an admin retry reruns them as items of
+-- new chunks (jobs.ResumeBatch). It returns the chunks touched.
+-- name: ChunkItemDropUnfinished :many
+WITH items AS (
+    DELETE FROM chunk_items ci
+    WHERE ci.batch_id = @batch_id AND ci.status NOT IN ('done', 'skipped')
+    RETURNING ci.phase, ci.chunk_id, ci.status
+), per_chunk AS (
+    SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
+    FROM items i GROUP BY i.phase, i.chunk_id
+)
+UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
+FROM per_chunk
+WHERE c.batch_id = @batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
+RETURNING c.phase, c.chunk_id, per_chunk.n::int AS dropped;

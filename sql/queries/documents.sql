@@ -165,14 +165,57 @@ WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @gene
 ORDER BY d.id;
 
 -- name: DocumentBatchSummary :one
--- A batch's documents by status, for its status document: those of its
--- latest DOCUMENT_INDEXING run (a retried batch indexes its files again).
+-- A batch's documents by status, for its status document. A batch has one
+-- document per key: a phase run again after an admin retry of the DONE
+-- batch resumes its failed documents (DocumentBatchResume) rather than
+-- making new ones, and its completed ones' files are not indexed again.
 SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
        count(*) FILTER (WHERE status = 'failed')::int AS failed
 FROM documents d
-WHERE d.batch_id = @batch_id
-  AND d.created_at = (SELECT max(l.created_at) FROM documents l WHERE l.batch_id = @batch_id);
+WHERE d.batch_id = @batch_id;
+
+-- name: DocumentBatchResume :many
+-- The batch's failed documents of these keys, for its DOCUMENT_INDEXING
+-- phase run again after an admin retry of the DONE batch: each now indexes
+-- the file given (of the phase's generation), from the step that failed
+-- (from download when its source changed), with its retries anew, as
+-- DocumentRetry resumes one.
+UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL,
+    file_id = k.file_id, source = k.source,
+    current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
+    updated_at = now()
+FROM (SELECT unnest(@r2_keys::text[]) AS r2_key, unnest(@file_ids::bigint[]) AS file_id,
+             unnest(@sources::jsonb[]) AS source) k
+WHERE d.batch_id = @batch_id AND d.status = 'failed' AND d.r2_key = k.r2_key
+    AND d.version = (SELECT max(l.version) FROM documents l WHERE l.r2_key = d.r2_key)
+RETURNING d.id, d.resumes, d.r2_key;
+
+-- name: DocumentBatchRetryFailed :many
+-- The failed documents of a batch's phase (generation) resume from the
+-- step that failed, with their retries anew: an admin retry of the batch.
+UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+FROM files f
+WHERE f.id = d.file_id AND d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+    AND d.status = 'failed'
+RETURNING d.id, d.resumes;
+
+-- name: DocumentBatchListAbandoned :many
+-- The running documents of a batch's phase (generation) whose step job
+-- River has given up on (discarded: its attempts spent, or cancelled):
+-- no run will end them, so the sweep fails them. A document whose job is
+-- missing altogether is not here: its job is enqueued again
+-- (EnsureDocumentJobs).
+SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
+JOIN files f ON f.id = d.file_id
+JOIN LATERAL (
+    SELECT r.id, r.state FROM river_job r
+    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
+    ORDER BY r.id DESC LIMIT 1
+) j ON true
+WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+  AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
+ORDER BY d.id;
 
 -- name: DocumentListPage :many
 -- A page of the dashboard's listing, newest first, optionally of one

@@ -320,3 +320,10 @@ SET machine_id = NULL, superseded_token_hashes = array_append(t.superseded_token
 FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'pending' AND t.ended_by = 'retry' AND t.machine_id IS NOT NULL
 RETURNING t.id;
+
+-- TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
+-- admin retry reruns as new tasks of the files they failed on
+-- (jobs.ResumeBatch); their outcomes stay in batch_events.
+-- name: TaskDeleteFailedByBatch :many
+DELETE FROM tasks WHERE batch_id = @batch_id AND status = 'failed'
+RETURNING id, phase;
