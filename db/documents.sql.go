@@ -869,6 +869,53 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 	return items, nil
 }
 
+const documentListAbandoned = `-- name: DocumentListAbandoned :many
+SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
+JOIN LATERAL (
+    SELECT r.id, r.state FROM river_job r
+    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
+    ORDER BY r.id DESC LIMIT 1
+) j ON true
+WHERE d.batch_id IS NULL AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
+ORDER BY d.id
+LIMIT $1
+`
+
+type DocumentListAbandonedRow struct {
+	ID       int64
+	Resumes  int32
+	JobState string
+	JobID    int64
+}
+
+// Up to @max documents posted through the API (no batch) that are still
+// running while their step job River has given up on (discarded or
+// cancelled): no run will end them, so the sweep fails them.
+func (q *Queries) DocumentListAbandoned(ctx context.Context, max int32) ([]DocumentListAbandonedRow, error) {
+	rows, err := q.db.Query(ctx, documentListAbandoned, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentListAbandonedRow
+	for rows.Next() {
+		var i DocumentListAbandonedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Resumes,
+			&i.JobState,
+			&i.JobID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentListPage = `-- name: DocumentListPage :many
 SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents
 WHERE ($1::text IS NULL OR status = $1::text)

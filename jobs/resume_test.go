@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path"
@@ -303,6 +304,60 @@ func TestAbandonedDocumentFails(t *testing.T) {
 	final := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
 	require.Zero(t, final["/stuck.txt"].DocumentID)
 	require.NotZero(t, final["/ok.txt"].DocumentID)
+}
+
+// TestAbandonedAPIDocumentFails: a document posted through the API (no
+// batch) whose step job River stops for good fails too, with the reason in
+// its errors, instead of staying processing; a document still working is
+// left alone.
+func TestAbandonedAPIDocumentFails(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route == fakeai.Embeddings && strings.Contains(strings.Join(r.Inputs, " "), "stuck") {
+			return fakeai.Behavior{Delay: time.Minute} // until the client goes away
+		}
+		return fakeai.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{Settings: map[string]string{
+		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
+	}})
+	ctx := context.Background()
+	post := func(key, text string) int64 {
+		env.PutObject(t, key, []byte(text))
+		code, body := env.Do(t, http.MethodPost, "/documents", strings.NewReader(fmt.Sprintf(`{"r2_key": %q}`, key)))
+		require.Equal(t, http.StatusAccepted, code, string(body))
+		var doc struct{ ID int64 }
+		require.NoError(t, json.Unmarshal(body, &doc))
+		return doc.ID
+	}
+	stuck := post("documents/stuck-one.txt", "a stuck document")
+	slow := post("documents/stuck-two.txt", "another stuck document")
+	jobOf := func(id int64) (jobID int64) {
+		awaitTrue(t, "the document's embeddings to be under way", func() bool {
+			return env.Pool.QueryRow(ctx, `SELECT j.id FROM river_job j JOIN documents d ON d.id = $1
+				WHERE j.kind = 'document_step' AND j.args @> jsonb_build_object('document_id', d.id)
+				AND j.state = 'running' AND d.current_step = 'embeddings'`, id).Scan(&jobID) == nil
+		})
+		return jobID
+	}
+	jobID := jobOf(stuck)
+	jobOf(slow)
+	_, err := env.River.JobCancel(ctx, jobID)
+	require.NoError(t, err)
+
+	q := db.New(env.Pool)
+	awaitTrue(t, "the abandoned document to fail", func() bool {
+		doc, err := q.DocumentGet(ctx, stuck)
+		require.NoError(t, err)
+		return doc.Status == "failed"
+	})
+	doc, err := q.DocumentGet(ctx, stuck)
+	require.NoError(t, err)
+	require.Contains(t, string(doc.Errors), fmt.Sprintf("step job %d was cancelled by River", jobID))
+	other, err := q.DocumentGet(ctx, slow)
+	require.NoError(t, err)
+	require.Equal(t, "processing", other.Status, "a document whose job still runs is not failed")
 }
 
 // TestRetryDoneBatchRerunsFailedOCR: a DONE batch whose provider refused

@@ -51,7 +51,10 @@ func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs
 			return err
 		}
 	}
-	return w.backstop(ctx)
+	if err := w.backstop(ctx); err != nil {
+		return err
+	}
+	return w.failAbandonedDocuments(ctx)
 }
 
 // What the sweep does with an expired task whose machine was never
@@ -333,12 +336,34 @@ func (w *TaskSweepWorker) failAbandoned(ctx context.Context, client *river.Clien
 		return fmt.Errorf("finding abandoned documents of %s: %w", batchID, err)
 	}
 	for _, r := range rows {
-		reason := fmt.Sprintf("step job %d was %s by River; the document cannot go on", r.JobID, r.JobState)
-		if _, err := failDocument(ctx, w.deps, client, r.ID, r.Resumes, reason); err != nil {
+		if _, err := failDocument(ctx, w.deps, client, r.ID, r.Resumes, abandonedReason(r.JobID, r.JobState)); err != nil {
 			return fmt.Errorf("failing abandoned document %d of %s: %w", r.ID, batchID, err)
 		}
 	}
 	return nil
+}
+
+// failAbandonedDocuments fails the running documents posted through the
+// API whose step job River discarded or cancelled, as failAbandoned does
+// for a batch's.
+func (w *TaskSweepWorker) failAbandonedDocuments(ctx context.Context) error {
+	rows, err := db.New(w.deps.Pool).DocumentListAbandoned(ctx, sweepGroupsPerRun)
+	if err != nil {
+		return fmt.Errorf("finding abandoned documents: %w", err)
+	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	for _, r := range rows {
+		if _, err := failDocument(ctx, w.deps, client, r.ID, r.Resumes, abandonedReason(r.JobID, r.JobState)); err != nil {
+			return fmt.Errorf("failing abandoned document %d: %w", r.ID, err)
+		}
+	}
+	return nil
+}
+
+// abandonedReason is the error recorded for a document whose step job
+// River gave up on.
+func abandonedReason(jobID int64, state string) string {
+	return fmt.Sprintf("step job %d was %s by River; the document cannot go on", jobID, state)
 }
 
 func deref(s *string) string {

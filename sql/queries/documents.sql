@@ -217,6 +217,20 @@ WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @gene
   AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
 ORDER BY d.id;
 
+-- name: DocumentListAbandoned :many
+-- Up to @max documents posted through the API (no batch) that are still
+-- running while their step job River has given up on (discarded or
+-- cancelled): no run will end them, so the sweep fails them.
+SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
+JOIN LATERAL (
+    SELECT r.id, r.state FROM river_job r
+    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
+    ORDER BY r.id DESC LIMIT 1
+) j ON true
+WHERE d.batch_id IS NULL AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
+ORDER BY d.id
+LIMIT @max;
+
 -- name: DocumentListPage :many
 -- A page of the dashboard's listing, newest first, optionally of one
 -- status: before_id is the last id of the previous page (keyset paging,
