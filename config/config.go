@@ -160,6 +160,10 @@ type Config struct {
 	// on a fresh machine until this many attempts have failed
 	// (TASK_MAX_ATTEMPTS).
 	TaskMaxAttempts int
+	// TaskRetireLimit is how long a task to be retried waits for its last
+	// attempt's machine to be destroyed before it is launched anyway
+	// (TASK_RETIRE_LIMIT, milliseconds).
+	TaskRetireLimit time.Duration
 	// CallbackRetryWindow is how long a worker keeps retrying its callback
 	// while the orchestrator is unreachable or answers 5xx
 	// (CALLBACK_RETRY_WINDOW, milliseconds; passed to the machines).
@@ -322,6 +326,9 @@ func DefaultAdaptiveLimit() AdaptiveLimit {
 // fewer commits; measured with make bench's callback ingest).
 const DefaultCallbackCommitters = 1
 
+// DefaultTaskRetireLimit is TASK_RETIRE_LIMIT unless set.
+const DefaultTaskRetireLimit = 2 * time.Minute
+
 // maxOutputsPerTask bounds MAX_OUTPUTS_PER_TASK: a 1 MiB callback body
 // cannot list more output files than this.
 const maxOutputsPerTask = 100000
@@ -414,6 +421,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		MaxRetryAttempts:     r.positiveInt("MAX_RETRY_ATTEMPTS", 5),
 		LaunchOutageBudget:   r.millis("LAUNCH_OUTAGE_BUDGET", 30*time.Minute),
 		TaskMaxAttempts:      r.intIn("TASK_MAX_ATTEMPTS", 3, 1, 100),
+		TaskRetireLimit:      r.millis("TASK_RETIRE_LIMIT", DefaultTaskRetireLimit),
 		CallbackRetryWindow:  r.millis("CALLBACK_RETRY_WINDOW", 15*time.Minute),
 		MaxFileSize:          r.positiveInt64("MAX_FILE_SIZE", 5<<30),
 		MaxBatchSize:         r.positiveInt64("MAX_BATCH_SIZE", 100<<30),

@@ -136,6 +136,42 @@ func TestRelaunchWaitsForTheDestruction(t *testing.T) {
 	require.Contains(t, env.Fly.Destroyed(), ls[0].MachineID)
 }
 
+// TestRelaunchGivesUpOnAnIndestructibleMachine: when Fly keeps refusing
+// to destroy a timed-out attempt's machine, the task waits
+// TASK_RETIRE_LIMIT, then is launched anyway, with the reason in its
+// events: a task must not wait for ever on a machine that is most likely
+// gone.
+func TestRelaunchGivesUpOnAnIndestructibleMachine(t *testing.T) {
+	t.Parallel()
+	var fly atomic.Pointer[fakefly.Server]
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if isFile(l, "t000.tif") && l.Attempt == 1 {
+			fly.Load().FailDestroys(http.StatusServiceUnavailable, 1_000_000)
+			return fakefly.Behavior{Hang: true}
+		}
+		return succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "500", "TASK_RETIRE_LIMIT": "1500"}})
+	fly.Store(env.Fly)
+	const id = "RETIRE-GIVES-UP"
+	env.Submit(t, id, tiffs(1))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	taskID := taskOf(t, env, id, "t000.tif")
+	ls := launchesOf(env, taskID)
+	require.Len(t, ls, 2, "launched again once the limit passed")
+	require.NotContains(t, env.Fly.Destroyed(), ls[0].MachineID, "Fly never destroyed the first machine")
+	var reasons []string
+	rows, err := env.Pool.Query(context.Background(), `SELECT data->>'reason' FROM batch_events WHERE batch_id = $1 AND type = 'task.retrying' ORDER BY id`, id)
+	require.NoError(t, err)
+	for rows.Next() {
+		var r string
+		require.NoError(t, rows.Scan(&r))
+		reasons = append(reasons, r)
+	}
+	require.NoError(t, rows.Err())
+	require.Contains(t, reasons, "its last machine could not be destroyed within 1.5s; launching anyway")
+}
+
 // TestWorkerErrorsRetriedOnlyWhenTransient: a worker that reports a
 // transient error ("retryable": true) gets another machine and completes;
 // one that reports a permanent error fails at once; one whose every

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,13 +11,6 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/phases"
 )
-
-// RetireLimit is how long a task to be retried waits for its last
-// attempt's machine to be destroyed. Past it the launcher gives up on the
-// destruction (the provider keeps refusing it) and launches the task
-// again: a machine that could not be destroyed for this long is most
-// likely gone, and the task must not wait for ever.
-const RetireLimit = 2 * time.Minute
 
 // retireConcurrency bounds the destroy requests one launcher run sends.
 const retireConcurrency = 8
@@ -33,7 +25,10 @@ type retired struct {
 // (a timed-out attempt, a transient error) and makes those tasks
 // launchable again: a task is claimed only once its last machine is gone,
 // so that no task has two machines alive at once. A destruction that fails
-// is tried again on the launcher's next run, until RetireLimit has passed.
+// is tried again on the launcher's next run, until TASK_RETIRE_LIMIT has
+// passed: then the launcher gives up on it (the provider keeps refusing)
+// and launches the task again, as a machine that could not be destroyed
+// for that long is most likely gone, and the task must not wait for ever.
 func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase) (retired, error) {
 	rows, err := db.New(w.deps.Pool).TaskListRetiring(ctx, db.TaskListRetiringParams{BatchID: batchID, Phase: string(name), Max: launchChunk})
 	if err != nil || len(rows) == 0 {
@@ -93,7 +88,7 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 		events := make([]db.BatchEventInsertManyParams, 0, len(gaveUp))
 		for _, id := range gaveUp {
 			events = append(events, newEvent(batchID, db.EventTaskRetrying, string(name), id, map[string]any{
-				"reason": fmt.Sprintf("its last machine could not be destroyed within %s; launching anyway", RetireLimit),
+				"reason": fmt.Sprintf("its last machine could not be destroyed within %s; launching anyway", w.deps.Config.TaskRetireLimit),
 			}))
 		}
 		_, err = q.BatchEventInsertMany(ctx, events)

@@ -177,7 +177,7 @@ func (w *TaskSweepWorker) expire(ctx context.Context, batchID, phase string) err
 	err := EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{
-			BatchID: batchID, Phase: phase, MaxAttempts: int32(w.deps.Config.TaskMaxAttempts), RetireSeconds: RetireLimit.Seconds(),
+			BatchID: batchID, Phase: phase, MaxAttempts: int32(w.deps.Config.TaskMaxAttempts), RetireSeconds: w.deps.Config.TaskRetireLimit.Seconds(),
 		})
 		if err != nil {
 			return false, fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)

@@ -76,7 +76,7 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Conf
 	}
 	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, metrics: m,
 		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax,
-			MaxOutputs: cfg.MaxOutputsPerTask, TaskMaxAttempts: cfg.TaskMaxAttempts, Logger: logger, Metrics: m}),
+			MaxOutputs: cfg.MaxOutputsPerTask, TaskMaxAttempts: cfg.TaskMaxAttempts, TaskRetireLimit: cfg.TaskRetireLimit, Logger: logger, Metrics: m}),
 		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
 	s.hub = newEventHub(pool, logger, s.readRound)
 	if docs, err := jobs.NewDocuments(cfg); err != nil {

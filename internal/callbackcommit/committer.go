@@ -67,6 +67,9 @@ type Config struct {
 	// error its worker calls retryable is retried until this many attempts
 	// have failed. 1 when not positive: no retries.
 	TaskMaxAttempts int
+	// TaskRetireLimit bounds the wait for a retried attempt's machine to
+	// be destroyed (TASK_RETIRE_LIMIT); config's default when not positive.
+	TaskRetireLimit time.Duration
 }
 
 // DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
@@ -80,14 +83,15 @@ var ErrBusy = errors.New("too many callbacks are waiting to be applied")
 // Committer applies callbacks in groups. Its goroutines live only while
 // there is work, so there is nothing to start or stop.
 type Committer struct {
-	pool       *pgxpool.Pool
-	river      *river.Client[pgx.Tx]
-	committers int
-	maxQueued  int
-	maxOutputs int
-	maxTries   int // TaskMaxAttempts
-	logger     *slog.Logger
-	metrics    *metrics.Metrics
+	pool        *pgxpool.Pool
+	river       *river.Client[pgx.Tx]
+	committers  int
+	maxQueued   int
+	maxOutputs  int
+	maxTries    int // TaskMaxAttempts
+	retireLimit time.Duration
+	logger      *slog.Logger
+	metrics     *metrics.Metrics
 
 	mu      sync.Mutex
 	pending []*request
@@ -105,11 +109,14 @@ func New(cfg Config) *Committer {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = DefaultMaxQueued
 	}
+	if cfg.TaskRetireLimit <= 0 {
+		cfg.TaskRetireLimit = config.DefaultTaskRetireLimit
+	}
 	if cfg.MaxOutputs <= 0 {
 		cfg.MaxOutputs = phases.DefaultMaxOutputs
 	}
 	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
-		maxTries: max(1, cfg.TaskMaxAttempts), logger: cfg.Logger, metrics: cfg.Metrics}
+		maxTries: max(1, cfg.TaskMaxAttempts), retireLimit: cfg.TaskRetireLimit, logger: cfg.Logger, metrics: cfg.Metrics}
 }
 
 // Callback is a worker's callback as far as it can be checked without the
