@@ -46,7 +46,6 @@ type PhaseCheckWorker struct {
 	hooks *TestHooks
 }
 
-
 // NextRetry retries a failed check within seconds. One check may wait out a
 // whole phase, gathering the errors of every transient failure in it (a
 // database failover), and River's default backoff, (errors+1)^4 s, would
