@@ -38,24 +38,24 @@ var driverFaults = []string{faultKill, faultPostgres, faultFly503, faultS3503}
 
 // options are the driver's flags.
 type options struct {
-	seed          uint64
-	batches       int
-	files         int
-	faultGap      time.Duration
-	outage        time.Duration
-	pgDown        time.Duration
-	hang          float64
-	crash         float64
-	late          float64
-	taskTimeout   time.Duration
-	timeout       time.Duration
-	kinds         []string
-	keep          bool
-	skipBaseline  bool
-	resumeLimit   time.Duration
-	maxConns      int
-	spread        time.Duration
-	workerDelay   time.Duration
+	seed         uint64
+	batches      int
+	files        int
+	faultGap     time.Duration
+	outage       time.Duration
+	pgDown       time.Duration
+	hang         float64
+	crash        float64
+	late         float64
+	taskTimeout  time.Duration
+	timeout      time.Duration
+	kinds        []string
+	keep         bool
+	skipBaseline bool
+	resumeLimit  time.Duration
+	maxConns     int
+	spread       time.Duration
+	workerDelay  time.Duration
 }
 
 func parseOptions(args []string) (options, error) {

@@ -82,9 +82,11 @@ func (c *flyChild) behave(l fakefly.Launch) fakefly.Behavior {
 // childTB lets a program use fakefly, which is written for tests.
 type childTB struct{}
 
-func (childTB) Helper()                           {}
-func (childTB) Errorf(format string, args ...any) { fmt.Fprintf(os.Stderr, "fakefly: "+format+"\n", args...) }
-func (childTB) Cleanup(func())                    {}
+func (childTB) Helper() {}
+func (childTB) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fakefly: "+format+"\n", args...)
+}
+func (childTB) Cleanup(func()) {}
 
 // runFly is `chaos fly`: the fake Machines API (internal/fakefly) as a
 // process of its own, shared by both orchestrators and outliving them. Its

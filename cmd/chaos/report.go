@@ -30,13 +30,13 @@ type runResult struct {
 	resumes      []time.Duration
 
 	done, tasks, completed, failedTasks int
-	lost, invented, unfinished    int
-	lostReasons                   map[string]int
-	duplicates                    int
-	overlaps                      int
-	callback503, callback500      int
-	goroutines, conns             int
-	checks                        []check
+	lost, invented, unfinished          int
+	lostReasons                         map[string]int
+	duplicates                          int
+	overlaps                            int
+	callback503, callback500            int
+	goroutines, conns                   int
+	checks                              []check
 }
 
 // check is one assertion's outcome.

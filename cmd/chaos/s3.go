@@ -107,7 +107,7 @@ func runS3(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /fail", faults.failHandler)
-	go http.Serve(cln, mux) //nolint:errcheck // runs until the process ends
+	go http.Serve(cln, mux)  //nolint:errcheck // runs until the process ends
 	go http.Serve(ln, front) //nolint:errcheck // runs until the process ends
 	line, _ := json.Marshal(map[string]string{"endpoint": "http://" + ln.Addr().String(), "control": "http://" + cln.Addr().String()})
 	fmt.Fprintln(stdout, string(line))
