@@ -186,7 +186,7 @@ func drive(ctx context.Context, opts options) (err error) {
 	if w.cluster, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
 		return err
 	}
-	defer w.cluster.Close() //nolint:errcheck // a leftover cluster folder is in the temporary folder
+	defer func() { _ = w.cluster.Close() }()
 	if w.s3proc, w.s3, err = w.startChild(ctx, "s3", "s3", "-dir", filepath.Join(w.tmp, "s3"), "-access-key", s3Access, "-secret-key", s3Secret); err != nil {
 		return err
 	}

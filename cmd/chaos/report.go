@@ -163,14 +163,14 @@ func (r *runResult) evaluate(s dbSnapshot, report fakefly.Report, in *ingest, id
 	for _, t := range s.tasks {
 		r.tasks++
 		want := intendedSuccess(t.inputKey)
-		switch {
-		case t.status == "completed":
+		switch t.status {
+		case "completed":
 			r.completed++
 			if !want || !applied[t.id] {
 				r.invented++
 				invented = append(invented, fmt.Sprintf("%s (worker said success: %v, success callback applied: %v)", t.id, want, applied[t.id]))
 			}
-		case t.status == "failed":
+		case "failed":
 			r.failedTasks++
 			if want {
 				r.lost++
