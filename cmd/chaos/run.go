@@ -337,7 +337,7 @@ func (l *load) awaitEnded(ctx context.Context, start time.Time) error {
 		if err == nil && ended == len(l.ids) {
 			return nil
 		}
-		if time.Since(lastLog) > 15*time.Second {
+		if err == nil && time.Since(lastLog) > 15*time.Second {
 			l.w.logf("%s: %d/%d batches ended (%d DONE) after %s", l.label, ended, len(l.ids), done, time.Since(start).Round(time.Second))
 			lastLog = time.Now()
 		}
