@@ -35,6 +35,7 @@ type runResult struct {
 	duplicates                          int
 	overlaps                            int
 	callback503, callback500            int
+	callbackFinal                       map[int]int // final answer of each callback post
 	goroutines, conns                   int
 	checks                              []check
 }
@@ -154,7 +155,9 @@ func (r *runResult) evaluate(s dbSnapshot, report fakefly.Report, in *ingest, id
 	r.check("every batch DONE", len(notDone) == 0, firstFew(notDone))
 
 	applied := map[string]bool{} // tasks with a success callback answered 200
+	r.callbackFinal = map[int]int{}
 	for _, c := range report.Callbacks {
+		r.callbackFinal[c.Status]++
 		if c.Status == http.StatusOK && c.Outcome == "success" {
 			applied[c.TaskID] = true
 		}
@@ -309,6 +312,18 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	row("duplicates", func(r *runResult) string { return fmt.Sprint(r.duplicates) })
 	row("two machines for a task", func(r *runResult) string { return fmt.Sprint(r.overlaps) })
 	row("callback posts answered 503 / 500", func(r *runResult) string { return fmt.Sprintf("%d / %d", r.callback503, r.callback500) })
+	row("callbacks' final answers", func(r *runResult) string {
+		var codes []int
+		for c := range r.callbackFinal {
+			codes = append(codes, c)
+		}
+		sort.Ints(codes)
+		var parts []string
+		for _, c := range codes {
+			parts = append(parts, fmt.Sprintf("%d: %d", c, r.callbackFinal[c]))
+		}
+		return strings.Join(parts, ", ")
+	})
 	row("slowest resume after a kill", func(r *runResult) string {
 		if len(r.resumes) == 0 {
 			return "-"
