@@ -28,6 +28,7 @@ type runResult struct {
 	faults       map[string]int
 	workerFaults map[string]int
 	resumes      []time.Duration
+	stranded     int // jobs a killed process left running
 
 	done, tasks, completed, failedTasks int
 	lost, invented, unfinished          int
@@ -61,6 +62,12 @@ func (r *runResult) addResume(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.resumes = append(r.resumes, d)
+}
+
+func (r *runResult) addStranded(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stranded += n
 }
 
 func (r *runResult) check(name string, ok bool, detail string) {
@@ -328,7 +335,7 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 		if len(r.resumes) == 0 {
 			return "-"
 		}
-		return r.maxResume().Round(time.Second).String()
+		return fmt.Sprintf("%s (%d kills, %d jobs stranded)", r.maxResume().Round(time.Second), len(r.resumes), r.stranded)
 	})
 	row("connections / goroutines at the end", func(r *runResult) string { return fmt.Sprintf("%d / %d", r.conns, r.goroutines) })
 	row("time to finish", func(r *runResult) string {

@@ -430,9 +430,16 @@ func (l *load) measureResume(ctx context.Context, killedAt time.Time) {
 	}
 	defer pool.Close()
 	limit := 2 * l.w.opts.resumeLimit
+	counted := false
 	for time.Since(killedAt) < limit {
 		var stuck int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_at < $1`, killedAt).Scan(&stuck)
+		if err == nil && !counted && time.Since(killedAt) > 5*time.Second {
+			// The survivor's jobs take well under 5 s: those left were
+			// the killed process's.
+			l.res.addStranded(stuck)
+			counted = true
+		}
 		if err == nil && stuck == 0 {
 			l.res.addResume(time.Since(killedAt))
 			return
