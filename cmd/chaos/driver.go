@@ -56,6 +56,7 @@ type options struct {
 	maxConns     int
 	spread       time.Duration
 	workerDelay  time.Duration
+	faultsAfter  time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
@@ -78,6 +79,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.skipBaseline, "no-baseline", false, "skip the fault-free run")
 	fs.DurationVar(&o.spread, "spread", 4*time.Second, "pause between two batches' submissions")
 	fs.DurationVar(&o.workerDelay, "worker-delay", 4*time.Second, "machines call back after up to this")
+	fs.DurationVar(&o.faultsAfter, "faults-after", time.Minute, "faults stop this long after the last batch is submitted (once each kind was injected): then the batches must finish")
 	fs.DurationVar(&o.resumeLimit, "resume-limit", 90*time.Second, "a killed process's work must run again within this")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -100,6 +102,7 @@ func parseOptions(args []string) (options, error) {
 		def("late", func() { o.late = 0.02 })
 		def("timeout", func() { o.timeout = 8 * time.Minute })
 		def("spread", func() { o.spread = 8 * time.Second })
+		def("faults-after", func() { o.faultsAfter = 30 * time.Second })
 	}
 	for k := range strings.SplitSeq(*faults, ",") {
 		if k = strings.TrimSpace(k); k == "" {

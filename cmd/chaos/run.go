@@ -182,6 +182,21 @@ func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, 
 		stopInjecting()
 		return nil, err
 	}
+	// Faults stop a while after the last submission, once each kind was
+	// injected: a fault injected for ever would keep a batch waiting out
+	// its backoff for ever.
+	go func() {
+		select {
+		case <-injectCtx.Done():
+		case <-time.After(l.w.opts.faultsAfter):
+			select {
+			case <-injectCtx.Done():
+			case <-firstRound:
+				l.w.logf("%s: no more faults", l.label)
+				stopInjecting()
+			}
+		}
+	}()
 	waitErr := l.awaitEnded(ctx, start)
 	if waitErr == nil {
 		// Every kind of fault is injected at least once, even if the
