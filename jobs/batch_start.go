@@ -48,10 +48,6 @@ type BatchStartWorker struct {
 	deps Deps
 }
 
-// Timeout is longJobTimeout: a run reads the whole manifest and writes
-// generation 0.
-func (w *BatchStartWorker) Timeout(*river.Job[BatchStartArgs]) time.Duration { return longJobTimeout }
-
 // NextRetry retries transient storage errors after 2, 4, 8 ... seconds,
 // capped at five minutes, with jitter so that many batches hit by one storage
 // outage do not all come back at the same instant.

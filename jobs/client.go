@@ -266,16 +266,15 @@ type jobDefaults[T river.JobArgs] struct{ river.WorkerDefaults[T] }
 // Timeout is shortJobTimeout.
 func (jobDefaults[T]) Timeout(*river.Job[T]) time.Duration { return shortJobTimeout }
 
-// shortJobTimeout bounds one run of most jobs (launch rounds, fan-in
-// checks, the sweep, deliveries, machine cleanup: each does a bounded piece
-// and snoozes or is retried), and so how soon a killed process's job is
-// rescued: within shortJobTimeout and River's 30 s rescue interval, 75 s.
+// shortJobTimeout bounds one run of every job but phase_build (batch
+// starts, launch rounds, fan-in checks, the sweep, deliveries, machine
+// cleanup), and so how soon a killed process's job is rescued: within
+// shortJobTimeout and River's 30 s rescue interval, 75 s. A start of
+// 100,000 files takes a few seconds.
 const shortJobTimeout = 45 * time.Second
 
-// longJobTimeout bounds one run of the jobs whose work grows with the
-// batch (batch_start reads the whole manifest and writes generation 0;
-// phase_build writes a large generation, resuming from its cursor): they
-// are rescued after it instead.
+// longJobTimeout bounds one run of phase_build, which writes a large
+// generation chunk after chunk (a rescued build resumes from its cursor).
 const longJobTimeout = 5 * time.Minute
 
 // jobErrorLogger logs a job's error or panic with the batch_id and phase
