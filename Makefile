@@ -37,6 +37,14 @@ test-short: setup-test ## Run the fast tests, without -race (skips the end-to-en
 bench: setup-test ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files, workers vs vips CLI, OCR shared vs per-chunk limiter, documents through their steps and search); writes BENCHMARKS.md
 	scripts/postgres.sh bench $(GO) run ./cmd/bench -out BENCHMARKS.md
 
+.PHONY: chaos
+chaos: setup ## Chaos test (CHAOS.md): 20 batches of 200 files through two orchestrators under kill -9, Postgres restarts, Fly and S3 outages and bad machines; prints the table. CHAOS_FLAGS adds flags (e.g. -seed N)
+	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
+
+.PHONY: chaos-short
+chaos-short: setup ## The chaos test's short form that CI runs: 4 batches of 50 files, 10 s outages (a few minutes)
+	$(GO) run ./cmd/chaos -short $(CHAOS_FLAGS)
+
 .PHONY: build
 build: setup ## Build bin/orchestrator and bin/worker (the worker needs libvips)
 	$(GO) build -o $(BIN) ./cmd/orchestrator

@@ -17,11 +17,16 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
+
+// dbRetryAfter is the Retry-After of the 503 answered while the database
+// is unreachable, in seconds.
+const dbRetryAfter = "2"
 
 // MaxBodyBytes is the largest request body accepted (1 MiB); larger ones get 413.
 const MaxBodyBytes = 1 << 20
@@ -141,6 +146,12 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 	case errors.Is(err, service.ErrBusy):
 		code, msg = http.StatusServiceUnavailable, err.Error()+"; try again shortly"
 		c.Response().Header().Set("Retry-After", "1")
+	case db.Unavailable(err):
+		// Postgres restarting or failing over: the caller's retry will
+		// find it back (workers and ingest retry 503s), so this is not
+		// an internal error.
+		code, msg = http.StatusServiceUnavailable, "the database is unavailable; try again shortly"
+		c.Response().Header().Set("Retry-After", dbRetryAfter)
 	case errors.As(err, &he):
 		code = he.Code
 		msg = http.StatusText(code)
@@ -202,6 +213,7 @@ func (h *handlers) healthz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := h.pool.Ping(ctx); err != nil {
+		c.Response().Header().Set("Retry-After", dbRetryAfter)
 		return echo.NewHTTPError(http.StatusServiceUnavailable, "database unreachable")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

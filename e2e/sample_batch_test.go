@@ -30,12 +30,17 @@ import (
 
 const batchID = "01SAMPLEBATCHE2E000000000A"
 
+// repoRoot is the repository's folder, resolved before any test runs: a
+// test of this package that starts the in-process S3 server (testenv)
+// changes the process's working directory.
+var repoRoot, _ = filepath.Abs("..")
+
 // bins builds the two programs once for the package's tests.
 func bins(t *testing.T) (orchestrator, worker string) {
 	t.Helper()
 	dir := t.TempDir()
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
+	root := repoRoot
+	require.NotEmpty(t, root)
 	for _, b := range []struct{ out, pkg string }{{"orchestrator", "./cmd/orchestrator"}, {"worker", "./cmd/worker"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Dir = root
@@ -58,7 +63,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		t.Skip("builds both binaries and runs real workers (about 20 s); make test runs it")
 	}
 	orchestrator, worker := bins(t)
-	sample, err := filepath.Abs("../examples/sample-batch")
+	sample, err := filepath.Abs(filepath.Join(repoRoot, "examples/sample-batch"))
 	require.NoError(t, err)
 	// The runner starts this script, which keeps each machine's environment
 	// (what a Fly machine gets) before it becomes the worker.

@@ -40,7 +40,7 @@ type ChunkWorker struct {
 
 // Timeout bounds a run: its items' calls (OCR_TIMEOUT_MS) and their
 // reads and writes. It is also how soon River rescues the job of a process
-// that died (NewClient sets RescueStuckJobsAfter to it).
+// that died (River waits for both this and RescueStuckJobsAfter).
 func (w *ChunkWorker) Timeout(*river.Job[ChunkArgs]) time.Duration {
 	return chunkTimeout(w.deps.Config.OCR.Timeout)
 }

@@ -208,7 +208,9 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "retention"},
 		))
 	}
-	rescueAfter := min(chunkTimeout(deps.Config.OCR.Timeout), chunkTimeout(deps.Config.Documents.Timeout))
+	// River rescues no job sooner than this, and refuses a JobTimeout
+	// above it; every worker sets its own Timeout.
+	rescueAfter := min(shortJobTimeout, chunkTimeout(deps.Config.OCR.Timeout), chunkTimeout(deps.Config.Documents.Timeout))
 	queues, err := queueConfigs(deps.Config, cfg.MaxWorkers, cfg.Queues)
 	if err != nil {
 		return nil, err
@@ -220,13 +222,12 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		ErrorHandler:      jobErrorLogger{deps.Logger},
 		PeriodicJobs:      periodic,
 		FetchPollInterval: cfg.FetchPollInterval,
-		// Our jobs are short; a worker killed mid-job must not hold a unique
-		// slot (phase_check above all) for River's default hour. River
-		// rescues a job only once its own Timeout has passed too, so the
-		// chunk and document step jobs' short runs set how soon a dead
-		// process's chunks and documents are picked up again (within a
-		// minute and River's 30 s rescue interval), and every other job
-		// keeps its longer timeout.
+		// A job of a killed process must not hold its unique slot (a
+		// batch's launcher or fan-in check) for River's default hour.
+		// River rescues a running job once both this and the job's own
+		// Timeout have passed, at its next rescue round (every 30 s), so
+		// most jobs run again within shortJobTimeout + 30 s of a crash;
+		// chunk and document steps within their own bound + 30 s.
 		JobTimeout:           rescueAfter,
 		RescueStuckJobsAfter: rescueAfter,
 	})
@@ -272,16 +273,22 @@ func CheckQueues(names []string) error {
 }
 
 // jobDefaults is river.WorkerDefaults with our jobs' usual timeout,
-// defaultJobTimeout. The client's JobTimeout is the chunk and document
-// step jobs' shorter one: River refuses a RescueStuckJobsAfter below
-// JobTimeout, and the rescue of a dead process's chunks should not wait
-// on the other jobs'.
+// shortJobTimeout.
 type jobDefaults[T river.JobArgs] struct{ river.WorkerDefaults[T] }
 
-// Timeout is defaultJobTimeout.
-func (jobDefaults[T]) Timeout(*river.Job[T]) time.Duration { return defaultJobTimeout }
+// Timeout is shortJobTimeout.
+func (jobDefaults[T]) Timeout(*river.Job[T]) time.Duration { return shortJobTimeout }
 
-const defaultJobTimeout = 5 * time.Minute
+// shortJobTimeout bounds one run of every job but phase_build (batch
+// starts, launch rounds, fan-in checks, the sweep, deliveries, machine
+// cleanup), and so how soon a killed process's job is rescued: within
+// shortJobTimeout and River's 30 s rescue interval, 75 s. A start of
+// 100,000 files takes a few seconds.
+const shortJobTimeout = 45 * time.Second
+
+// longJobTimeout bounds one run of phase_build, which writes a large
+// generation chunk after chunk (a rescued build resumes from its cursor).
+const longJobTimeout = 5 * time.Minute
 
 // jobErrorLogger logs a job's error or panic with the batch_id and phase
 // of its args, which River's own line about it lacks, so that everything

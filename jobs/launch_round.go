@@ -62,6 +62,11 @@ var errNotLaunched = errors.New("launch round stopped before this task")
 // before round returns, also when ctx is cancelled; so a crash strands at
 // most the few chunks in the pipe, which the sweep settles at their
 // deadline.
+// launchRoundBudget bounds the claiming of one round, well within a run's
+// timeout (shortJobTimeout): a round of many machines stops claiming after
+// it, and the launcher comes straight back for the rest.
+const launchRoundBudget = 20 * time.Second
+
 func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase) (roundTally, error) {
 	conc := max(1, w.deps.Config.LaunchConcurrency)
 	todo := make(chan db.TaskClaimPendingRow, launchChunk)
@@ -140,7 +145,8 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	limit := ratelimit.Limit{Rate: w.deps.Config.FlyLaunchRate, Burst: w.deps.Config.FlyLaunchBurst}
 	var claimErr error
 	var rateLimited time.Duration
-	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil; {
+	started := time.Now()
+	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil && time.Since(started) < launchRoundBudget; {
 		want := min(pcfg.BatchSize-claimed, launchChunk)
 		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.FlyAppName, limit, want)
 		if err != nil {

@@ -56,6 +56,10 @@ type PhaseBuildWorker struct {
 	hooks *TestHooks
 }
 
+// Timeout is longJobTimeout: a run writes a large generation, chunk after
+// chunk.
+func (w *PhaseBuildWorker) Timeout(*river.Job[PhaseBuildArgs]) time.Duration { return longJobTimeout }
+
 // errBuildMoved stops a build whose batch is no longer where the build
 // left it: reset, failed, or written by another run of the job.
 var errBuildMoved = errors.New("the batch moved on")

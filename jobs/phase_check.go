@@ -46,10 +46,6 @@ type PhaseCheckWorker struct {
 	hooks *TestHooks
 }
 
-// Timeout is short: the check holds the batch's exclusive lock, and a
-// stuck check must not block the batch's callbacks for long.
-func (w *PhaseCheckWorker) Timeout(*river.Job[PhaseCheckArgs]) time.Duration { return 2 * time.Minute }
-
 // NextRetry retries a failed check within seconds. One check may wait out a
 // whole phase, gathering the errors of every transient failure in it (a
 // database failover), and River's default backoff, (errors+1)^4 s, would

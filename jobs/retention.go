@@ -36,9 +36,9 @@ type RetentionWorker struct {
 }
 
 // retentionBudget bounds one run of the retention job, well within its
-// timeout (defaultJobTimeout); a run that stops at it with batches left
+// timeout (shortJobTimeout); a run that stops at it with batches left
 // comes back at once to go on.
-const retentionBudget = 2 * time.Minute
+const retentionBudget = 30 * time.Second
 
 // Work prunes what is due; with more left than one run's budget, it
 // snoozes briefly and goes on.

@@ -58,21 +58,28 @@ func New(tb testing.TB) *pgxpool.Pool {
 // that opens its own connections (a server started from configuration).
 func NewWithURL(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
-	return create(tb, true)
+	return create(tb, URL(tb), true)
+}
+
+// NewOnServer is NewWithURL on the server at base rather than the tests'
+// one: a cluster the test controls (internal/pgcluster), which it may
+// stop or restart without disturbing other tests.
+func NewOnServer(tb testing.TB, base string) (*pgxpool.Pool, string) {
+	tb.Helper()
+	return create(tb, base, true)
 }
 
 // NewEmpty creates a database with no schema at all, for testing migrations.
 func NewEmpty(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
-	return create(tb, false)
+	return create(tb, URL(tb), false)
 }
 
-func create(tb testing.TB, migrated bool) (*pgxpool.Pool, string) {
+func create(tb testing.TB, base string, migrated bool) (*pgxpool.Pool, string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	base := URL(tb)
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		tb.Fatalf("connecting to the test server: %v", err)

@@ -89,6 +89,10 @@ type Options struct {
 	DetailLimit int
 	// HTTPClient posts callbacks (default: a pooled client, 30s timeout).
 	HTTPClient *http.Client
+	// CallbackRetryWindow, when set, makes a worker retry its callback
+	// (network errors, 5xx, 429) with backoff for this long, as real
+	// workers do through a Postgres restart, instead of 5 quick tries.
+	CallbackRetryWindow time.Duration
 }
 
 // Launch is one launch request as the fake received it, decoded from the
@@ -214,6 +218,7 @@ type Server struct {
 	seq             uint64
 	idBase          uint64
 	queue           []*job
+	faults          faults // faults.go
 }
 
 type appState struct {
@@ -478,6 +483,10 @@ func (s *Server) notify() {
 
 // injected answers a request with the failure set by Fail, if any is left.
 func (s *Server) injected(w http.ResponseWriter) bool {
+	if code, ok := s.outage(); ok {
+		writeError(w, code, "injected outage", s.opts.RetryAfter)
+		return true
+	}
 	s.mu.Lock()
 	if s.failLeft <= 0 {
 		s.mu.Unlock()
@@ -660,6 +669,10 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 
 // injectedStatus applies Fail to a launch, recording its status in l.
 func (s *Server) injectedStatus(l *Launch) bool {
+	if code, ok := s.outage(); ok {
+		l.Status = code
+		return true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failLeft <= 0 {
@@ -726,6 +739,7 @@ func (s *Server) create(l Launch, skipLaunch bool) *machine {
 		m.name = "machine-" + m.id
 	}
 	a := s.app(l.App)
+	s.recordOverlap(l.App, a, m)
 	a.live[m.id] = m
 	if m.taskID != "" {
 		ids := a.byTask[m.taskID]
@@ -851,7 +865,7 @@ func (s *Server) post(j *job) CallbackResult {
 		res.Err = "machine env has no CALLBACK_URL"
 		return res
 	}
-	backoff := 20 * time.Millisecond
+	backoff, start := 20*time.Millisecond, time.Now()
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		res.Status, res.Err = 0, ""
@@ -871,11 +885,12 @@ func (s *Server) post(j *job) CallbackResult {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 			_ = resp.Body.Close()
 			res.Status = resp.StatusCode
+			s.countAnswer(resp.StatusCode)
 			if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
 				return res
 			}
 		}
-		if attempt == 5 || s.ctx.Err() != nil {
+		if s.ctx.Err() != nil || s.retriesOver(attempt, start) {
 			return res
 		}
 		t := time.NewTimer(backoff)
@@ -885,7 +900,7 @@ func (s *Server) post(j *job) CallbackResult {
 			return res
 		case <-t.C:
 		}
-		backoff *= 2
+		backoff = s.nextBackoff(backoff)
 	}
 }
 

@@ -100,6 +100,13 @@ type Options struct {
 	// Queues limits the orchestrator's River client to these queues
 	// (jobs.ClientConfig.Queues); empty works them all.
 	Queues []string
+	// DatabaseServer, when set, is the Postgres server of the Env's
+	// database instead of the tests' one: a cluster the test may stop and
+	// restart (internal/pgcluster).
+	DatabaseServer string
+	// FlyOptions adjust the fake Machines API (Token and Behave are the
+	// Env's own).
+	FlyOptions fakefly.Options
 	// EditRef is ocrfixture.Stores.Edit for ImageRefs: hostile refs.
 	EditRef func(inputKey string, variants map[string]string) (writeVariants bool)
 }
@@ -125,7 +132,13 @@ var testSettings = func() map[string]string {
 // New starts an orchestrator for the test and stops it when the test ends.
 func New(t *testing.T, opts Options) *Env {
 	t.Helper()
-	pool, dbURL := dbtest.NewWithURL(t)
+	var pool *pgxpool.Pool
+	var dbURL string
+	if opts.DatabaseServer != "" {
+		pool, dbURL = dbtest.NewOnServer(t, opts.DatabaseServer)
+	} else {
+		pool, dbURL = dbtest.NewWithURL(t)
+	}
 	// Runs after every other cleanup (the orchestrator has stopped).
 	t.Cleanup(func() { requireTaskCountsExact(t, pool) })
 	s3 := s3test.Start(t)
@@ -141,7 +154,9 @@ func New(t *testing.T, opts Options) *Env {
 	if opts.ImageRefs {
 		behave = ocrfixture.ImageWorker(ocrfixture.Stores{Store: store, StagingBucket: bucket, CDNBucket: bucket, CDNPublicURL: testSettings["CDN_PUBLIC_URL"], Edit: opts.EditRef})
 	}
-	fly := fakefly.New(t, fakefly.Options{Token: flyToken, Behave: behave})
+	flyOpts := opts.FlyOptions
+	flyOpts.Token, flyOpts.Behave = flyToken, behave
+	fly := fakefly.New(t, flyOpts)
 	ingest := newIngest(t)
 
 	// The API's URL must be known before the configuration (workers call

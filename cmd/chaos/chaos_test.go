@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+)
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions([]string{"-short", "-files", "7", "-seed", "3"})
+	require.NoError(t, err)
+	require.Equal(t, 4, o.batches, "-short sets the short form")
+	require.Equal(t, 7, o.files, "a flag given explicitly wins over -short")
+	require.Equal(t, uint64(3), o.seed)
+	require.Equal(t, driverFaults, o.kinds)
+
+	_, err = parseOptions([]string{"-faults", "kill,meteor"})
+	require.ErrorContains(t, err, `no fault "meteor"`)
+	_, err = parseOptions([]string{"-batches", "0"})
+	require.Error(t, err)
+}
+
+// TestEvaluate: the checks see a lost success, an invented one and a
+// duplicate, and pass a clean run.
+func TestEvaluate(t *testing.T) {
+	var okKey, errKey string
+	for i := 0; okKey == "" || errKey == ""; i++ {
+		k := fmt.Sprintf("staging/B/k%d.tif", i)
+		if intendedSuccess(k) {
+			okKey = k
+		} else {
+			errKey = k
+		}
+	}
+	in := &ingest{calls: map[string][]delivery{"B": {{IdempotencyKey: "k1"}, {IdempotencyKey: "k1"}}}}
+	clean := dbSnapshot{
+		batches: map[string]string{"B": "DONE"},
+		tasks: []taskRow{
+			{id: "t1", batchID: "B", status: "completed", inputKey: okKey},
+			{id: "t2", batchID: "B", status: "failed", err: "chaos: the input is corrupt", inputKey: errKey},
+		},
+		completedN: map[string]int{"t1": 1},
+	}
+	report := fakefly.Report{Callbacks: []fakefly.CallbackSummary{{TaskID: "t1", Outcome: "success", Status: 200}}}
+	r := newRunResult("clean", options{resumeLimit: time.Minute})
+	r.evaluate(clean, report, in, []string{"B"})
+	require.Empty(t, r.failed())
+
+	bad := clean
+	bad.tasks = []taskRow{
+		{id: "t1", batchID: "B", status: "failed", err: "Task timed out after 15.2s", inputKey: okKey},
+		{id: "t2", batchID: "B", status: "completed", inputKey: errKey},
+	}
+	bad.completedN = map[string]int{"t2": 2}
+	in.calls["B"] = append(in.calls["B"], delivery{IdempotencyKey: "k2"})
+	r = newRunResult("bad", options{resumeLimit: time.Minute})
+	r.evaluate(bad, report, in, []string{"B"})
+	require.Equal(t, []string{
+		"every task has its worker's outcome: lost = 0",
+		"no outcome invented",
+		"repeated deliveries carry one idempotency key",
+		"duplicates = 0",
+	}, r.failed())
+	require.Equal(t, map[string]int{"Task timed out after Ns": 1}, r.lostReasons)
+}
+
+// TestS3ChildOutage runs `chaos s3` in process: signed requests go
+// through its proxy, and an outage set on its control listener answers
+// 503 until it ends.
+func TestS3ChildOutage(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- runS3(ctx, []string{"-dir", t.TempDir()}, pw) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	var info childInfo
+	require.NoError(t, json.Unmarshal([]byte(line), &info))
+	store, err := blob.NewS3(blob.S3Config{Endpoint: info.Endpoint, AccessKeyID: "chaos", SecretAccessKey: "chaossecret", Region: blob.DefaultRegion})
+	require.NoError(t, err)
+	require.NoError(t, store.EnsureBucket(ctx, "chaos-bucket"))
+	put := func() error { return store.Put(ctx, "chaos-bucket", "k", strings.NewReader("x"), 1, "text/plain") }
+	require.NoError(t, put())
+
+	require.NoError(t, control(ctx, info.Control, "/fail?status=503&seconds=3600"))
+	err = put()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "503")
+	// A new outage replaces the one under way: this one ends at once.
+	require.NoError(t, control(ctx, info.Control, "/fail?status=503&seconds=0.001"))
+	require.Eventually(t, func() bool { return put() == nil }, 30*time.Second, 50*time.Millisecond, "S3 answers again once the outage is over")
+	require.Error(t, control(ctx, info.Control, "/fail?status=200&seconds=1"), "only error statuses are injected")
+}

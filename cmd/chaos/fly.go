@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+)
+
+// Worker fault kinds the fake machines play, per launch.
+const (
+	faultHang  = "hang"
+	faultCrash = "crash"
+	faultLate  = "late"
+)
+
+// flyToken is the fake Machines API's token.
+const flyToken = "chaos-fly-token"
+
+// errorEvery makes one input in errorEvery a permanent error of its
+// worker: the outcome the orchestrator must report for it.
+const errorEvery = 17
+
+// intendedSuccess is the outcome the workers give for an input key,
+// whatever faults get in the way: the driver checks every task against it.
+func intendedSuccess(inputKey string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(inputKey))
+	return h.Sum32()%errorEvery != 0
+}
+
+// flyChild is the fake Machines API's process state.
+type flyChild struct {
+	mu     sync.Mutex
+	rng    *rand.Rand
+	hang   float64
+	crash  float64
+	late   float64
+	delay  time.Duration
+	lateBy time.Duration
+	counts map[string]int
+}
+
+// behave decides a launch's worker: its intended outcome, and at the
+// configured rates a hang, a crash or a late answer.
+func (c *flyChild) behave(l fakefly.Launch) fakefly.Behavior {
+	var b fakefly.Behavior
+	if intendedSuccess(l.Env["INPUT_R2_KEY"]) {
+		b = fakefly.Succeed(l)
+	} else {
+		body, _ := json.Marshal(map[string]any{"task_id": l.TaskID, "batch_id": l.BatchID, "status": "error",
+			"error": "chaos: the input is corrupt", "retryable": false})
+		b = fakefly.Behavior{Body: body}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b.Delay = time.Duration(c.rng.Int64N(int64(c.delay) + 1))
+	switch roll := c.rng.Float64(); {
+	case roll < c.hang:
+		b.Hang = true
+		c.counts[faultHang]++
+	case roll < c.hang+c.crash:
+		b.Crash = true
+		c.counts[faultCrash]++
+	case roll < c.hang+c.crash+c.late:
+		b.Delay = c.lateBy
+		c.counts[faultLate]++
+	}
+	return b
+}
+
+// childTB lets a program use fakefly, which is written for tests.
+type childTB struct{}
+
+func (childTB) Helper() {}
+func (childTB) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fakefly: "+format+"\n", args...)
+}
+func (childTB) Cleanup(func()) {}
+
+// runFly is `chaos fly`: the fake Machines API (internal/fakefly) as a
+// process of its own, shared by both orchestrators and outliving them. Its
+// machines give each input its intended outcome (intendedSuccess), after
+// up to -delay, and at the given rates hang (until destroyed), crash (exit
+// without calling back) or answer after -late-by. Callbacks are retried for
+// -callback-window, as real workers do. The control listener serves
+// POST /fail (an API outage), GET /report (fakefly.Report) and GET
+// /worker-faults. It prints one JSON line, {"url", "control"}, once it
+// serves, and runs until killed.
+func runFly(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("fly", flag.ContinueOnError)
+	control := fs.String("control", "127.0.0.1:0", "control listen address")
+	seed := fs.Uint64("seed", 1, "random seed of the worker faults")
+	c := &flyChild{counts: map[string]int{}}
+	fs.Float64Var(&c.hang, "hang", 0, "share of machines that hang")
+	fs.Float64Var(&c.crash, "crash", 0, "share of machines that crash without calling back")
+	fs.Float64Var(&c.late, "late", 0, "share of machines that call back after -late-by")
+	fs.DurationVar(&c.delay, "delay", time.Second, "machines call back after up to this")
+	fs.DurationVar(&c.lateBy, "late-by", 30*time.Second, "when a late machine calls back")
+	window := fs.Duration("callback-window", 15*time.Minute, "how long a machine retries its callback")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.rng = rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))
+	fly := fakefly.New(childTB{}, fakefly.Options{Token: flyToken, Behave: c.behave, DetailLimit: -1, Workers: 64,
+		CallbackRetryWindow: *window})
+	cln, err := net.Listen("tcp", *control)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", fly.ControlHandler())
+	mux.HandleFunc("GET /worker-faults", func(w http.ResponseWriter, _ *http.Request) {
+		c.mu.Lock()
+		body, _ := json.Marshal(c.counts)
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	go http.Serve(cln, mux) //nolint:errcheck // runs until the process ends
+	line, _ := json.Marshal(map[string]string{"url": fly.URL, "control": "http://" + cln.Addr().String()})
+	fmt.Fprintln(stdout, string(line))
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,505 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/arke-institute/orchestrator/client"
+	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/manifest"
+)
+
+// The orchestrators' credentials.
+const (
+	adminToken  = "chaos-admin-token-0123456789"
+	readToken   = "chaos-read-token-0123456789"
+	ingestToken = "chaos-ingest-token-0123456789"
+)
+
+// proc is one `orchestrator serve`, which the driver may kill and start
+// again with the same settings.
+type proc struct {
+	name    string
+	bin     string
+	env     []string
+	logPath string
+	url     string
+	metrics string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start() error {
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, "serve")
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+// kill is kill -9: no shutdown at all.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// stop asks for a clean shutdown, then kills after 30 s.
+func (p *proc) stop() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// awaitHealthy waits for GET /healthz to answer 200.
+func (p *proc) awaitHealthy(ctx context.Context, limit time.Duration) error {
+	return retry(ctx, limit, func() error {
+		resp, err := http.Get(p.url + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: /healthz answered %d", p.name, resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+// goroutines reads go_goroutines from the process's metrics.
+func (p *proc) goroutines() (int, error) {
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int(f), err
+		}
+	}
+	return 0, fmt.Errorf("%s: no go_goroutines in its metrics", p.name)
+}
+
+// load is one run's moving parts.
+type load struct {
+	w      *world
+	label  string
+	chaos  bool
+	dbURL  string
+	fly    childInfo
+	flyCmd *exec.Cmd
+	procs  [2]*proc
+	ids    []string
+	rng    *rng
+	res    *runResult
+}
+
+// run takes the load through a fresh database, a fresh fake Machines API
+// and two fresh orchestrators, with faults when chaos is set.
+func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, error) {
+	l := &load{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts)}
+	var err error
+	if l.dbURL, err = w.createDatabase(ctx, "chaos_"+label); err != nil {
+		return nil, err
+	}
+	flyArgs := []string{"-seed", strconv.FormatUint(w.opts.seed, 10), "-late-by", (w.opts.taskTimeout + 10*time.Second).String(),
+		"-delay", w.opts.workerDelay.String()}
+	if chaos {
+		flyArgs = append(flyArgs, "-hang", fmt.Sprint(w.opts.hang), "-crash", fmt.Sprint(w.opts.crash), "-late", fmt.Sprint(w.opts.late))
+	}
+	if l.flyCmd, l.fly, err = w.startChild(ctx, "fly-"+label, "fly", flyArgs...); err != nil {
+		return nil, err
+	}
+	defer stopChild(l.flyCmd)
+	if err := l.startProcs(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range l.procs {
+			p.stop()
+		}
+	}()
+	if err := l.upload(ctx); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	injectCtx, stopInjecting := context.WithCancel(ctx)
+	injected, firstRound := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(injected)
+		if chaos {
+			l.inject(injectCtx, firstRound)
+		} else {
+			close(firstRound)
+		}
+	}()
+	if err := l.submit(ctx); err != nil {
+		stopInjecting()
+		return nil, err
+	}
+	// Faults stop a while after the last submission, once each kind was
+	// injected: a fault injected for ever would keep a batch waiting out
+	// its backoff for ever.
+	go func() {
+		select {
+		case <-injectCtx.Done():
+		case <-time.After(l.w.opts.faultsAfter):
+			select {
+			case <-injectCtx.Done():
+			case <-firstRound:
+				l.w.logf("%s: no more faults", l.label)
+				stopInjecting()
+			}
+		}
+	}()
+	waitErr := l.awaitEnded(ctx, start)
+	if waitErr == nil {
+		// Every kind of fault is injected at least once, even if the
+		// batches ended first.
+		<-firstRound
+	}
+	l.res.elapsed = time.Since(start)
+	stopInjecting()
+	<-injected
+	if waitErr != nil {
+		l.res.check("every batch ended within -timeout", false, waitErr.Error())
+	}
+	// Every fault is over: both processes serve, Postgres is up.
+	for _, p := range l.procs {
+		if err := p.awaitHealthy(ctx, 2*time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.collect(ctx); err != nil {
+		return nil, err
+	}
+	return l.res, nil
+}
+
+// createDatabase makes a fresh database on the cluster and returns its URL.
+func (w *world) createDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, w.cluster.URL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", err
+	}
+	return strings.Replace(w.cluster.URL, "/postgres?", "/"+name+"?", 1), nil
+}
+
+// startProcs starts the two orchestrators, one after the other (the first
+// applies the migrations).
+func (l *load) startProcs(ctx context.Context) error {
+	timeout := strconv.FormatInt(l.w.opts.taskTimeout.Milliseconds(), 10)
+	for i := range l.procs {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		metricsAddr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		p := &proc{name: fmt.Sprintf("orchestrator-%c", 'A'+i), bin: l.w.bin, url: "http://" + addr, metrics: metricsAddr,
+			logPath: filepath.Join(l.w.tmp, fmt.Sprintf("%s-orchestrator-%c.log", l.label, 'A'+i))}
+		p.env = []string{
+			"DATABASE_URL=" + l.dbURL, "DATABASE_MAX_CONNS=" + strconv.Itoa(l.w.opts.maxConns),
+			"LISTEN_ADDR=" + addr, "ORCHESTRATOR_URL=" + p.url, "METRICS_ADDR=" + metricsAddr,
+			"WORKER_URL=" + l.w.ingest.URL,
+			"R2_ENDPOINT=" + l.w.s3.Endpoint, "R2_ACCESS_KEY_ID=" + s3Access, "R2_SECRET_ACCESS_KEY=" + s3Secret,
+			"CDN_PUBLIC_URL=http://cdn.chaos.test",
+			"FLY_API_TOKEN=" + flyToken, "FLY_FLAPS_BASE_URL=" + l.fly.URL,
+			"FLY_LAUNCH_RATE=1000", "FLY_LAUNCH_BURST=1000",
+			"ADMIN_TOKEN=" + adminToken, "READ_TOKEN=" + readToken, "INGEST_TOKEN=" + ingestToken,
+			"SWEEP_INTERVAL=1000", "ALARM_DELAY_TIFF_CONVERSION=200", "ALARM_DELAY_IMAGE_PROCESSING=200", "ALARM_DELAY_PDF_PAGES=200",
+			"TASK_TIMEOUT_TIFF_CONVERSION=" + timeout, "TASK_TIMEOUT_IMAGE_PROCESSING=" + timeout, "TASK_TIMEOUT_PDF_PAGES=" + timeout,
+			"LOG_FORMAT=json", "LOG_LEVEL=warn",
+		}
+		if err := p.start(); err != nil {
+			return err
+		}
+		l.procs[i] = p
+		if err := p.awaitHealthy(ctx, 2*time.Minute); err != nil {
+			return fmt.Errorf("%s did not become healthy (log %s): %w", p.name, p.logPath, err)
+		}
+	}
+	return nil
+}
+
+// upload writes every batch's manifest (the fake machines never read the
+// files themselves, so only the manifest is stored).
+func (l *load) upload(ctx context.Context) error {
+	for i := range l.w.opts.batches {
+		id := ulid.Make().String()
+		prefix := "staging/" + id + "/"
+		var groups []manifest.DirectoryGroup
+		for j := range l.w.opts.files {
+			dir := fmt.Sprintf("/box%02d", j/25)
+			logical := fmt.Sprintf("%s/scan%04d.tif", dir, j)
+			groups = append(groups, manifest.DirectoryGroup{DirectoryPath: dir, ProcessingConfig: manifest.ProcessingConfig{Pinax: true},
+				Files: []manifest.FileInfo{{R2Key: prefix + logical[1:], LogicalPath: logical, FileName: filepath.Base(logical), FileSize: 1000 + int64(j), ContentType: "image/tiff"}}})
+		}
+		m := manifest.Build(id, groups)
+		body, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if err := l.w.store.Put(ctx, "arke-staging", prefix+"_manifest.json", strings.NewReader(string(body)), int64(len(body)), "application/json"); err != nil {
+			return fmt.Errorf("uploading the manifest of batch %d: %w", i, err)
+		}
+		l.ids = append(l.ids, id)
+		l.res.files += int(m.TotalFiles)
+	}
+	l.res.batches = len(l.ids)
+	return nil
+}
+
+// submit posts every batch, alternating between the two orchestrators,
+// -spread apart, so that faults meet batches in every phase.
+func (l *load) submit(ctx context.Context) error {
+	now := time.Now().UTC()
+	for i, id := range l.ids {
+		if i > 0 {
+			time.Sleep(l.w.opts.spread)
+		}
+		p := l.procs[i%2]
+		api, err := client.New(client.Config{URL: p.url, IngestToken: ingestToken, ReadToken: readToken, AdminToken: adminToken})
+		if err != nil {
+			return err
+		}
+		prefix := "staging/" + id + "/"
+		msg := manifest.QueueMessage{BatchID: id, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
+			Uploader: "chaos@arke.institute", RootPath: "/chaos", ParentPI: "00000000000000000000000000",
+			TotalFiles: int64(l.w.opts.files), TotalBytes: l.totalBytes(), UploadedAt: now, FinalizedAt: now, Metadata: map[string]any{"run": l.label}}
+		if err := retry(ctx, time.Minute, func() error { _, err := api.Submit(ctx, msg); return err }); err != nil {
+			return fmt.Errorf("submitting %s to %s: %w", id, p.name, err)
+		}
+	}
+	return nil
+}
+
+func (l *load) totalBytes() int64 {
+	var n int64
+	for j := range l.w.opts.files {
+		n += 1000 + int64(j)
+	}
+	return n
+}
+
+// awaitEnded waits until every batch is DONE or ERROR.
+func (l *load) awaitEnded(ctx context.Context, start time.Time) error {
+	pool, err := dbPool(ctx, l.dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	deadline := start.Add(l.w.opts.timeout)
+	lastLog := time.Now()
+	for {
+		var ended, done int
+		err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status IN ('DONE', 'ERROR')), count(*) FILTER (WHERE status = 'DONE')
+			FROM batches WHERE id = ANY($1)`, l.ids).Scan(&ended, &done)
+		if err == nil && ended == len(l.ids) {
+			return nil
+		}
+		if err == nil && time.Since(lastLog) > 15*time.Second {
+			l.w.logf("%s: %d/%d batches ended (%d DONE) after %s", l.label, ended, len(l.ids), done, time.Since(start).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d batches had not ended after %s", len(l.ids)-ended, len(l.ids), l.w.opts.timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// inject injects the driver's faults until ctx ends: each kind once, in
+// a random order (then it closes firstRound), then at random.
+func (l *load) inject(ctx context.Context, firstRound chan<- struct{}) {
+	kinds := l.w.opts.kinds
+	if len(kinds) == 0 {
+		close(firstRound)
+		return
+	}
+	var order []string
+	for _, i := range l.rng.perm(len(kinds)) {
+		order = append(order, kinds[i])
+	}
+	gap := l.w.opts.faultGap
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(l.rng.duration(gap/2, gap*3/2)):
+		}
+		kind := kinds[l.rng.intN(len(kinds))]
+		if n < len(order) {
+			kind = order[n]
+		}
+		if err := l.fault(ctx, kind); err != nil {
+			l.w.logf("%s: fault %s: %v", l.label, kind, err)
+		} else {
+			l.res.addFault(kind)
+		}
+		if n == len(order)-1 {
+			close(firstRound)
+		}
+	}
+}
+
+// fault injects one fault; kills and Postgres outages are over when it
+// returns.
+func (l *load) fault(ctx context.Context, kind string) error {
+	secs := strconv.FormatFloat(l.w.opts.outage.Seconds(), 'f', -1, 64)
+	switch kind {
+	case faultKill:
+		p := l.procs[l.rng.intN(2)]
+		at := time.Now()
+		l.w.logf("%s: kill -9 %s", l.label, p.name)
+		p.kill()
+		time.Sleep(l.rng.duration(time.Second, 3*time.Second))
+		if err := p.start(); err != nil {
+			return err
+		}
+		go l.measureResume(context.WithoutCancel(ctx), at)
+	case faultPostgres:
+		down := l.rng.duration(l.w.opts.pgDown/2, l.w.opts.pgDown)
+		l.w.logf("%s: Postgres stopped (immediate) for %s", l.label, down.Round(100*time.Millisecond))
+		if err := l.w.cluster.StopServer(ctx, "immediate"); err != nil {
+			return err
+		}
+		time.Sleep(down)
+		// Started whatever ctx says: the run needs its database back.
+		return l.w.cluster.StartServer(context.WithoutCancel(ctx))
+	case faultFly503:
+		l.w.logf("%s: Machines API answers 503 for %ss", l.label, secs)
+		return control(ctx, l.fly.Control, "/fail?status=503&seconds="+secs)
+	case faultS3503:
+		l.w.logf("%s: S3 answers 503 for %ss", l.label, secs)
+		return control(ctx, l.w.s3.Control, "/fail?status=503&seconds="+secs)
+	}
+	return nil
+}
+
+// measureResume records how long the jobs a killed process was running
+// (running since before the kill) took to run again: River rescues them.
+func (l *load) measureResume(ctx context.Context, killedAt time.Time) {
+	pool, err := dbPool(ctx, l.dbURL)
+	if err != nil {
+		l.res.addResume(-1)
+		return
+	}
+	defer pool.Close()
+	limit := 2 * l.w.opts.resumeLimit
+	counted := false
+	for time.Since(killedAt) < limit {
+		var stuck int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_at < $1`, killedAt).Scan(&stuck)
+		if err == nil && !counted && time.Since(killedAt) > 5*time.Second {
+			// The survivor's jobs take well under 5 s: those left were
+			// the killed process's.
+			l.res.addStranded(stuck)
+			counted = true
+		}
+		if err == nil && stuck == 0 {
+			l.res.addResume(time.Since(killedAt))
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	l.res.addResume(limit)
+}
+
+// collect reads the outcome of the run and checks it.
+func (l *load) collect(ctx context.Context) error {
+	// The deliveries of the last batches may still be on their way.
+	_ = retry(ctx, 2*time.Minute, func() error {
+		for _, id := range l.ids {
+			if len(l.w.ingest.deliveries(id)) == 0 {
+				return fmt.Errorf("batch %s not delivered yet", id)
+			}
+		}
+		return nil
+	})
+	var report fakefly.Report
+	if err := getJSON(ctx, l.fly.Control+"/report", &report); err != nil {
+		return err
+	}
+	if err := getJSON(ctx, l.fly.Control+"/worker-faults", &l.res.workerFaults); err != nil {
+		return err
+	}
+	pool, err := dbPool(ctx, l.dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var snap dbSnapshot
+	if err := retry(ctx, time.Minute, func() error { return snap.read(ctx, pool, l.ids) }); err != nil {
+		return err
+	}
+	l.res.evaluate(snap, report, l.w.ingest, l.ids)
+	// Leaks: once idle, connections and goroutines.
+	time.Sleep(5 * time.Second)
+	for _, p := range l.procs {
+		n, err := p.goroutines()
+		if err != nil {
+			return err
+		}
+		l.res.goroutines += n
+	}
+	return pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&l.res.conns)
+}
