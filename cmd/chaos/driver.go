@@ -59,6 +59,10 @@ type options struct {
 	faultsAfter  time.Duration
 }
 
+// pgDownMin is the shortest Postgres stays down: 10 s, or half -pg-down
+// if that is less.
+func (o options) pgDownMin() time.Duration { return min(10*time.Second, o.pgDown/2) }
+
 func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	var o options
@@ -68,7 +72,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.files, "files", 200, "TIFF files per batch")
 	fs.DurationVar(&o.faultGap, "fault-gap", 12*time.Second, "mean pause between injected faults")
 	fs.DurationVar(&o.outage, "outage", 30*time.Second, "how long the Machines API and S3 answer 503 when they fail")
-	fs.DurationVar(&o.pgDown, "pg-down", 15*time.Second, "longest Postgres stays down (10 s to this; shorter if less)")
+	fs.DurationVar(&o.pgDown, "pg-down", 30*time.Second, "longest Postgres stays down (from 10 s, or half this if less, to this)")
 	fs.Float64Var(&o.hang, "hang", 0.01, "share of machines that hang")
 	fs.Float64Var(&o.crash, "crash", 0.01, "share of machines that crash without calling back")
 	fs.Float64Var(&o.late, "late", 0.01, "share of machines that call back after their deadline")

@@ -289,7 +289,7 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	fmt.Fprintln(tw, "fault injected\tcount\t")
 	names := []struct{ key, label string }{
 		{faultKill, "kill -9 of an orchestrator (back after 1-3 s)"},
-		{faultPostgres, fmt.Sprintf("Postgres stopped -m immediate (%s-%s), started again", opts.pgDown/2, opts.pgDown)},
+		{faultPostgres, fmt.Sprintf("Postgres stopped -m immediate (%s-%s), started again", opts.pgDownMin(), opts.pgDown)},
 		{faultFly503, fmt.Sprintf("Machines API answers 503 for %s", opts.outage)},
 		{faultS3503, fmt.Sprintf("S3 answers 503 for %s", opts.outage)},
 		{faultHang, "machine hangs (never calls back)"},

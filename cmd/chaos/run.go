@@ -417,7 +417,7 @@ func (l *load) fault(ctx context.Context, kind string) error {
 		}
 		go l.measureResume(context.WithoutCancel(ctx), at)
 	case faultPostgres:
-		down := l.rng.duration(l.w.opts.pgDown/2, l.w.opts.pgDown)
+		down := l.rng.duration(l.w.opts.pgDownMin(), l.w.opts.pgDown)
 		l.w.logf("%s: Postgres stopped (immediate) for %s", l.label, down.Round(100*time.Millisecond))
 		if err := l.w.cluster.StopServer(ctx, "immediate"); err != nil {
 			return err
