@@ -125,6 +125,11 @@ type Config struct {
 	// SweepInterval is how often timed-out tasks are failed and stalled
 	// batches are nudged.
 	SweepInterval time.Duration
+	// SweepRestartGrace is how long after Postgres or this process started
+	// no task is timed out (SWEEP_RESTART_GRACE, milliseconds): workers
+	// retrying their callbacks through the outage (backoff up to 30 s) get
+	// to deliver them first, instead of their attempts being superseded.
+	SweepRestartGrace time.Duration
 
 	// LocalDataDir is where the embedded default (no storage and no compute
 	// settings, as `make run` starts it) keeps its generated admin token and
@@ -410,6 +415,7 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 		},
 		LaunchConcurrency:    r.positiveInt("LAUNCH_CONCURRENCY", 32),
 		SweepInterval:        r.millis("SWEEP_INTERVAL", 5*time.Second),
+		SweepRestartGrace:    r.nonNegativeMillis("SWEEP_RESTART_GRACE", 40*time.Second),
 		LocalDataDir:         r.str("LOCAL_DATA_DIR", ".data"),
 		LocalS3Dir:           r.str("LOCAL_S3_DIR", ".data/s3"),
 		LocalS3Addr:          r.str("LOCAL_S3_ADDR", "127.0.0.1:7070"),

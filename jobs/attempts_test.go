@@ -101,6 +101,29 @@ func TestTimedOutTaskIsRetriedOnAFreshMachine(t *testing.T) {
 	require.Contains(t, string(body), "superseded")
 }
 
+// TestSweepWaitsOutARestart: within SWEEP_RESTART_GRACE of a start (of
+// this process here; of Postgres alike) the sweep times out nothing, so a
+// machine whose callback comes after its deadline, as one retrying through
+// an outage does, completes its task on its one attempt.
+func TestSweepWaitsOutARestart(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if isFile(l, "t000.tif") {
+			return fakefly.Behavior{Delay: 3 * time.Second}
+		}
+		return succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "300", "SWEEP_RESTART_GRACE": "3600000"}})
+	const id = "SWEEP-GRACE"
+	env.Submit(t, id, tiffs(2))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	taskID := taskOf(t, env, id, "t000.tif")
+	status, _, failures := taskState(t, env, taskID)
+	require.Equal(t, []any{"completed", 0}, []any{status, failures}, "the late success was taken, no attempt spent")
+	require.Len(t, launchesOf(env, taskID), 1)
+	require.Zero(t, countEvents(t, env, id, "task.timed_out"))
+}
+
 // TestRelaunchWaitsForTheDestruction: the timed-out machine's destruction
 // fails for a while (Fly answers 503 to its DELETE); the task is launched
 // again only once the destruction went through.

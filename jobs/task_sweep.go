@@ -36,9 +36,23 @@ type TaskSweepWorker struct {
 	deps Deps
 }
 
+// processStarted is when this process started, for SWEEP_RESTART_GRACE.
+var processStarted = time.Now()
+
 // Work fails expired tasks phase by phase, then nudges stalled batches.
+// Within SWEEP_RESTART_GRACE of a start of Postgres or of this process, it
+// times out nothing: callbacks that waited out the outage are on their way,
+// and a late success of a current attempt is accepted.
 func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs]) error {
 	q := db.New(w.deps.Pool)
+	grace := w.deps.Config.SweepRestartGrace
+	var upMillis int64
+	if err := w.deps.Pool.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp() - pg_postmaster_start_time()) * 1000)::bigint").Scan(&upMillis); err != nil {
+		return fmt.Errorf("reading Postgres's uptime: %w", err)
+	}
+	if time.Duration(upMillis)*time.Millisecond < grace || time.Since(processStarted) < grace {
+		return w.afterExpiry(ctx)
+	}
 	groups, err := q.TaskExpiredGroups(ctx, sweepGroupsPerRun)
 	if err != nil {
 		return fmt.Errorf("finding expired tasks: %w", err)
@@ -51,6 +65,12 @@ func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs
 			return err
 		}
 	}
+	return w.afterExpiry(ctx)
+}
+
+// afterExpiry is the sweep's work besides timeouts: the backstop, and
+// documents whose job River gave up on.
+func (w *TaskSweepWorker) afterExpiry(ctx context.Context) error {
 	if err := w.backstop(ctx); err != nil {
 		return err
 	}

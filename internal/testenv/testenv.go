@@ -118,6 +118,7 @@ var testSettings = func() map[string]string {
 		"FLY_LAUNCH_RATE":         "100000",
 		"FLY_LAUNCH_BURST":        "100000",
 		"SWEEP_INTERVAL":          "200",
+		"SWEEP_RESTART_GRACE":     "0",
 		"CDN_PUBLIC_URL":          "https://cdn.test",
 		"ADMIN_TOKEN":             AdminToken,
 		"READ_TOKEN":              ReadToken,
