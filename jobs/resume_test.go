@@ -259,6 +259,21 @@ func TestRetryResumesFailedDocuments(t *testing.T) {
 	}
 }
 
+// stuckEmbeddingsEnv is an orchestrator whose embeddings provider never
+// answers for a text with "stuck" in it (until the client goes away).
+func stuckEmbeddingsEnv(t *testing.T) *testenv.Env {
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route == fakeai.Embeddings && strings.Contains(strings.Join(r.Inputs, " "), "stuck") {
+			return fakeai.Behavior{Delay: time.Minute}
+		}
+		return fakeai.Behavior{}
+	}})
+	return testenv.New(t, testenv.Options{Settings: map[string]string{
+		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
+	}})
+}
+
 // TestAbandonedDocumentFails: a batch document whose step job River stops
 // for good (cancelled here, as from River UI; a discarded job is the same
 // to the sweep) fails with the reason in its errors, and the batch's
@@ -266,16 +281,7 @@ func TestRetryResumesFailedDocuments(t *testing.T) {
 func TestAbandonedDocumentFails(t *testing.T) {
 	t.Parallel()
 	const id = "DOCS-ABANDONED"
-	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
-		if r.Route == fakeai.Embeddings && strings.Contains(strings.Join(r.Inputs, " "), "stuck") {
-			return fakeai.Behavior{Delay: time.Minute} // until the client goes away
-		}
-		return fakeai.Behavior{}
-	}})
-	env := testenv.New(t, testenv.Options{Settings: map[string]string{
-		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
-	}})
+	env := stuckEmbeddingsEnv(t)
 	describe := manifest.ProcessingConfig{Describe: true}
 	env.PutObject(t, "staging/"+id+"/ok.txt", []byte("a fine document"))
 	env.PutObject(t, "staging/"+id+"/stuck.txt", []byte("a stuck document"))
@@ -312,16 +318,7 @@ func TestAbandonedDocumentFails(t *testing.T) {
 // left alone.
 func TestAbandonedAPIDocumentFails(t *testing.T) {
 	t.Parallel()
-	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
-		if r.Route == fakeai.Embeddings && strings.Contains(strings.Join(r.Inputs, " "), "stuck") {
-			return fakeai.Behavior{Delay: time.Minute} // until the client goes away
-		}
-		return fakeai.Behavior{}
-	}})
-	env := testenv.New(t, testenv.Options{Settings: map[string]string{
-		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
-	}})
+	env := stuckEmbeddingsEnv(t)
 	ctx := context.Background()
 	post := func(key, text string) int64 {
 		env.PutObject(t, key, []byte(text))

@@ -85,7 +85,7 @@ func runDocument(ctx context.Context, args []string, lookup func(string) (string
 	flags.StringVar(&o.key, "key", "", "object key in R2_BUCKET (default DOCUMENTS_PREFIX + FILE's name)")
 	flags.BoolVar(&o.noWait, "no-wait", false, "exit once the document is queued")
 	flags.DurationVar(&o.pollInterval, "poll-interval", 300*time.Millisecond, "how often the document's status is read")
-	rest, err := parseInterspersed(flags, args)
+	rest, err := parseInterleaved(flags, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -257,7 +257,7 @@ func runSearch(ctx context.Context, args []string, lookup func(string) (string, 
 	url := flags.String("url", cfg.OrchestratorURL, "orchestrator base URL ($ORCHESTRATOR_URL, else from LISTEN_ADDR)")
 	k := flags.Int("k", 10, "how many chunks to print")
 	asJSON := flags.Bool("json", false, "print the results as JSON")
-	rest, err := parseInterspersed(flags, args)
+	rest, err := parseInterleaved(flags, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -306,27 +306,4 @@ func snippet(text string, n int) string {
 	}
 	r := []rune(text)
 	return string(r[:n-1]) + "…"
-}
-
-// parseInterspersed parses flags that may come before or after the
-// positional arguments, which it returns; "--" ends the flags.
-func parseInterspersed(flags *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	rest := args
-	for {
-		if err := flags.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err.Error()}
-		}
-		after := flags.Args()
-		if consumed := len(rest) - len(after); consumed > 0 && rest[consumed-1] == "--" {
-			return append(pos, after...), nil
-		}
-		if len(after) == 0 {
-			return pos, nil
-		}
-		pos, rest = append(pos, after[0]), after[1:]
-	}
 }

@@ -156,7 +156,7 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 	flags.BoolVar(&o.noWait, "no-wait", false, "exit once the batch is submitted")
 	flags.DurationVar(&o.pollInterval, "poll-interval", 500*time.Millisecond, "how often the batch status is read")
 
-	dirs, err := parseInterspersed(flags, args)
+	dirs, err := parseInterleaved(flags, args)
 	if err != nil {
 		return o, err
 	}
