@@ -72,6 +72,22 @@ func TestEvaluate(t *testing.T) {
 		"duplicates = 0",
 	}, r.failed())
 	require.Equal(t, map[string]int{"Task timed out after Ns": 1}, r.lostReasons)
+
+	// A task that timed out on every attempt is lost unless every one of
+	// its machines was made faulty: then no worker gave it an outcome.
+	timedOut := clean
+	timedOut.tasks = []taskRow{{id: "t1", batchID: "B", status: "failed", err: "Task timed out after 15.2s", inputKey: okKey}}
+	in.calls["B"] = in.calls["B"][:2]
+	launches := fakefly.Report{Launches: map[string][]string{"t1": {"m1", "m2", "m3"}}}
+	r = newRunResult("faulty", options{resumeLimit: time.Minute})
+	r.faultedLaunches = map[string]int{"t1": 2}
+	r.evaluate(timedOut, launches, in, []string{"B"})
+	require.Equal(t, []any{1, 0}, []any{r.lost, r.allFaulty}, "one of its machines was sound")
+	r = newRunResult("faulty", options{resumeLimit: time.Minute})
+	r.faultedLaunches = map[string]int{"t1": 3}
+	r.evaluate(timedOut, launches, in, []string{"B"})
+	require.Equal(t, []any{0, 1}, []any{r.lost, r.allFaulty}, "every machine was faulty")
+	require.Empty(t, r.failed())
 }
 
 // TestS3ChildOutage runs `chaos s3` in process: signed requests go
@@ -104,4 +120,19 @@ func TestS3ChildOutage(t *testing.T) {
 	require.NoError(t, control(ctx, info.Control, "/fail?status=503&seconds=0.001"))
 	require.Eventually(t, func() bool { return put() == nil }, 30*time.Second, 50*time.Millisecond, "S3 answers again once the outage is over")
 	require.Error(t, control(ctx, info.Control, "/fail?status=200&seconds=1"), "only error statuses are injected")
+}
+
+// TestPostgresDownBetween: a wait after a kill is not charged for the time
+// Postgres was down within it.
+func TestPostgresDownBetween(t *testing.T) {
+	r := newRunResult("x", options{})
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	r.addPostgresDown(at(10), at(30))
+	i := r.addPostgresDown(at(50), at(55))
+	r.endPostgresDown(i, at(60))
+	require.Equal(t, 20*time.Second, r.postgresDownBetween(at(0), at(40)))
+	require.Equal(t, 17*time.Second, r.postgresDownBetween(at(15), at(52)), "15 s of the first stop, 2 s of the second")
+	require.Equal(t, 30*time.Second, r.postgresDownBetween(at(0), at(100)))
+	require.Zero(t, r.postgresDownBetween(at(31), at(49)))
 }

@@ -49,6 +49,10 @@ type flyChild struct {
 	delay  time.Duration
 	lateBy time.Duration
 	counts map[string]int
+	// faulted counts, by task, the launches given a hang, a crash or a late
+	// answer: a task all of whose machines were faulty has no outcome from
+	// its worker to keep.
+	faulted map[string]int
 }
 
 // behave decides a launch's worker: its intended outcome, and at the
@@ -75,7 +79,10 @@ func (c *flyChild) behave(l fakefly.Launch) fakefly.Behavior {
 	case roll < c.hang+c.crash+c.late:
 		b.Delay = c.lateBy
 		c.counts[faultLate]++
+	default:
+		return b
 	}
+	c.faulted[l.TaskID]++
 	return b
 }
 
@@ -101,7 +108,7 @@ func runFly(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fly", flag.ContinueOnError)
 	control := fs.String("control", "127.0.0.1:0", "control listen address")
 	seed := fs.Uint64("seed", 1, "random seed of the worker faults")
-	c := &flyChild{counts: map[string]int{}}
+	c := &flyChild{counts: map[string]int{}, faulted: map[string]int{}}
 	fs.Float64Var(&c.hang, "hang", 0, "share of machines that hang")
 	fs.Float64Var(&c.crash, "crash", 0, "share of machines that crash without calling back")
 	fs.Float64Var(&c.late, "late", 0, "share of machines that call back after -late-by")
@@ -123,6 +130,13 @@ func runFly(ctx context.Context, args []string, stdout io.Writer) error {
 	mux.HandleFunc("GET /worker-faults", func(w http.ResponseWriter, _ *http.Request) {
 		c.mu.Lock()
 		body, _ := json.Marshal(c.counts)
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("GET /faulted-tasks", func(w http.ResponseWriter, _ *http.Request) {
+		c.mu.Lock()
+		body, _ := json.Marshal(c.faulted)
 		c.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)

@@ -27,11 +27,15 @@ type runResult struct {
 	mu           sync.Mutex
 	faults       map[string]int
 	workerFaults map[string]int
-	resumes      []time.Duration
-	stranded     int // jobs a killed process left running
+	// faultedLaunches counts, by task, its launches the fake made faulty.
+	faultedLaunches map[string]int
+	resumes         []time.Duration
+	pgDown          [][2]time.Time // Postgres stops, from and to
+	stranded        int            // jobs a killed process left running
 
 	done, tasks, completed, failedTasks int
 	lost, invented, unfinished          int
+	allFaulty                           int // failed tasks whose every machine was made faulty
 	lostReasons                         map[string]int
 	duplicates                          int
 	overlaps                            int
@@ -62,6 +66,50 @@ func (r *runResult) addResume(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.resumes = append(r.resumes, d)
+}
+
+// addPostgresDown records that Postgres is down from from, until about to
+// (endPostgresDown says when it is back), and returns the stop's index.
+func (r *runResult) addPostgresDown(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pgDown = append(r.pgDown, [2]time.Time{from, to})
+	return len(r.pgDown) - 1
+}
+
+// endPostgresDown records when Postgres was back after stop i.
+func (r *runResult) endPostgresDown(i int, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pgDown[i][1] = at
+}
+
+// postgresDownBetween is how long Postgres was down between from and to
+// (a stop still under way counts up to to).
+func (r *runResult) postgresDownBetween(from, to time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var d time.Duration
+	for _, iv := range r.pgDown {
+		if lo, hi := maxTime(iv[0], from), minTime(iv[1], to); hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (r *runResult) addStranded(n int) {
@@ -182,7 +230,12 @@ func (r *runResult) evaluate(s dbSnapshot, report fakefly.Report, in *ingest, id
 			}
 		case "failed":
 			r.failedTasks++
-			if want {
+			if launches := len(report.Launches[t.id]); want && launches > 0 && r.faultedLaunches[t.id] >= launches {
+				// Every machine hung, crashed or answered late: no
+				// worker gave an outcome, and the task rightly failed
+				// after its attempts.
+				r.allFaulty++
+			} else if want {
 				r.lost++
 				r.lostReasons[numbers.ReplaceAllString(t.err, "N")]++
 			}
@@ -315,6 +368,7 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	row("files", func(r *runResult) string { return fmt.Sprint(r.files) })
 	row("tasks (completed/failed)", func(r *runResult) string { return fmt.Sprintf("%d (%d/%d)", r.tasks, r.completed, r.failedTasks) })
 	row("lost", func(r *runResult) string { return fmt.Sprint(r.lost + r.unfinished) })
+	row("failed, every machine faulty", func(r *runResult) string { return fmt.Sprint(r.allFaulty) })
 	row("invented", func(r *runResult) string { return fmt.Sprint(r.invented) })
 	row("duplicates", func(r *runResult) string { return fmt.Sprint(r.duplicates) })
 	row("two machines for a task", func(r *runResult) string { return fmt.Sprint(r.overlaps) })

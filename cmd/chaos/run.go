@@ -419,12 +419,16 @@ func (l *load) fault(ctx context.Context, kind string) error {
 	case faultPostgres:
 		down := l.rng.duration(l.w.opts.pgDownMin(), l.w.opts.pgDown)
 		l.w.logf("%s: Postgres stopped (immediate) for %s", l.label, down.Round(100*time.Millisecond))
+		stopped := time.Now()
 		if err := l.w.cluster.StopServer(ctx, "immediate"); err != nil {
 			return err
 		}
+		stop := l.res.addPostgresDown(stopped, stopped.Add(down))
 		time.Sleep(down)
 		// Started whatever ctx says: the run needs its database back.
-		return l.w.cluster.StartServer(context.WithoutCancel(ctx))
+		err := l.w.cluster.StartServer(context.WithoutCancel(ctx))
+		l.res.endPostgresDown(stop, time.Now())
+		return err
 	case faultFly503:
 		l.w.logf("%s: Machines API answers 503 for %ss", l.label, secs)
 		return control(ctx, l.fly.Control, "/fail?status=503&seconds="+secs)
@@ -446,7 +450,10 @@ func (l *load) measureResume(ctx context.Context, killedAt time.Time) {
 	defer pool.Close()
 	limit := 2 * l.w.opts.resumeLimit
 	counted := false
-	for time.Since(killedAt) < limit {
+	// Nothing can be rescued while Postgres is down: a stop that overlaps
+	// the wait is not counted against it.
+	waited := func() time.Duration { return time.Since(killedAt) - l.res.postgresDownBetween(killedAt, time.Now()) }
+	for waited() < limit {
 		var stuck int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_at < $1`, killedAt).Scan(&stuck)
 		if err == nil && !counted && time.Since(killedAt) > 5*time.Second {
@@ -456,7 +463,7 @@ func (l *load) measureResume(ctx context.Context, killedAt time.Time) {
 			counted = true
 		}
 		if err == nil && stuck == 0 {
-			l.res.addResume(time.Since(killedAt))
+			l.res.addResume(waited())
 			return
 		}
 		time.Sleep(time.Second)
@@ -480,6 +487,9 @@ func (l *load) collect(ctx context.Context) error {
 		return err
 	}
 	if err := getJSON(ctx, l.fly.Control+"/worker-faults", &l.res.workerFaults); err != nil {
+		return err
+	}
+	if err := getJSON(ctx, l.fly.Control+"/faulted-tasks", &l.res.faultedLaunches); err != nil {
 		return err
 	}
 	pool, err := dbPool(ctx, l.dbURL)
