@@ -45,12 +45,9 @@ var processStarted = time.Now()
 // and a late success of a current attempt is accepted.
 func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs]) error {
 	q := db.New(w.deps.Pool)
-	grace := w.deps.Config.SweepRestartGrace
-	var upMillis int64
-	if err := w.deps.Pool.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp() - pg_postmaster_start_time()) * 1000)::bigint").Scan(&upMillis); err != nil {
-		return fmt.Errorf("reading Postgres's uptime: %w", err)
-	}
-	if time.Duration(upMillis)*time.Millisecond < grace || time.Since(processStarted) < grace {
+	if recent, err := w.restartedWithin(ctx, w.deps.Config.SweepRestartGrace); err != nil {
+		return err
+	} else if recent {
 		return w.afterExpiry(ctx)
 	}
 	groups, err := q.TaskExpiredGroups(ctx, sweepGroupsPerRun)
@@ -66,6 +63,22 @@ func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs
 		}
 	}
 	return w.afterExpiry(ctx)
+}
+
+// restartedWithin reports whether this process or Postgres started less
+// than grace ago (never, when grace is 0: no query then).
+func (w *TaskSweepWorker) restartedWithin(ctx context.Context, grace time.Duration) (bool, error) {
+	if grace <= 0 {
+		return false, nil
+	}
+	if time.Since(processStarted) < grace {
+		return true, nil
+	}
+	var upMillis int64
+	if err := w.deps.Pool.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp() - pg_postmaster_start_time()) * 1000)::bigint").Scan(&upMillis); err != nil {
+		return false, fmt.Errorf("reading Postgres's uptime: %w", err)
+	}
+	return time.Duration(upMillis)*time.Millisecond < grace, nil
 }
 
 // afterExpiry is the sweep's work besides timeouts: the backstop, and

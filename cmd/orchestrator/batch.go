@@ -54,19 +54,24 @@ command line.
 Flags:
 `
 
-// runBatchCommand is `orchestrator status|reset|retry`, with the
-// environment read through lookup.
-func runBatchCommand(ctx context.Context, name string, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
-	cmd := batchCommands[name]
-	// Only the settings these commands use are read, so that an unrelated
-	// bad setting in the operator's shell does not stop them.
-	cfg, err := config.Load(func(k string) (string, bool) {
+// readerConfig reads only the settings of the commands that call the API
+// as a reader or admin (status, reset, retry, search), so that an
+// unrelated bad setting in the operator's shell does not stop them.
+func readerConfig(lookup func(string) (string, bool)) (*config.Config, error) {
+	return config.Load(func(k string) (string, bool) {
 		switch k {
 		case "ORCHESTRATOR_URL", "LISTEN_ADDR", "ADMIN_TOKEN", "READ_TOKEN":
 			return lookup(k)
 		}
 		return "", false
 	})
+}
+
+// runBatchCommand is `orchestrator status|reset|retry`, with the
+// environment read through lookup.
+func runBatchCommand(ctx context.Context, name string, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	cmd := batchCommands[name]
+	cfg, err := readerConfig(lookup)
 	if err != nil {
 		return err
 	}

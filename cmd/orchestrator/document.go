@@ -238,13 +238,7 @@ func search(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // runSearch is search with the environment read through lookup.
 func runSearch(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
-	cfg, err := config.Load(func(k string) (string, bool) {
-		switch k {
-		case "ORCHESTRATOR_URL", "LISTEN_ADDR", "ADMIN_TOKEN", "READ_TOKEN":
-			return lookup(k)
-		}
-		return "", false
-	})
+	cfg, err := readerConfig(lookup)
 	if err != nil {
 		return err
 	}
