@@ -160,10 +160,10 @@ type Config struct {
 	// transiently (Fly 5xx, timeouts, no capacity) before the batch errs
 	// (LAUNCH_OUTAGE_BUDGET, milliseconds).
 	LaunchOutageBudget time.Duration
-	// TaskMaxAttempts bounds the attempts of one task: a timeout, a
-	// transient worker error or a launch that made no machine is retried
-	// on a fresh machine until this many attempts have failed
-	// (TASK_MAX_ATTEMPTS).
+	// TaskMaxAttempts bounds the attempts of one task: a timeout or a
+	// transient worker error is retried on a fresh machine until this many
+	// attempts have failed (TASK_MAX_ATTEMPTS). A launch that made no
+	// machine costs no attempt.
 	TaskMaxAttempts int
 	// TaskRetireLimit is how long a task to be retried waits for its last
 	// attempt's machine to be destroyed before it is launched anyway

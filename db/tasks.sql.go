@@ -960,26 +960,22 @@ func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams
 
 const taskSettleUnlaunched = `-- name: TaskSettleUnlaunched :many
 WITH u AS (
-    SELECT unnest($2::text[]) AS id, unnest($3::int[]) AS attempt,
-        unnest($4::text[]) AS action, unnest($5::text[]) AS machine_id
+    SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt,
+        unnest($3::text[]) AS action, unnest($4::text[]) AS machine_id
 ), locked AS MATERIALIZED (
     SELECT t.id FROM tasks t
-    WHERE t.id = ANY($2::text[])
+    WHERE t.id = ANY($1::text[])
     ORDER BY t.id COLLATE "C"
     FOR NO KEY UPDATE
 )
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
-    status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
-    failures = CASE WHEN u.action IN ('release', 'fail') THEN t.failures + 1 ELSE t.failures END,
+    status = CASE WHEN u.action = 'release' THEN 'pending' ELSE t.status END,
     superseded_token_hashes = CASE WHEN u.action = 'release' THEN array_append(t.superseded_token_hashes, t.token_hash)
         ELSE t.superseded_token_hashes END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
-    ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
-    error = CASE WHEN u.action = 'fail' THEN $1::text ELSE t.error END,
-    finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
     updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
@@ -987,7 +983,6 @@ RETURNING t.id, u.action::text AS action
 `
 
 type TaskSettleUnlaunchedParams struct {
-	Error      string
 	IDs        []string
 	Attempts   []int32
 	Actions    []string
@@ -1002,9 +997,11 @@ type TaskSettleUnlaunchedRow struct {
 // TaskSettleUnlaunched settles, in one statement, expired tasks whose
 // machine was never recorded, each as the sweep decided (@actions):
 // 'found' records the machine its lookup found; 'release' returns the task
-// to pending to be launched again, forgetting its token; 'fail' fails it
-// for want of a machine, with @error. Both count a failed attempt. Each change is for the launch attempt
-// the sweep looked at; a task that ended, got its machine or was launched
+// to pending to be launched again, keeping its token as superseded. A
+// launch that made no machine (Fly's outage, the launcher's crash) ran
+// none of the task's work: it is not a failed attempt (failures stays),
+// and the phase's launch outage budget bounds a Fly that keeps failing.
+// Each change is for the launch attempt the sweep looked at; a task that ended, got its machine or was launched
 // again meanwhile is left alone. It locks the rows first, explicitly in
 // byte order of their ids (the order TaskCompleteMany and TaskSetMachines
 // give their input): with one statement per action, the rows of one
@@ -1012,7 +1009,6 @@ type TaskSettleUnlaunchedRow struct {
 // returns the tasks it changed, with their action.
 func (q *Queries) TaskSettleUnlaunched(ctx context.Context, arg TaskSettleUnlaunchedParams) ([]TaskSettleUnlaunchedRow, error) {
 	rows, err := q.db.Query(ctx, taskSettleUnlaunched,
-		arg.Error,
 		arg.IDs,
 		arg.Attempts,
 		arg.Actions,

@@ -295,6 +295,42 @@ func TestFlyOutageIsNotAnError(t *testing.T) {
 	requireOneMachinePerTask(t, env, id)
 }
 
+// TestUnresolvedLaunchesCostNoAttempt: Fly answers 503 to a task's launch
+// and to the lookup after it, more times than TASK_MAX_ATTEMPTS, so the
+// launcher cannot tell whether a machine exists and the sweep settles the
+// task at each deadline (no machine found: launch again). No worker ran,
+// so none of that is the task's failure: it completes on the machine that
+// is finally made, with no failed attempt.
+func TestUnresolvedLaunchesCostNoAttempt(t *testing.T) {
+	t.Parallel()
+	const unresolved = 4 // > TASK_MAX_ATTEMPTS (2 here)
+	var fly atomic.Pointer[fakefly.Server]
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if l.App == tiffApp && l.Attempt <= unresolved {
+			// The lookup that follows fails too: its first request and
+			// fly-go's 3 retries of a 503.
+			fly.Load().Fail(http.StatusServiceUnavailable, 4)
+			return fakefly.Behavior{LaunchStatus: http.StatusServiceUnavailable}
+		}
+		return succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "300", "TASK_MAX_ATTEMPTS": "2"}})
+	fly.Store(env.Fly)
+	const id = "FLY-UNRESOLVED"
+	env.Submit(t, id, tiffs(1))
+	st := env.AwaitStatus(t, id, isDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(1), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+	task := taskOf(t, env, id, "t000.tif")
+	status, _, failures := taskState(t, env, task)
+	require.Equal(t, "completed", status)
+	require.Zero(t, failures, "a launch that made no machine cost an attempt")
+	var settled int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM batch_events
+		WHERE task_id = $1 AND type = 'task.retrying' AND data->>'reason' LIKE 'no machine was found%'`, task).Scan(&settled))
+	require.Equal(t, unresolved, settled, "each unresolved launch is settled by the sweep")
+	requireOneMachinePerTask(t, env, id)
+}
+
 // TestLaunchOutageBudgetSpent: an outage that outlasts
 // LAUNCH_OUTAGE_BUDGET errs the batch, saying why.
 func TestLaunchOutageBudgetSpent(t *testing.T) {

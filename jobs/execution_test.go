@@ -232,8 +232,10 @@ func TestUnrecordedLaunchIsRelaunched(t *testing.T) {
 // TestSweepSettlesUnrecordedLaunches: three tasks of a batch expire with
 // no recorded machine. One's machine still runs: the sweep records it and
 // the task, in its last attempt, times out. One's machine is gone: it is
-// launched again and completes. The third is out of attempts: it fails
-// with its own message. The sweep settles the three in one statement.
+// launched again and completes. The third's is gone too, in what would be
+// its last attempt: a launch that made no machine ran none of its work and
+// costs no attempt, so it too is launched again and completes. The sweep
+// settles the three in one statement.
 func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 	t.Parallel()
 	var first atomic.Bool
@@ -292,16 +294,19 @@ func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 	require.Contains(t, tasks[running].err, "timed out")
 	require.True(t, tasks[running].machine, "the running machine was recorded")
 	require.Equal(t, task{status: "completed", machine: true}, tasks[gone[0]])
-	require.Equal(t, task{status: "failed", err: "no machine could be launched after 3 attempts"}, tasks[gone[1]])
+	require.Equal(t, task{status: "completed", machine: true}, tasks[gone[1]])
 	launches := map[string]int{}
 	for _, l := range env.Fly.Launches() {
 		if l.App == tiffApp {
 			launches[l.TaskID]++
 		}
 	}
-	require.Equal(t, map[string]int{running: 1, gone[0]: 2, gone[1]: 1}, launches)
+	require.Equal(t, map[string]int{running: 1, gone[0]: 2, gone[1]: 2}, launches)
 	require.Equal(t, 1, countEvents(t, env, id, "task.timed_out"))
-	require.Equal(t, 1, countEvents(t, env, id, "task.failed"))
+	require.Equal(t, 2, countEvents(t, env, id, "task.retrying"))
+	var failures int
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT failures FROM tasks WHERE id = $1`, gone[1]).Scan(&failures))
+	require.Equal(t, env.Config.TaskMaxAttempts-1, failures, "the launch that made no machine cost no attempt")
 }
 
 // TestAmbiguousLaunchIsReconciled: the first launch creates the machine but

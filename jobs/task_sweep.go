@@ -95,7 +95,6 @@ func (w *TaskSweepWorker) afterExpiry(ctx context.Context) error {
 const (
 	settleFound   = "found"   // record the machine its lookup found
 	settleRelease = "release" // launch it again
-	settleFail    = "fail"    // out of attempts: fail it
 )
 
 // settleUnlaunched deals with expired tasks that have no recorded machine
@@ -103,10 +102,12 @@ const (
 // claiming and recording). It looks each machine up by the task's id and
 // launch attempt (compute.Fence): a live one of this attempt is recorded,
 // and then times out like any other; a task with none goes back to pending
-// to be launched again, a failed attempt of the TASK_MAX_ATTEMPTS it has;
-// a failed lookup is tried
-// again on the next sweep. Machines of earlier attempts, and duplicates of
-// this one, are destroyed.
+// to be launched again. That costs the task none of its TASK_MAX_ATTEMPTS:
+// no worker ran, so an outage of Fly (answers 503 to both the launch and
+// the lookup) or a killed launcher is not the task's failure; the phase's
+// LAUNCH_OUTAGE_BUDGET bounds a Fly that keeps failing. A failed lookup is
+// tried again on the next sweep. Machines of earlier attempts, and
+// duplicates of this one, are destroyed.
 func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase string) error {
 	q := db.New(w.deps.Pool)
 	rows, err := q.TaskListExpiredUnlaunched(ctx, db.TaskListExpiredUnlaunchedParams{BatchID: batchID, Phase: phase})
@@ -114,9 +115,7 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		return err
 	}
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
-	maxAttempts := int32(w.deps.Config.TaskMaxAttempts)
-	msg := fmt.Sprintf("no machine could be launched after %d attempts", maxAttempts)
-	settle := db.TaskSettleUnlaunchedParams{Error: msg}
+	var settle db.TaskSettleUnlaunchedParams
 	decide := func(id string, attempt int32, action, machineID string) {
 		settle.IDs = append(settle.IDs, id)
 		settle.Attempts = append(settle.Attempts, attempt)
@@ -134,17 +133,14 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		for _, m := range f.Stale {
 			unwanted = append(unwanted, m.ID)
 		}
-		switch {
-		case len(f.Current) > 0:
-			for _, m := range f.Current[1:] {
-				unwanted = append(unwanted, m.ID)
-			}
-			decide(r.ID, r.Attempt, settleFound, f.Current[0].ID)
-		case r.Failures+1 < maxAttempts:
+		if len(f.Current) == 0 {
 			decide(r.ID, r.Attempt, settleRelease, "")
-		default:
-			decide(r.ID, r.Attempt, settleFail, "")
+			continue
 		}
+		for _, m := range f.Current[1:] {
+			unwanted = append(unwanted, m.ID)
+		}
+		decide(r.ID, r.Attempt, settleFound, f.Current[0].ID)
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	if len(unwanted) > 0 {
@@ -155,44 +151,32 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 	if len(settle.IDs) == 0 {
 		return nil
 	}
-	gaveUp, relaunched := 0, 0 // tasks failed for want of a machine, and sent back for another
-	err = EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
+	relaunched := 0
+	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)
 		if err != nil {
-			return false, err
+			return err
 		}
 		var events []db.BatchEventInsertManyParams
-		released := false
 		for _, t := range settled {
-			switch t.Action {
-			case settleRelease:
-				released = true
+			if t.Action == settleRelease {
 				relaunched++
 				events = append(events, newEvent(batchID, db.EventTaskRetrying, phase, t.ID, map[string]any{
-					"reason": "no machine was found for its launch",
+					"reason": "no machine was found for its launch (not counted as an attempt)",
 				}))
-			case settleFail:
-				gaveUp++
-				events = append(events, newEvent(batchID, db.EventTaskFailed, phase, t.ID, map[string]any{"error": msg}))
 			}
 		}
-		if released {
+		if relaunched > 0 {
 			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
-				return false, err
+				return err
 			}
 		}
-		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-			return false, err
-		}
-		return gaveUp > 0, nil
+		_, err = q.BatchEventInsertMany(ctx, events)
+		return err
 	})
 	if err == nil {
 		w.deps.Metrics.TasksRetried(phase, metrics.RetryNoMachine, relaunched)
-	}
-	if err == nil && gaveUp > 0 {
-		w.deps.Metrics.TasksFinished(phase, metrics.TaskFailed, gaveUp)
-		w.deps.Logger.Warn("tasks failed: no machine could be launched", "batch_id", batchID, "phase", phase, "count", gaveUp)
 	}
 	return err
 }

@@ -45,7 +45,8 @@ const (
 	RetryTimeout = "timeout"
 	// RetryTransientError: the worker reported an error it calls retryable.
 	RetryTransientError = "transient_error"
-	// RetryNoMachine: the attempt's launch made no machine.
+	// RetryNoMachine: the attempt's launch made no machine (not counted
+	// as a failed attempt).
 	RetryNoMachine = "no_machine"
 )
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/internal/dbtest"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 )
 
@@ -80,14 +83,22 @@ func TestEvaluate(t *testing.T) {
 	in.calls["B"] = in.calls["B"][:2]
 	launches := fakefly.Report{Launches: map[string][]string{"t1": {"m1", "m2", "m3"}}}
 	r = newRunResult("faulty", options{resumeLimit: time.Minute})
-	r.faultedLaunches = map[string]int{"t1": 2}
+	r.faultedLaunches = map[string][]string{"t1": {"1:hang", "3:late"}}
 	r.evaluate(timedOut, launches, in, []string{"B"})
 	require.Equal(t, []any{1, 0}, []any{r.lost, r.allFaulty}, "one of its machines was sound")
+	require.Equal(t, []string{"t1"}, []string{r.suspects[0].id})
 	r = newRunResult("faulty", options{resumeLimit: time.Minute})
-	r.faultedLaunches = map[string]int{"t1": 3}
+	r.faultedLaunches = map[string][]string{"t1": {"1:hang", "2:crash", "3:late"}}
 	r.evaluate(timedOut, launches, in, []string{"B"})
 	require.Equal(t, []any{0, 1}, []any{r.lost, r.allFaulty}, "every machine was faulty")
 	require.Empty(t, r.failed())
+	// Launches that made no machine are no attempts: a task that failed
+	// with one machine, faulty, was not out of attempts.
+	oneMachine := fakefly.Report{Launches: map[string][]string{"t1": {"m3"}}}
+	r = newRunResult("faulty", options{resumeLimit: time.Minute})
+	r.faultedLaunches = map[string][]string{"t1": {"3:hang"}}
+	r.evaluate(timedOut, oneMachine, in, []string{"B"})
+	require.Equal(t, []any{1, 0}, []any{r.lost, r.allFaulty}, "fewer machines than attempts")
 }
 
 // TestS3ChildOutage runs `chaos s3` in process: signed requests go
@@ -135,4 +146,40 @@ func TestPostgresDownBetween(t *testing.T) {
 	require.Equal(t, 17*time.Second, r.postgresDownBetween(at(15), at(52)), "15 s of the first stop, 2 s of the second")
 	require.Equal(t, 30*time.Second, r.postgresDownBetween(at(0), at(100)))
 	require.Zero(t, r.postgresDownBetween(at(31), at(49)))
+}
+
+// TestTimelines: a suspect task's timeline interleaves the fake's
+// launches and callbacks, the orchestrator's events and the driver's
+// faults in time order, and says how the task ended.
+func TestTimelines(t *testing.T) {
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	_, err := pool.Exec(ctx, `INSERT INTO batches (id, uploader, queue_message) VALUES ('B', 'u', '{}')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO batch_events (batch_id, type, task_id, data, created_at) VALUES
+		('B', 'task.launched', 't1', '{"machine_id": "m1"}', $1), ('B', 'task.timed_out', 't1', '{}', $2)`, at(1), at(20))
+	require.NoError(t, err)
+	l := &load{label: "chaos", w: &world{tmp: t.TempDir(), logf: t.Logf}, res: newRunResult("chaos", options{})}
+	l.res.faultLog = []stamped{{at: at(5), what: "driver: Postgres stopped (immediate) for 10s"}, {at: at(300), what: "driver: far away"}}
+	l.res.suspects = []taskRow{{id: "t1", batchID: "B", phase: "TIFF_CONVERSION", status: "failed", err: "Task timed out after 19.0s", inputKey: "k"}}
+	l.res.faultedLaunches = map[string][]string{"t1": {"1:hang"}}
+	report := fakefly.Report{
+		LaunchLog: map[string][]fakefly.LaunchSummary{"t1": {{At: at(0.5), Attempt: 1, Status: 200, MachineID: "m1"}}},
+		Callbacks: []fakefly.CallbackSummary{{TaskID: "t1", MachineID: "m1", Outcome: "success", Status: 409, Attempts: 3,
+			Launched: at(0.5), Queued: at(4), Posted: at(4), Answered: at(21)}},
+	}
+	require.NoError(t, l.writeTimelines(ctx, pool, report))
+	body, err := os.ReadFile(filepath.Join(l.w.tmp, "chaos-suspects.txt"))
+	require.NoError(t, err)
+	require.Equal(t, `task t1 (batch B, TIFF_CONVERSION, input k): failed "Task timed out after 19.0s"; faulty launches 1:hang
+  12:00:00.500 fake: launch #1 answered 200 machine m1
+  12:00:01.000 event task.launched {"machine_id": "m1"}
+  12:00:04.000 fake: m1 ready to call back (3.5s after launch)
+  12:00:05.000 driver: Postgres stopped (immediate) for 10s
+  12:00:20.000 event task.timed_out {}
+  12:00:21.000 fake: m1 callback (success) answered 409 after 3 posts, posting began 0s after ready 
+
+`, string(body))
 }

@@ -36,6 +36,10 @@ const (
 
 var driverFaults = []string{faultKill, faultPostgres, faultFly503, faultS3503}
 
+// taskMaxAttempts is the orchestrators' TASK_MAX_ATTEMPTS: a task failed
+// with this many machines, all made faulty, had no worker's outcome.
+const taskMaxAttempts = 3
+
 // options are the driver's flags.
 type options struct {
 	seed         uint64

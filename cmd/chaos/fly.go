@@ -49,10 +49,10 @@ type flyChild struct {
 	delay  time.Duration
 	lateBy time.Duration
 	counts map[string]int
-	// faulted counts, by task, the launches given a hang, a crash or a late
-	// answer: a task all of whose machines were faulty has no outcome from
-	// its worker to keep.
-	faulted map[string]int
+	// faulted lists, by task, the launches given a hang, a crash or a late
+	// answer ("2:hang": its second launch hung): a task all of whose
+	// machines were faulty has no outcome from its worker to keep.
+	faulted map[string][]string
 }
 
 // behave decides a launch's worker: its intended outcome, and at the
@@ -69,20 +69,19 @@ func (c *flyChild) behave(l fakefly.Launch) fakefly.Behavior {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b.Delay = time.Duration(c.rng.Int64N(int64(c.delay) + 1))
+	var kind string
 	switch roll := c.rng.Float64(); {
 	case roll < c.hang:
-		b.Hang = true
-		c.counts[faultHang]++
+		b.Hang, kind = true, faultHang
 	case roll < c.hang+c.crash:
-		b.Crash = true
-		c.counts[faultCrash]++
+		b.Crash, kind = true, faultCrash
 	case roll < c.hang+c.crash+c.late:
-		b.Delay = c.lateBy
-		c.counts[faultLate]++
+		b.Delay, kind = c.lateBy, faultLate
 	default:
 		return b
 	}
-	c.faulted[l.TaskID]++
+	c.counts[kind]++
+	c.faulted[l.TaskID] = append(c.faulted[l.TaskID], fmt.Sprintf("%d:%s", l.Attempt, kind))
 	return b
 }
 
@@ -108,7 +107,7 @@ func runFly(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("fly", flag.ContinueOnError)
 	control := fs.String("control", "127.0.0.1:0", "control listen address")
 	seed := fs.Uint64("seed", 1, "random seed of the worker faults")
-	c := &flyChild{counts: map[string]int{}, faulted: map[string]int{}}
+	c := &flyChild{counts: map[string]int{}, faulted: map[string][]string{}}
 	fs.Float64Var(&c.hang, "hang", 0, "share of machines that hang")
 	fs.Float64Var(&c.crash, "crash", 0, "share of machines that crash without calling back")
 	fs.Float64Var(&c.late, "late", 0, "share of machines that call back after -late-by")

@@ -27,11 +27,16 @@ type runResult struct {
 	mu           sync.Mutex
 	faults       map[string]int
 	workerFaults map[string]int
-	// faultedLaunches counts, by task, its launches the fake made faulty.
-	faultedLaunches map[string]int
-	resumes         []time.Duration
-	pgDown          [][2]time.Time // Postgres stops, from and to
-	stranded        int            // jobs a killed process left running
+	// faultedLaunches lists, by task, its launches the fake made faulty
+	// ("2:hang").
+	faultedLaunches map[string][]string
+	// faultLog is the driver's faults, in order, for timelines.
+	faultLog []stamped
+	// suspects are the tasks lost or failed with every machine faulty.
+	suspects []taskRow
+	resumes  []time.Duration
+	pgDown   [][2]time.Time // Postgres stops, from and to
+	stranded int            // jobs a killed process left running
 
 	done, tasks, completed, failedTasks int
 	lost, invented, unfinished          int
@@ -230,14 +235,20 @@ func (r *runResult) evaluate(s dbSnapshot, report fakefly.Report, in *ingest, id
 			}
 		case "failed":
 			r.failedTasks++
-			if launches := len(report.Launches[t.id]); want && launches > 0 && r.faultedLaunches[t.id] >= launches {
-				// Every machine hung, crashed or answered late: no
-				// worker gave an outcome, and the task rightly failed
-				// after its attempts.
+			// Every machine hung, crashed or answered late, one for each
+			// attempt: no worker gave an outcome, and the task rightly
+			// failed. A launch that made no machine is no attempt, so
+			// fewer machines than attempts is a loss.
+			machines := len(report.Launches[t.id])
+			switch {
+			case !want:
+			case machines >= taskMaxAttempts && len(r.faultedLaunches[t.id]) >= machines:
 				r.allFaulty++
-			} else if want {
+				r.suspects = append(r.suspects, t)
+			default:
 				r.lost++
 				r.lostReasons[numbers.ReplaceAllString(t.err, "N")]++
+				r.suspects = append(r.suspects, t)
 			}
 		default:
 			r.unfinished++

@@ -263,6 +263,7 @@ func (l *load) startProcs(ctx context.Context) error {
 			"ADMIN_TOKEN=" + adminToken, "READ_TOKEN=" + readToken, "INGEST_TOKEN=" + ingestToken,
 			"SWEEP_INTERVAL=1000", "ALARM_DELAY_TIFF_CONVERSION=200", "ALARM_DELAY_IMAGE_PROCESSING=200", "ALARM_DELAY_PDF_PAGES=200",
 			"TASK_TIMEOUT_TIFF_CONVERSION=" + timeout, "TASK_TIMEOUT_IMAGE_PROCESSING=" + timeout, "TASK_TIMEOUT_PDF_PAGES=" + timeout,
+			"TASK_MAX_ATTEMPTS=" + strconv.Itoa(taskMaxAttempts),
 			"LOG_FORMAT=json", "LOG_LEVEL=warn",
 		}
 		if err := p.start(); err != nil {
@@ -409,16 +410,17 @@ func (l *load) fault(ctx context.Context, kind string) error {
 	case faultKill:
 		p := l.procs[l.rng.intN(2)]
 		at := time.Now()
-		l.w.logf("%s: kill -9 %s", l.label, p.name)
+		l.note("kill -9 %s", p.name)
 		p.kill()
 		time.Sleep(l.rng.duration(time.Second, 3*time.Second))
 		if err := p.start(); err != nil {
 			return err
 		}
+		l.note("%s started again", p.name)
 		go l.measureResume(context.WithoutCancel(ctx), at)
 	case faultPostgres:
 		down := l.rng.duration(l.w.opts.pgDownMin(), l.w.opts.pgDown)
-		l.w.logf("%s: Postgres stopped (immediate) for %s", l.label, down.Round(100*time.Millisecond))
+		l.note("Postgres stopped (immediate) for %s", down.Round(100*time.Millisecond))
 		stopped := time.Now()
 		if err := l.w.cluster.StopServer(ctx, "immediate"); err != nil {
 			return err
@@ -428,12 +430,13 @@ func (l *load) fault(ctx context.Context, kind string) error {
 		// Started whatever ctx says: the run needs its database back.
 		err := l.w.cluster.StartServer(context.WithoutCancel(ctx))
 		l.res.endPostgresDown(stop, time.Now())
+		l.note("Postgres started again")
 		return err
 	case faultFly503:
-		l.w.logf("%s: Machines API answers 503 for %ss", l.label, secs)
+		l.note("Machines API answers 503 for %ss", secs)
 		return control(ctx, l.fly.Control, "/fail?status=503&seconds="+secs)
 	case faultS3503:
-		l.w.logf("%s: S3 answers 503 for %ss", l.label, secs)
+		l.note("S3 answers 503 for %ss", secs)
 		return control(ctx, l.w.s3.Control, "/fail?status=503&seconds="+secs)
 	}
 	return nil
@@ -502,6 +505,9 @@ func (l *load) collect(ctx context.Context) error {
 		return err
 	}
 	l.res.evaluate(snap, report, l.w.ingest, l.ids)
+	if err := l.writeTimelines(ctx, pool, report); err != nil {
+		l.w.logf("%s: writing the suspect tasks' timelines: %v", l.label, err)
+	}
 	// Leaks: once idle, connections and goroutines.
 	time.Sleep(5 * time.Second)
 	for _, p := range l.procs {

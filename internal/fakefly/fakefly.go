@@ -122,6 +122,8 @@ type Launch struct {
 	Rejected bool
 	// MachineID is the machine created by this request, "" if none.
 	MachineID string
+	// At is when the request came.
+	At time.Time
 }
 
 // Behavior is what the fake does for one launch request.
@@ -173,6 +175,11 @@ type CallbackResult struct {
 	Attempts int
 	// Body is what was posted (nil past Options.DetailLimit).
 	Body []byte
+	// Launched is when the machine's launch was answered, Queued when its
+	// worker was ready to call back (after Behavior.Delay), Posted when a
+	// callback worker of the fake began posting (Options.Workers are
+	// shared), Answered when the final answer came.
+	Launched, Queued, Posted, Answered time.Time
 }
 
 // Counts are exact totals, also past Options.DetailLimit.
@@ -244,12 +251,13 @@ type machine struct {
 }
 
 type job struct {
-	app, machineID  string
-	taskID, batchID string
-	url, token      string
-	body            []byte
-	copies          int
-	crash, linger   bool
+	launched, queued time.Time
+	app, machineID   string
+	taskID, batchID  string
+	url, token       string
+	body             []byte
+	copies           int
+	crash, linger    bool
 }
 
 // TB is the part of testing.TB that New needs: a *testing.T in tests, or a
@@ -559,7 +567,7 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 		App: app, Name: req.Name, Region: req.Region, Image: cfg.Image,
 		TaskID: cfg.Metadata["task_id"], BatchID: cfg.Metadata["batch_id"],
 		Env: cfg.Env, Metadata: cfg.Metadata, Config: req.Config,
-		AutoDestroy: cfg.AutoDestroy,
+		AutoDestroy: cfg.AutoDestroy, At: time.Now(),
 	}
 	if l.TaskID == "" {
 		l.TaskID = cfg.Env["TASK_ID"]
@@ -651,7 +659,7 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 	m := s.create(l, req.SkipLaunch)
 	if !req.SkipLaunch && !bh.Hang {
 		s.schedule(&job{
-			app: app, machineID: m.id, taskID: l.TaskID, batchID: l.BatchID,
+			launched: time.Now(), app: app, machineID: m.id, taskID: l.TaskID, batchID: l.BatchID,
 			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"],
 			body: body, copies: 1 + max(bh.Duplicate, 0), crash: bh.Crash, linger: bh.Linger,
 		}, bh.Delay)
@@ -780,6 +788,7 @@ func (s *Server) schedule(j *job, delay time.Duration) {
 	}
 	s.counts.CallbacksPending++
 	if delay <= 0 {
+		j.queued = time.Now()
 		s.queue = append(s.queue, j)
 		s.cond.Signal()
 		return
@@ -790,6 +799,7 @@ func (s *Server) schedule(j *job, delay time.Duration) {
 		if s.closed {
 			return
 		}
+		j.queued = time.Now()
 		s.queue = append(s.queue, j)
 		s.cond.Signal()
 	})
@@ -859,8 +869,10 @@ func (s *Server) alive(app, id string) bool {
 
 // post sends one callback like a real worker: retry network errors, 5xx and
 // 429 a few times with a small backoff, keep the final answer.
-func (s *Server) post(j *job) CallbackResult {
-	res := CallbackResult{TaskID: j.taskID, BatchID: j.batchID, MachineID: j.machineID, URL: j.url, Body: j.body}
+func (s *Server) post(j *job) (res CallbackResult) {
+	res = CallbackResult{TaskID: j.taskID, BatchID: j.batchID, MachineID: j.machineID, URL: j.url, Body: j.body,
+		Launched: j.launched, Queued: j.queued, Posted: time.Now()}
+	defer func() { res.Answered = time.Now() }()
 	if j.url == "" {
 		res.Err = "machine env has no CALLBACK_URL"
 		return res

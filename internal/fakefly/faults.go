@@ -149,6 +149,18 @@ type Report struct {
 	CallbackAnswers map[string]int      `json:"callback_answers"`
 	Callbacks       []CallbackSummary   `json:"callbacks"`
 	Launches        map[string][]string `json:"launches"` // task id -> machine ids created, in order
+	// LaunchLog is every launch request by task id, in order, rejected
+	// ones included: what a timeline of a task needs.
+	LaunchLog map[string][]LaunchSummary `json:"launch_log"`
+}
+
+// LaunchSummary is one launch request: when it came, the answer, the
+// machine it made.
+type LaunchSummary struct {
+	At        time.Time `json:"at"`
+	Attempt   int       `json:"attempt"`
+	Status    int       `json:"status"`
+	MachineID string    `json:"machine_id,omitempty"`
 }
 
 // CallbackSummary is one callback post, without its body.
@@ -162,11 +174,17 @@ type CallbackSummary struct {
 	Status   int    `json:"status"`
 	Attempts int    `json:"attempts"`
 	Err      string `json:"err,omitempty"`
+	// As CallbackResult's.
+	Launched time.Time `json:"launched"`
+	Queued   time.Time `json:"queued"`
+	Posted   time.Time `json:"posted"`
+	Answered time.Time `json:"answered"`
 }
 
 // Report gathers what the fake saw.
 func (s *Server) Report() Report {
-	r := Report{Counts: s.Counts(), Overlaps: s.Overlaps(), CallbackAnswers: map[string]int{}, Launches: map[string][]string{}}
+	r := Report{Counts: s.Counts(), Overlaps: s.Overlaps(), CallbackAnswers: map[string]int{}, Launches: map[string][]string{},
+		LaunchLog: map[string][]LaunchSummary{}}
 	for k, v := range s.CallbackAnswers() {
 		r.CallbackAnswers[strconv.Itoa(k)] = v
 	}
@@ -179,9 +197,11 @@ func (s *Server) Report() Report {
 		}
 		_ = json.Unmarshal(c.Body, &body)
 		r.Callbacks = append(r.Callbacks, CallbackSummary{TaskID: c.TaskID, BatchID: c.BatchID, MachineID: c.MachineID,
-			Outcome: body.Status, Copy: c.Copy, Status: c.Status, Attempts: c.Attempts, Err: c.Err})
+			Outcome: body.Status, Copy: c.Copy, Status: c.Status, Attempts: c.Attempts, Err: c.Err,
+			Launched: c.Launched, Queued: c.Queued, Posted: c.Posted, Answered: c.Answered})
 	}
 	for _, l := range s.Launches() {
+		r.LaunchLog[l.TaskID] = append(r.LaunchLog[l.TaskID], LaunchSummary{At: l.At, Attempt: l.Attempt, Status: l.Status, MachineID: l.MachineID})
 		if l.MachineID != "" {
 			r.Launches[l.TaskID] = append(r.Launches[l.TaskID], l.MachineID)
 		}
