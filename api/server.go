@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,6 +112,41 @@ type handlers struct {
 	metrics *metrics.Metrics
 	// streams holds a slot per open event stream (MaxStreams of them).
 	streams chan struct{}
+	// dbAway and busy coalesce the log lines of requests answered 503
+	// because the database is away or the callback queue is full.
+	dbAway, busy coalescedLog
+}
+
+// coalescedLogEvery is how often a run of expected 503s (the database
+// restarting, the callback queue full) is logged: one warning for all the
+// requests since the last, instead of a line per request. A 30 s Postgres
+// restart under load was otherwise thousands of error lines.
+const coalescedLogEvery = 5 * time.Second
+
+// coalescedLog lets one log line through per coalescedLogEvery and counts
+// the requests it stands for.
+type coalescedLog struct {
+	mu   sync.Mutex
+	now  func() time.Time // time.Now if nil
+	last time.Time
+	held int
+}
+
+// take counts one request and tells whether to log now, with how many
+// requests (this one included) the line stands for.
+func (l *coalescedLog) take() (requests int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held++
+	now := time.Now()
+	if l.now != nil {
+		now = l.now()
+	}
+	if !l.last.IsZero() && now.Sub(l.last) < coalescedLogEvery {
+		return 0, false
+	}
+	requests, l.held, l.last = l.held, 0, now
+	return requests, true
 }
 
 // errorBody is the shape of every error response.
@@ -126,6 +162,7 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		return
 	}
 	code, msg := http.StatusInternalServerError, "internal error"
+	var expected *coalescedLog // a 503 that is no fault of ours: logged coalesced
 	var (
 		he     *echo.HTTPError
 		verr   *manifest.ValidationError
@@ -146,12 +183,14 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 	case errors.Is(err, service.ErrBusy):
 		code, msg = http.StatusServiceUnavailable, err.Error()+"; try again shortly"
 		c.Response().Header().Set("Retry-After", "1")
+		expected = &h.busy
 	case db.Unavailable(err):
 		// Postgres restarting or failing over: the caller's retry will
 		// find it back (workers and ingest retry 503s), so this is not
 		// an internal error.
 		code, msg = http.StatusServiceUnavailable, "the database is unavailable; try again shortly"
 		c.Response().Header().Set("Retry-After", dbRetryAfter)
+		expected = &h.dbAway
 	case errors.As(err, &he):
 		code = he.Code
 		msg = http.StatusText(code)
@@ -159,7 +198,13 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 			msg = s
 		}
 	}
-	if code >= 500 {
+	switch {
+	case expected != nil:
+		if n, ok := expected.take(); ok {
+			h.log.Warn("answering 503: "+msg, append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(),
+				"requests", n, "coalesced_per", coalescedLogEvery.String(), "error", err)...)
+		}
+	case code >= 500:
 		h.log.Error("request failed", append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(), "error", err)...)
 	}
 	if c.Request().Method == http.MethodHead {
