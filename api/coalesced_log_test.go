@@ -15,18 +15,19 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/internal/logcoalesce"
 	"github.com/arke-institute/orchestrator/service"
 )
 
 // TestExpected503sAreLoggedCoalesced: while the database is away every
 // request is answered 503 with Retry-After, but the log gets one warning
-// per coalescedLogEvery saying how many requests it stands for, not an
-// error line per request. Unexpected errors are still logged one by one.
+// per coalescedLogEvery (internal/logcoalesce; the next one says how many
+// were held back), not an error line per request. Unexpected errors are
+// still logged one by one.
 func TestExpected503sAreLoggedCoalesced(t *testing.T) {
 	var buf bytes.Buffer
-	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	h := &handlers{log: slog.New(slog.NewJSONHandler(&buf, nil)), dbAway: coalescedLog{now: clock}, busy: coalescedLog{now: clock}}
+	log := slog.NewJSONHandler(&buf, nil)
+	h := &handlers{log: slog.New(log), quiet: slog.New(logcoalesce.New(log, time.Hour))}
 	e := echo.New()
 	answer := func(err error) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
@@ -36,9 +37,8 @@ func TestExpected503sAreLoggedCoalesced(t *testing.T) {
 		return rec
 	}
 	type line struct {
-		Level    string `json:"level"`
-		Msg      string `json:"msg"`
-		Requests int    `json:"requests"`
+		Level string `json:"level"`
+		Msg   string `json:"msg"`
 	}
 	lines := func() []line {
 		var out []line
@@ -60,13 +60,8 @@ func TestExpected503sAreLoggedCoalesced(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 		require.Equal(t, dbRetryAfter, rec.Header().Get("Retry-After"))
 	}
-	require.Equal(t, []line{{Level: "WARN", Msg: "answering 503: the database is unavailable; try again shortly", Requests: 1}}, lines(),
-		"the first request of an outage is logged at once, the rest held")
-
-	now = now.Add(coalescedLogEvery)
-	answer(away)
-	require.Equal(t, []line{{Level: "WARN", Msg: "answering 503: the database is unavailable; try again shortly", Requests: 100}}, lines(),
-		"the next line stands for the 99 held and this one")
+	require.Equal(t, []line{{Level: "WARN", Msg: "answering 503: the database is unavailable; try again shortly"}}, lines(),
+		"the first request of an outage is logged at once, the rest held back")
 
 	answer(service.ErrBusy)
 	answer(service.ErrBusy)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/logcoalesce"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -69,7 +69,7 @@ func New(cfg Config) *echo.Echo {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
 	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
-		streams: make(chan struct{}, cfg.MaxStreams)}
+		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery))}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
 
@@ -112,42 +112,16 @@ type handlers struct {
 	metrics *metrics.Metrics
 	// streams holds a slot per open event stream (MaxStreams of them).
 	streams chan struct{}
-	// dbAway and busy coalesce the log lines of requests answered 503
-	// because the database is away or the callback queue is full.
-	dbAway, busy coalescedLog
+	// quiet writes the log lines of expected 503s (the database away, the
+	// callback queue full): one per message per coalescedLogEvery.
+	quiet *slog.Logger
 }
 
-// coalescedLogEvery is how often a run of expected 503s (the database
-// restarting, the callback queue full) is logged: one warning for all the
-// requests since the last, instead of a line per request. A 30 s Postgres
-// restart under load was otherwise thousands of error lines.
+// coalescedLogEvery is how often a run of expected 503s is logged: one
+// warning, saying how many were held back since the last, instead of a
+// line per request. A 30 s Postgres restart under load was otherwise
+// thousands of error lines.
 const coalescedLogEvery = 5 * time.Second
-
-// coalescedLog lets one log line through per coalescedLogEvery and counts
-// the requests it stands for.
-type coalescedLog struct {
-	mu   sync.Mutex
-	now  func() time.Time // time.Now if nil
-	last time.Time
-	held int
-}
-
-// take counts one request and tells whether to log now, with how many
-// requests (this one included) the line stands for.
-func (l *coalescedLog) take() (requests int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.held++
-	now := time.Now()
-	if l.now != nil {
-		now = l.now()
-	}
-	if !l.last.IsZero() && now.Sub(l.last) < coalescedLogEvery {
-		return 0, false
-	}
-	requests, l.held, l.last = l.held, 0, now
-	return requests, true
-}
 
 // errorBody is the shape of every error response.
 type errorBody struct {
@@ -162,7 +136,7 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		return
 	}
 	code, msg := http.StatusInternalServerError, "internal error"
-	var expected *coalescedLog // a 503 that is no fault of ours: logged coalesced
+	expected := false // a 503 that is no fault of ours: logged coalesced
 	var (
 		he     *echo.HTTPError
 		verr   *manifest.ValidationError
@@ -183,14 +157,14 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 	case errors.Is(err, service.ErrBusy):
 		code, msg = http.StatusServiceUnavailable, err.Error()+"; try again shortly"
 		c.Response().Header().Set("Retry-After", "1")
-		expected = &h.busy
+		expected = true
 	case db.Unavailable(err):
 		// Postgres restarting or failing over: the caller's retry will
 		// find it back (workers and ingest retry 503s), so this is not
 		// an internal error.
 		code, msg = http.StatusServiceUnavailable, "the database is unavailable; try again shortly"
 		c.Response().Header().Set("Retry-After", dbRetryAfter)
-		expected = &h.dbAway
+		expected = true
 	case errors.As(err, &he):
 		code = he.Code
 		msg = http.StatusText(code)
@@ -199,11 +173,8 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		}
 	}
 	switch {
-	case expected != nil:
-		if n, ok := expected.take(); ok {
-			h.log.Warn("answering 503: "+msg, append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(),
-				"requests", n, "coalesced_per", coalescedLogEvery.String(), "error", err)...)
-		}
+	case expected:
+		h.quiet.Warn("answering 503: "+msg, append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(), "error", err)...)
 	case code >= 500:
 		h.log.Error("request failed", append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(), "error", err)...)
 	}

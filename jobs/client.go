@@ -45,6 +45,7 @@ import (
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/batchurls"
+	"github.com/arke-institute/orchestrator/internal/logcoalesce"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/ocr"
@@ -216,7 +217,9 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
-		Logger:            deps.Logger,
+		// River logs an error per poll while Postgres is away: a given
+		// message is written once per riverLogEvery, with the count held back.
+		Logger:            slog.New(logcoalesce.New(deps.Logger.Handler(), riverLogEvery)),
 		Queues:            queues,
 		Workers:           workers,
 		ErrorHandler:      jobErrorLogger{deps.Logger},
@@ -285,6 +288,10 @@ func (jobDefaults[T]) Timeout(*river.Job[T]) time.Duration { return shortJobTime
 // shortJobTimeout and River's 30 s rescue interval, 75 s. A start of
 // 100,000 files takes a few seconds.
 const shortJobTimeout = 45 * time.Second
+
+// riverLogEvery is how often River's log writes one message at warning
+// level or above (internal/logcoalesce).
+const riverLogEvery = 5 * time.Second
 
 // longJobTimeout bounds one run of phase_build, which writes a large
 // generation chunk after chunk (a rescued build resumes from its cursor).
