@@ -28,10 +28,11 @@ import (
 const (
 	// TaskCompleted: the worker's success callback was applied.
 	TaskCompleted = "completed"
-	// TaskFailed: the worker's error callback was applied, or no machine
-	// could be launched for the task.
+	// TaskFailed: the worker's error callback was applied (a permanent
+	// error, or a transient one in the last attempt).
 	TaskFailed = "failed"
-	// TaskTimedOut: the task was still processing at its deadline.
+	// TaskTimedOut: the task's last attempt was still processing at its
+	// deadline. A late success taken afterwards also counts completed.
 	TaskTimedOut = "timed_out"
 	// TaskCancelled: the task was still open when its batch was reset by
 	// an admin or failed.
