@@ -14,6 +14,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/textchunk"
 )
 
 // corpus are short documents on distinct topics.
@@ -119,6 +120,51 @@ func TestDocumentsIndexAndSearch(t *testing.T) {
 	code, body := env.Do(t, http.MethodGet, "/documents?r2_key=documents/bees.txt", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, string(body), fmt.Sprintf(`"id":%d`, doc.ID))
+}
+
+// TestSearchResultsSayTheirPages: a document made of a PDF's pages
+// (textchunk.JoinPages) is found with the pages of the chunk that matched;
+// one without pages says none.
+func TestSearchResultsSayTheirPages(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Settings: map[string]string{"DOCUMENT_CHUNK_TOKENS": "50"}})
+	pages := []string{
+		"Minutes of the harbour council. Present were the mayor, the clerk and four councillors. " +
+			"The clerk read the minutes of the last meeting, which were approved without change.",
+		"", // a scanned page with no text layer
+		"The council voted to repair the lighthouse lamp and to paint the tower white before winter. " +
+			"The keeper asked for a new brass lantern and oil for the long nights.",
+	}
+	text := textchunk.JoinPages(pages)
+	chunks := textchunk.Split(text, textchunk.Options{TargetTokens: 50})
+	require.Greater(t, len(chunks), 1, "the pages make several chunks")
+	env.PutObject(t, "documents/minutes.txt", []byte(text))
+	env.PutObject(t, "documents/plain.txt", []byte("The lighthouse keeper trims the wick of the lamp every evening."))
+	for _, key := range []string{"documents/minutes.txt", "documents/plain.txt"} {
+		code, doc := postDocument(t, env, key)
+		require.Equal(t, http.StatusAccepted, code)
+		require.Equal(t, "completed", awaitDocument(t, env, doc.ID, ended).Status)
+	}
+	code, body := env.Do(t, http.MethodGet, "/documents/search?k=10&q=council+voted+to+repair+the+lighthouse+lamp", nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	var res struct{ Results []service.SearchResult }
+	require.NoError(t, json.Unmarshal(body, &res))
+	require.NotEmpty(t, res.Results)
+	top := res.Results[0]
+	require.Equal(t, "documents/minutes.txt", top.R2Key)
+	require.EqualValues(t, 3, top.LastPage, "the vote is on page 3")
+	sawPlain := false
+	for _, r := range res.Results {
+		if r.R2Key == "documents/plain.txt" {
+			sawPlain = true
+			require.Zero(t, r.FirstPage)
+			require.NotContains(t, string(body), `"firstPage":0`, "a document without pages says none")
+			continue
+		}
+		c := chunks[r.ChunkIndex]
+		require.Equal(t, []int32{int32(c.FirstPage), int32(c.LastPage)}, []int32{r.FirstPage, r.LastPage}, "chunk %d", r.ChunkIndex)
+	}
+	require.True(t, sawPlain)
 }
 
 // TestDocumentRefusals: bad keys and bodies are refused naming what is

@@ -172,4 +172,8 @@ type SearchResult struct {
 	Score      float32  `json:"score"`
 	Text       string   `json:"text"`
 	Tags       []string `json:"tags"`
+	// FirstPage and LastPage are the pages of a PDF the chunk is from;
+	// absent for a document without pages.
+	FirstPage int32 `json:"firstPage,omitempty"`
+	LastPage  int32 `json:"lastPage,omitempty"`
 }

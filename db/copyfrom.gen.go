@@ -146,6 +146,8 @@ func (r iteratorForDocumentChunkInsertMany) Values() ([]interface{}, error) {
 		r.rows[0].Text,
 		r.rows[0].Heading,
 		r.rows[0].Tokens,
+		r.rows[0].FirstPage,
+		r.rows[0].LastPage,
 	}, nil
 }
 
@@ -154,7 +156,7 @@ func (r iteratorForDocumentChunkInsertMany) Err() error {
 }
 
 func (q *Queries) DocumentChunkInsertMany(ctx context.Context, arg []DocumentChunkInsertManyParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"document_chunks"}, []string{"document_id", "chunk_index", "text", "heading", "tokens"}, &iteratorForDocumentChunkInsertMany{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"document_chunks"}, []string{"document_id", "chunk_index", "text", "heading", "tokens", "first_page", "last_page"}, &iteratorForDocumentChunkInsertMany{rows: arg})
 }
 
 // iteratorForFileInsertMany implements pgx.CopyFromSource.

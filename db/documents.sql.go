@@ -253,6 +253,8 @@ type DocumentChunkInsertManyParams struct {
 	Text       string
 	Heading    string
 	Tokens     int32
+	FirstPage  int32
+	LastPage   int32
 }
 
 const documentChunkList = `-- name: DocumentChunkList :many
@@ -373,7 +375,7 @@ func (q *Queries) DocumentChunkTags(ctx context.Context, documentID int64) ([]Do
 }
 
 const documentChunksByKeys = `-- name: DocumentChunksByKeys :many
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
 FROM document_chunks c JOIN documents d ON d.id = c.document_id
 WHERE c.document_id = ANY($1::bigint[]) AND c.chunk_index = ANY($2::int[])
 `
@@ -389,6 +391,8 @@ type DocumentChunksByKeysRow struct {
 	ChunkIndex int32
 	Text       string
 	Tags       []string
+	FirstPage  int32
+	LastPage   int32
 }
 
 // The chunks search found, with their documents' keys.
@@ -407,6 +411,8 @@ func (q *Queries) DocumentChunksByKeys(ctx context.Context, arg DocumentChunksBy
 			&i.ChunkIndex,
 			&i.Text,
 			&i.Tags,
+			&i.FirstPage,
+			&i.LastPage,
 		); err != nil {
 			return nil, err
 		}

@@ -114,6 +114,8 @@ type DocumentChunk struct {
 	Embedding  []float32
 	Tags       []string
 	Status     string
+	FirstPage  int32
+	LastPage   int32
 }
 
 type File struct {

@@ -424,7 +424,8 @@ func storeChunks(ctx context.Context, q *db.Queries, doc db.Document, chunks []t
 	}
 	rows := make([]db.DocumentChunkInsertManyParams, len(chunks))
 	for i, c := range chunks {
-		rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens)}
+		rows[i] = db.DocumentChunkInsertManyParams{DocumentID: doc.ID, ChunkIndex: int32(i), Text: c.Text, Heading: c.Heading, Tokens: int32(c.Tokens),
+			FirstPage: int32(c.FirstPage), LastPage: int32(c.LastPage)}
 	}
 	if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
 		return err

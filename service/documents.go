@@ -196,6 +196,10 @@ type SearchResult struct {
 	Score      float32  `json:"score"`
 	Text       string   `json:"text"`
 	Tags       []string `json:"tags"`
+	// FirstPage and LastPage are the pages of a PDF the chunk is from;
+	// absent for a document without pages.
+	FirstPage int32 `json:"firstPage,omitempty"`
+	LastPage  int32 `json:"lastPage,omitempty"`
 }
 
 // MaxSearchResults bounds k.
@@ -255,7 +259,8 @@ func (s *Service) SearchDocuments(ctx context.Context, query string, k int) ([]S
 		if tags == nil {
 			tags = []string{}
 		}
-		out = append(out, SearchResult{DocumentID: r.DocumentID, R2Key: r.R2Key, ChunkIndex: r.ChunkIndex, Score: m.Score, Text: r.Text, Tags: tags})
+		out = append(out, SearchResult{DocumentID: r.DocumentID, R2Key: r.R2Key, ChunkIndex: r.ChunkIndex, Score: m.Score, Text: r.Text, Tags: tags,
+			FirstPage: r.FirstPage, LastPage: r.LastPage})
 	}
 	return out, nil
 }

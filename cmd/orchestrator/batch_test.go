@@ -145,3 +145,13 @@ func TestPrintStatusOfPrunedBatch(t *testing.T) {
 	require.NoError(t, printStatus(&out, raw))
 	require.NotContains(t, out.String(), "details")
 }
+
+// TestPages: the search command's PAGES column.
+func TestPages(t *testing.T) {
+	for _, tc := range []struct {
+		first, last int32
+		want        string
+	}{{0, 0, "-"}, {3, 3, "3"}, {3, 4, "3-4"}, {5, 0, "5"}} {
+		require.Equal(t, tc.want, pages(tc.first, tc.last), "%d-%d", tc.first, tc.last)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -285,11 +286,22 @@ func runSearch(ctx context.Context, args []string, lookup func(string) (string, 
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCORE\tDOCUMENT\tKEY\tCHUNK\tTEXT")
+	fmt.Fprintln(tw, "SCORE\tDOCUMENT\tKEY\tCHUNK\tPAGES\tTEXT")
 	for _, r := range res {
-		fmt.Fprintf(tw, "%.3f\t%d\t%s\t%d\t%s\n", r.Score, r.DocumentID, r.R2Key, r.ChunkIndex, snippet(r.Text, 72))
+		fmt.Fprintf(tw, "%.3f\t%d\t%s\t%d\t%s\t%s\n", r.Score, r.DocumentID, r.R2Key, r.ChunkIndex, pages(r.FirstPage, r.LastPage), snippet(r.Text, 72))
 	}
 	return tw.Flush()
+}
+
+// pages says which pages a chunk is from: "3", "3-4", or "-" without pages.
+func pages(first, last int32) string {
+	switch {
+	case first == 0:
+		return "-"
+	case last <= first:
+		return strconv.Itoa(int(first))
+	}
+	return fmt.Sprintf("%d-%d", first, last)
 }
 
 // snippet is text on one line, cut to at most n runes.

@@ -41,7 +41,8 @@ UPDATE document_chunks SET document_id = @to_id WHERE document_id = @from_id;
 UPDATE documents SET current_step = @current_step, updated_at = now() WHERE id = @id;
 
 -- name: DocumentChunkInsertMany :copyfrom
-INSERT INTO document_chunks (document_id, chunk_index, text, heading, tokens) VALUES (@document_id, @chunk_index, @text, @heading, @tokens);
+INSERT INTO document_chunks (document_id, chunk_index, text, heading, tokens, first_page, last_page)
+VALUES (@document_id, @chunk_index, @text, @heading, @tokens, @first_page, @last_page);
 
 -- name: DocumentChunksDelete :exec
 DELETE FROM document_chunks WHERE document_id = @document_id;
@@ -123,7 +124,7 @@ WHERE d.current AND d.id = ANY(@ids::bigint[]) AND c.embedding IS NOT NULL;
 
 -- name: DocumentChunksByKeys :many
 -- The chunks search found, with their documents' keys.
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
 FROM document_chunks c JOIN documents d ON d.id = c.document_id
 WHERE c.document_id = ANY(@document_ids::bigint[]) AND c.chunk_index = ANY(@chunk_indexes::int[]);
 
