@@ -165,6 +165,15 @@ func TestSearchResultsSayTheirPages(t *testing.T) {
 		require.Equal(t, []int32{int32(c.FirstPage), int32(c.LastPage)}, []int32{r.FirstPage, r.LastPage}, "chunk %d", r.ChunkIndex)
 	}
 	require.True(t, sawPlain)
+
+	// The dashboard's search says them too.
+	resp, page := uiRequest(t, env, http.MethodGet, "/ui/documents/search?q=council+voted+to+repair+the+lighthouse+lamp", "reader", testenv.ReadToken, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	want := fmt.Sprintf("chunk %d, page %d<", top.ChunkIndex, top.LastPage)
+	if top.FirstPage < top.LastPage {
+		want = fmt.Sprintf("chunk %d, pages %d–%d<", top.ChunkIndex, top.FirstPage, top.LastPage)
+	}
+	require.Contains(t, page, want)
 }
 
 // TestDocumentRefusals: bad keys and bodies are refused naming what is
