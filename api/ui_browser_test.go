@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/jpeg"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/ratelimit"
@@ -383,4 +386,37 @@ func TestDashboardDocumentsInBrowser(t *testing.T) {
 	awaitJS(ctx, t, "the box keeps the query", `document.querySelector('#q').value`, "who lights the lamp in the tower")
 	require.NoError(t, chromedp.Run(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
 	screenshot(ctx, t, "search-phone.png")
+}
+
+// TestDocumentPageFollowsARunningDocument: the page of a document still
+// running updates by itself. The provider holds the document in its
+// embeddings step (429s, which cost no retry) while the page is open; once
+// it answers, the page shows the document completed without a reload by
+// hand, and stops following it.
+func TestDocumentPageFollowsARunningDocument(t *testing.T) {
+	t.Parallel()
+	ctx, _ := browser(t)
+	var release atomic.Bool
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route == fakeai.Embeddings && !release.Load() {
+			return fakeai.Behavior{Status: http.StatusTooManyRequests, RetryAfter: "1"}
+		}
+		return fakeai.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{Settings: map[string]string{
+		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
+	}})
+	env.PutObject(t, "documents/lighthouse.md", []byte(corpus["documents/lighthouse.md"]))
+	_, doc := postDocument(t, env, "documents/lighthouse.md")
+	id := strconv.FormatInt(doc.ID, 10)
+
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(env.Server.URL+"/ui/documents/"+id),
+		chromedp.WaitVisible(`#progress[data-poll]`, chromedp.ByQuery),
+	))
+	awaitJS(ctx, t, "held in its embeddings step", `document.querySelector('#document-status .badge').textContent`, "processing")
+	release.Store(true)
+	awaitJS(ctx, t, "completed, without a reload by hand", `document.querySelector('#document-status .badge').textContent`, "completed")
+	awaitJS(ctx, t, "no longer followed", `document.querySelector('#progress[data-poll]') === null`, "true")
 }

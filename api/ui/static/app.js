@@ -1,6 +1,7 @@
 // The batch dashboard's scripts: live progress (the progress section and
-// the OCR totals) fed by the batch's Server-Sent Events stream, and
-// confirmations on buttons. The pages work without them.
+// the OCR totals) fed by the batch's Server-Sent Events stream, a running
+// document's page kept up to date, and confirmations on buttons. The pages
+// work without them.
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -12,7 +13,37 @@ document.addEventListener("DOMContentLoaded", () => {
   const live = document.getElementById("live");
   // A finished batch changes only by a retry, which reloads the page.
   if (live && window.EventSource && !live.dataset.terminal) follow(live);
+  const doc = document.querySelector("#progress[data-poll]");
+  if (doc) poll(doc);
 });
+
+// poll reads a running document's status (GET /documents/:id) every
+// second, and reloads the page when its status, step, chunks done or
+// errors change: the server renders the new state. A finished document
+// is not polled.
+function poll(section) {
+  const note = document.getElementById("document-live");
+  const tick = async () => {
+    try {
+      const resp = await fetch(section.dataset.poll, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (resp.ok) {
+        const d = await resp.json();
+        const state = [d.status, d.currentStep, d.progress.processedChunks, (d.errors || []).length].join(" ");
+        if (state !== section.dataset.state) {
+          window.location.reload();
+          return;
+        }
+        if (note) note.textContent = "Follows the document as it runs.";
+      } else if (note) {
+        note.textContent = "Status unavailable (" + resp.status + "); trying again.";
+      }
+    } catch (e) {
+      if (note) note.textContent = "Status unavailable; trying again.";
+    }
+    setTimeout(tick, 1000);
+  };
+  setTimeout(tick, 1000);
+}
 
 // follow keeps the progress section up to date from the stream until the
 // batch ends.
