@@ -163,7 +163,7 @@ type Config struct {
 	// TaskMaxAttempts bounds the attempts of one task: a timeout or a
 	// transient worker error is retried on a fresh machine until this many
 	// attempts have failed (TASK_MAX_ATTEMPTS). A launch that made no
-	// machine costs no attempt.
+	// machine costs no attempt (jobs.maxUnlaunched bounds those).
 	TaskMaxAttempts int
 	// TaskRetireLimit is how long a task to be retried waits for its last
 	// attempt's machine to be destroyed before it is launched anyway

@@ -183,6 +183,7 @@ type Task struct {
 	EndedBy               *string
 	Failures              int32
 	SupersededTokenHashes [][]byte
+	Unlaunched            int32
 }
 
 type TaskCount struct {

@@ -607,7 +607,7 @@ type TaskInsertManyParams struct {
 }
 
 const taskListExpiredUnlaunched = `-- name: TaskListExpiredUnlaunched :many
-SELECT id, attempt, failures FROM tasks
+SELECT id, attempt, unlaunched FROM tasks
 WHERE batch_id = $1 AND phase = $2 AND status = 'processing'
     AND machine_id IS NULL AND deadline < clock_timestamp()
 `
@@ -618,9 +618,9 @@ type TaskListExpiredUnlaunchedParams struct {
 }
 
 type TaskListExpiredUnlaunchedRow struct {
-	ID       string
-	Attempt  int32
-	Failures int32
+	ID         string
+	Attempt    int32
+	Unlaunched int32
 }
 
 // TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
@@ -635,7 +635,7 @@ func (q *Queries) TaskListExpiredUnlaunched(ctx context.Context, arg TaskListExp
 	var items []TaskListExpiredUnlaunchedRow
 	for rows.Next() {
 		var i TaskListExpiredUnlaunchedRow
-		if err := rows.Scan(&i.ID, &i.Attempt, &i.Failures); err != nil {
+		if err := rows.Scan(&i.ID, &i.Attempt, &i.Unlaunched); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -867,7 +867,7 @@ func (q *Queries) TaskReleaseRetired(ctx context.Context, arg TaskReleaseRetired
 
 const taskRequeueFailed = `-- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = $1 AND phase = $2 AND status = 'failed'
 RETURNING id
@@ -882,7 +882,8 @@ type TaskRequeueFailedParams struct {
 // admin retry, forgetting their last launch (token, machine, deadline,
 // outcome) so the launcher claims them afresh; completed tasks are not
 // touched. A late callback of the failed launch no longer authenticates.
-// The tasks get TASK_MAX_ATTEMPTS attempts afresh.
+// The tasks get TASK_MAX_ATTEMPTS attempts (and maxUnlaunched launches
+// without a machine) afresh.
 func (q *Queries) TaskRequeueFailed(ctx context.Context, arg TaskRequeueFailedParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, taskRequeueFailed, arg.BatchID, arg.Phase)
 	if err != nil {
@@ -960,22 +961,26 @@ func (q *Queries) TaskSetMachines(ctx context.Context, arg TaskSetMachinesParams
 
 const taskSettleUnlaunched = `-- name: TaskSettleUnlaunched :many
 WITH u AS (
-    SELECT unnest($1::text[]) AS id, unnest($2::int[]) AS attempt,
-        unnest($3::text[]) AS action, unnest($4::text[]) AS machine_id
+    SELECT unnest($2::text[]) AS id, unnest($3::int[]) AS attempt,
+        unnest($4::text[]) AS action, unnest($5::text[]) AS machine_id
 ), locked AS MATERIALIZED (
     SELECT t.id FROM tasks t
-    WHERE t.id = ANY($1::text[])
+    WHERE t.id = ANY($2::text[])
     ORDER BY t.id COLLATE "C"
     FOR NO KEY UPDATE
 )
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
-    status = CASE WHEN u.action = 'release' THEN 'pending' ELSE t.status END,
+    status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
+    unlaunched = CASE WHEN u.action IN ('release', 'fail') THEN t.unlaunched + 1 ELSE t.unlaunched END,
     superseded_token_hashes = CASE WHEN u.action = 'release' THEN array_append(t.superseded_token_hashes, t.token_hash)
         ELSE t.superseded_token_hashes END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
+    ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
+    error = CASE WHEN u.action = 'fail' THEN $1::text ELSE t.error END,
+    finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
     updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
@@ -983,6 +988,7 @@ RETURNING t.id, u.action::text AS action
 `
 
 type TaskSettleUnlaunchedParams struct {
+	Error      string
 	IDs        []string
 	Attempts   []int32
 	Actions    []string
@@ -997,11 +1003,12 @@ type TaskSettleUnlaunchedRow struct {
 // TaskSettleUnlaunched settles, in one statement, expired tasks whose
 // machine was never recorded, each as the sweep decided (@actions):
 // 'found' records the machine its lookup found; 'release' returns the task
-// to pending to be launched again, keeping its token as superseded. A
-// launch that made no machine (Fly's outage, the launcher's crash) ran
-// none of the task's work: it is not a failed attempt (failures stays),
-// and the phase's launch outage budget bounds a Fly that keeps failing.
-// Each change is for the launch attempt the sweep looked at; a task that ended, got its machine or was launched
+// to pending to be launched again, keeping its token as superseded; 'fail'
+// fails it for want of a machine, with @error. A launch that made no
+// machine (Fly's outage, the launcher's crash) ran none of the task's
+// work: it is not a failed attempt (failures stays) but counts in
+// unlaunched, which the sweep bounds apart. Each change is for the launch
+// attempt the sweep looked at; a task that ended, got its machine or was launched
 // again meanwhile is left alone. It locks the rows first, explicitly in
 // byte order of their ids (the order TaskCompleteMany and TaskSetMachines
 // give their input): with one statement per action, the rows of one
@@ -1009,6 +1016,7 @@ type TaskSettleUnlaunchedRow struct {
 // returns the tasks it changed, with their action.
 func (q *Queries) TaskSettleUnlaunched(ctx context.Context, arg TaskSettleUnlaunchedParams) ([]TaskSettleUnlaunchedRow, error) {
 	rows, err := q.db.Query(ctx, taskSettleUnlaunched,
+		arg.Error,
 		arg.IDs,
 		arg.Attempts,
 		arg.Actions,

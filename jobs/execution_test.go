@@ -15,6 +15,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/service"
 )
 
@@ -229,13 +230,14 @@ func TestUnrecordedLaunchIsRelaunched(t *testing.T) {
 	require.Equal(t, 2, launches)
 }
 
-// TestSweepSettlesUnrecordedLaunches: three tasks of a batch expire with
+// TestSweepSettlesUnrecordedLaunches: four tasks of a batch expire with
 // no recorded machine. One's machine still runs: the sweep records it and
 // the task, in its last attempt, times out. One's machine is gone: it is
 // launched again and completes. The third's is gone too, in what would be
 // its last attempt: a launch that made no machine ran none of its work and
-// costs no attempt, so it too is launched again and completes. The sweep
-// settles the three in one statement.
+// costs no attempt, so it too is launched again and completes. The
+// fourth's is its maxUnlaunched-th launch without a machine: it fails with
+// its own message. The sweep settles the four in one statement.
 func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 	t.Parallel()
 	var first atomic.Bool
@@ -250,12 +252,12 @@ func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 	}})
 	const id = "SETTLE"
 	ctx := context.Background()
-	env.Submit(t, id, tiffs(3))
-	awaitBatchLaunches(t, env, id, 3)
+	env.Submit(t, id, tiffs(4))
+	awaitBatchLaunches(t, env, id, 4)
 	env.Fly.Await(t, 30*time.Second, "launches recorded", func() bool {
 		var n int
 		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE batch_id = $1 AND machine_id IS NOT NULL`, id).Scan(&n))
-		return n == 3
+		return n == 4
 	})
 	env.Fly.Await(t, 30*time.Second, "crashed machines gone", func() bool { return len(env.Fly.Machines(tiffApp)) == 1 })
 	running := env.Fly.Machines(tiffApp)[0].TaskID
@@ -273,7 +275,10 @@ func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 		if _, err := tx.Exec(ctx, `UPDATE tasks SET machine_id = NULL, deadline = now() - interval '1 second' WHERE batch_id = $1`, id); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE tasks SET failures = $3 - 1 WHERE id IN ($1, $2)`, gone[1], running, env.Config.TaskMaxAttempts)
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET failures = $3 - 1 WHERE id IN ($1, $2)`, gone[1], running, env.Config.TaskMaxAttempts); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE tasks SET unlaunched = $2 - 1 WHERE id = $1`, gone[2], jobs.MaxUnlaunched)
 		return err
 	}))
 
@@ -295,15 +300,17 @@ func TestSweepSettlesUnrecordedLaunches(t *testing.T) {
 	require.True(t, tasks[running].machine, "the running machine was recorded")
 	require.Equal(t, task{status: "completed", machine: true}, tasks[gone[0]])
 	require.Equal(t, task{status: "completed", machine: true}, tasks[gone[1]])
+	require.Equal(t, task{status: "failed", err: fmt.Sprintf("no machine could be launched in %d tries", jobs.MaxUnlaunched)}, tasks[gone[2]])
 	launches := map[string]int{}
 	for _, l := range env.Fly.Launches() {
 		if l.App == tiffApp {
 			launches[l.TaskID]++
 		}
 	}
-	require.Equal(t, map[string]int{running: 1, gone[0]: 2, gone[1]: 2}, launches)
+	require.Equal(t, map[string]int{running: 1, gone[0]: 2, gone[1]: 2, gone[2]: 1}, launches)
 	require.Equal(t, 1, countEvents(t, env, id, "task.timed_out"))
 	require.Equal(t, 2, countEvents(t, env, id, "task.retrying"))
+	require.Equal(t, 1, countEvents(t, env, id, "task.failed"))
 	var failures int
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT failures FROM tasks WHERE id = $1`, gone[1]).Scan(&failures))
 	require.Equal(t, env.Config.TaskMaxAttempts-1, failures, "the launch that made no machine cost no attempt")

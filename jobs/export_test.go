@@ -8,3 +8,6 @@ var FinalManifest = processedManifest
 func NewDocumentStepWorker(deps Deps, docs Documents) *DocumentStepWorker {
 	return &DocumentStepWorker{deps: deps, docs: docs}
 }
+
+// MaxUnlaunched is maxUnlaunched, for tests.
+const MaxUnlaunched = maxUnlaunched

@@ -95,7 +95,15 @@ func (w *TaskSweepWorker) afterExpiry(ctx context.Context) error {
 const (
 	settleFound   = "found"   // record the machine its lookup found
 	settleRelease = "release" // launch it again
+	settleFail    = "fail"    // out of launches: fail it
 )
+
+// maxUnlaunched bounds a task's launches that made no machine. They are not
+// failed attempts, so TASK_MAX_ATTEMPTS does not bound them; this does, so
+// that a task whose launches never make a machine (while other launches of
+// its phase do, keeping LAUNCH_OUTAGE_BUDGET unspent) ends. An outage or a
+// killed launcher accounts for one each.
+const maxUnlaunched = 10
 
 // settleUnlaunched deals with expired tasks that have no recorded machine
 // (the launcher died or could not tell whether its launch made one, between
@@ -104,10 +112,10 @@ const (
 // and then times out like any other; a task with none goes back to pending
 // to be launched again. That costs the task none of its TASK_MAX_ATTEMPTS:
 // no worker ran, so an outage of Fly (answers 503 to both the launch and
-// the lookup) or a killed launcher is not the task's failure; the phase's
-// LAUNCH_OUTAGE_BUDGET bounds a Fly that keeps failing. A failed lookup is
-// tried again on the next sweep. Machines of earlier attempts, and
-// duplicates of this one, are destroyed.
+// the lookup) or a killed launcher is not the task's failure. The
+// maxUnlaunched-th such launch fails the task. A failed lookup is tried
+// again on the next sweep. Machines of earlier attempts, and duplicates of
+// this one, are destroyed.
 func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase string) error {
 	q := db.New(w.deps.Pool)
 	rows, err := q.TaskListExpiredUnlaunched(ctx, db.TaskListExpiredUnlaunchedParams{BatchID: batchID, Phase: phase})
@@ -115,7 +123,8 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		return err
 	}
 	app := w.deps.Config.Phases[phases.Name(phase)].FlyAppName
-	var settle db.TaskSettleUnlaunchedParams
+	msg := fmt.Sprintf("no machine could be launched in %d tries", maxUnlaunched)
+	settle := db.TaskSettleUnlaunchedParams{Error: msg}
 	decide := func(id string, attempt int32, action, machineID string) {
 		settle.IDs = append(settle.IDs, id)
 		settle.Attempts = append(settle.Attempts, attempt)
@@ -133,14 +142,17 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 		for _, m := range f.Stale {
 			unwanted = append(unwanted, m.ID)
 		}
-		if len(f.Current) == 0 {
+		switch {
+		case len(f.Current) > 0:
+			for _, m := range f.Current[1:] {
+				unwanted = append(unwanted, m.ID)
+			}
+			decide(r.ID, r.Attempt, settleFound, f.Current[0].ID)
+		case r.Unlaunched+1 < maxUnlaunched:
 			decide(r.ID, r.Attempt, settleRelease, "")
-			continue
+		default:
+			decide(r.ID, r.Attempt, settleFail, "")
 		}
-		for _, m := range f.Current[1:] {
-			unwanted = append(unwanted, m.ID)
-		}
-		decide(r.ID, r.Attempt, settleFound, f.Current[0].ID)
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	if len(unwanted) > 0 {
@@ -151,32 +163,42 @@ func (w *TaskSweepWorker) settleUnlaunched(ctx context.Context, batchID, phase s
 	if len(settle.IDs) == 0 {
 		return nil
 	}
-	relaunched := 0
-	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	gaveUp, relaunched := 0, 0 // tasks failed for want of a machine, and sent back for another
+	err = EndTasks(ctx, w.deps.Pool, client, PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)
 		if err != nil {
-			return err
+			return false, err
 		}
 		var events []db.BatchEventInsertManyParams
 		for _, t := range settled {
-			if t.Action == settleRelease {
+			switch t.Action {
+			case settleRelease:
 				relaunched++
 				events = append(events, newEvent(batchID, db.EventTaskRetrying, phase, t.ID, map[string]any{
 					"reason": "no machine was found for its launch (not counted as an attempt)",
 				}))
+			case settleFail:
+				gaveUp++
+				events = append(events, newEvent(batchID, db.EventTaskFailed, phase, t.ID, map[string]any{"error": msg}))
 			}
 		}
 		if relaunched > 0 {
 			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
-				return err
+				return false, err
 			}
 		}
-		_, err = q.BatchEventInsertMany(ctx, events)
-		return err
+		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
+			return false, err
+		}
+		return gaveUp > 0, nil
 	})
 	if err == nil {
 		w.deps.Metrics.TasksRetried(phase, metrics.RetryNoMachine, relaunched)
+	}
+	if err == nil && gaveUp > 0 {
+		w.deps.Metrics.TasksFinished(phase, metrics.TaskFailed, gaveUp)
+		w.deps.Logger.Warn("tasks failed: no machine could be launched", "batch_id", batchID, "phase", phase, "count", gaveUp)
 	}
 	return err
 }

@@ -29,7 +29,8 @@ const (
 	// TaskCompleted: the worker's success callback was applied.
 	TaskCompleted = "completed"
 	// TaskFailed: the worker's error callback was applied (a permanent
-	// error, or a transient one in the last attempt).
+	// error, or a transient one in the last attempt), or no machine could
+	// be launched for the task in maxUnlaunched tries.
 	TaskFailed = "failed"
 	// TaskTimedOut: the task's last attempt was still processing at its
 	// deadline. A late success taken afterwards also counts completed.

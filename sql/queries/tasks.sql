@@ -175,11 +175,12 @@ RETURNING id, machine_id, error, failures, (status = 'pending')::bool AS retry;
 -- TaskSettleUnlaunched settles, in one statement, expired tasks whose
 -- machine was never recorded, each as the sweep decided (@actions):
 -- 'found' records the machine its lookup found; 'release' returns the task
--- to pending to be launched again, keeping its token as superseded. A
--- launch that made no machine (Fly's outage, the launcher's crash) ran
--- none of the task's work: it is not a failed attempt (failures stays),
--- and the phase's launch outage budget bounds a Fly that keeps failing.
--- Each change is for the launch attempt the sweep looked at; a task that ended, got its machine or was launched
+-- to pending to be launched again, keeping its token as superseded; 'fail'
+-- fails it for want of a machine, with @error. A launch that made no
+-- machine (Fly's outage, the launcher's crash) ran none of the task's
+-- work: it is not a failed attempt (failures stays) but counts in
+-- unlaunched, which the sweep bounds apart. Each change is for the launch
+-- attempt the sweep looked at; a task that ended, got its machine or was launched
 -- again meanwhile is left alone. It locks the rows first, explicitly in
 -- byte order of their ids (the order TaskCompleteMany and TaskSetMachines
 -- give their input): with one statement per action, the rows of one
@@ -197,12 +198,16 @@ WITH u AS (
 )
 UPDATE tasks t
 SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_id END,
-    status = CASE WHEN u.action = 'release' THEN 'pending' ELSE t.status END,
+    status = CASE u.action WHEN 'release' THEN 'pending' WHEN 'fail' THEN 'failed' ELSE t.status END,
+    unlaunched = CASE WHEN u.action IN ('release', 'fail') THEN t.unlaunched + 1 ELSE t.unlaunched END,
     superseded_token_hashes = CASE WHEN u.action = 'release' THEN array_append(t.superseded_token_hashes, t.token_hash)
         ELSE t.superseded_token_hashes END,
     token_hash = CASE WHEN u.action = 'release' THEN NULL ELSE t.token_hash END,
     deadline = CASE WHEN u.action = 'release' THEN NULL ELSE t.deadline END,
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
+    ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
+    error = CASE WHEN u.action = 'fail' THEN @error::text ELSE t.error END,
+    finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
     updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
@@ -212,7 +217,7 @@ RETURNING t.id, u.action::text AS action;
 -- no recorded machine: the launcher died, or could not tell whether its
 -- launch made one, between claiming and recording them.
 -- name: TaskListExpiredUnlaunched :many
-SELECT id, attempt, failures FROM tasks
+SELECT id, attempt, unlaunched FROM tasks
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
     AND machine_id IS NULL AND deadline < clock_timestamp();
 
@@ -266,10 +271,11 @@ RETURNING t.id;
 -- admin retry, forgetting their last launch (token, machine, deadline,
 -- outcome) so the launcher claims them afresh; completed tasks are not
 -- touched. A late callback of the failed launch no longer authenticates.
--- The tasks get TASK_MAX_ATTEMPTS attempts afresh.
+-- The tasks get TASK_MAX_ATTEMPTS attempts (and maxUnlaunched launches
+-- without a machine) afresh.
 -- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
 RETURNING id;

@@ -7,7 +7,7 @@
 -- destruction) or an admin reset. Counted: tasks that ended with a machine,
 -- i.e. by a callback, or by a timeout or reset once a machine was recorded.
 -- Not counted: tasks still running (shown in running), tasks that never got
--- a machine, and launches whose outcome an
+-- a machine ("no machine could be launched"), and launches whose outcome an
 -- admin retry cleared (the tasks table keeps each task's latest launch
 -- only). launches is the number of tasks counted.
 SELECT

@@ -2,7 +2,7 @@
 --
 -- One row per phase, counted from the event log (batch_events) since
 -- @since: every ended launch records one task.completed, task.failed (an
--- error callback) or task.timed_out event.
+-- error callback, or no machine could be launched) or task.timed_out event.
 -- The log keeps outcomes that an admin retry later cleared from the tasks
 -- table, so a task that failed twice then succeeded counts three outcomes,
 -- two of them failures. Tasks ended by an admin reset record no event and
