@@ -123,7 +123,7 @@ func TestExampleBatchStartsFirstPhase(t *testing.T) {
 	st := env.AwaitStatus(t, exampleBatchID, launched)
 	require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 	require.Equal(t, service.Progress{TasksTotal: 1}, st.Progress)
-	require.Equal(t, []service.PhaseProgress{{Phase: "PDF_PAGES", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
+	require.Equal(t, []service.PhaseProgress{{Phase: "PDF_PAGES", Executor: "machine", Unit: "tasks", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
 	require.Nil(t, st.Error)
 	require.Nil(t, st.CompletedAt)
 	require.False(t, st.StartedAt.IsZero())

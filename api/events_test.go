@@ -226,7 +226,7 @@ func postCallback(t *testing.T, env *testenv.Env, l fakefly.Launch, body string)
 	require.Equal(t, http.StatusOK, code, "callback: %s", resp)
 }
 
-// heldLaunches makes every machine hang (the test posts the callbacks
+// heldLaunches makes every machine testenv.Hang (the test posts the callbacks
 // itself) and hands the launches to the test.
 func heldLaunches() (testenv.Options, <-chan fakefly.Launch) {
 	launches := make(chan fakefly.Launch, 64)

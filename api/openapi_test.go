@@ -27,7 +27,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	env := testenv.New(t, testenv.Options{NoWorkers: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := api.New(api.Config{Pool: env.Pool, Logger: slog.New(slog.DiscardHandler), Credentials: api.Credentials{AdminToken: "x"}, River: env.River, Context: ctx})
+	e := api.New(api.Config{Pool: env.Pool, Logger: slog.New(slog.DiscardHandler), Credentials: api.Credentials{AdminToken: "x"}, River: env.River, Context: ctx,
+		Routes: env.Deps.Executors.Routes()})
 
 	param := regexp.MustCompile(`:([A-Za-z]+)`)
 	registered := map[string]bool{}

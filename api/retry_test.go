@@ -134,13 +134,13 @@ func TestRetryRerunsOnlyFailedTasks(t *testing.T) {
 	// Nothing failed any more: a second retry has nothing to do.
 	code, body = retry(t, env, id, testenv.AdminToken)
 	require.Equal(t, http.StatusConflict, code)
-	require.Contains(t, errorMessage(t, body), "is running TIFF_CONVERSION with no failed task")
+	require.Contains(t, errorMessage(t, body), "is running TIFF_CONVERSION with no failed work")
 
 	postCallback(t, env, b2, callbackBody(b2))
 	postCallback(t, env, c, callbackBody(c))
 	st = finishAll(t, env, id, launches)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 3, TasksCompleted: 3}, st.Phases[0])
+	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 3}, st.Phases[0])
 	require.Equal(t, before, readTask(t, env, a.TaskID))
 	require.Equal(t, 1, countEvents(t, env, id, "task.launched", a.TaskID), "completed work is never redone")
 	require.Equal(t, 2, countEvents(t, env, id, "task.launched", b.TaskID))
@@ -187,7 +187,7 @@ func TestRetryResumesErrorBatch(t *testing.T) {
 		postCallback(t, env, again, callbackBody(again))
 		st = finishAll(t, env, id, launches)
 		require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-		require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
+		require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
 		require.Equal(t, 1, countEvents(t, env, id, "task.launched", first.TaskID))
 
 		var data string

@@ -19,6 +19,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/logcoalesce"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -35,8 +36,10 @@ const MaxBodyBytes = 1 << 20
 // Config is what the HTTP layer needs.
 type Config struct {
 	Service *service.Service
-	Pool    *pgxpool.Pool
-	Logger  *slog.Logger
+	// Routes are the executors' own routes (jobs.Executors.Routes).
+	Routes []jobs.Route
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
 	// Credentials are the tokens that open the routes (see auth.go).
 	Credentials Credentials
 	// River, when set, is served as River UI at /riverui (admin only).
@@ -83,7 +86,6 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/batches/:batchId/events", h.listEvents, read)
 	e.GET("/batches/:batchId/stream", h.streamBatch, read)
 	e.GET("/status/:batchId", h.getStatus, h.requireStatus)
-	e.GET("/status/:batchId/:chunkId", h.getChunkStatus, h.requireStatus)
 	e.POST("/callback/:batchId/:taskId", h.callback)
 	e.POST("/documents", h.createDocument)
 	e.GET("/documents", h.latestDocument, read)
@@ -94,6 +96,13 @@ func New(cfg Config) *echo.Echo {
 	admin := e.Group("/admin", h.require(roleAdmin))
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
+	for _, r := range cfg.Routes {
+		access := map[jobs.Access]echo.MiddlewareFunc{jobs.AccessStatus: h.requireStatus, jobs.AccessRead: read, jobs.AccessAdmin: h.require(roleAdmin)}[r.Access]
+		if access == nil {
+			panic(fmt.Sprintf("api: route %s %s asks for no credential we know", r.Method, r.Path))
+		}
+		e.Add(r.Method, r.Path, h.executorRoute(r), access)
+	}
 	h.mountUI(e)
 	if cfg.River != nil {
 		h.mountRiverUI(ctx, e, cfg)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/arke-institute/orchestrator/jobs"
 )
 
 // getStatus is GET /status/:batchId.
@@ -15,11 +17,25 @@ func (h *handlers) getStatus(c echo.Context) error {
 	return c.JSON(http.StatusOK, st)
 }
 
-// getChunkStatus is GET /status/:batchId/:chunkId: spec 004's chunk status.
-func (h *handlers) getChunkStatus(c echo.Context) error {
-	st, err := h.svc.ChunkStatus(c.Request().Context(), c.Param("batchId"), c.Param("chunkId"))
-	if err != nil {
-		return err
+// executorRoute serves one of an executor's routes (jobs.Route): its
+// path parameters, query and body in, its value out as JSON.
+func (h *handlers) executorRoute(r jobs.Route) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := jobs.Request{Params: map[string]string{}, Query: c.QueryParams()}
+		for _, name := range c.ParamNames() {
+			req.Params[name] = c.Param(name)
+		}
+		if c.Request().Method != http.MethodGet {
+			body, err := readBody(c)
+			if err != nil {
+				return err
+			}
+			req.Body = body
+		}
+		out, err := r.Handle(c.Request().Context(), req)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, out)
 	}
-	return c.JSON(http.StatusOK, st)
 }

@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/service"
 )
@@ -25,11 +27,19 @@ const uiPrefix = "/ui"
 //go:embed ui/templates/*.html ui/static/*
 var uiFiles embed.FS
 
-// uiTemplates are the dashboard's pages, parsed once.
-var uiTemplates *template.Template
+// uiTemplates are the dashboard's pages, parsed once. viewBase is a copy
+// that is never executed, which the executors' sections are parsed into
+// (html/template clones no set once it has executed).
+var uiTemplates, viewBase *template.Template
 
 func init() {
-	uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	uiTemplates = parseUI()
+	viewBase = parseUI()
+}
+
+// parseUI parses the dashboard's templates with their functions.
+func parseUI() *template.Template {
+	return template.Must(template.New("").Funcs(template.FuncMap{
 		"pct":      pct,
 		"since":    func(t time.Time) string { return humanDuration(time.Since(t)) },
 		"elapsed":  elapsed,
@@ -37,6 +47,7 @@ func init() {
 		"time":     formatTime,
 		"terminal": func(s string) bool { return s == string(phases.BatchDone) || s == string(phases.BatchError) },
 		"section":  renderSection,
+		"view":     renderView,
 		"decimal":  decimal,
 		"errors":   lastErrors,
 		"excerpt":  excerpt,
@@ -65,6 +76,32 @@ func renderSection(name string, data any) (template.HTML, error) {
 	return template.HTML(buf.String()), nil //nolint:gosec // output of html/template
 }
 
+// viewTemplates are the executors' sections' templates (jobs.View), each
+// parsed once, with the dashboard's templates and functions, by its text.
+var viewTemplates sync.Map // string -> *template.Template
+
+// renderView renders an executor's section of the batch page.
+func renderView(v jobs.View) (template.HTML, error) {
+	t, ok := viewTemplates.Load(v.Template)
+	if !ok {
+		base, err := viewBase.Clone()
+		if err != nil {
+			return "", err
+		}
+		parsed, err := base.New("view").Parse(v.Template)
+		if err != nil {
+			return "", fmt.Errorf("the template of section %s: %w", v.ID, err)
+		}
+		t, _ = viewTemplates.LoadOrStore(v.Template, parsed)
+	}
+	var buf bytes.Buffer
+	if err := t.(*template.Template).ExecuteTemplate(&buf, "view", v.Data); err != nil {
+		return "", err
+	}
+	// html/template escaped the section as it rendered it.
+	return template.HTML(buf.String()), nil //nolint:gosec // output of html/template
+}
+
 // formatTime formats a time or a *time.Time (nil: "").
 func formatTime(v any) string {
 	switch t := v.(type) {
@@ -81,25 +118,30 @@ func formatTime(v any) string {
 	return ""
 }
 
-// batchSection is one section of the batch page. Later views (OCR chunks,
-// documents) add an entry here and a template named after it; the page
-// renders the sections in this order, each with the page's data.
+// batchSection is one section of the batch page: one of the page's own,
+// rendered by the template it names with the page's data, or an
+// executor's (View).
 type batchSection struct {
 	ID, Title string
 	// Template is the name of the template that renders the section.
 	Template string
-	// Shown, when set, says whether the batch has the section at all.
-	Shown func(service.DashboardDetail) bool
+	View     *jobs.View
 }
 
-// batchSections are the batch page's sections, in page order.
-var batchSections = []batchSection{
-	{ID: "progress", Title: "Progress", Template: "section-progress"},
-	{ID: "timeline", Title: "Phases", Template: "section-timeline"},
-	{ID: "ocr", Title: "OCR", Template: "section-ocr", Shown: func(d service.DashboardDetail) bool { return d.OCR != nil }},
-	{ID: "failed", Title: "Failed tasks", Template: "section-failed"},
-	{ID: "files", Title: "Files", Template: "section-files"},
-	{ID: "ingest", Title: "Ingest delivery", Template: "section-ingest"},
+// batchSections are the batch page's sections, in page order, the
+// executors' between the phases and the files.
+func batchSections(views []jobs.View) []batchSection {
+	out := []batchSection{
+		{ID: "progress", Title: "Progress", Template: "section-progress"},
+		{ID: "timeline", Title: "Phases", Template: "section-timeline"},
+	}
+	for i := range views {
+		out = append(out, batchSection{ID: views[i].ID, Title: views[i].Title, View: &views[i]})
+	}
+	return append(out,
+		batchSection{ID: "files", Title: "Files", Template: "section-files"},
+		batchSection{ID: "ingest", Title: "Ingest delivery", Template: "section-ingest"},
+	)
 }
 
 // viewer is who is looking at the dashboard.
@@ -236,13 +278,6 @@ func (p batchPage) Timeline() []timelineRow {
 	return out
 }
 
-// OCRBar is the OCR phase's refs as a phase bar (the phase has no tasks,
-// so the progress section has none for it).
-func (p batchPage) OCRBar() service.PhaseProgress {
-	o := p.Detail.OCR.Progress
-	return service.PhaseProgress{Phase: "OCR", TasksTotal: int64(o.RefsTotal), TasksCompleted: int64(o.RefsDone), TasksFailed: int64(o.RefsFailed)}
-}
-
 // uiBatch is GET /ui/batches/:batchId.
 func (h *handlers) uiBatch(c echo.Context) error {
 	return h.renderBatch(c, http.StatusOK, notices[c.QueryParam("done")])
@@ -254,13 +289,7 @@ func (h *handlers) renderBatch(c echo.Context, code int, notice string) error {
 	if err != nil {
 		return err
 	}
-	var sections []batchSection
-	for _, sec := range batchSections {
-		if sec.Shown == nil || sec.Shown(d) {
-			sections = append(sections, sec)
-		}
-	}
-	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: sections, Notice: notice})
+	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: batchSections(d.Views), Notice: notice})
 }
 
 // uiThumbnail is GET /ui/batches/:batchId/files/:fileId/thumbnail: the

@@ -260,7 +260,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	awaitJS(ctx, t, "progress after one callback", bar+`.getAttribute('aria-valuenow')`, "1")
 	answer(byName["lighthouse.jpg"])
 	awaitJS(ctx, t, "progress after two callbacks", bar+`.getAttribute('aria-valuenow')`, "2")
-	awaitJS(ctx, t, "the bar's text", `document.querySelector('#live .phase[data-phase="IMAGE_PROCESSING"] .phase-count').textContent`, "2 / 3 done")
+	awaitJS(ctx, t, "the bar's text", `document.querySelector('#live .phase[data-phase="IMAGE_PROCESSING"] .phase-count').textContent`, "2 / 3 tasks done")
 	awaitJS(ctx, t, "the page was updated in place", `window.notReloaded`, "true")
 
 	// Reset from the page (the confirmation is accepted), then retry.
@@ -307,7 +307,7 @@ func TestDashboardOCRInBrowser(t *testing.T) {
 	env := run.env
 	// Chunk 0 has ended; the provider holds chunk 1's requests, so the
 	// limiter hears of no outcome until they are released.
-	env.AwaitStatus(t, id, func(st service.Status) bool { return st.OCR != nil && st.OCR.ChunksDone == 1 })
+	env.AwaitStatus(t, id, func(st service.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).ChunksDone == 1 })
 	b, found, err := ratelimit.New(env.Pool).State(context.Background(), run.limitKey)
 	require.NoError(t, err)
 	require.True(t, found)
@@ -321,7 +321,7 @@ func TestDashboardOCRInBrowser(t *testing.T) {
 	chunk := func(id, sel string) string {
 		return `document.querySelector('#ocr tr[data-chunk="` + id + `"] ` + sel + `')`
 	}
-	bar := `document.querySelector('#ocr-live .phase[data-phase="OCR"] .bar')`
+	bar := `document.querySelector('#ocr [data-live-phase="OCR"] .phase[data-phase="OCR"] .bar')`
 	awaitJS(ctx, t, "chunk 0's state", chunk("0", ".badge")+`.textContent`, "DONE")
 	awaitJS(ctx, t, "chunk 0's refs", chunk("0", ".chunk-count")+`.textContent`, "2 / 3 done, 1 failed")
 	awaitJS(ctx, t, "chunk 0's failed item", chunk("0", ".chunk-failures .path")+`.textContent`, "/a/p001.jpg.ref.json")
@@ -337,8 +337,8 @@ func TestDashboardOCRInBrowser(t *testing.T) {
 	// Chunk 1 ends: the section's bar and totals follow the stream.
 	run.release()
 	awaitJS(ctx, t, "OCR progress at the end", bar+`.getAttribute('aria-valuenow')`, "4")
-	awaitJS(ctx, t, "chunks done at the end", `document.querySelector('#ocr [data-ocr="chunks_done"]').textContent`, "2")
-	awaitJS(ctx, t, "refs failed at the end", `document.querySelector('#ocr [data-ocr="refs_failed"]').textContent`, "1")
+	awaitJS(ctx, t, "chunks done at the end", `document.querySelector('#ocr [data-count="chunks_done"]').textContent`, "2")
+	awaitJS(ctx, t, "refs failed at the end", `document.querySelector('#ocr [data-count="tasks_failed"]').textContent`, "1")
 	awaitJS(ctx, t, "status at the end", `document.querySelector('#batch-status .badge').textContent`, "DONE")
 	awaitJS(ctx, t, "the page was updated in place", `window.notReloaded`, "true")
 

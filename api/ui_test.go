@@ -20,7 +20,6 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakeocr"
 	"github.com/arke-institute/orchestrator/internal/ocrfixture"
 	"github.com/arke-institute/orchestrator/internal/testenv"
-	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/service"
 )
@@ -161,7 +160,7 @@ func TestDashboardAccess(t *testing.T) {
 			r.Header.Set("Sec-Fetch-Site", "same-origin")
 		})
 		require.Equal(t, http.StatusConflict, resp.StatusCode)
-		require.Contains(t, body, `<p class="notice" role="status">conflict: batch `+exampleBatchID+` is running PDF_PAGES with no failed task`)
+		require.Contains(t, body, `<p class="notice" role="status">conflict: batch `+exampleBatchID+` is running PDF_PAGES with no failed work`)
 		resp, _ = do(t, base, http.MethodPost, page+"/reset", func(r *http.Request) { admin(r); r.Header.Set("Referer", base+page) })
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 		require.Equal(t, page+"?done=reset", resp.Header.Get("Location"))
@@ -212,11 +211,10 @@ func startOCRBatch(t *testing.T, id string, hold bool) ocrBatch {
 		"INITIAL_REFILL_RATE": "50", "INITIAL_MAX_TOKENS": "20", "MAX_MAX_TOKENS": "40", "MAX_REFILL_RATE": "200",
 	}})
 	t.Cleanup(release) // before the orchestrator stops and the fake closes
-	ocrOn := manifest.ProcessingConfig{OCR: true, Pinax: true}
 	var files []testenv.File
 	for dir, n := range map[string]int{"/a": 3, "/b": 2} {
 		for i := range n {
-			files = append(files, testenv.File{LogicalPath: fmt.Sprintf("%s/p%03d.jpg", dir, i), Size: 100, ContentType: "image/jpeg", Config: ocrOn})
+			files = append(files, testenv.File{LogicalPath: fmt.Sprintf("%s/p%03d.jpg", dir, i), Size: 100, ContentType: "image/jpeg", Config: testenv.OCROn})
 		}
 	}
 	slices.SortFunc(files, func(a, b testenv.File) int { return strings.Compare(a.LogicalPath, b.LogicalPath) })
@@ -242,7 +240,7 @@ func TestDashboardOCRSection(t *testing.T) {
 	run := startOCRBatch(t, id, false)
 	st := run.env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" })
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.OCRProgress{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 5, RefsDone: 4, RefsFailed: 1}, st.OCR)
+	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 5, RefsDone: 4, RefsFailed: 1}, testenv.OCROf(st))
 	// Nothing takes from the limiter any more: its rate and shape hold still.
 	b, found, err := ratelimit.New(run.env.Pool).State(context.Background(), run.limitKey)
 	require.NoError(t, err)
@@ -256,8 +254,9 @@ func TestDashboardOCRSection(t *testing.T) {
 		`<section id="ocr"><h2>OCR</h2>`,
 		`<div class="phase" data-phase="OCR">`,
 		`aria-label="OCR" aria-valuemin="0" aria-valuemax="5" aria-valuenow="4"`,
-		`<span data-ocr="chunks_done">2</span> done, <span data-ocr="chunks_error">0</span> error, of <span data-ocr="chunks_total">2</span>`,
-		`<span data-ocr="refs_done">4</span> done, <span data-ocr="refs_failed">1</span> failed, <span data-ocr="refs_skipped">0</span> skipped, of <span data-ocr="refs_total">5</span>`,
+		`<div data-live-phase="OCR">`,
+		`<span data-count="chunks_done">2</span> done, <span data-count="chunks_error">0</span> error, of <span data-count="chunks_total">2</span>`,
+		`<span data-count="tasks_completed">4</span> done (<span data-count="tasks_skipped">0</span> skipped), <span data-count="tasks_failed">1</span> failed, of <span data-count="tasks_total">5</span>`,
 		`<tr data-key="` + run.limitKey + `"><td><code>` + run.limitKey + `</code></td>`,
 		`class="limiter-rps">` + limiterCell(b.RefillRate) + ` req/s</td>`,
 		`class="limiter-max">` + limiterCell(b.MaxTokens) + `</td>`,

@@ -109,7 +109,7 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.Equal(t, "TIFF_CONVERSION", st.Status, "error: %v", st.Error)
-		require.Equal(t, []client.PhaseProgress{{Phase: "TIFF_CONVERSION", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
+		require.Equal(t, []client.PhaseProgress{{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
 		again, err := json.Marshal(st)
 		require.NoError(t, err)
 		require.JSONEq(t, string(st.Raw), string(again))
@@ -123,7 +123,7 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		require.Equal(t, "TIFF_CONVERSION", last.Status)
 
 		_, err = c.Retry(ctx, "SCAN")
-		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch SCAN is running TIFF_CONVERSION with no failed task; there is nothing to retry")
+		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch SCAN is running TIFF_CONVERSION with no failed work; there is nothing to retry")
 
 		st, err = c.Reset(ctx, "SCAN")
 		require.NoError(t, err)

@@ -48,17 +48,12 @@ type Status struct {
 	Error *string `json:"error"`
 	// Phase is the current (or last) phase; nil before the first.
 	Phase *string `json:"phase"`
-	// Phases lists every phase that had tasks, in order.
+	// Phases lists every phase that had work, in order.
 	Phases []PhaseProgress `json:"phases"`
 	// Ingest is the delivery of the final manifest to the ingest service.
 	Ingest Ingest `json:"ingest"`
-	// OCR is the batch's OCR phase, once its chunks are written.
-	OCR *OCRProgress `json:"ocr,omitempty"`
-	// Documents is the batch's DOCUMENT_INDEXING phase, once its
-	// documents are written.
-	Documents *DocumentsProgress `json:"documents,omitempty"`
 	// Pruned is set once retention (RETENTION_DAYS) removed the batch's
-	// processing details; Phases, Progress and OCR are then as they were.
+	// processing details; Phases and Progress are then as they were.
 	Pruned *Pruned `json:"pruned,omitempty"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
@@ -77,21 +72,40 @@ type Pruned struct {
 // Ended reports whether the batch is DONE or ERROR.
 func (s Status) Ended() bool { return s.Status == StatusDone || s.Status == StatusError }
 
-// Progress counts the tasks of one phase.
+// Progress counts the work of one phase (its tasks, refs, documents...:
+// the phase's Unit).
 type Progress struct {
 	TasksTotal     int64 `json:"tasks_total"`
 	TasksCompleted int64 `json:"tasks_completed"`
 	TasksFailed    int64 `json:"tasks_failed"`
 }
 
-// PhaseProgress counts the tasks of a named phase, open ones included.
+// PhaseProgress counts the work of a named phase, open work included, as
+// the phase's executor counts it: Unit says what a unit is ("tasks",
+// "refs", "documents"); Detail has the executor's own counts (e.g. a
+// chunked phase's chunks_total).
 type PhaseProgress struct {
-	Phase           string `json:"phase"`
-	TasksTotal      int64  `json:"tasks_total"`
-	TasksPending    int64  `json:"tasks_pending"`
-	TasksProcessing int64  `json:"tasks_processing"`
-	TasksCompleted  int64  `json:"tasks_completed"`
-	TasksFailed     int64  `json:"tasks_failed"`
+	Phase           string           `json:"phase"`
+	Executor        string           `json:"executor"`
+	Unit            string           `json:"unit"`
+	TasksTotal      int64            `json:"tasks_total"`
+	TasksPending    int64            `json:"tasks_pending"`
+	TasksProcessing int64            `json:"tasks_processing"`
+	TasksCompleted  int64            `json:"tasks_completed"`
+	TasksFailed     int64            `json:"tasks_failed"`
+	TasksSkipped    int64            `json:"tasks_skipped,omitempty"`
+	Detail          map[string]int64 `json:"detail,omitempty"`
+}
+
+// Current is the progress of the batch's current (or last) phase, false
+// before its first.
+func (s Status) Current() (PhaseProgress, bool) {
+	for _, p := range s.Phases {
+		if s.Phase != nil && p.Phase == *s.Phase {
+			return p, true
+		}
+	}
+	return PhaseProgress{}, false
 }
 
 // Ingest reports the delivery of a DONE batch's final manifest to the
@@ -102,25 +116,6 @@ type Ingest struct {
 	Attempts    int32      `json:"attempts"`
 	LastError   *string    `json:"last_error"`
 	DeliveredAt *time.Time `json:"delivered_at"`
-}
-
-// DocumentsProgress counts a batch's documents (its latest indexing run)
-// by outcome.
-type DocumentsProgress struct {
-	Total     int32 `json:"total"`
-	Completed int32 `json:"completed"`
-	Failed    int32 `json:"failed"`
-}
-
-// OCRProgress counts a batch's OCR chunks and refs by outcome.
-type OCRProgress struct {
-	ChunksTotal int32 `json:"chunks_total"`
-	ChunksDone  int32 `json:"chunks_done"`
-	ChunksError int32 `json:"chunks_error"`
-	RefsTotal   int32 `json:"refs_total"`
-	RefsDone    int32 `json:"refs_done"`
-	RefsFailed  int32 `json:"refs_failed"`
-	RefsSkipped int32 `json:"refs_skipped"`
 }
 
 // The states of a document (Document.Status), spec 003's.

@@ -451,7 +451,8 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 	for _, spec := range specs {
 		name, def := string(spec.Name), spec.Defaults
 		pc := Phase{Env: make(map[string]string, len(spec.Settings))}
-		if spec.Executor == phases.Machine {
+		machines := spec.Worker != "" // a worker program runs on machines
+		if machines {
 			pc.BatchSize = r.positiveInt("BATCH_SIZE_"+name, def.BatchSize)
 			pc.AlarmDelay = r.millis("ALARM_DELAY_"+name, def.AlarmDelay)
 			pc.TaskTimeout = r.millis("TASK_TIMEOUT_"+name, def.TaskTimeout)
@@ -466,10 +467,10 @@ func load(lookup func(string) (string, bool), specs []phases.Spec) (*Config, err
 				r.problems = append(r.problems, fmt.Sprintf("phase %s passes %s to its machines, which is no setting", name, env))
 			}
 		}
-		if spec.Executor != phases.Machine {
+		if !machines {
 			// No machines: no Fly app, image or app of its own to check.
 			// A documents phase has the document settings (Documents).
-			if spec.Executor == phases.Chunked {
+			if def.ChunkSize > 0 {
 				pc.ChunkSize = r.intIn(spec.Short+"_CHUNK_SIZE", def.ChunkSize, 1, 10000)
 			}
 			c.Phases[spec.Name] = pc

@@ -183,7 +183,7 @@ func TestPhasesFromRegistry(t *testing.T) {
 			_, ok := c.Shared(name)
 			require.True(t, ok, name)
 		}
-		if spec.Executor == phases.Chunked {
+		if spec.Defaults.ChunkSize > 0 {
 			require.Equal(t, spec.Defaults.ChunkSize, pc.ChunkSize)
 			c2, err := Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "3"}))
 			require.NoError(t, err)
@@ -192,7 +192,7 @@ func TestPhasesFromRegistry(t *testing.T) {
 			require.ErrorContains(t, err, spec.Short+"_CHUNK_SIZE must be a whole number")
 			continue
 		}
-		if spec.Executor == phases.Documents {
+		if spec.Worker == "" { // in-process work: the document settings apply
 			require.Zero(t, pc.ChunkSize, "the document settings apply")
 			require.Empty(t, pc.FlyAppName)
 			continue
@@ -293,7 +293,7 @@ func TestAdaptiveLimitPrefix(t *testing.T) {
 func TestChunkedPhaseHasNoFlySettings(t *testing.T) {
 	t.Parallel()
 	chunked := func(name phases.Name, short string) phases.Spec {
-		return phases.Spec{Name: name, TaskPrefix: string(name), Short: short, Executor: phases.Chunked, Defaults: phases.Defaults{ChunkSize: 10}}
+		return phases.Spec{Name: name, TaskPrefix: string(name), Short: short, Executor: "chunked", Defaults: phases.Defaults{ChunkSize: 10}}
 	}
 	specs := []phases.Spec{phases.All()[0].Spec(), chunked("CHUNKY", "CHUNKY"), chunked("LUMPY", "LUMPY")}
 	c, err := load(lookup(map[string]string{"FLY_CHUNKY_APP_NAME": specs[0].Defaults.FlyAppName}), specs)

@@ -180,7 +180,7 @@ func (q *Queries) BatchLaunchOutage(ctx context.Context, id string) (int64, erro
 }
 
 const batchList = `-- name: BatchList :many
-SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status,
+SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status, pruned_counts,
     coalesce((queue_message->>'total_files')::bigint, 0)::bigint AS total_files,
     coalesce((queue_message->>'total_bytes')::bigint, 0)::bigint AS total_bytes
 FROM batches
@@ -214,6 +214,7 @@ type BatchListRow struct {
 	UpdatedAt    time.Time
 	CompletedAt  *time.Time
 	IngestStatus string
+	PrunedCounts json.RawMessage
 	TotalFiles   int64
 	TotalBytes   int64
 }
@@ -250,6 +251,7 @@ func (q *Queries) BatchList(ctx context.Context, arg BatchListParams) ([]BatchLi
 			&i.UpdatedAt,
 			&i.CompletedAt,
 			&i.IngestStatus,
+			&i.PrunedCounts,
 			&i.TotalFiles,
 			&i.TotalBytes,
 		); err != nil {
@@ -305,9 +307,7 @@ func (q *Queries) BatchListPrunable(ctx context.Context, arg BatchListPrunablePa
 }
 
 const batchListStalled = `-- name: BatchListStalled :many
-SELECT b.id, b.phase::text AS phase, b.generation, b.build_from,
-    EXISTS (SELECT 1 FROM task_counts c WHERE c.batch_id = b.id AND c.phase = b.phase AND c.status = 'pending' AND c.n > 0) AS has_pending,
-    EXISTS (SELECT 1 FROM task_counts c WHERE c.batch_id = b.id AND c.phase = b.phase AND c.status IN ('pending', 'processing') AND c.n > 0) AS has_open
+SELECT b.id, b.phase::text AS phase, b.generation, b.build_from
 FROM batches b
 WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < $1
 ORDER BY b.updated_at, b.id
@@ -324,17 +324,12 @@ type BatchListStalledRow struct {
 	Phase      string
 	Generation int32
 	BuildFrom  *string
-	HasPending bool
-	HasOpen    bool
 }
 
-// BatchListStalled is the sweep's backstop: running batches not touched for
-// a while, with whether their phase still has pending or open tasks. A
-// phase with no open task should have transitioned; one with pending tasks
-// should have a launcher; one whose generation is still being written
-// (build_from set) should have its writer. It reads the counters
-// (task_counts), as the fan-in does, not the tasks: asking the tasks walked
-// the index entries of every task of the phase ended since the last vacuum.
+// BatchListStalled is the sweep's backstop: running batches not touched
+// for a while. Their phase's executor makes sure its work has its jobs; a
+// phase with no open work should have transitioned; one whose generation
+// is still being written (build_from set) should have its writer.
 func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledParams) ([]BatchListStalledRow, error) {
 	rows, err := q.db.Query(ctx, batchListStalled, arg.Before, arg.Max)
 	if err != nil {
@@ -349,8 +344,6 @@ func (q *Queries) BatchListStalled(ctx context.Context, arg BatchListStalledPara
 			&i.Phase,
 			&i.Generation,
 			&i.BuildFrom,
-			&i.HasPending,
-			&i.HasOpen,
 		); err != nil {
 			return nil, err
 		}
@@ -459,27 +452,14 @@ func (q *Queries) BatchPhaseRetryReset(ctx context.Context, id string) error {
 
 const batchPruneBegin = `-- name: BatchPruneBegin :one
 UPDATE batches b
-SET pruned_counts = coalesce(b.pruned_counts, jsonb_build_object(
-    'tasks', coalesce((
-        SELECT jsonb_agg(jsonb_build_object('phase', c.phase, 'status', c.status, 'n', c.n) ORDER BY c.phase, c.status)
-        FROM task_counts c WHERE c.batch_id = b.id AND c.n <> 0), '[]'::jsonb),
-    'ocr', (
-        SELECT CASE WHEN count(*) > 0 THEN jsonb_build_object(
-            'chunks_total', count(*),
-            'chunks_done', count(*) FILTER (WHERE k.state = 'DONE'),
-            'chunks_error', count(*) FILTER (WHERE k.state = 'ERROR'),
-            'refs_total', coalesce(sum(k.total_refs), 0),
-            'refs_done', coalesce(sum(k.completed), 0),
-            'refs_failed', coalesce(sum(k.failed), 0),
-            'refs_skipped', coalesce(sum(k.skipped), 0)) END
-        FROM chunks k WHERE k.batch_id = b.id AND k.phase = $1::text)))
+SET pruned_counts = coalesce(b.pruned_counts, $1::jsonb)
 WHERE b.id = $2 AND b.completed_at < $3::timestamptz AND b.pruned_at IS NULL
     AND b.status IN ('DONE', 'ERROR') AND b.ingest_status <> 'pending'
 RETURNING b.id, b.status, b.generation
 `
 
 type BatchPruneBeginParams struct {
-	OcrPhase string
+	Snapshot json.RawMessage
 	ID       string
 	Cutoff   time.Time
 }
@@ -493,11 +473,11 @@ type BatchPruneBeginRow struct {
 // BatchPruneBegin marks a batch as being pruned, if it still may be (as
 // BatchListPrunable; the row lock orders it with an admin retry, which
 // refuses a batch once this committed), and keeps what its status needs
-// once its tasks and chunks are gone: the task counts per phase and status
-// and its OCR phase's chunk summary (pruned_counts, migration 00017).
-// Beginning again a removal that was interrupted keeps the first counts.
+// once its work's rows are gone: @snapshot, each phase's progress as its
+// executor reported it ({"phases": [...]}: pruned_counts). Beginning
+// again a removal that was interrupted keeps the first snapshot.
 func (q *Queries) BatchPruneBegin(ctx context.Context, arg BatchPruneBeginParams) (BatchPruneBeginRow, error) {
-	row := q.db.QueryRow(ctx, batchPruneBegin, arg.OcrPhase, arg.ID, arg.Cutoff)
+	row := q.db.QueryRow(ctx, batchPruneBegin, arg.Snapshot, arg.ID, arg.Cutoff)
 	var i BatchPruneBeginRow
 	err := row.Scan(&i.ID, &i.Status, &i.Generation)
 	return i, err

@@ -23,7 +23,7 @@ UPDATE chunk_items i SET status = 'processing', updated_at = now()
 FROM claimed
 WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id = claimed.chunk_id
     AND i.item_index = claimed.item_index
-RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before
+RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before, i.result
 `
 
 type ChunkItemClaimPendingParams struct {
@@ -68,6 +68,7 @@ func (q *Queries) ChunkItemClaimPending(ctx context.Context, arg ChunkItemClaimP
 			&i.PublishedSize,
 			&i.UpdatedAt,
 			&i.NotBefore,
+			&i.Result,
 		); err != nil {
 			return nil, err
 		}
@@ -104,27 +105,27 @@ const chunkItemDropUnfinished = `-- name: ChunkItemDropUnfinished :many
 WITH items AS (
     DELETE FROM chunk_items ci
     WHERE ci.batch_id = $1 AND ci.status NOT IN ('done', 'skipped')
-    RETURNING ci.phase, ci.chunk_id, ci.status
+    RETURNING ci.phase, ci.chunk_id, ci.status, ci.r2_key
 ), per_chunk AS (
     SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
     FROM items i GROUP BY i.phase, i.chunk_id
+), counted AS (
+    UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
+    FROM per_chunk
+    WHERE c.batch_id = $1 AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
 )
-UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
-FROM per_chunk
-WHERE c.batch_id = $1 AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
-RETURNING c.phase, c.chunk_id, per_chunk.n::int AS dropped
+SELECT i.phase, i.r2_key FROM items i
 `
 
 type ChunkItemDropUnfinishedRow struct {
-	Phase   string
-	ChunkID string
-	Dropped int32
+	Phase string
+	R2Key string
 }
 
 // ChunkItemDropUnfinished removes a DONE batch's items that were neither
 // done nor skipped (failed, or left pending by a chunk that stopped), and
 // uncounts them in their chunks: an admin retry reruns them as items of
-// new chunks (jobs.ResumeBatch). It returns the chunks touched.
+// new chunks (jobs.ResumeBatch). It returns the items' keys.
 func (q *Queries) ChunkItemDropUnfinished(ctx context.Context, batchID string) ([]ChunkItemDropUnfinishedRow, error) {
 	rows, err := q.db.Query(ctx, chunkItemDropUnfinished, batchID)
 	if err != nil {
@@ -134,7 +135,7 @@ func (q *Queries) ChunkItemDropUnfinished(ctx context.Context, batchID string) (
 	var items []ChunkItemDropUnfinishedRow
 	for rows.Next() {
 		var i ChunkItemDropUnfinishedRow
-		if err := rows.Scan(&i.Phase, &i.ChunkID, &i.Dropped); err != nil {
+		if err := rows.Scan(&i.Phase, &i.R2Key); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -218,7 +219,7 @@ type ChunkItemInsertManyParams struct {
 }
 
 const chunkItemListByBatchPhase = `-- name: ChunkItemListByBatchPhase :many
-SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before FROM chunk_items
+SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before, result FROM chunk_items
 WHERE batch_id = $1 AND phase = $2
     AND (chunk_id, item_index) > ($3::text, $4::int)
 ORDER BY chunk_id, item_index
@@ -269,6 +270,7 @@ func (q *Queries) ChunkItemListByBatchPhase(ctx context.Context, arg ChunkItemLi
 			&i.PublishedSize,
 			&i.UpdatedAt,
 			&i.NotBefore,
+			&i.Result,
 		); err != nil {
 			return nil, err
 		}
@@ -438,9 +440,8 @@ func (q *Queries) ChunkItemRequeueFailed(ctx context.Context, arg ChunkItemReque
 
 const chunkItemSetDone = `-- name: ChunkItemSetDone :execrows
 WITH item AS (
-    UPDATE chunk_items ci SET status = 'done', error = NULL, text_length = $1, text = $2,
-        published_key = $3, published_size = $4, updated_at = now()
-    WHERE ci.batch_id = $5 AND ci.phase = $6 AND ci.chunk_id = $7 AND ci.item_index = $8
+    UPDATE chunk_items ci SET status = 'done', error = NULL, result = $1::jsonb, updated_at = now()
+    WHERE ci.batch_id = $2 AND ci.phase = $3 AND ci.chunk_id = $4 AND ci.item_index = $5
         AND ci.status = 'processing'
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
 )
@@ -449,26 +450,20 @@ FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_
 `
 
 type ChunkItemSetDoneParams struct {
-	TextLength    *int32
-	Text          *string
-	PublishedKey  *string
-	PublishedSize *int64
-	BatchID       string
-	Phase         string
-	ChunkID       string
-	ItemIndex     int32
+	Result    json.RawMessage
+	BatchID   string
+	Phase     string
+	ChunkID   string
+	ItemIndex int32
 }
 
-// ChunkItemSetDone records a processing item's text and published ref and
-// counts it in its chunk, in one statement so the counters always match
-// the items. Like every ChunkItemSet query it moves only a processing
+// ChunkItemSetDone records a processing item's outcome (its engine's
+// result, for the phase's transform) and counts it in its chunk, in one
+// statement so the counters always match the items. Like every ChunkItemSet query it moves only a processing
 // item: settling twice (a job retried after its commit) changes nothing.
 func (q *Queries) ChunkItemSetDone(ctx context.Context, arg ChunkItemSetDoneParams) (int64, error) {
 	result, err := q.db.Exec(ctx, chunkItemSetDone,
-		arg.TextLength,
-		arg.Text,
-		arg.PublishedKey,
-		arg.PublishedSize,
+		arg.Result,
 		arg.BatchID,
 		arg.Phase,
 		arg.ChunkID,

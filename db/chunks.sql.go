@@ -107,6 +107,43 @@ func (q *Queries) ChunkGet(ctx context.Context, arg ChunkGetParams) (Chunk, erro
 	return i, err
 }
 
+const chunkGetByID = `-- name: ChunkGetByID :one
+SELECT batch_id, phase, chunk_id, state, total_refs, completed, failed, skipped, global_retry_count, error, processing_time_ms, created_at, started_at, finished_at FROM chunks
+WHERE batch_id = $1 AND chunk_id = $2
+ORDER BY started_at DESC NULLS LAST, phase
+LIMIT 1
+`
+
+type ChunkGetByIDParams struct {
+	BatchID string
+	ChunkID string
+}
+
+// ChunkGetByID is a batch's chunk by its id alone, as spec 004's chunk
+// status names it: the latest started, should two chunked phases have a
+// chunk of that id.
+func (q *Queries) ChunkGetByID(ctx context.Context, arg ChunkGetByIDParams) (Chunk, error) {
+	row := q.db.QueryRow(ctx, chunkGetByID, arg.BatchID, arg.ChunkID)
+	var i Chunk
+	err := row.Scan(
+		&i.BatchID,
+		&i.Phase,
+		&i.ChunkID,
+		&i.State,
+		&i.TotalRefs,
+		&i.Completed,
+		&i.Failed,
+		&i.Skipped,
+		&i.GlobalRetryCount,
+		&i.Error,
+		&i.ProcessingTimeMs,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
 type ChunkInsertManyParams struct {
 	BatchID   string
 	Phase     string
@@ -294,4 +331,61 @@ func (q *Queries) ChunkSummary(ctx context.Context, arg ChunkSummaryParams) (Chu
 		&i.RefsSkipped,
 	)
 	return i, err
+}
+
+const chunkSummaryByBatches = `-- name: ChunkSummaryByBatches :many
+SELECT batch_id, phase, count(*)::int AS chunks_total,
+    (count(*) FILTER (WHERE state = 'DONE'))::int AS chunks_done,
+    (count(*) FILTER (WHERE state = 'ERROR'))::int AS chunks_error,
+    coalesce(sum(total_refs), 0)::int AS refs_total,
+    coalesce(sum(completed), 0)::int AS refs_done,
+    coalesce(sum(failed), 0)::int AS refs_failed,
+    coalesce(sum(skipped), 0)::int AS refs_skipped
+FROM chunks
+WHERE batch_id = ANY($1::text[])
+GROUP BY batch_id, phase
+`
+
+type ChunkSummaryByBatchesRow struct {
+	BatchID     string
+	Phase       string
+	ChunksTotal int32
+	ChunksDone  int32
+	ChunksError int32
+	RefsTotal   int32
+	RefsDone    int32
+	RefsFailed  int32
+	RefsSkipped int32
+}
+
+// ChunkSummaryByBatches is ChunkSummary for each phase of several
+// batches at once (status, the dashboard's listing).
+func (q *Queries) ChunkSummaryByBatches(ctx context.Context, batchIds []string) ([]ChunkSummaryByBatchesRow, error) {
+	rows, err := q.db.Query(ctx, chunkSummaryByBatches, batchIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkSummaryByBatchesRow
+	for rows.Next() {
+		var i ChunkSummaryByBatchesRow
+		if err := rows.Scan(
+			&i.BatchID,
+			&i.Phase,
+			&i.ChunksTotal,
+			&i.ChunksDone,
+			&i.ChunksError,
+			&i.RefsTotal,
+			&i.RefsDone,
+			&i.RefsFailed,
+			&i.RefsSkipped,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

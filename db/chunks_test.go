@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -104,12 +105,12 @@ func TestChunkItemSettle(t *testing.T) {
 	require.Equal(t, int64(1), open())
 
 	require.Equal(t, []int32{0, 1, 2, 3}, claim(4))
-	textLen, text, pub, size := int32(5), "hello", "staging/b1/a/0.ocr.ref.json", int64(900)
+	result := json.RawMessage(`{"text_length": 5, "ref_r2_key": "staging/b1/a/0.ocr.ref.json", "ref_size": 900}`)
 	b, p, c, i := key(0)
-	n, err := q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, TextLength: &textLen, Text: &text, PublishedKey: &pub, PublishedSize: &size})
+	n, err := q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Result: result})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	n, err = q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, TextLength: &textLen})
+	n, err = q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Result: result})
 	require.NoError(t, err)
 	require.Equal(t, int64(0), n, "a done item is not settled again")
 

@@ -88,6 +88,32 @@ func (q *Queries) DocumentBatchListAbandoned(ctx context.Context, arg DocumentBa
 	return items, nil
 }
 
+const documentBatchListFailedKeys = `-- name: DocumentBatchListFailedKeys :many
+SELECT r2_key FROM documents WHERE batch_id = $1 AND status = 'failed'
+`
+
+// The keys of a batch's failed documents, whose files an admin retry of
+// the DONE batch reruns (jobs.ResumeBatch).
+func (q *Queries) DocumentBatchListFailedKeys(ctx context.Context, batchID *string) ([]string, error) {
+	rows, err := q.db.Query(ctx, documentBatchListFailedKeys, batchID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var r2_key string
+		if err := rows.Scan(&r2_key); err != nil {
+			return nil, err
+		}
+		items = append(items, r2_key)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentBatchListOpen = `-- name: DocumentBatchListOpen :many
 SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
 WHERE d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
@@ -245,6 +271,49 @@ func (q *Queries) DocumentBatchSummary(ctx context.Context, batchID *string) (Do
 	var i DocumentBatchSummaryRow
 	err := row.Scan(&i.Total, &i.Completed, &i.Failed)
 	return i, err
+}
+
+const documentBatchSummaryMany = `-- name: DocumentBatchSummaryMany :many
+SELECT d.batch_id::text AS batch_id, count(*)::int AS total,
+       count(*) FILTER (WHERE status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed
+FROM documents d
+WHERE d.batch_id = ANY($1::text[])
+GROUP BY d.batch_id
+`
+
+type DocumentBatchSummaryManyRow struct {
+	BatchID   string
+	Total     int32
+	Completed int32
+	Failed    int32
+}
+
+// DocumentBatchSummary for several batches at once (status, the
+// dashboard's listing).
+func (q *Queries) DocumentBatchSummaryMany(ctx context.Context, batchIds []string) ([]DocumentBatchSummaryManyRow, error) {
+	rows, err := q.db.Query(ctx, documentBatchSummaryMany, batchIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentBatchSummaryManyRow
+	for rows.Next() {
+		var i DocumentBatchSummaryManyRow
+		if err := rows.Scan(
+			&i.BatchID,
+			&i.Total,
+			&i.Completed,
+			&i.Failed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 type DocumentChunkInsertManyParams struct {

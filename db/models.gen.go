@@ -76,6 +76,7 @@ type ChunkItem struct {
 	PublishedSize *int64
 	UpdatedAt     time.Time
 	NotBefore     *time.Time
+	Result        json.RawMessage
 }
 
 type Document struct {

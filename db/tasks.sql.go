@@ -273,11 +273,6 @@ const taskCountByBatches = `-- name: TaskCountByBatches :many
 SELECT c.batch_id, c.phase, c.status, c.n AS count
 FROM task_counts c
 WHERE c.batch_id = ANY($1::text[]) AND c.n <> 0
-    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = c.batch_id AND b.pruned_counts IS NOT NULL)
-UNION ALL
-SELECT b.id, k.phase, k.status, k.n
-FROM batches b, jsonb_to_recordset(b.pruned_counts -> 'tasks') AS k(phase text, status text, n bigint)
-WHERE b.id = ANY($1::text[]) AND b.pruned_counts IS NOT NULL
 `
 
 type TaskCountByBatchesRow struct {
@@ -287,10 +282,8 @@ type TaskCountByBatchesRow struct {
 	Count   int64
 }
 
-// TaskCountByBatches is TaskCountByBatch for several batches at once (a
-// page of the dashboard's listing). A batch whose processing state
-// retention removed (or is removing) has the counts it kept instead
-// (batches.pruned_counts, migration 00017).
+// TaskCountByBatches is TaskCountByBatch for several batches at once
+// (status, a page of the dashboard's listing).
 func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]TaskCountByBatchesRow, error) {
 	rows, err := q.db.Query(ctx, taskCountByBatches, batchIds)
 	if err != nil {
@@ -370,18 +363,23 @@ func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchPa
 }
 
 const taskDeleteFailedByBatch = `-- name: TaskDeleteFailedByBatch :many
-DELETE FROM tasks WHERE batch_id = $1 AND status = 'failed'
-RETURNING id, phase
+WITH d AS (
+    DELETE FROM tasks t WHERE t.batch_id = $1::text AND t.status = 'failed'
+    RETURNING t.id, t.phase, t.file_id
+)
+SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id
 `
 
 type TaskDeleteFailedByBatchRow struct {
 	ID    string
 	Phase string
+	R2Key string
 }
 
 // TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
 // admin retry reruns as new tasks of the files they failed on
-// (jobs.ResumeBatch); their outcomes stay in batch_events.
+// (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
+// task's phase and its file's key.
 func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, batchID string) ([]TaskDeleteFailedByBatchRow, error) {
 	rows, err := q.db.Query(ctx, taskDeleteFailedByBatch, batchID)
 	if err != nil {
@@ -391,7 +389,7 @@ func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, batchID string) (
 	var items []TaskDeleteFailedByBatchRow
 	for rows.Next() {
 		var i TaskDeleteFailedByBatchRow
-		if err := rows.Scan(&i.ID, &i.Phase); err != nil {
+		if err := rows.Scan(&i.ID, &i.Phase, &i.R2Key); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

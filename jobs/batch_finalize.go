@@ -39,19 +39,19 @@ func (BatchFinalizeArgs) Kind() string { return "batch_finalize" }
 func (BatchFinalizeArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: finalizeMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished},
 	}
 }
 
 // BatchFinalizeWorker works BatchFinalizeArgs.
 type BatchFinalizeWorker struct {
-	jobDefaults[BatchFinalizeArgs]
+	Defaults[BatchFinalizeArgs]
 	deps Deps
 }
 
 // NextRetry backs off exponentially up to ten minutes between attempts.
 func (w *BatchFinalizeWorker) NextRetry(job *river.Job[BatchFinalizeArgs]) time.Time {
-	return time.Now().Add(backoff(job.Attempt, 10*time.Minute))
+	return time.Now().Add(Backoff(job.Attempt, 10*time.Minute))
 }
 
 // ProcessedManifest is the body sent to ingest.
@@ -63,7 +63,7 @@ type ProcessedManifest struct {
 // Work builds the final manifest and delivers it once.
 func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFinalizeArgs]) error {
 	id := job.Args.BatchID
-	batch, err := w.deps.jobBatch(ctx, id)
+	batch, err := w.deps.JobBatch(ctx, id)
 	if err != nil {
 		return err
 	}

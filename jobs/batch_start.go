@@ -38,13 +38,13 @@ func (BatchStartArgs) Kind() string { return "batch_start" }
 func (BatchStartArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: batchStartMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished},
 	}
 }
 
 // BatchStartWorker works BatchStartArgs.
 type BatchStartWorker struct {
-	jobDefaults[BatchStartArgs]
+	Defaults[BatchStartArgs]
 	deps Deps
 }
 
@@ -52,7 +52,7 @@ type BatchStartWorker struct {
 // capped at five minutes, with jitter so that many batches hit by one storage
 // outage do not all come back at the same instant.
 func (w *BatchStartWorker) NextRetry(job *river.Job[BatchStartArgs]) time.Time {
-	return time.Now().Add(backoff(job.Attempt, 5*time.Minute))
+	return time.Now().Add(Backoff(job.Attempt, 5*time.Minute))
 }
 
 // Work reads the manifest and moves the batch out of PENDING: into its first
@@ -80,7 +80,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 	log := w.deps.Logger.With("batch_id", id, "job_id", job.ID)
 	q := db.New(w.deps.Pool)
 
-	batch, err := w.deps.jobBatch(ctx, id)
+	batch, err := w.deps.JobBatch(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		if err != nil {
 			return err
 		}
-		if finished, err = enterNextPhase(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), w.deps, id, phases.First(), 0, files); err != nil {
+		if finished, err = enterNextPhase(ctx, Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}, w.deps, id, phases.First(), 0, files); err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -158,7 +158,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		return nil
 	})
 	if err == nil {
-		w.deps.batchFinished(finished)
+		w.deps.BatchFinished(finished)
 	}
 	return err
 }
@@ -208,14 +208,14 @@ func (w *BatchStartWorker) fail(ctx context.Context, job *river.Job[BatchStartAr
 	var failed *db.Batch
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		var err error
-		if failed, err = failBatch(ctx, db.New(tx), job.Args.BatchID, "", message); err != nil {
+		if failed, err = failBatch(ctx, Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}, w.deps, job.Args.BatchID, "", message); err != nil {
 			return err
 		}
 		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
 	if err == nil {
-		w.deps.batchFinished(failed)
+		w.deps.BatchFinished(failed)
 	}
 	return err
 }

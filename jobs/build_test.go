@@ -50,12 +50,12 @@ func runBuildBatch(t *testing.T, env *testenv.Env, id string, files []testenv.Fi
 	if files != nil {
 		env.Submit(t, id, files)
 	}
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	var out buildOutcome
 	out.phases = st.Phases
 	var delivered jobs.ProcessedManifest
-	require.NoError(t, json.Unmarshal(awaitIngest(t, env, 1)[0].Body, &delivered))
+	require.NoError(t, json.Unmarshal(env.AwaitIngest(t, 1)[0].Body, &delivered))
 	m, err := json.Marshal(delivered.Manifest)
 	require.NoError(t, err)
 	out.manifest = strings.ReplaceAll(string(m), id, "ID")
@@ -104,7 +104,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 	for i := range 8 {
 		files = append(files, testenv.File{LogicalPath: fmt.Sprintf("/z/end%d.csv", i), Size: 1, ContentType: "text/csv"})
 	}
-	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "WHOLE", files)
+	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: testenv.Succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "WHOLE", files)
 
 	const id = "CHUNKED"
 	var (
@@ -132,13 +132,13 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 			}
 		}
 	}
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7},
+	e := testenv.New(t, testenv.Options{Behave: testenv.Succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7},
 		Hooks: &jobs.TestHooks{BeforeBuildWrite: beforeWrite}})
 	env.Store(e)
 	chunked := runBuildBatch(t, e, id, files)
 
 	require.Equal(t, whole, chunked)
-	requireOneMachinePerTask(t, e, id)
+	e.RequireOneMachinePerTask(t, id)
 	require.Positive(t, waited.Load(), "the last write never waited for a task")
 
 	ctx := context.Background()
@@ -175,7 +175,7 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 func TestResetDuringBuildThenRetry(t *testing.T) {
 	t.Parallel()
 	files := buildFiles(40)
-	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "UNTOUCHED", files)
+	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: testenv.Succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "UNTOUCHED", files)
 
 	const id = "RESET-BUILD"
 	var (
@@ -215,11 +215,11 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 		}
 		return nil
 	}
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7},
+	e := testenv.New(t, testenv.Options{Behave: testenv.Succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7},
 		Hooks: &jobs.TestHooks{BeforeBuildWrite: beforeWrite}})
 	env.Store(e)
 	e.Submit(t, id, files)
-	st := e.AwaitStatus(t, id, isDone)
+	st := e.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "ERROR", st.Status)
 	var cursor *int32
 	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT build_cursor FROM batches WHERE id = $1`, id).Scan(&cursor))
@@ -251,10 +251,10 @@ func TestFailingBuildFailsItsBatch(t *testing.T) {
 	t.Parallel()
 	const id = "BUILD-FAILS"
 	fail := func(context.Context, string, bool) error { return errors.New("disk on fire") }
-	e := testenv.New(t, testenv.Options{Behave: succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7, MaxAttempts: 2},
+	e := testenv.New(t, testenv.Options{Behave: testenv.Succeed, NoSweep: true, Build: jobs.BuildSizes{FirstFiles: 5, ChunkFiles: 7, MaxAttempts: 2},
 		Hooks: &jobs.TestHooks{BeforeBuildWrite: fail}})
 	e.Submit(t, id, buildFiles(40))
-	st := e.AwaitStatus(t, id, isDone)
+	st := e.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "ERROR", st.Status)
 	require.NotNil(t, st.Error)
 	require.Contains(t, *st.Error, "Failed after 2 attempts: writing generation 1 of IMAGE_PROCESSING: disk on fire")

@@ -5,19 +5,21 @@
 // snoozes, such as a launcher with tasks still pending or a fan-in check
 // waiting out an open phase, has written nothing it would lose.)
 //
-// The jobs:
+// This package is the pipeline's core: it knows batches, phases and file
+// generations. How a phase's work runs (machines, chunks, documents) is its
+// executor's business (Executor; the kinds are the packages under
+// executor/), which the core asks whatever depends on it.
+//
+// The core's jobs:
 //   - batch_start: read and validate the manifest, write generation 0,
 //     enter the first phase with work;
-//   - phase_launch: launch machines for pending tasks, under the shared rate
-//     limit, rescheduling itself while tasks remain;
-//   - phase_check: the fan-in; when no task of the phase is open, transform
+//   - phase_check: the fan-in; when no work of the phase is open, transform
 //     the file list and enter the next phase (or finish);
 //   - phase_build: write the rest of a large next generation, and its
-//     tasks, in chunks while its phase already runs;
-//   - task_sweep (periodic): fail tasks past their deadline, and nudge
+//     work, in chunks while its phase already runs;
+//   - task_sweep (periodic): the executors' sweeps (timeouts), and nudge
 //     batches whose wake-up was lost;
 //   - batch_finalize: deliver the final manifest to ingest (an outbox);
-//   - machine_destroy: best-effort cleanup of machines no longer wanted;
 //   - retention (periodic): remove the processing state of batches that
 //     finished more than RETENTION_DAYS ago.
 package jobs
@@ -44,12 +46,9 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
-	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/internal/logcoalesce"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
-	"github.com/arke-institute/orchestrator/ocr"
-	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // Deps are the outside things the workers use.
@@ -60,6 +59,8 @@ type Deps struct {
 	Store blob.Store
 	// Compute launches and destroys the phases' machines.
 	Compute compute.Backend
+	// Executors run the phases' work (package executor registers them).
+	Executors *Executors
 	// Config carries the phase settings, URLs, buckets and retry limits.
 	Config *config.Config
 	Logger *slog.Logger
@@ -69,18 +70,6 @@ type Deps struct {
 	// Metrics counts batches, tasks, launches and deliveries; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
-	// OCR is the OCR phase's engine; nil makes the one Config asks for
-	// (NewOCREngine).
-	OCR ocr.Engine
-	// Documents are the document steps' providers; nil makes the ones
-	// Config asks for (NewDocuments).
-	Documents *Documents
-	// Presigner presigns the URLs machines reach storage with (they get
-	// no credentials); nil uses Store if it presigns.
-	Presigner blob.Presigner
-
-	// urls presigns for the launcher, over Config's buckets (NewClient).
-	urls *batchurls.Signer
 }
 
 // ClientConfig tunes the River client.
@@ -140,21 +129,15 @@ func (b BuildSizes) withDefaults() BuildSizes {
 // cheap index probe.
 const DefaultFetchPollInterval = 100 * time.Millisecond
 
-// NewClient builds the River client with every worker registered. The client
-// both inserts jobs (intake, callbacks) and, once started, works them.
+// NewClient builds the River client with every worker registered: the
+// core's and each executor's. The client both inserts jobs (intake,
+// callbacks) and, once started, works them.
 func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
-	if deps.Pool == nil || deps.Store == nil || deps.Logger == nil || deps.Config == nil || deps.Compute == nil {
-		return nil, errors.New("jobs: Pool, Store, Compute, Config and Logger are required")
+	if deps.Pool == nil || deps.Store == nil || deps.Logger == nil || deps.Config == nil || deps.Executors == nil {
+		return nil, errors.New("jobs: Pool, Store, Executors, Config and Logger are required")
 	}
 	if deps.HTTPClient == nil {
 		deps.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
-	if p, ok := deps.Store.(blob.Presigner); ok && deps.Presigner == nil {
-		deps.Presigner = p
-	}
-	var err error
-	if deps.urls, err = batchurls.New(deps.Presigner, batchurls.BucketsOf(deps.Config)); err != nil {
-		return nil, fmt.Errorf("jobs: machines' URLs: %w", err)
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50
@@ -162,36 +145,32 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	if cfg.FetchPollInterval <= 0 {
 		cfg.FetchPollInterval = DefaultFetchPollInterval
 	}
-	limiter := ratelimit.New(deps.Pool)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &BatchStartWorker{deps: deps})
-	river.AddWorker(workers, &PhaseLaunchWorker{deps: deps, limiter: limiter})
 	build := cfg.Build.withDefaults()
 	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
-	river.AddWorker(workers, &MachineDestroyWorker{deps: deps})
 	river.AddWorker(workers, &RetentionWorker{deps: deps})
-	if deps.Documents == nil {
-		docs, err := NewDocuments(deps.Config)
-		if err != nil {
-			return nil, err
-		}
-		deps.Documents = &docs
+	// River rescues no job sooner than this, and refuses a JobTimeout
+	// above it; every worker sets its own Timeout.
+	rescueAfter := ShortTimeout
+	queues := map[string]river.QueueConfig{
+		river.QueueDefault: {MaxWorkers: cfg.MaxWorkers},
+		BuildQueue:         {MaxWorkers: buildWorkers},
 	}
-	river.AddWorker(workers, &DocumentStepWorker{deps: deps, docs: *deps.Documents, limiter: limiter})
-	if deps.OCR == nil {
-		var err error
-		if deps.OCR, err = NewOCREngine(deps.Config); err != nil {
-			deps.Logger.Warn("the OCR phase has no engine: its chunks will stop with this error", "error", err)
-		}
-	}
-	river.AddWorker(workers, &ChunkWorker{deps: deps, limiter: limiter, ocr: ocrEngine{
-		engine: deps.OCR, variants: ocrVariants(deps.OCR), store: deps.Store, cfg: deps.Config,
-	}})
-
 	var periodic []*river.PeriodicJob
+	for _, e := range deps.Executors.All() {
+		j := e.Jobs(workers)
+		for q, qc := range j.Queues {
+			queues[q] = qc
+		}
+		periodic = append(periodic, j.Periodic...)
+		if j.Timeout > 0 {
+			rescueAfter = min(rescueAfter, j.Timeout)
+		}
+	}
 	if !cfg.NoSweep {
 		periodic = append(periodic, river.NewPeriodicJob(
 			river.PeriodicInterval(deps.Config.SweepInterval),
@@ -209,12 +188,15 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "retention"},
 		))
 	}
-	// River rescues no job sooner than this, and refuses a JobTimeout
-	// above it; every worker sets its own Timeout.
-	rescueAfter := min(shortJobTimeout, chunkTimeout(deps.Config.OCR.Timeout), chunkTimeout(deps.Config.Documents.Timeout))
-	queues, err := queueConfigs(deps.Config, cfg.MaxWorkers, cfg.Queues)
-	if err != nil {
-		return nil, err
+	if len(cfg.Queues) > 0 {
+		if err := checkQueues(queues, cfg.Queues); err != nil {
+			return nil, err
+		}
+		picked := make(map[string]river.QueueConfig, len(cfg.Queues))
+		for _, q := range cfg.Queues {
+			picked[q] = queues[q]
+		}
+		queues = picked
 	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		// River logs an error per poll while Postgres is away: a given
@@ -229,65 +211,54 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		// batch's launcher or fan-in check) for River's default hour.
 		// River rescues a running job once both this and the job's own
 		// Timeout have passed, at its next rescue round (every 30 s), so
-		// most jobs run again within shortJobTimeout + 30 s of a crash;
-		// chunk and document steps within their own bound + 30 s.
+		// most jobs run again within ShortTimeout + 30 s of a crash;
+		// an executor's longer jobs within their own bound + 30 s.
 		JobTimeout:           rescueAfter,
 		RescueStuckJobsAfter: rescueAfter,
 	})
 }
 
-// queueConfigs are the River queues a client works: every queue, or only
-// those named in only.
-func queueConfigs(c *config.Config, maxWorkers int, only []string) (map[string]river.QueueConfig, error) {
-	queues := map[string]river.QueueConfig{
-		river.QueueDefault: {MaxWorkers: maxWorkers},
-		BuildQueue:         {MaxWorkers: buildWorkers},
-	}
-	for _, q := range ChunkQueues() {
-		queues[q] = river.QueueConfig{MaxWorkers: c.OCR.Workers}
-	}
-	if len(only) == 0 {
-		return queues, nil
-	}
-	if err := CheckQueues(only); err != nil {
-		return nil, err
-	}
-	picked := make(map[string]river.QueueConfig, len(only))
-	for _, q := range only {
-		picked[q] = queues[q]
-	}
-	return picked, nil
-}
+// CoreQueues are the River queues of the core's jobs: "default" (batches,
+// phases, launches, callbacks' follow-ups) and "phase_build".
+func CoreQueues() []string { return []string{river.QueueDefault, BuildQueue} }
 
-// Queues names every River queue: "default" (batches, phases, launches,
-// callbacks' follow-ups), "phase_build", and each chunked phase's ("ocr").
-func Queues() []string {
-	return append([]string{river.QueueDefault, BuildQueue}, ChunkQueues()...)
-}
-
-// CheckQueues refuses a name that is not one of Queues.
-func CheckQueues(names []string) error {
+// CheckQueues refuses a name that is none of queues.
+func CheckQueues(queues, names []string) error {
 	for _, q := range names {
-		if !slices.Contains(Queues(), q) {
-			return fmt.Errorf("no job queue %q (the queues are %s)", q, strings.Join(Queues(), ", "))
+		if !slices.Contains(queues, q) {
+			return fmt.Errorf("no job queue %q (the queues are %s)", q, strings.Join(queues, ", "))
 		}
 	}
 	return nil
 }
 
-// jobDefaults is river.WorkerDefaults with our jobs' usual timeout,
-// shortJobTimeout.
-type jobDefaults[T river.JobArgs] struct{ river.WorkerDefaults[T] }
+func checkQueues(known map[string]river.QueueConfig, names []string) error {
+	for _, q := range names {
+		if _, ok := known[q]; !ok {
+			all := make([]string, 0, len(known))
+			for k := range known {
+				all = append(all, k)
+			}
+			slices.Sort(all)
+			return fmt.Errorf("no job queue %q (the queues are %s)", q, strings.Join(all, ", "))
+		}
+	}
+	return nil
+}
 
-// Timeout is shortJobTimeout.
-func (jobDefaults[T]) Timeout(*river.Job[T]) time.Duration { return shortJobTimeout }
+// Defaults is river.WorkerDefaults with our jobs' usual timeout,
+// ShortTimeout: embed it in a worker.
+type Defaults[T river.JobArgs] struct{ river.WorkerDefaults[T] }
 
-// shortJobTimeout bounds one run of every job but phase_build (batch
-// starts, launch rounds, fan-in checks, the sweep, deliveries, machine
-// cleanup), and so how soon a killed process's job is rescued: within
-// shortJobTimeout and River's 30 s rescue interval, 75 s. A start of
-// 100,000 files takes a few seconds.
-const shortJobTimeout = 45 * time.Second
+// Timeout is ShortTimeout.
+func (Defaults[T]) Timeout(*river.Job[T]) time.Duration { return ShortTimeout }
+
+// ShortTimeout bounds one run of every job but phase_build and those an
+// executor bounds otherwise (batch starts, launch rounds, fan-in checks,
+// the sweep, deliveries, machine cleanup), and so how soon a killed
+// process's job is rescued: within ShortTimeout and River's 30 s rescue
+// interval, 75 s.
+const ShortTimeout = 45 * time.Second
 
 // riverLogEvery is how often River's log writes one message at warning
 // level or above (internal/logcoalesce).
@@ -338,10 +309,10 @@ func (d Deps) limits() manifest.Limits {
 	return manifest.Limits{MaxFileSize: d.Config.MaxFileSize, MaxBatchSize: d.Config.MaxBatchSize, MaxFiles: d.Config.MaxFilesPerBatch}
 }
 
-// batchFinished counts a batch that a committed transaction moved to DONE
+// BatchFinished counts a batch that a committed transaction moved to DONE
 // or ERROR (b as BatchSetDone or BatchSetError returned it); nil is a batch
 // that had already ended, and counts nothing.
-func (d Deps) batchFinished(b *db.Batch) {
+func (d Deps) BatchFinished(b *db.Batch) {
 	if b == nil {
 		return
 	}
@@ -361,9 +332,9 @@ func (d Deps) batchFinished(b *db.Batch) {
 	d.Logger.Info("batch finished", attrs...)
 }
 
-// jobBatch loads the batch a job is about. A batch that does not exist
+// JobBatch loads the batch a job is about. A batch that does not exist
 // cancels the job (river.JobCancel): retrying would not make it appear.
-func (d Deps) jobBatch(ctx context.Context, id string) (db.Batch, error) {
+func (d Deps) JobBatch(ctx context.Context, id string) (db.Batch, error) {
 	batch, err := db.New(d.Pool).BatchGetByID(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return db.Batch{}, river.JobCancel(fmt.Errorf("batch %s does not exist", id))
@@ -374,15 +345,15 @@ func (d Deps) jobBatch(ctx context.Context, id string) (db.Batch, error) {
 	return batch, nil
 }
 
-// newEvent is a batch_events row for BatchEventInsertMany.
-func newEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertManyParams {
+// NewEvent is a batch_events row for BatchEventInsertMany.
+func NewEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertManyParams {
 	return db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: taskID, Data: data}.Row()
 }
 
-// uniqueUnfinished is the ByState of our unique jobs: every state in which
+// UniqueUnfinished is the ByState of our unique jobs: every state in which
 // the job has yet to finish. completed is left out on purpose: a unique job
 // that has finished must not block a new one (design.md, fan-in).
-var uniqueUnfinished = []rivertype.JobState{
+var UniqueUnfinished = []rivertype.JobState{
 	rivertype.JobStateAvailable,
 	rivertype.JobStatePending,
 	rivertype.JobStateRetryable,
@@ -390,8 +361,8 @@ var uniqueUnfinished = []rivertype.JobState{
 	rivertype.JobStateScheduled,
 }
 
-// backoff is 2^attempt seconds capped at limit, plus up to 20% jitter.
-func backoff(attempt int, limit time.Duration) time.Duration {
+// Backoff is 2^attempt seconds capped at limit, plus up to 20% jitter.
+func Backoff(attempt int, limit time.Duration) time.Duration {
 	d := limit
 	if attempt < 20 {
 		d = min(time.Duration(1<<attempt)*time.Second, limit)

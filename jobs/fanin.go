@@ -119,23 +119,3 @@ func InsertPhaseChecks(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.
 	}
 	return nil
 }
-
-// InsertPhaseLaunches enqueues the launcher of each phase in refs in the
-// caller's transaction (each once; an unfinished one is kept): a task of
-// theirs went back to pending to be retried.
-func InsertPhaseLaunches(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], refs []PhaseRef) error {
-	params := make([]river.InsertManyParams, 0, len(refs))
-	for i, r := range refs {
-		if slices.Contains(refs[:i], r) {
-			continue // one insert may not touch a unique job twice
-		}
-		params = append(params, river.InsertManyParams{Args: PhaseLaunchArgs(r)})
-	}
-	if len(params) == 0 {
-		return nil
-	}
-	if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("enqueueing phase_launch: %w", err)
-	}
-	return nil
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/eventually"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -40,7 +41,7 @@ func TestFanInLosesNoWakeUp(t *testing.T) {
 	env := testenv.New(t, testenv.Options{
 		NoSweep: true,
 		// Machines never call back on their own: the test posts the callbacks.
-		Behave: hang,
+		Behave: testenv.Hang,
 		// Widen the race window a little: each check lingers after
 		// counting, as a slow database would make it, so callbacks keep
 		// arriving while checks run.
@@ -58,7 +59,7 @@ func TestFanInLosesNoWakeUp(t *testing.T) {
 			files[i] = testenv.File{LogicalPath: fmt.Sprintf("/scan-%d.tif", i), Size: 10, ContentType: "image/tiff"}
 		}
 		env.Submit(t, id, files)
-		launches := awaitBatchLaunches(t, env, id, fanInTasks)
+		launches := env.AwaitBatchLaunches(t, id, fanInTasks)
 
 		// All callbacks start together.
 		start := make(chan struct{})
@@ -133,17 +134,17 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 			const id = "FANIN-LAST"
 			// Hold the check open (after its count, before it completes)
 			// until the last callback has had its chance to run.
-			hold, counted, release := holdCheck(id, 1, 30*time.Second)
+			hold, counted, release := testenv.HoldCheck(id, 1, 30*time.Second)
 			env := testenv.New(t, testenv.Options{
-				NoSweep: true, Behave: hang,
+				NoSweep: true, Behave: testenv.Hang,
 				Hooks: &jobs.TestHooks{NoFanInGuard: !tc.guard, AfterOpenCount: hold},
 			})
 			var once sync.Once
 			free := func() { once.Do(func() { close(release) }) }
 			t.Cleanup(free) // before the client stops, should the test fail
 			ctx := t.Context()
-			env.Submit(t, id, tiffs(2))
-			launches := awaitBatchLaunches(t, env, id, 2)
+			env.Submit(t, id, testenv.Tiffs(2))
+			launches := env.AwaitBatchLaunches(t, id, 2)
 
 			failTask(t, env, id, launches[0]) // its check counts one task open, and is held there
 			select {
@@ -160,12 +161,12 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 			}()
 			// Guarded, it waits for the check's lock; unguarded, it commits.
 			code := 0
-			awaitTrue(t, "the last callback to answer or to wait for the batch's lock", func() bool {
+			eventually.True(t, 30*time.Second, "the last callback to answer or to wait for the batch's lock", func() bool {
 				select {
 				case code = <-done:
 					return true
 				default:
-					return batchLockAwaited(t, env, id)
+					return env.BatchLockAwaited(t, id)
 				}
 			})
 			if tc.guard {
@@ -191,7 +192,7 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 			// Unguarded: once the held check has finished, nothing is left
 			// that could move the batch on.
 			var checks, unfinished int
-			awaitTrue(t, "the held check to finish", func() bool {
+			eventually.True(t, 30*time.Second, "the held check to finish", func() bool {
 				require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded'))
 					FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1`, id).Scan(&checks, &unfinished))
 				return unfinished == 0
@@ -206,81 +207,12 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 	}
 }
 
-// batchLockAwaited tells whether a transaction waits for a fan-in lock of
-// the batch in env's database.
-func batchLockAwaited(t *testing.T, env *testenv.Env, batchID string) bool {
-	t.Helper()
-	var waits bool
-	require.NoError(t, env.Pool.QueryRow(t.Context(), `SELECT EXISTS (
-		SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-		WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted
-		  AND (l.classid::bigint << 32 | l.objid::bigint) = batch_lock_key($1))`, batchID).Scan(&waits))
-	return waits
-}
-
-// awaitTrue polls cond until it holds, failing the test after 30 seconds.
-func awaitTrue(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 30 s for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// hang makes every machine run until the test ends it: the test posts the
-// callbacks.
-func hang(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }
-
-// holdCheck returns a check hook that, the first time a check of batchID
-// counts open tasks open, closes counted and holds that check until release
-// is closed (or wait passes).
-func holdCheck(batchID string, open int64, wait time.Duration) (hook func(string, int64), counted, release chan struct{}) {
-	counted, release = make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook = func(b string, n int64) {
-		if b != batchID || n != open {
-			return
-		}
-		once.Do(func() {
-			close(counted)
-			select {
-			case <-release:
-			case <-time.After(wait):
-			}
-		})
-	}
-	return hook, counted, release
-}
-
 // failTask posts a failure callback for l's task, which must be applied.
 func failTask(t *testing.T, env *testenv.Env, batchID string, l fakefly.Launch) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"status": "error", "error": "test"})
 	code, resp := env.DoAuth(t, http.MethodPost, "/callback/"+batchID+"/"+l.TaskID, l.Env["CALLBACK_TOKEN"], bytes.NewReader(body))
 	require.Equal(t, http.StatusOK, code, string(resp))
-}
-
-// awaitBatchLaunches waits until the batch's n machines are launched and
-// recorded, and returns their launches.
-func awaitBatchLaunches(t *testing.T, env *testenv.Env, batchID string, n int) []fakefly.Launch {
-	t.Helper()
-	env.AwaitStatus(t, batchID, func(st service.Status) bool {
-		return st.Status == "ERROR" || len(st.Phases) > 0 && st.Phases[0].TasksProcessing == int64(n)
-	})
-	var out []fakefly.Launch
-	env.Fly.Await(t, 30*time.Second, "launches of "+batchID, func() bool {
-		out = out[:0]
-		for _, l := range env.Fly.Launches() {
-			if l.BatchID == batchID && l.MachineID != "" {
-				out = append(out, l)
-			}
-		}
-		return len(out) == n
-	})
-	return out
 }
 
 // TestBackstopRecoversLostWakeUp: a task's callback is applied but its
@@ -290,15 +222,15 @@ func awaitBatchLaunches(t *testing.T, env *testenv.Env, batchID string, n int) [
 func TestBackstopRecoversLostWakeUp(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
-		if l.App == tiffApp {
+		if l.App == testenv.TiffApp {
 			return fakefly.Behavior{Hang: true} // its callback is made below
 		}
-		return succeed(l)
+		return testenv.Succeed(l)
 	}})
 	const id = "LOST-WAKE-UP"
 	ctx := t.Context()
-	env.Submit(t, id, tiffs(1))
-	l := awaitBatchLaunches(t, env, id, 1)[0]
+	env.Submit(t, id, testenv.Tiffs(1))
+	l := env.AwaitBatchLaunches(t, id, 1)[0]
 	body, err := json.Marshal(workerResult(l))
 	require.NoError(t, err)
 	_, err = env.Pool.Exec(ctx, `UPDATE tasks SET status = 'completed', ended_by = 'callback', result = $2, finished_at = now()
@@ -307,7 +239,7 @@ func TestBackstopRecoversLostWakeUp(t *testing.T) {
 	_, err = env.Pool.Exec(ctx, `UPDATE batches SET updated_at = now() - interval '1 hour' WHERE id = $1`, id)
 	require.NoError(t, err)
 
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, int64(1), st.Phases[0].TasksCompleted, "%+v", st.Phases)
 }
@@ -319,11 +251,11 @@ func TestBackstopRecoversLostWakeUp(t *testing.T) {
 // still transitions.
 func TestCheckWaitsOutOpenPhase(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{NoSweep: true, Behave: hang, Hooks: &jobs.TestHooks{WaitOutAbove: 1}})
+	env := testenv.New(t, testenv.Options{NoSweep: true, Behave: testenv.Hang, Hooks: &jobs.TestHooks{WaitOutAbove: 1}})
 	const id = "WAIT-OUT"
 	ctx := t.Context()
-	env.Submit(t, id, tiffs(3))
-	launches := awaitBatchLaunches(t, env, id, 3)
+	env.Submit(t, id, testenv.Tiffs(3))
+	launches := env.AwaitBatchLaunches(t, id, 3)
 	post := func(l fakefly.Launch) { failTask(t, env, id, l) }
 	type checks struct {
 		jobs, unfinished int
@@ -385,10 +317,10 @@ func TestTaskEndsWhileCheckWaitsOut(t *testing.T) {
 	t.Parallel()
 	const id = "WAIT-OUT-RACE"
 	// Hold the check after its count until both remaining tasks have ended.
-	hold, counted, release := holdCheck(id, 2, 30*time.Second)
-	env := testenv.New(t, testenv.Options{NoSweep: true, Behave: hang, Hooks: &jobs.TestHooks{WaitOutAbove: 1, AfterWaitOutCount: hold}})
-	env.Submit(t, id, tiffs(3))
-	launches := awaitBatchLaunches(t, env, id, 3)
+	hold, counted, release := testenv.HoldCheck(id, 2, 30*time.Second)
+	env := testenv.New(t, testenv.Options{NoSweep: true, Behave: testenv.Hang, Hooks: &jobs.TestHooks{WaitOutAbove: 1, AfterWaitOutCount: hold}})
+	env.Submit(t, id, testenv.Tiffs(3))
+	launches := env.AwaitBatchLaunches(t, id, 3)
 	post := func(l fakefly.Launch) { failTask(t, env, id, l) }
 
 	post(launches[0]) // two open: its check counts them, and is held there

@@ -13,54 +13,24 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 )
 
-// generationTasksSQL reads a file generation in list order (without the
+// generationSQL reads a file generation in list order (without the
 // columns nobody reads), the files with ordinals in ($4, $5], and beside
-// each file the task of the phase that processed it (NULLs when it had none).
-// Joining in the database lets the transform stream: neither the input
-// generation nor the tasks' results are ever all in memory. (It is not a
-// sqlc query because sqlc's :many collects every row before returning.)
-// Were a file to have two tasks, ordering by task id makes the choice of the
-// first stable. (A range of ordinals, not a LIMIT: with a LIMIT the
-// planner joined and sorted the whole generation first, 146 ms at 100,000
-// files for the first 2,000.)
-const generationTasksSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept, t.id, t.status, t.result
+// each file the outcome of its work in the phase $3 whose transform
+// applies, as the phase's executor finds it (Outcomes: NULLs when the file
+// had none). Joining in the database lets the transform stream: neither
+// the input generation nor the outcomes are ever all in memory. (It is not
+// a sqlc query because sqlc's :many collects every row before returning.)
+// Were a file to have two outcomes, the executor's order makes the choice
+// of the first stable. (A range of ordinals, not a LIMIT: with a LIMIT the
+// planner joined and sorted the whole generation first.)
+func generationSQL(o Outcomes) string {
+	return `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept, ` + o.ID + `, ` + o.Status + `, ` + o.Result + `
 FROM files f
-LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
+` + o.Join + `
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
-ORDER BY f.ordinal, t.id`
-
-// generationItemsSQL is generationTasksSQL for a chunked phase: beside
-// each file, its chunk item as the task the transform reads. A done
-// item is a completed task whose result is the published ref
-// (phases.OCRResult); any other item (failed, skipped, or left pending by
-// a chunk that ended early) is a failed task, which leaves the file as it
-// was.
-const generationItemsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept,
-	CASE WHEN t.file_id IS NOT NULL THEN t.chunk_id || '/' || t.item_index END,
-	CASE WHEN t.status = 'done' THEN 'completed' WHEN t.file_id IS NOT NULL THEN 'failed' END,
-	CASE WHEN t.status = 'done' THEN jsonb_build_object('text_length', t.text_length, 'ref_r2_key', t.published_key, 'ref_size', t.published_size) END
-FROM files f
-LEFT JOIN chunk_items t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3
-WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
-ORDER BY f.ordinal, t.chunk_id, t.item_index`
-
-// generationDocumentsSQL is generationTasksSQL for a documents phase:
-// beside each file, the document that indexes it as the task the
-// transform reads. A completed document is a completed task whose result
-// names it (phases.DocumentResult); a failed one is a failed task, which
-// leaves the file as it was. ($3, the phase, is the documents table's
-// only phase; it is read so that the query takes the same parameters.)
-const generationDocumentsSQL = `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept,
-	t.id::text,
-	CASE WHEN t.status = 'completed' THEN 'completed' WHEN t.id IS NOT NULL THEN 'failed' END,
-	CASE WHEN t.status = 'completed' THEN jsonb_build_object('document_id', t.id) END
-FROM files f
-LEFT JOIN documents t ON t.file_id = f.id AND t.batch_id = $1 AND $3::text <> ''
-WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
-ORDER BY f.ordinal, t.id`
+ORDER BY f.ordinal, ` + o.Order
+}
 
 // transformProblem is a file whose transform failed, with the task it
 // failed on ("" if none), for the transform_failed event.
@@ -87,26 +57,20 @@ type generationReader struct {
 }
 
 // readGeneration starts reading generation gen of the batch, transformed by
-// phase p (whose tasks it joins): the files after ordinal after (-1: from
-// the start) up to ordinal upTo (math.MaxInt32: to the end). tx must be a
-// transaction: the query needs a setting of its own (see below).
-func readGeneration(ctx context.Context, tx pgx.Tx, p phases.Phase, batchID string, gen, after, upTo int32) (*generationReader, error) {
+// phase p (whose work's outcomes its executor ex finds): the files after
+// ordinal after (-1: from the start) up to ordinal upTo (math.MaxInt32: to
+// the end). tx must be a transaction: the query needs a setting of its own
+// (see below).
+func readGeneration(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase, batchID string, gen, after, upTo int32) (*generationReader, error) {
 	// tasks has no index on file_id, and right after a phase its statistics
 	// are stale: the planner then likes a nested loop that scans the tasks
-	// once per file, quadratic in the batch (11 s at 10,000 files). A hash
-	// join reads each table once; Close sets it back, as the transaction's
-	// other queries are none of this one's business.
+	// once per file, quadratic in the batch. A hash join reads each table
+	// once; Close sets it back, as the transaction's other queries are
+	// none of this one's business.
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_nestloop = off"); err != nil {
 		return nil, err
 	}
-	query := generationTasksSQL
-	switch p.Spec().Executor {
-	case phases.Chunked:
-		query = generationItemsSQL
-	case phases.Documents:
-		query = generationDocumentsSQL
-	}
-	rows, err := tx.Query(ctx, query, batchID, gen, string(p.Spec().Name), after, upTo)
+	rows, err := tx.Query(ctx, generationSQL(ex.Outcomes()), batchID, gen, string(p.Spec().Name), after, upTo)
 	if err != nil {
 		return nil, fmt.Errorf("reading generation %d of batch %s: %w", gen, batchID, err)
 	}
@@ -121,8 +85,7 @@ func (g *generationReader) Next() bool {
 		ordinal        int32
 		taskID, status *string
 		// processing_config is read as plain bytes: into the model's
-		// json.RawMessage, pgx runs encoding/json over every one of them
-		// (a tenth of a 100,000-file transform's CPU).
+		// json.RawMessage, pgx runs encoding/json over every one of them.
 		cfg, result []byte
 	)
 	for g.err == nil && g.rows.Next() {
@@ -178,10 +141,11 @@ func (g *generationReader) Close(ctx context.Context) error {
 	return err
 }
 
-// insertGeneration writes a file generation, or a stretch of one whose first
-// file is at ordinal first, with COPY and returns it as stored: with the row IDs that tasks and the next generation refer to,
-// and the defaults the rows got. Only the IDs are read back: reading whole
-// rows again cost seconds at 100,000 files. files is modified in place.
+// insertGeneration writes a file generation, or a stretch of one whose
+// first file is at ordinal first, with COPY and returns it as stored: with
+// the row IDs that tasks and the next generation refer to, and the
+// defaults the rows got. Only the IDs are read back (whole rows are
+// costly to read back at 100,000 files). files is modified in place.
 func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, first int32, files []phases.File) ([]phases.File, error) {
 	q := db.New(tx)
 	src := &generationSource{batchID: batchID, generation: generation, first: first, files: files, i: -1,

@@ -45,7 +45,7 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 				return fakefly.Behavior{LaunchStatus: http.StatusUnprocessableEntity}
 			}
 		}
-		return succeed(l)
+		return testenv.Succeed(l)
 	}
 	logs := &syncbuf.Buffer{}
 	env := testenv.New(t, testenv.Options{
@@ -64,13 +64,13 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 		{LogicalPath: "/photos/f.png", Size: 500, ContentType: "image/png"},
 		{LogicalPath: "/meta.json", Size: 70, ContentType: "application/json"},
 	})
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	// 6 applied callbacks (a, b; a.jpg, d, e, f) and d's duplicate.
 	env.Fly.AwaitCallbacks(t, 7, 30*time.Second)
 
 	// Rejected callbacks, one per reason.
-	aTIFF, hung := launchOf(t, env, "a.tif"), launchOf(t, env, "c.tif")
+	aTIFF, hung := env.LaunchOf(t, "a.tif"), env.LaunchOf(t, "c.tif")
 	env.Fly.Await(t, 30*time.Second, "hung machine destroyed", func() bool { return len(env.Fly.Destroyed()) > 0 })
 	success := `{"status": "success", "output_r2_key": "staging/` + id + `/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1}`
 	for _, c := range []struct {

@@ -35,7 +35,7 @@ func (PhaseBuildArgs) Kind() string { return "phase_build" }
 // their own (BuildQueue).
 func (PhaseBuildArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: BuildQueue, MaxAttempts: buildMaxAttempts,
-		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished}}
 }
 
 const buildMaxAttempts = 10
@@ -50,7 +50,7 @@ const buildWorkers = 4
 
 // PhaseBuildWorker works PhaseBuildArgs.
 type PhaseBuildWorker struct {
-	jobDefaults[PhaseBuildArgs]
+	Defaults[PhaseBuildArgs]
 	deps  Deps
 	build BuildSizes
 	hooks *TestHooks
@@ -66,16 +66,13 @@ var errBuildMoved = errors.New("the batch moved on")
 
 // startBuild is the end of a transition that wrote only the first stretch
 // of the next generation (stored, covering the input files up to ordinal
-// cursor): it writes the tasks of phase p among them, moves the batch into
-// p with the build recorded, and enqueues p's launcher and the phase_build
-// that writes the rest. Runs in the transition's transaction.
-func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
-	q := db.New(tx)
+// cursor): it moves the batch into p with the build recorded, has p's
+// executor enter it with them (an Extender: the rest comes by Extend), and
+// enqueues the phase_build that writes the rest. Runs in the transition's
+// transaction.
+func startBuild(ctx context.Context, tx Tx, d Deps, sizes BuildSizes, batchID string, from phases.Name, p phases.Phase, gen, cursor int32, stored []phases.File) error {
+	q := tx.Queries()
 	name := string(p.Spec().Name)
-	work := phases.Work(p, stored)
-	if err := insertTasks(ctx, tx, batchID, p.Spec().Name, work); err != nil {
-		return err
-	}
 	if _, err := q.BatchSetPhaseBuilding(ctx, db.BatchSetPhaseBuildingParams{
 		ID: batchID, Phase: name, Generation: gen, BuildFrom: string(from), Cursor: cursor,
 	}); err != nil {
@@ -84,22 +81,22 @@ func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string
 		}
 		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
 	}
-	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: map[string]any{
-		"tasks": len(work), "generation": gen, "generation_complete": false,
-	}}); err != nil {
+	data, err := d.Executors.executor(p).Enter(ctx, tx, PhaseAt{BatchID: batchID, Phase: p, Generation: gen}, stored)
+	if err != nil {
+		return fmt.Errorf("entering %s of batch %s: %w", name, batchID, err)
+	}
+	data = withGeneration(data, gen)
+	data["generation_complete"] = false
+	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: data}); err != nil {
 		return err
 	}
-	client := river.ClientFromContext[pgx.Tx](ctx)
 	build := PhaseBuildArgs{BatchID: batchID, Phase: name, From: string(from), Generation: gen}
 	opts := build.InsertOpts()
 	if sizes.MaxAttempts > 0 {
 		opts.MaxAttempts = sizes.MaxAttempts
 	}
-	if _, err := client.InsertManyTx(ctx, tx, []river.InsertManyParams{
-		{Args: PhaseLaunchArgs{BatchID: batchID, Phase: name}},
-		{Args: build, InsertOpts: &opts},
-	}); err != nil {
-		return fmt.Errorf("enqueueing the launch and build of %s %s: %w", batchID, name, err)
+	if _, err := tx.River.InsertTx(ctx, tx.Tx, build, &opts); err != nil {
+		return fmt.Errorf("enqueueing the build of %s %s: %w", batchID, name, err)
 	}
 	return nil
 }
@@ -114,7 +111,7 @@ func startBuild(ctx context.Context, tx pgx.Tx, sizes BuildSizes, batchID string
 func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildArgs]) error {
 	args := job.Args
 	q := db.New(w.deps.Pool)
-	batch, err := w.deps.jobBatch(ctx, args.BatchID)
+	batch, err := w.deps.JobBatch(ctx, args.BatchID)
 	if err != nil {
 		return err
 	}
@@ -139,7 +136,7 @@ func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildAr
 	// The input generation and the finished phase's tasks no longer change,
 	// so one long read can feed every chunk's transaction.
 	err = pgx.BeginTxFunc(ctx, w.deps.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(rtx pgx.Tx) error {
-		rd, err := readGeneration(ctx, rtx, from, args.BatchID, args.Generation-1, b.cursor, math.MaxInt32)
+		rd, err := readGeneration(ctx, rtx, w.deps.Executors.executor(from), from, args.BatchID, args.Generation-1, b.cursor, math.MaxInt32)
 		if err != nil {
 			return err
 		}
@@ -183,23 +180,18 @@ func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuild
 		ended  int
 	)
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		// Exclusive: no task of the batch is midway through ending.
 		if err := LockBatch(ctx, tx, args.BatchID); err != nil {
 			return err
 		}
 		var err error
-		if failed, err = failBatch(ctx, db.New(tx), args.BatchID, args.Phase, msg); err != nil || failed == nil {
-			return err
-		}
-		appOf := func(phase string) string { return w.deps.Config.Phases[phases.Name(phase)].FlyAppName }
-		ended, _, err = StopBatchWork(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), appOf, args.BatchID, "Batch failed: "+msg)
+		failed, ended, err = FailBatch(ctx, Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}, w.deps, args.BatchID, args.Phase, msg)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	w.deps.Metrics.TasksFinished(args.Phase, metrics.TaskCancelled, ended)
-	w.deps.batchFinished(failed)
+	w.deps.BatchFinished(failed)
 	return river.JobCancel(cause)
 }
 
@@ -249,11 +241,17 @@ func (b *builder) write(ctx context.Context, last bool) error {
 		if err != nil {
 			return err
 		}
-		work := phases.Work(b.p, stored)
-		if err := insertTasks(ctx, tx, args.BatchID, b.p.Spec().Name, work); err != nil {
+		ptx := Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}
+		at := PhaseAt{BatchID: args.BatchID, Phase: b.p, Generation: args.Generation}
+		ext, ok := b.deps.Executors.executor(b.p).(Extender)
+		if !ok {
+			return fmt.Errorf("the executor of %s cannot take a generation part by part", args.Phase)
+		}
+		n, err := ext.Extend(ctx, ptx, at, stored)
+		if err != nil {
 			return err
 		}
-		b.tasks += len(work)
+		b.tasks += n
 		events := problemEvents(args.BatchID, args.From, b.problems)
 		if !last {
 			if len(events) > 0 {
@@ -270,17 +268,17 @@ func (b *builder) write(ctx context.Context, last bool) error {
 		if err != nil {
 			return err
 		}
-		tasks, err := q.TaskCountByBatch(ctx, args.BatchID)
+		progress, err := b.deps.Executors.executor(b.p).Progress(ctx, q, []string{args.BatchID})
 		if err != nil {
 			return err
 		}
 		var phaseTasks int64
-		for _, c := range tasks {
-			if c.Phase == args.Phase {
-				phaseTasks += c.Count
+		for _, pp := range progress[args.BatchID] {
+			if pp.Phase == args.Phase {
+				phaseTasks = pp.TasksTotal
 			}
 		}
-		events = append(events, newEvent(args.BatchID, db.EventGenerationBuilt, args.Phase, "", map[string]any{
+		events = append(events, NewEvent(args.BatchID, db.EventGenerationBuilt, args.Phase, "", map[string]any{
 			"from": args.From, "generation": args.Generation, "files_in": filesIn,
 			"files_out": int(b.ordinal) + len(b.files), "tasks": phaseTasks,
 		}))
@@ -288,7 +286,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			return err
 		}
 		finished = true
-		return EnsurePhaseCheck(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), PhaseRef{BatchID: args.BatchID, Phase: args.Phase})
+		return EnsurePhaseCheck(ctx, tx, ptx.River, at.Ref())
 	})
 	if err != nil {
 		return err

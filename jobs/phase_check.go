@@ -35,12 +35,12 @@ func (PhaseCheckArgs) Kind() string { return "phase_check" }
 // out of ByState on purpose: once a check has finished, the next task end
 // must be able to enqueue a new one, or its wake-up would be lost.
 func (PhaseCheckArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueUnfinished}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished}}
 }
 
 // PhaseCheckWorker works PhaseCheckArgs.
 type PhaseCheckWorker struct {
-	jobDefaults[PhaseCheckArgs]
+	Defaults[PhaseCheckArgs]
 	deps  Deps
 	build BuildSizes
 	hooks *TestHooks
@@ -98,9 +98,14 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 			// chunk makes sure a check runs after it.
 			return done()
 		}
-		hasOpen, err := phaseHasOpen(ctx, q, args.BatchID, args.Phase, batch.Generation)
+		ex, p, ok := w.deps.Executors.Of(args.Phase)
+		if !ok {
+			_, err := failBatch(ctx, Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}, w.deps, args.BatchID, args.Phase, fmt.Sprintf("unknown phase %q", args.Phase))
+			return errors.Join(err, done())
+		}
+		hasOpen, err := ex.HasOpen(ctx, q, PhaseAt{BatchID: args.BatchID, Phase: p, Generation: batch.Generation})
 		if err != nil {
-			return err
+			return fmt.Errorf("looking for open work of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
 		}
 		if w.hooks != nil {
 			open := int64(0)
@@ -118,31 +123,17 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 		return done()
 	})
 	if err == nil {
-		w.deps.batchFinished(finished)
+		w.deps.BatchFinished(finished)
 	}
 	return err
-}
-
-// phaseHasOpen reports whether a batch's phase, entered with generation,
-// has work still open: tasks, for a chunked phase chunks that are not DONE
-// or ERROR, for a documents phase documents of the generation's files not
-// completed or failed.
-func phaseHasOpen(ctx context.Context, q *db.Queries, batchID, phase string, generation int32) (bool, error) {
-	switch executorOf(phase) {
-	case phases.Chunked:
-		n, err := q.ChunkCountOpen(ctx, db.ChunkCountOpenParams{BatchID: batchID, Phase: phase})
-		return n > 0, err
-	case phases.Documents:
-		return q.DocumentBatchHasOpen(ctx, db.DocumentBatchHasOpenParams{BatchID: &batchID, Generation: generation})
-	}
-	return q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: batchID, Phase: phase})
 }
 
 // Waiting out an open phase.
 //
 // While a phase has many tasks open, its end is far off: with n open it
-// cannot come sooner than n / maxEndRate. A check that finds more than
-// waitOutAbove tasks open, read without any lock, does not complete: it
+// cannot come sooner than n / maxEndRate. Where the phase's executor can
+// count its open work cheaply without a lock (OpenCounter), a check that
+// finds more than waitOutAbove open does not complete: it
 // snoozes that long (within [minWaitOut, maxWaitOut]) and looks again,
 // unfinished all the while. Task ends that find it unfinished enqueue
 // nothing (EnsurePhaseCheck), so during the bulk of a phase callbacks
@@ -175,15 +166,12 @@ const waitOutAbove = 1000
 // or 0 when it should look under the lock now: the phase has at most
 // waitOutAbove tasks open, or the batch is no longer simply in it.
 func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (time.Duration, error) {
-	if executorOf(args.Phase) != phases.Machine {
-		// A few chunks, each ending once; or documents, which end at a
-		// provider's pace: nothing to wait out.
-		return 0, nil
+	ex, _, _ := w.deps.Executors.Of(args.Phase)
+	counter, ok := ex.(OpenCounter)
+	if !ok {
+		return 0, nil // e.g. a few chunks, each ending once: nothing to wait out
 	}
-	open, err := db.New(w.deps.Pool).PhaseOpenCount(ctx, db.PhaseOpenCountParams{BatchID: args.BatchID, Phase: args.Phase})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
+	open, err := counter.OpenCount(ctx, db.New(w.deps.Pool), PhaseRef(args))
 	if err != nil {
 		return 0, fmt.Errorf("counting open tasks of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
 	}
@@ -207,36 +195,36 @@ func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (ti
 // machines start while the rest is written.
 func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.Batch) (*db.Batch, error) {
 	q := db.New(tx)
+	ptx := Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}
 	t0 := time.Now()
 	lap := func() time.Duration { d := time.Since(t0); t0 = time.Now(); return d }
 	name := phases.Name(batch.Status)
-	p, ok := phases.Get(name)
+	ex, p, ok := w.deps.Executors.Of(batch.Status)
 	if !ok {
-		return failBatch(ctx, q, batch.ID, batch.Status, fmt.Sprintf("unknown phase %q", batch.Status))
+		return failBatch(ctx, ptx, w.deps, batch.ID, batch.Status, fmt.Sprintf("unknown phase %q", batch.Status))
 	}
-	counts, err := q.TaskCountByBatch(ctx, batch.ID)
+	progress, err := ex.Progress(ctx, q, []string{batch.ID})
 	if err != nil {
-		return nil, fmt.Errorf("counting tasks of %s: %w", batch.Status, err)
+		return nil, fmt.Errorf("counting the work of %s: %w", batch.Status, err)
 	}
-	var completed, failed int64 // every task of the phase has ended
-	for _, c := range counts {
-		switch {
-		case c.Phase != batch.Status:
-		case c.Status == string(phases.TaskCompleted):
-			completed += c.Count
-		default:
-			failed += c.Count
+	var completed, failed int64 // every unit of the phase's work has ended
+	for _, pp := range progress[batch.ID] {
+		if pp.Phase == batch.Status {
+			completed, failed = pp.TasksCompleted, pp.TasksTotal-pp.TasksCompleted
 		}
 	}
 	dTasks := lap()
 	// The phase right after this one: the generation can be written in
 	// chunks once it is known to be the next phase, which the first of its
-	// files to need a task shows. (A later phase is next only if no file of
+	// files to need work shows, and if its executor can take a generation
+	// part by part (Extender). (A later phase is next only if no file of
 	// the whole generation needs this one; the generation is then read to
 	// its end first, as a small one is.)
 	candidate, _ := phases.Get(phases.Next(p.Spec().Name))
-	if candidate != nil && candidate.Spec().Executor != phases.Machine {
-		candidate = nil // chunks group the whole generation: it is read first
+	if candidate != nil {
+		if _, ok := w.deps.Executors.executor(candidate).(Extender); !ok {
+			candidate = nil // e.g. chunks group the whole generation: it is read first
+		}
 	}
 	n, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
 	if err != nil {
@@ -249,7 +237,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// Room for every input and one output in eight more (a converted TIFF
 	// adds its JPEG), so that the usual next generation never has to be
 	// copied into a bigger array while the old one is still alive.
-	gen := applyGeneration{from: p, batchID: batch.ID, next: make([]phases.File, 0, n+n/8)}
+	gen := nextGeneration{from: p, outcomes: ex, batchID: batch.ID, next: make([]phases.File, 0, n+n/8)}
 	if err := gen.read(ctx, tx, batch.Generation, -1, upTo, candidate); err != nil {
 		return nil, err
 	}
@@ -260,13 +248,13 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 		}
 		complete = true
 	}
-	dApply := lap() // reading the generation and its tasks, and transforming it
+	dApply := lap() // reading the generation and its outcomes, and transforming it
 
 	data := map[string]any{"tasks_completed": completed, "tasks_failed": failed}
 	if complete {
 		data["files_in"], data["files_out"] = gen.filesIn, len(gen.next)
 	}
-	events := append([]db.BatchEventInsertManyParams{newEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", data)},
+	events := append([]db.BatchEventInsertManyParams{NewEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", data)},
 		problemEvents(batch.ID, batch.Status, gen.problems)...)
 	if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 		return nil, fmt.Errorf("recording phase events: %w", err)
@@ -280,9 +268,9 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	dInsert := lap()
 	var finished *db.Batch
 	if complete {
-		finished, err = enterNextPhase(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), w.deps, batch.ID, phases.Next(p.Spec().Name), next, stored)
+		finished, err = enterNextPhase(ctx, ptx, w.deps, batch.ID, phases.Next(p.Spec().Name), next, stored)
 	} else {
-		err = startBuild(ctx, tx, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
+		err = startBuild(ctx, ptx, w.deps, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}
 	w.deps.Logger.Info("phase completed", "batch_id", batch.ID, "phase", batch.Status,
 		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored), "generation_complete", complete,
@@ -291,10 +279,11 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	return finished, err
 }
 
-// applyGeneration collects a generation's transform: the next generation's
+// nextGeneration is the next generation as a transform makes it: its
 // files read so far, and the problems met.
-type applyGeneration struct {
+type nextGeneration struct {
 	from     phases.Phase // the phase whose transform applies
+	outcomes Executor     // from's executor, which finds its work's outcomes
 	batchID  string
 	next     []phases.File
 	problems []transformProblem
@@ -306,8 +295,8 @@ type applyGeneration struct {
 // read transforms the files of generation gen with ordinals in (after,
 // upTo], appending to a.next. With a candidate phase, it records whether
 // any output needs a task of it (decided).
-func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo int32, candidate phases.Phase) error {
-	rd, err := readGeneration(ctx, tx, a.from, a.batchID, gen, after, upTo)
+func (a *nextGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo int32, candidate phases.Phase) error {
+	rd, err := readGeneration(ctx, tx, a.outcomes, a.from, a.batchID, gen, after, upTo)
 	if err != nil {
 		return err
 	}
@@ -334,7 +323,7 @@ func (a *applyGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo 
 func problemEvents(batchID, phase string, problems []transformProblem) []db.BatchEventInsertManyParams {
 	events := make([]db.BatchEventInsertManyParams, 0, len(problems))
 	for _, pr := range problems {
-		events = append(events, newEvent(batchID, db.EventTransformFailed, phase, pr.taskID, map[string]any{"error": pr.err.Error()}))
+		events = append(events, NewEvent(batchID, db.EventTransformFailed, phase, pr.taskID, map[string]any{"error": pr.err.Error()}))
 	}
 	return events
 }

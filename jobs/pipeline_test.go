@@ -20,11 +20,6 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
-const (
-	tiffApp  = "arke-tiff-worker"
-	imageApp = "arke-image-processor"
-)
-
 // workerResult is what a well-behaved worker reports for a launch: the
 // sample success body of the phase its task belongs to.
 func workerResult(l fakefly.Launch) json.RawMessage {
@@ -34,10 +29,6 @@ func workerResult(l fakefly.Launch) json.RawMessage {
 	}
 	return b
 }
-
-func succeed(l fakefly.Launch) fakefly.Behavior { return fakefly.Succeed(l) }
-
-func isDone(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" }
 
 // TestMixedBatchEndToEnd drives a batch of TIFFs, images and documents
 // through TIFF_CONVERSION and IMAGE_PROCESSING to DONE through the real
@@ -55,7 +46,7 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		case "d.jpg":
 			return fakefly.Behavior{Body: workerResult(l), Duplicate: 1}
 		}
-		return succeed(l)
+		return testenv.Succeed(l)
 	}
 	// One attempt per task: the hung machine's task fails at its timeout
 	// (attempts_test.go has the retries).
@@ -72,16 +63,20 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		{LogicalPath: "/meta.json", Size: 70, ContentType: "application/json"},
 	})
 
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.NotNil(t, st.CompletedAt)
 	require.Equal(t, []service.PhaseProgress{
-		{Phase: "TIFF_CONVERSION", TasksTotal: 3, TasksCompleted: 1, TasksFailed: 2},
-		{Phase: "IMAGE_PROCESSING", TasksTotal: 3, TasksCompleted: 3},
+		{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 1, TasksFailed: 2},
+		{Phase: "IMAGE_PROCESSING", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 3},
+		// The fake image workers publish no variants: the one ref whose
+		// directory asked for OCR fails, as a missing object.
+		{Phase: "OCR", Executor: "chunked", Unit: "refs", TasksTotal: 1, TasksFailed: 1,
+			Detail: map[string]int64{"chunks_total": 1, "chunks_done": 0, "chunks_error": 1}},
 	}, st.Phases)
 
 	// The final manifest reaches ingest once, with an idempotency key.
-	call := awaitIngest(t, env, 1)[0]
+	call := env.AwaitIngest(t, 1)[0]
 	require.Equal(t, "/api/batches/"+id+"/enqueue-processed", call.Path)
 	require.Equal(t, http.StatusOK, call.Status)
 	require.True(t, strings.HasPrefix(call.IdempotencyKey, id+"@"), call.IdempotencyKey)
@@ -147,18 +142,18 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 	// The duplicate callback was answered 200 and changed nothing.
 	var dCallbacks []int
 	for _, cb := range env.Fly.Callbacks() {
-		if strings.HasSuffix(cb.URL, "/"+taskOf(t, env, id, "d.jpg")) {
+		if strings.HasSuffix(cb.URL, "/"+env.TaskOf(t, id, "d.jpg")) {
 			dCallbacks = append(dCallbacks, cb.Status)
 		}
 	}
 	require.Equal(t, []int{http.StatusOK, http.StatusOK}, dCallbacks)
 	var dResults int
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM batch_events WHERE batch_id = $1 AND type = 'task.completed' AND task_id = $2`,
-		id, taskOf(t, env, id, "d.jpg")).Scan(&dResults))
+		id, env.TaskOf(t, id, "d.jpg")).Scan(&dResults))
 	require.Equal(t, 1, dResults)
 
 	// The hung machine is destroyed, and its late callback is refused.
-	hung := launchOf(t, env, "c.tiff")
+	hung := env.LaunchOf(t, "c.tiff")
 	env.Fly.Await(t, 30*time.Second, "hung machine destroyed", func() bool {
 		for _, d := range env.Fly.Destroyed() {
 			if d == hung.MachineID {
@@ -194,10 +189,10 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	t.Helper()
 	cfg := env.Config
 	wantMem, image := 1024, cfg.Phases["TIFF_CONVERSION"].WorkerImage
-	if l.App == imageApp {
+	if l.App == testenv.ImageApp {
 		wantMem, image = 2048, cfg.Phases["IMAGE_PROCESSING"].WorkerImage
 	}
-	require.Contains(t, []string{tiffApp, imageApp}, l.App)
+	require.Contains(t, []string{testenv.TiffApp, testenv.ImageApp}, l.App)
 	require.Equal(t, image, l.Image)
 	require.Equal(t, "ord", l.Region)
 	require.Equal(t, wantMem, l.MemoryMB)
@@ -216,7 +211,7 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 		"R2_BUCKET":    env.Bucket,
 		"CALLBACK_URL": env.Server.URL + "/callback/" + batchID + "/" + l.Metadata["task_id"],
 	}
-	if l.App == imageApp {
+	if l.App == testenv.ImageApp {
 		want["ARCHIVE_BUCKET"] = "arke-archive"
 		want["CDN_BUCKET"] = "arke-cdn"
 		want["CDN_PUBLIC_URL"] = "https://cdn.test"
@@ -244,54 +239,12 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	require.NotContains(t, string(stored), l.Env["CALLBACK_TOKEN"])
 }
 
-// taskOf returns the id of the task that processed the named file.
-func taskOf(t *testing.T, env *testenv.Env, batchID, fileName string) string {
-	t.Helper()
-	var id string
-	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT t.id FROM tasks t JOIN files f ON f.id = t.file_id
-		WHERE t.batch_id = $1 AND f.file_name = $2`, batchID, fileName).Scan(&id))
-	return id
-}
-
-// launchOf returns the launch of the machine that processed the named file.
-func launchOf(t *testing.T, env *testenv.Env, fileName string) fakefly.Launch {
-	t.Helper()
-	for _, l := range env.Fly.Launches() {
-		if path.Base(l.Env["INPUT_R2_KEY"]) == fileName && l.MachineID != "" {
-			return l
-		}
-	}
-	t.Fatalf("no launch for %s", fileName)
-	return fakefly.Launch{}
-}
-
-// awaitIngest waits until the fake ingest service has n successful calls.
-func awaitIngest(t *testing.T, env *testenv.Env, n int) []testenv.IngestCall {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var ok []testenv.IngestCall
-		for _, c := range env.Ingest.Calls() {
-			if c.Status/100 == 2 {
-				ok = append(ok, c)
-			}
-		}
-		if len(ok) >= n {
-			return ok
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ingest got %d successful calls, want %d (all calls: %d)", len(ok), n, len(env.Ingest.Calls()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestThousandsOfFiles runs a 2,000-file batch (10% TIFF) to DONE: every
 // task completes, every file is in the final manifest once, and each task got
 // one machine.
 func TestThousandsOfFiles(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t, testenv.Options{Behave: succeed})
+	env := testenv.New(t, testenv.Options{Behave: testenv.Succeed})
 	const id, n = "THOUSANDS", 2000
 	var files []testenv.File
 	for i := range n {
@@ -302,15 +255,15 @@ func TestThousandsOfFiles(t *testing.T) {
 		files = append(files, f)
 	}
 	env.Submit(t, id, files)
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, []service.PhaseProgress{
-		{Phase: "TIFF_CONVERSION", TasksTotal: n / 10, TasksCompleted: n / 10},
-		{Phase: "IMAGE_PROCESSING", TasksTotal: n, TasksCompleted: n},
+		{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: n / 10, TasksCompleted: n / 10},
+		{Phase: "IMAGE_PROCESSING", Executor: "machine", Unit: "tasks", TasksTotal: n, TasksCompleted: n},
 	}, st.Phases)
 
 	var delivered jobs.ProcessedManifest
-	require.NoError(t, json.Unmarshal(awaitIngest(t, env, 1)[0].Body, &delivered))
+	require.NoError(t, json.Unmarshal(env.AwaitIngest(t, 1)[0].Body, &delivered))
 	// Every image became its ref.json; every TIFF stayed as the source.
 	require.Equal(t, int64(n+n/10), delivered.Manifest.TotalFiles)
 	seen := map[string]bool{}
@@ -320,5 +273,5 @@ func TestThousandsOfFiles(t *testing.T) {
 			seen[f.R2Key] = true
 		}
 	}
-	requireOneMachinePerTask(t, env, id)
+	env.RequireOneMachinePerTask(t, id)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/eventually"
 	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/fakeocr"
@@ -110,10 +111,10 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 		{LogicalPath: "/docs/guide.md", Size: 50, ContentType: "text/markdown", Config: describe},
 		{LogicalPath: "/docs/minutes.txt", Size: 60, ContentType: "text/plain", Config: describe},
 	})
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 1, Failed: 1}, st.Documents)
-	first := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 1, Failed: 1}, testenv.DocumentsOf(st))
+	first := manifestFiles(t, env.AwaitIngest(t, 1)[0].Body)
 	require.NotContains(t, first, "/scans/bad.jpg.ref.json", "the failed TIFF was not converted")
 	require.Contains(t, first, "/scans/good.jpg.ref.json")
 	require.Zero(t, first["/docs/minutes.txt"].DocumentID, "the failed document's file has no document")
@@ -137,10 +138,10 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	require.Equal(t, "TIFF_CONVERSION", resumed.Status, "the rerun starts at the earliest phase with a failure")
 	require.Nil(t, resumed.CompletedAt)
 
-	st = env.AwaitStatus(t, id, isDone)
+	st = env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
-	calls := awaitIngest(t, env, 2)
+	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 2}, testenv.DocumentsOf(st))
+	calls := env.AwaitIngest(t, 2)
 	require.Len(t, calls, 2)
 	require.NotEqual(t, calls[0].IdempotencyKey, calls[1].IdempotencyKey, "a new delivery has a new idempotency key")
 	second := manifestFiles(t, calls[1].Body)
@@ -168,14 +169,14 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	require.NoError(t, env.Pool.QueryRow(context.Background(),
 		`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = $2`, id, db.EventBatchResumed).Scan(&data))
 	require.JSONEq(t, `{"phase": "TIFF_CONVERSION", "files": 2, "tasks": {"TIFF_CONVERSION": 1}, "ocr_items": 0, "documents": 1}`, data)
-	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
+	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
 
 	// Nothing failed any more.
 	require.NotContains(t, batchPage(t, env, id), `id="retry"`)
 	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusConflict, code)
 	require.Contains(t, string(body), "is DONE with nothing failed; there is nothing to retry")
-	require.Len(t, awaitIngest(t, env, 2), 2)
+	require.Len(t, env.AwaitIngest(t, 2), 2)
 }
 
 // TestRetryResumesFailedDocuments: in DOCUMENT_INDEXING, with one
@@ -219,7 +220,9 @@ func TestRetryResumesFailedDocuments(t *testing.T) {
 				{LogicalPath: "/slow.txt", Size: 15, ContentType: "text/plain", Config: describe},
 				{LogicalPath: "/refused.txt", Size: 18, ContentType: "text/plain", Config: describe},
 			})
-			st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Documents != nil && st.Documents.Failed == 1 })
+			st := env.AwaitStatus(t, id, func(st service.Status) bool {
+				return testenv.DocumentsOf(st) != nil && testenv.DocumentsOf(st).Failed == 1
+			})
 			require.Equal(t, "DOCUMENT_INDEXING", st.Status)
 			var failedID int64
 			require.NoError(t, env.Pool.QueryRow(context.Background(),
@@ -235,20 +238,20 @@ func TestRetryResumesFailedDocuments(t *testing.T) {
 			fixed.Store(true)
 			code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 			require.Equal(t, http.StatusOK, code, "body: %s", body)
-			awaitTrue(t, "the failed document to be indexed", func() bool {
+			eventually.True(t, 30*time.Second, "the failed document to be indexed", func() bool {
 				var status string
 				require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT status FROM documents WHERE id = $1`, failedID).Scan(&status))
 				return status == "completed"
 			})
 			code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 			require.Equal(t, http.StatusConflict, code)
-			require.Contains(t, string(body), "is running DOCUMENT_INDEXING with no failed document")
+			require.Contains(t, string(body), "is running DOCUMENT_INDEXING with no failed work")
 
 			open()
-			st = env.AwaitStatus(t, id, isDone)
+			st = env.AwaitStatus(t, id, testenv.IsDone)
 			require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-			require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
-			final := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+			require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 2}, testenv.DocumentsOf(st))
+			final := manifestFiles(t, env.AwaitIngest(t, 1)[0].Body)
 			require.Equal(t, failedID, final["/refused.txt"].DocumentID)
 			require.NotZero(t, final["/slow.txt"].DocumentID)
 			var data string
@@ -291,7 +294,7 @@ func TestAbandonedDocumentFails(t *testing.T) {
 	})
 	ctx := context.Background()
 	var docID, jobID int64
-	awaitTrue(t, "the stuck document's embeddings to be under way", func() bool {
+	eventually.True(t, 30*time.Second, "the stuck document's embeddings to be under way", func() bool {
 		err := env.Pool.QueryRow(ctx, `SELECT d.id, j.id FROM documents d JOIN river_job j
 			ON j.kind = 'document_step' AND j.args @> jsonb_build_object('document_id', d.id) AND j.state = 'running'
 			WHERE d.batch_id = $1 AND d.current_step = 'embeddings' AND d.r2_key LIKE '%/stuck.txt'`, id).Scan(&docID, &jobID)
@@ -300,14 +303,14 @@ func TestAbandonedDocumentFails(t *testing.T) {
 	_, err := env.River.JobCancel(ctx, jobID)
 	require.NoError(t, err)
 
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 1, Failed: 1}, st.Documents)
+	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 1, Failed: 1}, testenv.DocumentsOf(st))
 	doc, err := db.New(env.Pool).DocumentGet(ctx, docID)
 	require.NoError(t, err)
 	require.Equal(t, "failed", doc.Status)
 	require.Contains(t, string(doc.Errors), "was cancelled by River")
-	final := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+	final := manifestFiles(t, env.AwaitIngest(t, 1)[0].Body)
 	require.Zero(t, final["/stuck.txt"].DocumentID)
 	require.NotZero(t, final["/ok.txt"].DocumentID)
 }
@@ -331,7 +334,7 @@ func TestAbandonedAPIDocumentFails(t *testing.T) {
 	stuck := post("documents/stuck-one.txt", "a stuck document")
 	slow := post("documents/stuck-two.txt", "another stuck document")
 	jobOf := func(id int64) (jobID int64) {
-		awaitTrue(t, "the document's embeddings to be under way", func() bool {
+		eventually.True(t, 30*time.Second, "the document's embeddings to be under way", func() bool {
 			return env.Pool.QueryRow(ctx, `SELECT j.id FROM river_job j JOIN documents d ON d.id = $1
 				WHERE j.kind = 'document_step' AND j.args @> jsonb_build_object('document_id', d.id)
 				AND j.state = 'running' AND d.current_step = 'embeddings'`, id).Scan(&jobID) == nil
@@ -344,7 +347,7 @@ func TestAbandonedAPIDocumentFails(t *testing.T) {
 	require.NoError(t, err)
 
 	q := db.New(env.Pool)
-	awaitTrue(t, "the abandoned document to fail", func() bool {
+	eventually.True(t, 30*time.Second, "the abandoned document to fail", func() bool {
 		doc, err := q.DocumentGet(ctx, stuck)
 		require.NoError(t, err)
 		return doc.Status == "failed"
@@ -365,7 +368,7 @@ func TestAbandonedAPIDocumentFails(t *testing.T) {
 func TestRetryDoneBatchRerunsFailedOCR(t *testing.T) {
 	t.Parallel()
 	const id = "RESUME-OCR"
-	refuse := variantText("staging/" + id + "/a/p001.jpg")
+	refuse := testenv.VariantText("staging/" + id + "/a/p001.jpg")
 	var fixed atomic.Bool
 	fake := fakeocr.New(t, fakeocr.Options{Behave: func(r fakeocr.Request) fakeocr.Behavior {
 		if r.Text == refuse && !fixed.Load() {
@@ -373,26 +376,26 @@ func TestRetryDoneBatchRerunsFailedOCR(t *testing.T) {
 		}
 		return fakeocr.Behavior{}
 	}})
-	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: ocrSettings(fake, nil)})
-	env.Submit(t, id, images("/a", 3, describeOn))
-	st := env.AwaitStatus(t, id, isDone)
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: testenv.OCRSettings(fake, nil)})
+	env.Submit(t, id, testenv.Images("/a", 3, testenv.DescribeOn))
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 3, RefsDone: 2, RefsFailed: 1}, st.OCR)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
-	first := manifestFiles(t, awaitIngest(t, env, 1)[0].Body)
+	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 3, RefsDone: 2, RefsFailed: 1}, testenv.OCROf(st))
+	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 2}, testenv.DocumentsOf(st))
+	first := manifestFiles(t, env.AwaitIngest(t, 1)[0].Body)
 	require.Zero(t, first["/a/p001.jpg.ref.json"].DocumentID)
 
 	fixed.Store(true)
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, "body: %s", body)
 	require.Contains(t, string(body), `"status":"OCR"`)
-	st = env.AwaitStatus(t, id, isDone)
+	st = env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.OCRProgress{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 3, RefsDone: 3}, st.OCR)
-	require.Equal(t, &service.DocumentsProgress{Total: 3, Completed: 3}, st.Documents)
-	requireEachAnsweredOnce(t, fake, 3)
+	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 3, RefsDone: 3}, testenv.OCROf(st))
+	require.Equal(t, &testenv.DocumentCounts{Total: 3, Completed: 3}, testenv.DocumentsOf(st))
+	testenv.RequireEachAnsweredOnce(t, fake, 3)
 
-	second := manifestFiles(t, awaitIngest(t, env, 2)[1].Body)
+	second := manifestFiles(t, env.AwaitIngest(t, 2)[1].Body)
 	ref := second["/a/p001.jpg.ref.json"]
 	require.Equal(t, "staging/"+id+"/a/p001.jpg.ocr.ref.json", ref.R2Key)
 	require.Contains(t, ref.PreprocessorTags, "OCR")
@@ -414,30 +417,30 @@ func TestRetryDoneBatchRerunsFailedOCR(t *testing.T) {
 func TestRetryDoneBatchLeavesKeptFilesAlone(t *testing.T) {
 	t.Parallel()
 	fake := fakeocr.New(t, fakeocr.Options{})
-	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: ocrSettings(fake, nil)})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: testenv.OCRSettings(fake, nil)})
 	const id = "RESUME-KEPT"
 	env.PutObject(t, "staging/"+id+"/docs/latin1.txt", []byte("caf\xe9 cr\xe8me"))
 	env.PutObject(t, "staging/"+id+"/docs/report-p1.txt", []byte("Annual report of the harbour board."))
 	env.Submit(t, id, []testenv.File{
-		{LogicalPath: "/docs/latin1.txt", Size: 10, ContentType: "text/plain", Config: describeOn},
-		{LogicalPath: "/docs/report.pdf", Size: 900, ContentType: "application/pdf", Config: describeOn},
+		{LogicalPath: "/docs/latin1.txt", Size: 10, ContentType: "text/plain", Config: testenv.DescribeOn},
+		{LogicalPath: "/docs/report.pdf", Size: 900, ContentType: "application/pdf", Config: testenv.DescribeOn},
 	})
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 2, RefsDone: 1, RefsSkipped: 1}, st.OCR)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 1, Failed: 1}, st.Documents)
-	awaitIngest(t, env, 1)
+	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 2, RefsDone: 1, RefsSkipped: 1}, testenv.OCROf(st))
+	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 1, Failed: 1}, testenv.DocumentsOf(st))
+	env.AwaitIngest(t, 1)
 	sent := len(fake.Requests())
 
 	env.PutObject(t, "staging/"+id+"/docs/latin1.txt", []byte("café crème"))
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, "body: %s", body)
 	require.Contains(t, string(body), `"status":"DOCUMENT_INDEXING"`, "the skipped page is kept: no OCR phase")
-	st = env.AwaitStatus(t, id, isDone)
+	st = env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, &service.OCRProgress{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 2, RefsDone: 1, RefsSkipped: 1}, st.OCR)
-	require.Equal(t, &service.DocumentsProgress{Total: 2, Completed: 2}, st.Documents)
+	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 2, RefsDone: 1, RefsSkipped: 1}, testenv.OCROf(st))
+	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 2}, testenv.DocumentsOf(st))
 	require.Len(t, fake.Requests(), sent)
-	final := manifestFiles(t, awaitIngest(t, env, 2)[1].Body)
+	final := manifestFiles(t, env.AwaitIngest(t, 2)[1].Body)
 	require.NotZero(t, final["/docs/latin1.txt"].DocumentID)
 }

@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,7 +14,6 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
-	"github.com/arke-institute/orchestrator/phases"
 )
 
 // RetentionArgs is the periodic removal (every RETENTION_INTERVAL) of the
@@ -26,17 +27,17 @@ func (RetentionArgs) Kind() string { return "retention" }
 // InsertOpts keeps one retention run at a time, whichever replica's leader
 // inserted it.
 func (RetentionArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: uniqueUnfinished}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: UniqueUnfinished}}
 }
 
 // RetentionWorker works RetentionArgs.
 type RetentionWorker struct {
-	jobDefaults[RetentionArgs]
+	Defaults[RetentionArgs]
 	deps Deps
 }
 
 // retentionBudget bounds one run of the retention job, well within its
-// timeout (shortJobTimeout); a run that stops at it with batches left
+// timeout (ShortTimeout); a run that stops at it with batches left
 // comes back at once to go on.
 const retentionBudget = 30 * time.Second
 
@@ -53,14 +54,11 @@ func (w *RetentionWorker) Work(ctx context.Context, _ *river.Job[RetentionArgs])
 	return nil
 }
 
-// The tables Prune removes rows from, in its order, as they are named in
-// PruneResult.Removed and in the metric's table label; StagingObjects
-// counts the objects deleted under the batches' staging prefixes.
+// The tables Prune removes rows from after the executors' own (as each
+// Executor.Prune names them), as they are named in PruneResult.Removed
+// and in the metric's table label; StagingObjects counts the objects
+// deleted under the batches' staging prefixes.
 const (
-	TableChunkItems  = "chunk_items"
-	TableChunks      = "chunks"
-	TableTasks       = "tasks"
-	TableTaskCounts  = "task_counts"
 	TableFiles       = "files"
 	TableBatchEvents = "batch_events"
 	StagingObjects   = "staging_objects"
@@ -178,27 +176,37 @@ type pruner struct {
 // retry got to it first) is left alone.
 func (p *pruner) batch(ctx context.Context, id string, cutoff time.Time) error {
 	q := db.New(p.deps.Pool)
-	b, err := q.BatchPruneBegin(ctx, db.BatchPruneBeginParams{ID: id, Cutoff: cutoff, OcrPhase: string(phases.OCR)})
+	progress, err := p.deps.Executors.Progress(ctx, q, []string{id})
+	if err != nil {
+		return err
+	}
+	snapshot, err := json.Marshal(map[string]any{"phases": orEmpty(progress[id])})
+	if err != nil {
+		return err
+	}
+	b, err := q.BatchPruneBegin(ctx, db.BatchPruneBeginParams{ID: id, Cutoff: cutoff, Snapshot: snapshot})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
+		return nil // retried, or pruned by another process, meanwhile
 	}
 	if err != nil {
 		return fmt.Errorf("beginning to prune batch %s: %w", id, err)
 	}
 	removed := map[string]int64{}
+	for _, e := range p.deps.Executors.All() {
+		r, err := e.Prune(ctx, q, id, p.rows)
+		for table, k := range r.Rows {
+			removed[table] += k
+		}
+		p.res.Statements += r.Statements
+		if err != nil {
+			p.count(removed)
+			return fmt.Errorf("pruning the %s work of batch %s: %w", e.Kind(), id, err)
+		}
+	}
 	steps := []struct {
 		table string
 		del   func() (int64, error)
 	}{
-		{TableChunkItems, func() (int64, error) {
-			return q.ChunkItemDeleteByBatch(ctx, db.ChunkItemDeleteByBatchParams{BatchID: id, Max: p.rows})
-		}},
-		{TableChunks, func() (int64, error) {
-			return q.ChunkDeleteByBatch(ctx, db.ChunkDeleteByBatchParams{BatchID: id, Max: p.rows})
-		}},
-		{TableTasks, func() (int64, error) {
-			return q.TaskDeleteByBatch(ctx, db.TaskDeleteByBatchParams{BatchID: id, Max: p.rows})
-		}},
 		{TableFiles, func() (int64, error) {
 			return q.FileDeleteOtherGenerations(ctx, db.FileDeleteOtherGenerationsParams{BatchID: id, Keep: b.Generation, Max: p.rows})
 		}},
@@ -207,25 +215,12 @@ func (p *pruner) batch(ctx context.Context, id string, cutoff time.Time) error {
 		}},
 	}
 	for _, s := range steps {
-		for {
-			n, err := s.del()
-			if err != nil {
-				return fmt.Errorf("pruning %s of batch %s: %w", s.table, id, err)
-			}
-			p.res.Statements++
-			removed[s.table] += n
-			if n < int64(p.rows) {
-				break
-			}
-		}
-		if s.table == TableTasks {
-			// The counters of tasks that are all gone: a handful of
-			// zeros, removed at once.
-			n, err := q.TaskCountDeleteByBatch(ctx, id)
-			if err != nil {
-				return fmt.Errorf("pruning task_counts of batch %s: %w", id, err)
-			}
-			removed[TableTaskCounts] += n
+		n, statements, err := DeleteInSteps(p.rows, s.del)
+		p.res.Statements += statements
+		removed[s.table] += n
+		if err != nil {
+			p.count(removed)
+			return fmt.Errorf("pruning %s of batch %s: %w", s.table, id, err)
 		}
 	}
 	if p.deleter != nil {
@@ -294,8 +289,37 @@ func (p *pruner) report(start time.Time) {
 	}
 	attrs := []any{"batches", len(p.res.Batches), "failed", len(p.res.Failed), "statements", p.res.Statements, "more", p.res.More,
 		"duration_ms", time.Since(start).Milliseconds(), "retention_days", p.deps.Config.Retention.Days}
-	for _, t := range []string{TableChunkItems, TableChunks, TableTasks, TableTaskCounts, TableFiles, TableBatchEvents, StagingObjects} {
+	tables := make([]string, 0, len(p.res.Removed))
+	for t := range p.res.Removed {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	for _, t := range tables {
 		attrs = append(attrs, t, p.res.Removed[t])
 	}
 	p.deps.Logger.Info("retention pruned finished batches", attrs...)
+}
+
+// DeleteInSteps runs del, a delete of at most rows rows, until it deletes
+// fewer, and returns how many rows it deleted in all and in how many
+// statements: retention removes a batch's rows in short statements, each
+// its own transaction.
+func DeleteInSteps(rows int32, del func() (int64, error)) (total int64, statements int, err error) {
+	for {
+		n, err := del()
+		total += n
+		statements++
+		if err != nil || n < int64(rows) {
+			return total, statements, err
+		}
+	}
+}
+
+// orEmpty is ps, or an empty list for none (a snapshot says "no phases",
+// not null).
+func orEmpty(ps []PhaseProgress) []PhaseProgress {
+	if ps == nil {
+		return []PhaseProgress{}
+	}
+	return ps
 }

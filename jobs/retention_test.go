@@ -17,6 +17,8 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor/chunked"
+	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/metricstest"
 	"github.com/arke-institute/orchestrator/internal/testenv"
@@ -85,7 +87,7 @@ func retentionDeps(env *testenv.Env, edit func(*config.Retention)) jobs.Deps {
 	if edit != nil {
 		edit(&cfg.Retention)
 	}
-	return jobs.Deps{Pool: env.Pool, Store: env.Store, Config: &cfg, Logger: slog.New(slog.DiscardHandler), Metrics: env.Metrics}
+	return jobs.Deps{Pool: env.Pool, Store: env.Store, Config: &cfg, Logger: slog.New(slog.DiscardHandler), Metrics: env.Metrics, Executors: env.Deps.Executors}
 }
 
 // TestPruneKeepsResultsRemovesProcessingState: of a batch finished more
@@ -104,7 +106,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 			if strings.HasPrefix(l.BatchID, "RUN") {
 				return fakefly.Behavior{Hang: true}
 			}
-			return succeed(l)
+			return testenv.Succeed(l)
 		},
 	})
 	ctx := context.Background()
@@ -141,7 +143,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	require.Greater(t, old.Events, int64(6), "OLD's events take several statements")
 	require.Greater(t, old.Tasks, int64(3))
 	statusBefore := env.Status(t, "OLD")
-	require.NotNil(t, statusBefore.OCR)
+	require.NotNil(t, testenv.OCROf(statusBefore))
 	b, err := db.New(env.Pool).BatchGetByID(ctx, "OLD")
 	require.NoError(t, err)
 	manifestBefore, err := jobs.FinalManifest(ctx, env.Pool, "OLD", b.Generation)
@@ -168,12 +170,12 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	// Bounded: every table went 3 rows a statement (plus the statement
 	// that found fewer).
 	for table, n := range map[string]int64{
-		jobs.TableTasks:       old.Tasks + errored.Tasks,
-		jobs.TableTaskCounts:  old.TaskCounts + errored.TaskCounts,
-		jobs.TableBatchEvents: old.Events + errored.Events,
-		jobs.TableFiles:       old.Files - old.FinalFiles + errored.Files - errored.FinalFiles,
-		jobs.TableChunkItems:  old.ChunkItems,
-		jobs.TableChunks:      old.Chunks,
+		machine.TableTasks:      old.Tasks + errored.Tasks,
+		machine.TableTaskCounts: old.TaskCounts + errored.TaskCounts,
+		jobs.TableBatchEvents:   old.Events + errored.Events,
+		jobs.TableFiles:         old.Files - old.FinalFiles + errored.Files - errored.FinalFiles,
+		chunked.TableChunkItems: old.ChunkItems,
+		chunked.TableChunks:     old.Chunks,
 	} {
 		require.Equal(t, n, res.Removed[table], table)
 		require.Equal(t, float64(n), metricstest.Value(t, env.Metrics.Registry(), "orchestrator_retention_removed_total", map[string]string{"table": table}), table)
@@ -208,8 +210,8 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	require.Equal(t, "DONE", st.Status)
 	require.Equal(t, statusBefore.Phases, st.Phases)
 	require.Equal(t, statusBefore.Progress, st.Progress)
-	require.Equal(t, statusBefore.OCR, st.OCR)
-	require.Equal(t, statusBefore.Documents, st.Documents)
+	require.Equal(t, testenv.OCROf(statusBefore), testenv.OCROf(st))
+	require.Equal(t, testenv.DocumentsOf(statusBefore), testenv.DocumentsOf(st))
 	require.NotNil(t, st.Pruned)
 	require.NotNil(t, st.Pruned.At)
 	require.Contains(t, st.Pruned.Note, "removed")
@@ -229,7 +231,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	item, _, _ = strings.Cut(item, "</li>")
 	for _, p := range statusBefore.Phases {
 		require.Contains(t, item, fmt.Sprintf(`data-phase="%s"`, p.Phase))
-		require.Contains(t, item, fmt.Sprintf("%d / %d done", p.TasksCompleted, p.TasksTotal))
+		require.Contains(t, item, fmt.Sprintf("%d / %d %s done", p.TasksCompleted, p.TasksTotal, p.Unit))
 	}
 
 	code, body = env.Do(t, http.MethodPost, "/admin/retry/ERRORED", nil)

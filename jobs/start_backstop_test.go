@@ -16,7 +16,7 @@ import (
 func TestBackstopStartsAPendingBatchWithoutItsJob(t *testing.T) {
 	t.Parallel()
 	// No process works the default queue yet: the start job waits.
-	env := testenv.New(t, testenv.Options{Behave: succeed, Queues: []string{jobs.BuildQueue}})
+	env := testenv.New(t, testenv.Options{Behave: testenv.Succeed, Queues: []string{jobs.BuildQueue}})
 	const id = "LOST-START"
 	env.Submit(t, id, []testenv.File{{LogicalPath: "/docs/a.csv", Size: 10, ContentType: "text/csv"}})
 	tag, err := env.Pool.Exec(context.Background(), `DELETE FROM river_job WHERE kind = 'batch_start' AND args->>'batch_id' = $1`, id)
@@ -24,6 +24,6 @@ func TestBackstopStartsAPendingBatchWithoutItsJob(t *testing.T) {
 	require.Equal(t, int64(1), tag.RowsAffected())
 
 	env.StartClient(t, jobs.ClientConfig{})
-	st := env.AwaitStatus(t, id, isDone)
+	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 }

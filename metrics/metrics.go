@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/arke-institute/orchestrator/provider"
 )
 
 // Task outcomes (the outcome label of orchestrator_tasks_finished_total).
@@ -339,11 +341,28 @@ func (m *Metrics) BatchFinished(status string, took time.Duration) {
 
 // ProviderRequest counts a request to provider that ended with outcome
 // (ProviderSuccess, ProviderRateLimited, ...).
-func (m *Metrics) ProviderRequest(provider, outcome string) {
+func (m *Metrics) ProviderRequest(name, outcome string) {
 	if m == nil {
 		return
 	}
-	m.providerRequests.WithLabelValues(provider, outcome).Inc()
+	m.providerRequests.WithLabelValues(name, outcome).Inc()
+}
+
+// ProviderOutcomeOf is the outcome of a call to a provider that ended with
+// err, classified by provider.ClassOf: ProviderSuccess for nil.
+func ProviderOutcomeOf(err error) string {
+	switch provider.ClassOf(err) {
+	case 0:
+		return ProviderSuccess
+	case provider.RateLimited:
+		return ProviderRateLimited
+	case provider.Auth:
+		return ProviderAuth
+	case provider.Permanent:
+		return ProviderPermanent
+	default:
+		return ProviderTransient
+	}
 }
 
 // RateLimitShape records an adaptive limit's current shape.

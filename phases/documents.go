@@ -63,7 +63,7 @@ func (documentIndexing) Spec() Spec {
 		TaskPrefix: "doc",
 		Short:      "DOCUMENT",
 		Title:      "document indexing of text, PDFs and OCR text",
-		Executor:   Documents,
+		Executor:   "documents",
 	}
 }
 

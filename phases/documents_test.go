@@ -7,19 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCheckRegistryDocuments: a documents phase needs no default, but must
-// make documents, and passes only once the jobs run documents phases.
-func TestCheckRegistryDocuments(t *testing.T) {
-	t.Parallel()
-
-	spec := documentIndexing{}.Spec()
-	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, documentIndexing{}}, runnable))
-	require.ErrorContains(t, checkRegistry([]Phase{documentIndexing{}}, []Executor{Machine, Chunked}),
-		`executor "documents" of DOCUMENT_INDEXING is not one the jobs run`)
-	notDocumenter := renamed{Phase: tiffConversion{}, spec: spec}
-	require.ErrorContains(t, checkRegistry([]Phase{notDocumenter}, runnable), "documents phase DOCUMENT_INDEXING does not make documents")
-}
-
 func TestDocumentsOf(t *testing.T) {
 	t.Parallel()
 

@@ -36,7 +36,7 @@ func (imageProcessing) Spec() Spec {
 		TaskPrefix: "image",
 		Short:      "IMAGE",
 		Title:      "image processing",
-		Executor:   Machine,
+		Executor:   "machine",
 		Worker:     "image",
 		Defaults: Defaults{
 			FlyAppName:       "arke-image-processor",

@@ -20,24 +20,6 @@ const TagOCR = "OCR"
 // chunk holds unless OCR_CHUNK_SIZE says otherwise.
 const DefaultOCRChunkSize = 10
 
-// OCRItemStatus is the state of one item of a chunk, as stored (spec 004).
-// Only OCRItemDone changes the file list.
-type OCRItemStatus string
-
-// The OCR item states.
-const (
-	// OCRItemPending waits for a chunk job to claim it.
-	OCRItemPending OCRItemStatus = "pending"
-	// OCRItemProcessing is claimed by a chunk job.
-	OCRItemProcessing OCRItemStatus = "processing"
-	// OCRItemDone has its text published in a new ref.
-	OCRItemDone OCRItemStatus = "done"
-	// OCRItemSkipped needs no OCR (see OCRSkipped).
-	OCRItemSkipped OCRItemStatus = "skipped"
-	// OCRItemError failed for good.
-	OCRItemError OCRItemStatus = "error"
-)
-
 // SkipTextLayer is why a PDF page is skipped: the PDF phase already wrote
 // its text layer next to it.
 const SkipTextLayer = "page has a text layer"
@@ -69,7 +51,8 @@ type Chunk struct {
 	Items  []ChunkItem
 }
 
-// ocr runs in-process in chunks (jobs' ocr_chunk).
+// ocr runs in-process in chunks (the chunked executor), its items
+// processed by the "ocr" engine.
 type ocr struct{}
 
 var _ Chunker = ocr{}
@@ -81,7 +64,8 @@ func (ocr) Spec() Spec {
 		TaskPrefix: "ocr",
 		Short:      "OCR",
 		Title:      "OCR of image refs",
-		Executor:   Chunked,
+		Executor:   "chunked",
+		Engine:     "ocr",
 		Defaults:   Defaults{ChunkSize: DefaultOCRChunkSize},
 	}
 }

@@ -27,11 +27,11 @@ func TestOCRSpec(t *testing.T) {
 	t.Parallel()
 	s := ocr{}.Spec()
 	require.Equal(t, OCR, s.Name)
-	require.Equal(t, Chunked, s.Executor)
+	require.Equal(t, "chunked", s.Executor)
+	require.Equal(t, "ocr", s.Engine)
 	require.Equal(t, DefaultOCRChunkSize, s.Defaults.ChunkSize)
 	require.Equal(t, OCR, Next(ImageProcessing), "OCR reads the refs IMAGE_PROCESSING makes")
-	require.ErrorContains(t, checkRegistry(All(), []Executor{Machine}), `executor "chunked" of OCR`)
-	require.NoError(t, checkRegistry(All(), runnable))
+	require.NoError(t, checkRegistry(All()))
 }
 
 func TestOCRDiscover(t *testing.T) {

@@ -276,8 +276,8 @@ func probeResult(name Name, result json.RawMessage) ([]File, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown phase %q", name)
 	}
-	if p.Spec().Executor != Machine {
-		return nil, fmt.Errorf("phase %s runs no machines and takes no callbacks", name)
+	if p.Spec().Worker == "" {
+		return nil, fmt.Errorf("phase %s runs no worker program and takes no callbacks", name)
 	}
 	return p.Transform(File{FileName: "probe", LogicalPath: "/probe"}, &Task{Status: TaskCompleted, Result: result})
 }

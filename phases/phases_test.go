@@ -70,7 +70,7 @@ func TestRegistry(t *testing.T) {
 	}
 	require.Equal(t, []Name{PDFPages, TIFFConversion, ImageProcessing, OCR, DocumentIndexing}, names)
 	require.Equal(t, PDFPages, First())
-	require.NoError(t, checkRegistry(All(), runnable))
+	require.NoError(t, checkRegistry(All()))
 
 	tests := []struct {
 		name     string
@@ -138,8 +138,7 @@ func TestCheckRegistryRefuses(t *testing.T) {
 		{"DuplicateWorker", with(func(s *Spec) { s.Worker = "tiff" }), `worker "tiff"`},
 		{"PrefixWithUnderscore", with(func(s *Spec) { s.TaskPrefix = "other_x" }), "must be lower-case letters and digits"},
 		{"StatusAsName", with(func(s *Spec) { s.Name = "DONE" }), "not a batch status"},
-		{"UnknownExecutor", with(func(s *Spec) { s.Executor = "pool" }), `executor "pool"`},
-		{"NoTimeout", with(func(s *Spec) { s.Defaults.TaskTimeout = 0 }), "lacks a short name, worker or default"},
+		{"NoExecutor", with(func(s *Spec) { s.Executor = "" }), "OTHER_PHASE names no executor"},
 		{"SettingDefaultOutOfRange", with(func(s *Spec) { s.Settings = []Setting{{Name: "OTHER_X", Default: 0, Min: 1, Max: 2}} }), "default 0 outside [1, 2]"},
 		{"SettingOfAnotherName", with(func(s *Spec) { s.Settings = []Setting{{Name: "TASK_ID", Default: 1, Min: 1, Max: 2}} }), "setting TASK_ID of OTHER_PHASE must start with OTHER_"},
 		{"ReservedShort", with(func(s *Spec) { s.Short = "R2" }), `short name "R2" of OTHER_PHASE is reserved`},
@@ -148,52 +147,25 @@ func TestCheckRegistryRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}, runnable), tt.want)
+			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}), tt.want)
 		})
 	}
-	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, with(func(*Spec) {})}, runnable))
+	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, with(func(*Spec) {})}))
 }
 
-// TestCheckRegistryChunked: a chunked phase needs no worker, Fly app,
-// image or guest, but passes only once the jobs run chunked phases.
-func TestCheckRegistryChunked(t *testing.T) {
+// TestCheckRegistryWithoutWorkers: phases whose work runs in-process
+// have no worker, and two of them are no duplicate; they keep the other
+// rules. (What a kind of executor needs of a phase, its package checks.)
+func TestCheckRegistryWithoutWorkers(t *testing.T) {
 	t.Parallel()
 
-	chunked := func(name Name, prefix, short string, edit func(*Spec)) Phase {
-		s := Spec{Name: name, TaskPrefix: prefix, Short: short, Title: "chunks", Executor: Chunked, Defaults: Defaults{ChunkSize: 10}}
-		edit(&s)
+	chunked := func(name Name, prefix, short string) Phase {
+		s := Spec{Name: name, TaskPrefix: prefix, Short: short, Title: "chunks", Executor: "chunked", Defaults: Defaults{ChunkSize: 10}}
 		return renamedChunker{Chunker: ocr{}, spec: s}
 	}
-	keep := func(*Spec) {}
-	withChunks := []Executor{Machine, Chunked}
-
-	require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "CHUNKY", keep)}, []Executor{Machine}),
-		`executor "chunked" of CHUNKY is not one the jobs run`)
-	notChunker := renamed{Phase: tiffConversion{}, spec: chunked("CHUNKY", "chunky", "CHUNKY", keep).Spec()}
-	require.ErrorContains(t, checkRegistry([]Phase{notChunker}, withChunks), "chunked phase CHUNKY does not make chunks")
-
-	require.NoError(t, checkRegistry([]Phase{
-		tiffConversion{},
-		chunked("CHUNKY", "chunky", "CHUNKY", keep),
-		chunked("LUMPY", "lumpy", "LUMPY", keep), // two phases without a worker are no duplicate
-	}, withChunks))
-
-	tests := []struct {
-		name  string
-		other Phase
-		want  string
-	}{
-		{"NoChunkSize", chunked("CHUNKY", "chunky", "CHUNKY", func(s *Spec) { s.Defaults.ChunkSize = 0 }), "CHUNKY lacks a short name, worker or default"},
-		{"DuplicatePrefix", chunked("CHUNKY", "tiff", "CHUNKY", keep), `task prefix "tiff" of CHUNKY is also TIFF_CONVERSION's`},
-		{"NoShort", chunked("CHUNKY", "chunky", "", keep), "CHUNKY lacks a short name"},
-		{"MachineWithoutApp", chunked("CHUNKY", "chunky", "CHUNKY", func(s *Spec) { s.Executor = Machine }), "CHUNKY lacks a short name, worker or default"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, tt.other}, withChunks), tt.want)
-		})
-	}
+	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "CHUNKY"), chunked("LUMPY", "lumpy", "LUMPY")}))
+	require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "tiff", "CHUNKY")}), `task prefix "tiff" of CHUNKY is also TIFF_CONVERSION's`)
+	require.ErrorContains(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "")}), "CHUNKY lacks a short name")
 }
 
 // TestSampleResults: every phase's sample body is one its own Transform
@@ -208,7 +180,7 @@ func TestSampleResults(t *testing.T) {
 			out, err := p.Transform(in, &Task{FileID: 3, Status: TaskCompleted, Result: p.SampleResult(in)})
 			require.NoError(t, err)
 			require.NotEqual(t, []File{in}, out)
-			if p.Spec().Executor == Machine {
+			if p.Spec().Worker != "" {
 				require.NoError(t, ValidateResult(p.Spec().Name, p.SampleResult(in)))
 			}
 		})

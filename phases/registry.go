@@ -26,32 +26,9 @@ var registry = []Phase{
 	documentIndexing{},
 }
 
-// Executor is how a phase's tasks run: machines (spec 000), chunks
-// processed in-process (spec 004's OCR) or documents indexed step by step
-// (spec 003). Machine pools are to come, a kind of their own that the
-// jobs package runs.
-type Executor string
-
-// The executor kinds.
-const (
-	// Machine runs one short-lived machine per task; the machine reports
-	// with one callback (spec 000).
-	Machine Executor = "machine"
-	// Chunked processes items in-process by River jobs in chunks (spec
-	// 004): no machine, worker program or Fly app.
-	Chunked Executor = "chunked"
-	// Documents makes one document per file to index, each indexed by
-	// its own step pipeline of River jobs (spec 003): no machine either.
-	Documents Executor = "documents"
-)
-
-// runnable are the executors the jobs package runs. checkRegistry refuses
-// a registered phase of any other executor: a batch would otherwise enter
-// a phase nothing advances. A kind joins this list with its jobs.
-var runnable = []Executor{Machine, Chunked, Documents}
-
-// Chunker is a Chunked phase: it packs the files its Discover finds into
-// chunks of size groups, which River jobs then process item by item.
+// Chunker is a phase whose work is done in chunks: it packs the files its
+// Discover finds into chunks of size groups, whose items are then
+// processed one by one.
 type Chunker interface {
 	Phase
 	Chunks(files []File, size int) []Chunk
@@ -103,10 +80,17 @@ type Spec struct {
 	Short string
 	// Title says in a few words what the phase's machines do, for docs.
 	Title string
-	// Executor is how the phase's tasks run.
-	Executor Executor
+	// Executor names the kind of executor that runs the phase's work: one
+	// machine per task, chunks processed in-process, documents indexed
+	// step by step... (the packages under executor/; each checks the
+	// phases given to it).
+	Executor string
+	// Engine names the engine a phase's items are processed by, for an
+	// executor that processes items in-process (e.g. "ocr").
+	Engine string
 	// Worker is the worker program's kind: the cmd/worker subcommand and
-	// the package worker/<Worker>worker. Empty for a chunked phase.
+	// the package worker/<Worker>worker. Empty for a phase whose work runs
+	// in-process.
 	Worker   string
 	Defaults Defaults
 	// Settings are the phase's own settings, passed to its machines.
@@ -219,10 +203,10 @@ var reservedShort = []string{
 }
 
 // checkRegistry refuses a registry that would mix phases up: duplicate
-// names, task-id prefixes, short names or worker kinds, a spec missing
-// what config, the launcher and cmd/worker derive from it, or an executor
-// not in run.
-func checkRegistry(ps []Phase, run []Executor) error {
+// names, task-id prefixes, short names or worker kinds, or a spec missing
+// its name or executor. (Whether the executor can run the phase, its
+// executor checks.)
+func checkRegistry(ps []Phase) error {
 	var problems []string
 	seen := map[string]Name{}
 	unique := func(what, v string, n Name) {
@@ -240,20 +224,14 @@ func checkRegistry(ps []Phase, run []Executor) error {
 		if !taskPrefix.MatchString(s.TaskPrefix) {
 			problems = append(problems, fmt.Sprintf("task prefix %q of %s must be lower-case letters and digits", s.TaskPrefix, s.Name))
 		}
-		if !slices.Contains(run, s.Executor) {
-			problems = append(problems, fmt.Sprintf("executor %q of %s is not one the jobs run", s.Executor, s.Name))
-		}
-		if _, ok := p.(Chunker); s.Executor == Chunked && !ok {
-			problems = append(problems, fmt.Sprintf("chunked phase %s does not make chunks (Chunker)", s.Name))
-		}
-		if _, ok := p.(Documenter); s.Executor == Documents && !ok {
-			problems = append(problems, fmt.Sprintf("documents phase %s does not make documents (Documenter)", s.Name))
+		if s.Executor == "" {
+			problems = append(problems, fmt.Sprintf("%s names no executor", s.Name))
 		}
 		if slices.Contains(reservedShort, s.Short) || strings.ToUpper(s.Short) != s.Short || strings.Contains(s.Short, "_") {
 			problems = append(problems, fmt.Sprintf("short name %q of %s is reserved or not one upper-case word", s.Short, s.Name))
 		}
-		if s.Short == "" || !s.complete() {
-			problems = append(problems, fmt.Sprintf("%s lacks a short name, worker or default", s.Name))
+		if s.Short == "" {
+			problems = append(problems, fmt.Sprintf("%s lacks a short name", s.Name))
 		}
 		unique("name", string(s.Name), s.Name)
 		unique("task prefix", s.TaskPrefix, s.Name)
@@ -275,23 +253,6 @@ func checkRegistry(ps []Phase, run []Executor) error {
 		return errors.New("phase registry: " + strings.Join(problems, "; "))
 	}
 	return nil
-}
-
-// complete reports whether s has the defaults its executor needs: a
-// machine phase a worker, Fly app, image, guest and launch pacing; a
-// chunked phase only a chunk size (its items run in-process); a documents
-// phase nothing (the document settings apply).
-func (s Spec) complete() bool {
-	d := s.Defaults
-	switch s.Executor {
-	case Chunked:
-		return d.ChunkSize > 0
-	case Documents:
-		return true
-	default:
-		return s.Worker != "" && d.FlyAppName != "" && d.WorkerImage != "" &&
-			d.BatchSize > 0 && d.AlarmDelay > 0 && d.TaskTimeout > 0 && d.Guest.MemoryMB > 0
-	}
 }
 
 // builtin reports whether s is one of the statuses that are not phases.
@@ -316,7 +277,7 @@ var names, prefixes = func() ([]Name, []string) {
 func init() {
 	// A registry that mixes phases up would corrupt task ids and settings:
 	// refuse to start rather than run with it.
-	if err := checkRegistry(registry, runnable); err != nil {
+	if err := checkRegistry(registry); err != nil {
 		panic(err)
 	}
 }

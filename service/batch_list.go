@@ -45,6 +45,9 @@ type BatchSummary struct {
 	UpdatedAt    time.Time  `json:"updated_at"`
 	CompletedAt  *time.Time `json:"completed_at"`
 	IngestStatus string     `json:"ingest_status"`
+	// prunedCounts is what retention kept of its progress, if it pruned
+	// the batch.
+	prunedCounts []byte
 }
 
 // BatchPage is one page of batches, newest first.
@@ -100,6 +103,7 @@ func (s *Service) List(ctx context.Context, f BatchFilter) (BatchPage, error) {
 		page.Batches[i] = BatchSummary{
 			BatchID: r.ID, Status: r.Status, Phase: r.Phase, Uploader: r.Uploader, TotalFiles: r.TotalFiles, TotalBytes: r.TotalBytes,
 			Error: r.Error, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, IngestStatus: r.IngestStatus,
+			prunedCounts: r.PrunedCounts,
 		}
 	}
 	if len(rows) == f.Limit {

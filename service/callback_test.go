@@ -16,6 +16,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/jobs"
 )
 
 // newCallbackService returns a Service on a fresh database with one batch in
@@ -30,7 +31,7 @@ func newCallbackService(t *testing.T, batchID string, n int) (*Service, *pgxpool
 	require.NoError(t, err)
 	dbtest.SeedProcessingTasks(t, pool, batchID, n)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return New(pool, rc, &config.Config{}, nil, logger, nil), pool
+	return New(pool, rc, &jobs.Executors{}, &config.Config{}, nil, logger, nil), pool
 }
 
 func token(taskID string) string { return dbtest.Token(taskID) }

@@ -11,13 +11,11 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
 )
 
-// Limits of what one batch page lists.
-const (
-	dashboardMaxFailed = 200
-	dashboardMaxFiles  = 500
-)
+// dashboardMaxFiles bounds the files one batch page lists.
+const dashboardMaxFiles = 500
 
 // DashboardBatch is a batch in the dashboard's listing: its summary and
 // its progress in each phase.
@@ -38,21 +36,17 @@ func (s *Service) DashboardList(ctx context.Context, f BatchFilter) (DashboardPa
 	if err != nil {
 		return DashboardPage{}, err
 	}
-	ids := make([]string, len(page.Batches))
+	batches := make([]db.Batch, len(page.Batches))
 	for i, b := range page.Batches {
-		ids[i] = b.BatchID
+		batches[i] = db.Batch{ID: b.BatchID, PrunedCounts: b.prunedCounts}
 	}
-	rows, err := db.New(s.pool).TaskCountByBatches(ctx, ids)
+	progress, err := s.progress(ctx, db.New(s.pool), batches)
 	if err != nil {
-		return DashboardPage{}, fmt.Errorf("counting tasks of listed batches: %w", err)
-	}
-	counts := map[string][]db.TaskCountByBatchRow{}
-	for _, r := range rows {
-		counts[r.BatchID] = append(counts[r.BatchID], db.TaskCountByBatchRow{Phase: r.Phase, Status: r.Status, Count: r.Count})
+		return DashboardPage{}, fmt.Errorf("counting the work of listed batches: %w", err)
 	}
 	out := DashboardPage{Batches: make([]DashboardBatch, len(page.Batches)), NextCursor: page.NextCursor}
 	for i, b := range page.Batches {
-		out.Batches[i] = DashboardBatch{BatchSummary: b, Phases: phaseProgress(counts[b.BatchID])}
+		out.Batches[i] = DashboardBatch{BatchSummary: b, Phases: progress[b.BatchID]}
 	}
 	return out, nil
 }
@@ -64,15 +58,6 @@ type PhaseSpan struct {
 	Phase string
 	Start time.Time
 	End   *time.Time
-}
-
-// FailedTask is a failed task with its error.
-type FailedTask struct {
-	TaskID      string
-	Phase       string
-	LogicalPath string
-	Error       string
-	FinishedAt  *time.Time
 }
 
 // DashboardFile is a file of the batch's current generation (its final
@@ -93,14 +78,13 @@ type DashboardDetail struct {
 	Uploader string
 	// Timeline is each phase that started, in the order they started.
 	Timeline []PhaseSpan
-	// Failed lists failed tasks, oldest first, at most dashboardMaxFailed.
-	Failed []FailedTask
 	// Files is the current generation, at most dashboardMaxFiles, and
 	// FilesTotal how many it holds.
 	Files      []DashboardFile
 	FilesTotal int64
-	// OCR is the batch's OCR phase, nil while it has no chunks.
-	OCR *DashboardOCR
+	// Views are the executors' own sections (a chunked phase's chunks,
+	// the failed tasks...), in page order.
+	Views []jobs.View
 }
 
 // DashboardDetail reads a batch for the dashboard; ErrNotFound for an
@@ -125,14 +109,6 @@ func (s *Service) DashboardDetail(ctx context.Context, batchID string) (Dashboar
 		d.Timeline = append(d.Timeline, PhaseSpan{Phase: sp.Phase, Start: sp.StartedAt, End: sp.CompletedAt})
 	}
 
-	failed, err := q.TaskListFailedByBatch(ctx, db.TaskListFailedByBatchParams{BatchID: batchID, Max: dashboardMaxFailed})
-	if err != nil {
-		return DashboardDetail{}, fmt.Errorf("reading failed tasks of batch %s: %w", batchID, err)
-	}
-	for _, t := range failed {
-		d.Failed = append(d.Failed, FailedTask{TaskID: t.ID, Phase: t.Phase, LogicalPath: t.LogicalPath, Error: t.Error, FinishedAt: t.FinishedAt})
-	}
-
 	files, err := q.FileListWithThumbnail(ctx, db.FileListWithThumbnailParams{BatchID: batchID, Generation: b.Generation, Max: dashboardMaxFiles})
 	if err != nil {
 		return DashboardDetail{}, fmt.Errorf("reading files of batch %s: %w", batchID, err)
@@ -142,7 +118,7 @@ func (s *Service) DashboardDetail(ctx context.Context, batchID string) (Dashboar
 		d.FilesTotal = f.Total
 	}
 
-	if d.OCR, err = s.DashboardOCR(ctx, batchID); err != nil {
+	if d.Views, err = s.executors.Views(ctx, batchID); err != nil {
 		return DashboardDetail{}, err
 	}
 	return d, nil

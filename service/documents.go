@@ -14,8 +14,8 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/embedding"
-	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -118,7 +118,7 @@ func (s *Service) CreateDocument(ctx context.Context, r2Key string) (doc Documen
 		if err != nil {
 			return err
 		}
-		if _, err := s.river.InsertTx(ctx, tx, jobs.DocumentStepArgs{DocumentID: row.ID}, nil); err != nil {
+		if _, err := s.river.InsertTx(ctx, tx, docindex.DocumentStepArgs{DocumentID: row.ID}, nil); err != nil {
 			return err
 		}
 		doc, created = documentOf(row), true
@@ -179,7 +179,7 @@ func (s *Service) RetryDocument(ctx context.Context, id int64) (Document, error)
 		if err != nil {
 			return err
 		}
-		if _, err := s.river.InsertTx(ctx, tx, jobs.DocumentStepArgs{DocumentID: id, Resume: d.Resumes}, nil); err != nil {
+		if _, err := s.river.InsertTx(ctx, tx, docindex.DocumentStepArgs{DocumentID: id, Resume: d.Resumes}, nil); err != nil {
 			return err
 		}
 		out = documentOf(d)

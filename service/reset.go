@@ -18,9 +18,10 @@ import (
 // ResetMessage is the error a reset batch carries (spec 000 §5.3).
 const ResetMessage = "Manually reset by admin"
 
-// Reset stops a batch by hand: it goes to ERROR with ResetMessage, its open
-// tasks end, its queued jobs are cancelled, and the machines still running
-// are queued for destruction (best effort). Later callbacks get 409.
+// Reset stops a batch by hand: it goes to ERROR with ResetMessage, its
+// queued jobs are cancelled, and each executor stops its open work (the
+// open tasks end, the machines still running are queued for destruction,
+// best effort). Later callbacks get 409.
 // Resetting a batch already in ERROR changes nothing; a DONE batch cannot be
 // reset (ErrConflict).
 func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
@@ -51,14 +52,12 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		if err != nil {
 			return err
 		}
-		var destroyed int
-		ended, destroyed, err = jobs.StopBatchWork(ctx, tx, s.river, func(phase string) string { return s.apps[phases.Name(phase)] },
-			batchID, "Batch reset by admin")
+		ended, err = s.executors.Stop(ctx, jobs.Tx{Tx: tx, River: s.river}, batchID, "Batch reset by admin")
 		if err != nil {
 			return err
 		}
 		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventAdminReset, Phase: deref(b.Phase), Data: map[string]any{
-			"tasks_ended": ended, "jobs_cancelled": cancelled, "machines_destroyed": destroyed, "previous_status": b.Status,
+			"tasks_ended": ended, "jobs_cancelled": cancelled, "previous_status": b.Status,
 		}})
 	})
 	if err != nil {

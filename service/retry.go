@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -53,33 +52,34 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
+		ptx := jobs.Tx{Tx: tx, River: s.river}
 		// Exclusive, as for a reset: no callback (shared holder) is midway,
-		// and no fan-in check is counting, while tasks go back to pending.
-		// A check that runs after this sees them open and waits for them.
+		// and no fan-in check is counting, while work goes back to be done.
+		// A check that runs after this sees it open and waits for it.
 		b, err := lockBatch(ctx, tx, batchID)
 		if err != nil {
 			return err
 		}
 		if b.PrunedCounts != nil {
-			// Retention removed the tasks and files a retry starts from
+			// Retention removed the work and files a retry starts from
 			// (the lock orders this with its start, jobs.Prune).
 			return s.errPruned(batchID)
 		}
 		data := map[string]any{"previous_status": b.Status}
+		stopped := phases.BatchStatus(b.Status) == phases.BatchError
 		var phase string
 		switch phases.BatchStatus(b.Status) {
 		case phases.BatchDone:
-			attrs, err := s.resumeDone(ctx, tx, b, data)
+			attrs, err := s.resumeDone(ctx, ptx, b, data)
 			logAttrs, resumed = attrs, err == nil
 			return err
 		case phases.BatchPending:
 			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", ErrConflict, batchID)
 		case phases.BatchError:
 			// A reset asks the batch's running jobs to stop, but they hold
-			// their unique slots until they have: a launcher or writer
-			// queued now would be dropped as their duplicate, and the batch
-			// would stall. They stop within moments (awaitJobsStopped
-			// waited for them).
+			// their unique slots until they have: a job queued now would
+			// be dropped as their duplicate, and the batch would stall.
+			// They stop within moments (awaitJobsStopped waited for them).
 			var running int
 			if err := tx.QueryRow(ctx, runningJobsSQL, batchID).Scan(&running); err != nil {
 				return fmt.Errorf("looking for running jobs of %s: %w", batchID, err)
@@ -103,7 +103,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 				return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventAdminRetry, Data: data})
 			}
 			phase = *b.Phase
-			if _, ok := phases.Get(phases.Name(phase)); !ok {
+			if _, _, ok := s.executors.Of(phase); !ok {
 				return fmt.Errorf("%w: batch %s failed in phase %s, which no longer exists", ErrConflict, batchID, phase)
 			}
 			if _, err := q.BatchResume(ctx, db.BatchResumeParams{ID: batchID, Status: phase}); err != nil {
@@ -111,13 +111,9 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			}
 			if b.BuildFrom != nil {
 				// Stopped while its generation was being written: the
-				// writing goes on from where it got to, and a launcher
-				// waits for the tasks it writes (even when no task had
-				// failed).
-				if _, err := s.river.InsertManyTx(ctx, tx, []river.InsertManyParams{
-					{Args: jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}},
-					{Args: jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}},
-				}); err != nil {
+				// writing goes on from where it got to (the executor's
+				// Retry makes its work wait for it).
+				if _, err := s.river.InsertTx(ctx, tx, jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}, nil); err != nil {
 					return fmt.Errorf("enqueueing phase_build for %s: %w", batchID, err)
 				}
 			}
@@ -125,52 +121,40 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			phase = b.Status
 		}
 
-		switch p, _ := phases.Get(phases.Name(phase)); p.Spec().Executor {
-		case phases.Chunked:
-			attrs, err := s.retryChunks(ctx, tx, b, phase, data)
-			logAttrs = attrs
-			return err
-		case phases.Documents:
-			attrs, err := s.retryDocuments(ctx, tx, b, phase, data)
-			logAttrs = attrs
-			return err
+		ex, p, ok := s.executors.Of(phase)
+		if !ok {
+			return fmt.Errorf("%w: batch %s is in phase %s, which no longer exists", ErrConflict, batchID, phase)
 		}
-		requeued, err := q.TaskRequeueFailed(ctx, db.TaskRequeueFailedParams{BatchID: batchID, Phase: phase})
+		r, err := ex.Retry(ctx, ptx, jobs.PhaseAt{BatchID: batchID, Phase: p, Generation: b.Generation}, stopped)
 		if err != nil {
-			return fmt.Errorf("requeueing failed tasks of %s: %w", batchID, err)
+			return err
 		}
-		switch {
-		case len(requeued) > 0:
-			if _, err := s.river.InsertTx(ctx, tx, jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
-				return fmt.Errorf("enqueueing phase_launch for %s %s: %w", batchID, phase, err)
-			}
-		case phases.BatchStatus(b.Status) == phases.BatchError:
-			// Nothing failed: the phase stopped between its last task and
-			// its transition. The check finds no open task and moves on.
-			if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%w: batch %s is running %s with no failed task; there is nothing to retry", ErrConflict, batchID, phase)
+		if r.Count == 0 && !stopped {
+			return fmt.Errorf("%w: batch %s is running %s with no failed work; there is nothing to retry", ErrConflict, batchID, phase)
 		}
-		if phases.BatchStatus(b.Status) != phases.BatchError {
+		// With nothing open (the phase stopped between its last work and
+		// its transition) the check moves the batch on; otherwise the
+		// work's ends make sure of one.
+		if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
+			return err
+		}
+		if !stopped {
 			// Touched, so the sweep's backstop (which looks at batches idle
-			// for a while first) leaves the fresh launcher be.
+			// for a while first) leaves the fresh work be.
 			if err := q.BatchRetryTouch(ctx, batchID); err != nil {
 				return err
 			}
 		}
-
-		events := make([]db.BatchEventInsertManyParams, 0, len(requeued)+1)
-		for _, id := range requeued {
-			events = append(events, db.Event{BatchID: batchID, Type: db.EventTaskRequeued, Phase: phase, TaskID: id}.Row())
+		data["resumed_status"], data["phase"] = phase, phase
+		logAttrs = []any{"phase", phase, "previous_status", b.Status}
+		for k, v := range r.Data {
+			data[k] = v
+			logAttrs = append(logAttrs, k, v)
 		}
-		data["resumed_status"], data["phase"], data["tasks_requeued"] = phase, phase, len(requeued)
-		events = append(events, db.Event{BatchID: batchID, Type: db.EventAdminRetry, Phase: phase, Data: data}.Row())
+		events := append(r.Events, db.Event{BatchID: batchID, Type: db.EventAdminRetry, Phase: phase, Data: data}.Row())
 		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
 			return fmt.Errorf("recording retry events: %w", err)
 		}
-		logAttrs = []any{"phase", phase, "tasks_requeued", len(requeued), "previous_status", b.Status}
 		return nil
 	})
 	if err != nil {
@@ -211,60 +195,10 @@ func (s *Service) awaitJobsStopped(ctx context.Context, batchID string, limit ti
 // runningJobsSQL counts the batch's River jobs that are running.
 const runningJobsSQL = `SELECT count(*) FROM river_job WHERE state = 'running' AND args @> jsonb_build_object('batch_id', $1::text)`
 
-// retryChunks is Retry for a chunked phase (OCR): its failed items go back
-// to pending with their retries restored, chunks that stopped early (a
-// provider that refused the key) reopen, and every open chunk gets its job
-// again. The caller holds the batch's exclusive lock.
-func (s *Service) retryChunks(ctx context.Context, tx pgx.Tx, b db.Batch, phase string, data map[string]any) ([]any, error) {
-	q := db.New(tx)
-	requeued, err := q.ChunkItemRequeueFailed(ctx, db.ChunkItemRequeueFailedParams{BatchID: b.ID, Phase: phase})
-	if err != nil {
-		return nil, fmt.Errorf("requeueing failed items of %s: %w", b.ID, err)
-	}
-	reopened, err := q.ChunkReopen(ctx, db.ChunkReopenParams{BatchID: b.ID, Phase: phase})
-	if err != nil {
-		return nil, fmt.Errorf("reopening chunks of %s: %w", b.ID, err)
-	}
-	items := 0
-	perChunk := map[string]int32{}
-	for _, r := range requeued {
-		items += int(r.Requeued)
-		perChunk[r.ChunkID] = r.Requeued
-	}
-	wasError := phases.BatchStatus(b.Status) == phases.BatchError
-	if len(requeued) == 0 && reopened == 0 && !wasError {
-		return nil, fmt.Errorf("%w: batch %s is running %s with no failed item; there is nothing to retry", ErrConflict, b.ID, phase)
-	}
-	enqueued, err := jobs.EnsureChunkJobs(ctx, tx, s.river, s.chunkAttempts, b.ID, phases.Name(phase))
-	if err != nil {
-		return nil, err
-	}
-	// With nothing open (the phase stopped between its last chunk and its
-	// transition) the check moves the batch on; otherwise the chunks' ends
-	// make sure of one.
-	if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: b.ID, Phase: phase}); err != nil {
-		return nil, err
-	}
-	if !wasError {
-		if err := q.BatchRetryTouch(ctx, b.ID); err != nil {
-			return nil, err
-		}
-	}
-	data["resumed_status"], data["phase"], data["items_requeued"], data["chunks_reopened"] = phase, phase, items, int(reopened)+len(requeued)
-	events := []db.BatchEventInsertManyParams{db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: phase, Data: data}.Row()}
-	if items > 0 {
-		events = append(events, db.Event{BatchID: b.ID, Type: db.EventItemsRequeued, Phase: phase, Data: map[string]any{"items": items, "by_chunk": perChunk}}.Row())
-	}
-	if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-		return nil, fmt.Errorf("recording retry events: %w", err)
-	}
-	return []any{"phase", phase, "items_requeued", items, "chunk_jobs", enqueued, "previous_status", b.Status}, nil
-}
-
 // resumeDone is Retry for a DONE batch: a new pass that reruns only what
 // failed (jobs.ResumeBatch). The caller holds the batch's exclusive lock.
-func (s *Service) resumeDone(ctx context.Context, tx pgx.Tx, b db.Batch, data map[string]any) ([]any, error) {
-	r, err := jobs.ResumeBatch(ctx, tx, s.river, s.cfg, s.metrics, b)
+func (s *Service) resumeDone(ctx context.Context, tx jobs.Tx, b db.Batch, data map[string]any) ([]any, error) {
+	r, err := jobs.ResumeBatch(ctx, tx, jobs.Deps{Config: s.cfg, Metrics: s.metrics, Executors: s.executors}, b)
 	if errors.Is(err, jobs.ErrNothingToResume) {
 		return nil, fmt.Errorf("%w: batch %s is DONE with nothing failed; there is nothing to retry", ErrConflict, b.ID)
 	}
@@ -272,45 +206,8 @@ func (s *Service) resumeDone(ctx context.Context, tx pgx.Tx, b db.Batch, data ma
 		return nil, err
 	}
 	data["resumed_status"], data["phase"], data["files_rerun"] = r.Phase, r.Phase, r.Files
-	if err := db.New(tx).EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: r.Phase, Data: data}); err != nil {
+	if err := tx.Queries().EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: r.Phase, Data: data}); err != nil {
 		return nil, fmt.Errorf("recording retry event: %w", err)
 	}
-	return []any{"phase", r.Phase, "files_rerun", r.Files, "tasks_rerun", r.Tasks, "ocr_items_rerun", r.OCRItems,
-		"documents_rerun", r.Documents, "previous_status", b.Status}, nil
-}
-
-// retryDocuments is Retry for a documents phase: its failed documents
-// resume from the step that failed, and every running one is made sure of
-// its step job. The caller holds the batch's exclusive lock.
-func (s *Service) retryDocuments(ctx context.Context, tx pgx.Tx, b db.Batch, phase string, data map[string]any) ([]any, error) {
-	q := db.New(tx)
-	rows, err := q.DocumentBatchRetryFailed(ctx, db.DocumentBatchRetryFailedParams{BatchID: &b.ID, Generation: b.Generation})
-	if err != nil {
-		return nil, fmt.Errorf("resuming the failed documents of %s: %w", b.ID, err)
-	}
-	wasError := phases.BatchStatus(b.Status) == phases.BatchError
-	if len(rows) == 0 && !wasError {
-		return nil, fmt.Errorf("%w: batch %s is running %s with no failed document; there is nothing to retry", ErrConflict, b.ID, phase)
-	}
-	// The resumed documents' jobs (their args carry the new resume count),
-	// and any a reset left missing.
-	enqueued, err := jobs.EnsureDocumentJobs(ctx, tx, s.river, b.ID, b.Generation)
-	if err != nil {
-		return nil, err
-	}
-	// With nothing open the check moves the batch on; otherwise the
-	// documents' ends make sure of one.
-	if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: b.ID, Phase: phase}); err != nil {
-		return nil, err
-	}
-	if !wasError {
-		if err := q.BatchRetryTouch(ctx, b.ID); err != nil {
-			return nil, err
-		}
-	}
-	data["resumed_status"], data["phase"], data["documents_resumed"] = phase, phase, len(rows)
-	if err := q.EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventAdminRetry, Phase: phase, Data: data}); err != nil {
-		return nil, fmt.Errorf("recording retry event: %w", err)
-	}
-	return []any{"phase", phase, "documents_resumed", len(rows), "document_jobs", enqueued, "previous_status", b.Status}, nil
+	return []any{"phase", r.Phase, "files_rerun", r.Files, "work_rerun", r.Work, "previous_status", b.Status}, nil
 }

@@ -5,6 +5,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/internal/callbackcommit"
@@ -40,7 +42,8 @@ type Service struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 	logger *slog.Logger
-	apps   map[phases.Name]string // phase -> Fly app, to destroy machines
+	// executors run the phases' work: they count it, retry it, stop it.
+	executors *jobs.Executors
 	// callbacks commits workers' callbacks in groups.
 	callbacks *callbackcommit.Committer
 	// hub shares the reads of batch watches (Watch).
@@ -52,11 +55,7 @@ type Service struct {
 	store        blob.Store
 	cdnBucket    string
 	cdnPublicURL string
-	// chunkAttempts is a chunk job's attempts (MAX_GLOBAL_RETRIES + 1),
-	// for the jobs a retry enqueues.
-	chunkAttempts int
-	// cfg names the OCR limiter's bucket and shape, for chunk status.
-	cfg *config.Config
+	cfg          *config.Config
 	// embedder embeds search queries as the document steps embed chunks;
 	// search is the in-memory copy of the stored chunks' vectors.
 	embedder embedding.Embedder
@@ -69,17 +68,13 @@ type Service struct {
 // be started in processes that do not work jobs. m may be nil. store reads
 // the dashboard's thumbnails from CDN_BUCKET (nil serves none) and, if it
 // is a blob.Presigner, presigns the URLs workers ask for (URLs).
-func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg *config.Config, store blob.Store, logger *slog.Logger, m *metrics.Metrics) *Service {
-	apps := make(map[phases.Name]string, len(cfg.Phases))
-	for name, p := range cfg.Phases {
-		apps[name] = p.FlyAppName
-	}
-	s := &Service{pool: pool, river: riverClient, logger: logger, apps: apps, metrics: m,
-		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax,
+func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], executors *jobs.Executors, cfg *config.Config, store blob.Store, logger *slog.Logger, m *metrics.Metrics) *Service {
+	s := &Service{pool: pool, river: riverClient, logger: logger, executors: executors, metrics: m,
+		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Requeued: executors, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax,
 			MaxOutputs: cfg.MaxOutputsPerTask, TaskMaxAttempts: cfg.TaskMaxAttempts, TaskRetireLimit: cfg.TaskRetireLimit, Logger: logger, Metrics: m}),
-		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, chunkAttempts: cfg.OCR.MaxGlobalRetries + 1, cfg: cfg}
+		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, cfg: cfg}
 	s.hub = newEventHub(pool, logger, s.readRound)
-	if docs, err := jobs.NewDocuments(cfg); err != nil {
+	if docs, err := docindex.NewProviders(cfg); err != nil {
 		logger.Error("document search is unavailable", "error", err)
 	} else {
 		s.embedder, s.search = docs.Embedder, newSearchIndex(docs.Embedder.Dimensions())
@@ -148,25 +143,19 @@ func (s *Service) Create(ctx context.Context, msg manifest.QueueMessage, raw []b
 	return out, nil
 }
 
-// Progress counts the tasks of one phase (spec 000 §5.1).
+// Progress counts the work of one phase (spec 000 §5.1's tasks; the
+// phase's executor says what a unit of work is).
 type Progress struct {
 	TasksTotal     int64 `json:"tasks_total"`
 	TasksCompleted int64 `json:"tasks_completed"`
 	TasksFailed    int64 `json:"tasks_failed"`
 }
 
-// PhaseProgress is Progress for a named phase, with the open tasks split out.
-type PhaseProgress struct {
-	Phase           string `json:"phase"`
-	TasksTotal      int64  `json:"tasks_total"`
-	TasksPending    int64  `json:"tasks_pending"`
-	TasksProcessing int64  `json:"tasks_processing"`
-	TasksCompleted  int64  `json:"tasks_completed"`
-	TasksFailed     int64  `json:"tasks_failed"`
-}
+// PhaseProgress is one phase's work at a glance, as its executor counts it.
+type PhaseProgress = jobs.PhaseProgress
 
 // Status is the status document of GET /status/:batchId: spec 000 §5.1's
-// shape plus the error, completion time and per-phase counts.
+// shape plus the error, completion time and each phase's progress.
 type Status struct {
 	BatchID string `json:"batch_id"`
 	// Status is PENDING, a phase name, DONE or ERROR.
@@ -181,30 +170,21 @@ type Status struct {
 	Phases      []PhaseProgress `json:"phases"`
 	// Ingest is the delivery of the final manifest to the ingest service.
 	Ingest Ingest `json:"ingest"`
-	// OCR is the batch's OCR phase, while it has one (chunks written).
-	OCR *OCRProgress `json:"ocr,omitempty"`
-	// Documents is the batch's DOCUMENT_INDEXING phase, while it has one
-	// (documents written).
-	Documents *DocumentsProgress `json:"documents,omitempty"`
 	// Pruned is set once retention removed the batch's processing
-	// details; Phases, Progress and OCR are then as they were when it
-	// began.
+	// details; Phases and Progress are then as they were when it began.
 	Pruned *Pruned `json:"pruned,omitempty"`
 }
 
 // HasFailures reports whether the batch has failed work an admin retry
-// would rerun: failed tasks in any phase, OCR refs not done nor skipped,
-// failed documents.
+// would rerun: failed work in any phase, or work left open in a batch
+// that has finished.
 func (s Status) HasFailures() bool {
 	for _, p := range s.Phases {
-		if p.TasksFailed > 0 {
+		if p.TasksFailed > 0 || phases.BatchStatus(s.Status).Terminal() && p.Open() > 0 {
 			return true
 		}
 	}
-	if s.OCR != nil && s.OCR.RefsDone+s.OCR.RefsSkipped < s.OCR.RefsTotal {
-		return true
-	}
-	return s.Documents != nil && s.Documents.Failed > 0
+	return false
 }
 
 // Ingest reports delivery of a finished batch to the ingest service.
@@ -224,79 +204,57 @@ func (s *Service) Status(ctx context.Context, batchID string) (Status, error) {
 	if err != nil {
 		return Status{}, db.NotFound(err, "batch "+batchID)
 	}
-	counts, keptOCR, pruned, err := s.prunedProgress(b)
+	progress, err := s.progress(ctx, q, []db.Batch{b})
 	if err != nil {
 		return Status{}, err
 	}
-	if pruned == nil {
-		if counts, err = q.TaskCountByBatch(ctx, batchID); err != nil {
-			return Status{}, fmt.Errorf("counting tasks of batch %s: %w", batchID, err)
-		}
-	}
 	st := Status{
 		BatchID: b.ID, Status: b.Status, StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt,
-		CompletedAt: b.CompletedAt, Error: b.Error, Phase: b.Phase, Phases: phaseProgress(counts),
+		CompletedAt: b.CompletedAt, Error: b.Error, Phase: b.Phase, Phases: progress[b.ID],
 		Ingest: Ingest{Status: b.IngestStatus, Attempts: b.IngestAttempts, LastError: b.IngestLastError, DeliveredAt: b.IngestDeliveredAt},
-		Pruned: pruned,
+	}
+	if b.PrunedCounts != nil {
+		st.Pruned = &Pruned{At: b.PrunedAt, Note: s.prunedNote()}
+	}
+	if st.Phases == nil {
+		st.Phases = []PhaseProgress{}
 	}
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
 		}
 	}
-	st.OCR = keptOCR
-	if pruned == nil {
-		if st.OCR, err = ocrProgress(ctx, q, batchID); err != nil {
-			return Status{}, err
-		}
-	}
-	if st.OCR != nil && b.Phase != nil && *b.Phase == string(phases.OCR) {
-		// The phase's progress is its refs (it has no tasks); a skipped ref
-		// needed nothing and is complete.
-		st.Progress = Progress{TasksTotal: int64(st.OCR.RefsTotal), TasksCompleted: int64(st.OCR.RefsDone + st.OCR.RefsSkipped), TasksFailed: int64(st.OCR.RefsFailed)}
-	}
-	if st.Documents, err = documentsProgress(ctx, q, batchID); err != nil {
-		return Status{}, err
-	}
-	if st.Documents != nil && b.Phase != nil && *b.Phase == string(phases.DocumentIndexing) {
-		// The phase's progress is its documents (it has no tasks).
-		d := st.Documents
-		st.Progress = Progress{TasksTotal: int64(d.Total), TasksCompleted: int64(d.Completed), TasksFailed: int64(d.Failed)}
-	}
 	return st, nil
 }
 
-// phaseProgress folds (phase, status, count) rows into one entry per phase,
-// in pipeline order; phases without tasks are left out.
-func phaseProgress(rows []db.TaskCountByBatchRow) []PhaseProgress {
-	byPhase := make(map[string]*PhaseProgress)
-	for _, r := range rows {
-		p := byPhase[r.Phase]
-		if p == nil {
-			p = &PhaseProgress{Phase: r.Phase}
-			byPhase[r.Phase] = p
+// progress is each batch's phases' progress: as their executors count it
+// now, or, for a batch whose processing state retention removed, as it
+// was then (batches.pruned_counts).
+func (s *Service) progress(ctx context.Context, q *db.Queries, batches []db.Batch) (map[string][]PhaseProgress, error) {
+	out := map[string][]PhaseProgress{}
+	var live []string
+	for _, b := range batches {
+		if b.PrunedCounts == nil {
+			live = append(live, b.ID)
+			continue
 		}
-		p.TasksTotal += r.Count
-		switch phases.TaskStatus(r.Status) {
-		case phases.TaskPending:
-			p.TasksPending += r.Count
-		case phases.TaskProcessing:
-			p.TasksProcessing += r.Count
-		case phases.TaskCompleted:
-			p.TasksCompleted += r.Count
-		case phases.TaskFailed:
-			p.TasksFailed += r.Count
+		var kept struct {
+			Phases []PhaseProgress `json:"phases"`
 		}
-	}
-	out := []PhaseProgress{}
-	for _, ph := range phases.All() {
-		if p := byPhase[string(ph.Spec().Name)]; p != nil {
-			out = append(out, *p)
-			delete(byPhase, string(ph.Spec().Name))
+		if err := json.Unmarshal(b.PrunedCounts, &kept); err != nil {
+			return nil, fmt.Errorf("reading the kept progress of pruned batch %s: %w", b.ID, err)
 		}
+		out[b.ID] = jobs.SortProgress(kept.Phases)
 	}
-	for _, p := range byPhase { // a phase no longer registered: still shown
-		out = append(out, *p)
+	if len(live) == 0 {
+		return out, nil
 	}
-	return out
+	now, err := s.executors.Progress(ctx, q, live)
+	if err != nil {
+		return nil, err
+	}
+	for id, ps := range now {
+		out[id] = ps
+	}
+	return out, nil
 }

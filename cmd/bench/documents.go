@@ -38,7 +38,9 @@ import (
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/embedding"
+	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/internal/fakeai"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -179,8 +181,11 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 	}
 	defer pool.Close()
 	m := metrics.New(metrics.Config{})
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Config: cfg, Logger: logger, Metrics: m},
-		jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: true})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Config: cfg, Logger: logger, Metrics: m}, executor.Options{})
+	if err != nil {
+		return err
+	}
+	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: true})
 	if err != nil {
 		return err
 	}
@@ -213,7 +218,7 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 	if err := <-errs; err != nil {
 		return err
 	}
-	svc := service.New(pool, client, cfg, env.store, logger, m)
+	svc := service.New(pool, client, deps.Executors, cfg, env.store, logger, m)
 	for _, key := range keys {
 		if _, created, err := svc.CreateDocument(ctx, key); err != nil || !created {
 			return fmt.Errorf("asking for %s: created %v, %v", key, created, err)
@@ -298,7 +303,7 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 // download, a run per EmbeddingsBatch chunks and one that finds none left,
 // a run per TagsBatch chunks and one for the document's tags, store.
 func documentRuns(n int) int {
-	return 1 + (n+jobs.EmbeddingsBatch-1)/jobs.EmbeddingsBatch + 1 + (n+jobs.TagsBatch-1)/jobs.TagsBatch + 1 + 1
+	return 1 + (n+docindex.EmbeddingsBatch-1)/docindex.EmbeddingsBatch + 1 + (n+docindex.TagsBatch-1)/docindex.TagsBatch + 1 + 1
 }
 
 // readStepMetrics reads the step runs and their time from the
@@ -345,8 +350,11 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 	if err := seedSearchChunks(ctx, pool, opts.searchChunks, cfg.Documents.EmbeddingsDimensions); err != nil {
 		return err
 	}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Config: cfg, Logger: logger},
-		jobs.ClientConfig{NoSweep: true})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Config: cfg, Logger: logger}, executor.Options{})
+	if err != nil {
+		return err
+	}
+	client, err := jobs.NewClient(deps, jobs.ClientConfig{NoSweep: true})
 	if err != nil {
 		return err
 	}
@@ -354,7 +362,7 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, cfg, env.store, logger, nil), Pool: pool,
+	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, env.store, logger, nil), Pool: pool,
 		Logger: logger, Credentials: api.CredentialsOf(cfg)})}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()

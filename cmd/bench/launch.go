@@ -20,6 +20,8 @@ import (
 	"github.com/arke-institute/orchestrator/compute/flycompute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor"
+	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/jobs"
 )
@@ -143,8 +145,11 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 		presigner = store
 	}
 	rec := &recordingBackend{Backend: backendImpl}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Store: store, Presigner: presigner, Compute: rec, Config: cfg, Logger: logger},
-		jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: true})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: rec, Config: cfg, Logger: logger}, executor.Options{Presigner: presigner})
+	if err != nil {
+		return run, err
+	}
+	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: true})
 	if err != nil {
 		return run, err
 	}
@@ -168,7 +173,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if _, err := client.Insert(ctx, jobs.PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
+	if _, err := client.Insert(ctx, machine.PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
 		return run, err
 	}
 	deadline := time.Now().Add(5 * time.Minute)

@@ -66,6 +66,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/service"
 )
@@ -433,8 +434,11 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err != nil {
 		return run, err
 	}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Store: store, Compute: instantBackend{}, Config: cfg, Logger: logger},
-		jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: instantBackend{}, Config: cfg, Logger: logger}, executor.Options{})
+	if err != nil {
+		return run, err
+	}
+	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond})
 	if err != nil {
 		return run, err
 	}
@@ -446,7 +450,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err != nil {
 		return run, err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, cfg, nil, logger, nil), Pool: pool, Logger: logger})}
+	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, nil, logger, nil), Pool: pool, Logger: logger})}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 

@@ -174,7 +174,11 @@ func printStatus(w io.Writer, st client.Status) error {
 	fmt.Fprintf(tw, "batch\t%s\n", st.BatchID)
 	fmt.Fprintf(tw, "status\t%s\n", st.Status)
 	fmt.Fprintf(tw, "phase\t%s\n", str(st.Phase))
-	fmt.Fprintf(tw, "progress\t%d/%d tasks completed, %d failed\n", p.TasksCompleted, p.TasksTotal, p.TasksFailed)
+	unit := "tasks"
+	if cur, ok := st.Current(); ok && cur.Unit != "" {
+		unit = cur.Unit
+	}
+	fmt.Fprintf(tw, "progress\t%d/%d %s completed, %d failed\n", p.TasksCompleted, p.TasksTotal, unit, p.TasksFailed)
 	fmt.Fprintf(tw, "started\t%s\n", ts(&st.StartedAt))
 	fmt.Fprintf(tw, "updated\t%s\n", ts(&st.UpdatedAt))
 	fmt.Fprintf(tw, "completed\t%s\n", ts(st.CompletedAt))
@@ -201,9 +205,9 @@ func printStatus(w io.Writer, st client.Status) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\ttotal\tpending\tprocessing\tcompleted\tfailed")
+	fmt.Fprintln(tw, "phase\tunit\ttotal\tpending\tprocessing\tcompleted\tfailed")
 	for _, ph := range st.Phases {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", ph.Phase, ph.TasksTotal, ph.TasksPending, ph.TasksProcessing, ph.TasksCompleted, ph.TasksFailed)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", ph.Phase, ph.Unit, ph.TasksTotal, ph.TasksPending, ph.TasksProcessing, ph.TasksCompleted, ph.TasksFailed)
 	}
 	return tw.Flush()
 }

@@ -58,7 +58,7 @@ func TestBatchCommands(t *testing.T) {
 		require.Contains(t, out, "status     TIFF_CONVERSION\n")
 		require.Contains(t, out, "progress   1/2 tasks completed, 1 failed\n")
 		require.Contains(t, out, "error      -\n")
-		require.Regexp(t, `(?m)^TIFF_CONVERSION\s+2\s+0\s+0\s+1\s+1$`, out)
+		require.Regexp(t, `(?m)^TIFF_CONVERSION\s+tasks\s+2\s+0\s+0\s+1\s+1$`, out)
 	})
 
 	t.Run("StatusJSON", func(t *testing.T) {
@@ -75,7 +75,7 @@ func TestBatchCommands(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "batch RUN retried; it is now TIFF_CONVERSION\n", errOut)
 		// t1 is pending again; t2 stays completed.
-		require.Regexp(t, `(?m)^TIFF_CONVERSION\s+2\s+1\s+0\s+1\s+0$`, out)
+		require.Regexp(t, `(?m)^TIFF_CONVERSION\s+tasks\s+2\s+1\s+0\s+1\s+0$`, out)
 	})
 
 	t.Run("Reset", func(t *testing.T) {
@@ -132,13 +132,13 @@ func TestPrintStatusOfPrunedBatch(t *testing.T) {
 	var raw client.Status
 	require.NoError(t, json.Unmarshal([]byte(`{"batch_id": "OLD", "status": "DONE",
 		"progress": {"tasks_total": 2, "tasks_completed": 2, "tasks_failed": 0},
-		"phases": [{"phase": "TIFF_CONVERSION", "tasks_total": 2, "tasks_completed": 2}],
+		"phases": [{"phase": "TIFF_CONVERSION", "executor": "machine", "unit": "tasks", "tasks_total": 2, "tasks_completed": 2}],
 		"ingest": {"status": "delivered", "attempts": 1},
 		"pruned": {"at": "2026-11-20T10:00:00Z", "note": "processing details removed 7 days after the batch finished"}}`), &raw))
 	var out bytes.Buffer
 	require.NoError(t, printStatus(&out, raw))
 	require.Contains(t, out.String(), "details    processing details removed 7 days after the batch finished\n")
-	require.Contains(t, out.String(), "TIFF_CONVERSION  2")
+	require.Regexp(t, `(?m)^TIFF_CONVERSION\s+tasks\s+2\s`, out.String())
 
 	raw.Pruned = nil
 	out.Reset()

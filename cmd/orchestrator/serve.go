@@ -27,6 +27,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute/localcompute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/internal/locals3"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -66,7 +67,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			queues = append(queues, q)
 		}
 	}
-	if err := jobs.CheckQueues(queues); err != nil {
+	if err := executor.CheckQueues(queues); err != nil {
 		return usageError{err.Error()}
 	}
 	cfg, logger, pool, err := begin(ctx, stderr, (*config.Config).CheckServe)
@@ -113,9 +114,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer stopMetrics()
-	riverClient, err := jobs.NewClient(jobs.Deps{
+	deps, err := executor.Register(jobs.Deps{
 		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
-	}, jobs.ClientConfig{Queues: queues})
+	}, executor.Options{})
+	if err != nil {
+		return err
+	}
+	riverClient, err := jobs.NewClient(deps, jobs.ClientConfig{Queues: queues})
 	if err != nil {
 		return err
 	}
@@ -125,7 +130,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	warnClosedRoutes(cfg, logger)
 	e := api.New(api.Config{
-		Service: service.New(pool, riverClient, cfg, store, logger, m), Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
+		Service: service.New(pool, riverClient, deps.Executors, cfg, store, logger, m), Routes: deps.Executors.Routes(),
+		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
 		River: riverClient, Context: ctx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -357,7 +363,7 @@ func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	// Each machine phase's app runs its worker kind, as its image would.
 	commands := make(map[string][]string)
 	for _, p := range phases.All() {
-		if spec := p.Spec(); spec.Executor == phases.Machine {
+		if spec := p.Spec(); spec.Worker != "" {
 			commands[cfg.Phases[spec.Name].FlyAppName] = []string{bin, spec.Worker}
 		}
 	}

@@ -707,8 +707,8 @@ func statusLine(st client.Status) string {
 		return client.StatusError
 	}
 	unit := "tasks"
-	if st.OCR != nil && st.Phase != nil && *st.Phase == "OCR" {
-		unit = "refs" // the OCR phase has no tasks: progress counts its refs
+	if cur, ok := st.Current(); ok && cur.Unit != "" {
+		unit = cur.Unit // what the phase's executor counts: tasks, refs, documents
 	}
 	line := fmt.Sprintf("%s %s %d/%d %s", st.Status, bar(p.TasksCompleted+p.TasksFailed, p.TasksTotal), p.TasksCompleted+p.TasksFailed, p.TasksTotal, unit)
 	if p.TasksFailed > 0 {

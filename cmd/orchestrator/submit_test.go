@@ -653,5 +653,6 @@ func TestStatusLine(t *testing.T) {
 	require.Equal(t, "IMAGE_PROCESSING [##########----------] 2/4 tasks (1 failed)",
 		statusLine(client.Status{Status: image, Phase: &image, Progress: client.Progress{TasksTotal: 4, TasksCompleted: 1, TasksFailed: 1}}))
 	require.Equal(t, "OCR [###############-----] 3/4 refs",
-		statusLine(client.Status{Status: ocr, Phase: &ocr, OCR: &client.OCRProgress{RefsTotal: 4}, Progress: client.Progress{TasksTotal: 4, TasksCompleted: 3}}))
+		statusLine(client.Status{Status: ocr, Phase: &ocr, Phases: []client.PhaseProgress{{Phase: ocr, Unit: "refs", TasksTotal: 4, TasksCompleted: 3}},
+			Progress: client.Progress{TasksTotal: 4, TasksCompleted: 3}}))
 }

@@ -287,7 +287,7 @@ func TestUsage(t *testing.T) {
 func kinds() []string {
 	var out []string
 	for _, p := range phases.All() {
-		if s := p.Spec(); s.Executor == phases.Machine {
+		if s := p.Spec(); s.Worker != "" {
 			out = append(out, s.Worker)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -60,7 +61,8 @@ func TestRetryableErrorRetries(t *testing.T) {
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	dbtest.SeedProcessingTasks(t, pool, batch, 3)
-	c := New(Config{Pool: pool, River: rc, TaskMaxAttempts: 3})
+	heard := &requeueRecorder{}
+	c := New(Config{Pool: pool, River: rc, TaskMaxAttempts: 3, Requeued: heard})
 	// tiff_t001 is in its last attempt.
 	_, err = pool.Exec(ctx, `UPDATE tasks SET failures = 2 WHERE id = 'tiff_t001'`)
 	require.NoError(t, err)
@@ -81,9 +83,7 @@ func TestRetryableErrorRetries(t *testing.T) {
 	require.Equal(t, "failed callback 3", taskRow(t, c, "tiff_t001"))
 	require.Equal(t, "failed callback 0", taskRow(t, c, "tiff_t002"))
 
-	var launches int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'phase_launch' AND args->>'batch_id' = $1`, batch).Scan(&launches))
-	require.Equal(t, 1, launches, "the retried task's launcher is enqueued")
+	require.Equal(t, [][]jobs.PhaseRef{{{BatchID: batch, Phase: "TIFF_CONVERSION"}}}, heard.refs, "the phase's executor hears of the retried task")
 	var retrying int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM batch_events WHERE type = 'task.retrying' AND task_id = 'tiff_t000'`).Scan(&retrying))
 	require.Equal(t, 1, retrying)
@@ -128,4 +128,12 @@ func TestLateSuccessOfCurrentAttempt(t *testing.T) {
 	rejected, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"tiff_t002", "tiff_t003"}, rejected)
+}
+
+// requeueRecorder records what executors hear of retried tasks.
+type requeueRecorder struct{ refs [][]jobs.PhaseRef }
+
+func (r *requeueRecorder) Requeued(_ context.Context, _ jobs.Tx, refs []jobs.PhaseRef) error {
+	r.refs = append(r.refs, refs)
+	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -50,6 +51,9 @@ type Config struct {
 	// River inserts the phases' fan-in checks; it need not be started.
 	// Required.
 	River *river.Client[pgx.Tx]
+	// Requeued hears of tasks a callback put back to be retried (the
+	// phases' executors, jobs.Executors: a launcher). nil: no one.
+	Requeued jobs.Requeuer
 	// Committers bounds the groups in flight; config.DefaultCallbackCommitters
 	// when not positive.
 	Committers int
@@ -85,6 +89,7 @@ var ErrBusy = errors.New("too many callbacks are waiting to be applied")
 type Committer struct {
 	pool        *pgxpool.Pool
 	river       *river.Client[pgx.Tx]
+	requeued    jobs.Requeuer
 	committers  int
 	maxQueued   int
 	maxOutputs  int
@@ -115,7 +120,7 @@ func New(cfg Config) *Committer {
 	if cfg.MaxOutputs <= 0 {
 		cfg.MaxOutputs = phases.DefaultMaxOutputs
 	}
-	return &Committer{pool: cfg.Pool, river: cfg.River, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
+	return &Committer{pool: cfg.Pool, river: cfg.River, requeued: cfg.Requeued, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
 		maxTries: max(1, cfg.TaskMaxAttempts), retireLimit: cfg.TaskRetireLimit, logger: cfg.Logger, metrics: cfg.Metrics}
 }
 

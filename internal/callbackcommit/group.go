@@ -70,16 +70,16 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 		return tx, nil, err
 	}
 
-	// Phases with an ended task and no pending check get one; those with
-	// a task to retry get their launcher.
-	var checks, launches []jobs.PhaseRef
+	// Phases with an ended task and no pending check get one; the
+	// executors of those with a task to retry hear of it (a launcher).
+	var checks, requeued []jobs.PhaseRef
 	ended := make(map[attempt]db.TaskCompleteManyRow, len(applied.ended))
 	for _, e := range applied.ended {
 		ended[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e
 		k := jobs.PhaseRef{BatchID: e.BatchID, Phase: e.Phase}
 		switch {
 		case phases.TaskStatus(e.Status) == phases.TaskPending:
-			launches = append(launches, k)
+			requeued = append(requeued, k)
 		case !applied.pending[k]:
 			checks = append(checks, k)
 		}
@@ -87,8 +87,10 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 	if err := jobs.InsertPhaseChecks(ctx, tx, c.river, checks); err != nil {
 		return tx, nil, err
 	}
-	if err := jobs.InsertPhaseLaunches(ctx, tx, c.river, launches); err != nil {
-		return tx, nil, err
+	if len(requeued) > 0 && c.requeued != nil {
+		if err := c.requeued.Requeued(ctx, jobs.Tx{Tx: tx, River: c.river}, requeued); err != nil {
+			return tx, nil, err
+		}
 	}
 
 	var unapplied []int

@@ -186,7 +186,7 @@ func TestComposeEnvironment(t *testing.T) {
 	}
 	require.Contains(t, fly, "FLY_API_TOKEN")
 	for _, p := range phases.All() {
-		if spec := p.Spec(); spec.Executor == phases.Machine {
+		if spec := p.Spec(); spec.Worker != "" {
 			require.Contains(t, fly, "FLY_"+spec.Short+"_APP_NAME")
 			require.Contains(t, fly, "FLY_"+spec.Short+"_WORKER_IMAGE")
 		}

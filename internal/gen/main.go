@@ -104,7 +104,7 @@ func workerPrograms() ([]byte, error) {
 func machineSpecs() []phases.Spec {
 	var out []phases.Spec
 	for _, p := range phases.All() {
-		if s := p.Spec(); s.Executor == phases.Machine {
+		if s := p.Spec(); s.Worker != "" {
 			out = append(out, s)
 		}
 	}
@@ -156,8 +156,8 @@ func settingsTable(specs []phases.Spec) string {
 	for _, sp := range specs {
 		n, d := string(sp.Name), sp.Defaults
 		ph := "`" + n + "`"
-		switch sp.Executor {
-		case phases.Machine:
+		switch {
+		case sp.Worker != "":
 			machines := fmt.Sprintf("Fly app of its machines: %s, `worker %s`, %d MB, %d %s CPUs", sp.Title, sp.Worker, d.Guest.MemoryMB, d.Guest.CPUs, d.Guest.CPUKind)
 			if len(sp.SharedEnv) > 0 {
 				machines += "; they also get " + strings.Join(backquote(sp.SharedEnv), ", ")
@@ -168,7 +168,7 @@ func settingsTable(specs []phases.Spec) string {
 			row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
 			row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "an attempt still processing after this, plus the per-GB part, times out (ms)")
 			row(ph, "TASK_TIMEOUT_PER_GB_"+n, millis(d.TaskTimeoutPerGB), "added to the timeout per 10^9 bytes of the task's input (ms; 0 for none)")
-		case phases.Documents:
+		case sp.Defaults.ChunkSize == 0:
 			row(ph, "DOCUMENT_MAX_BYTES", "`20000000`", fmt.Sprintf("%s by `document_step` jobs, no machines: the document settings apply (`DOCUMENT_MAX_BYTES`, `DOCUMENT_CHUNK_TOKENS`, the embeddings and tags providers); a larger document fails and its file passes through without document fields", sp.Title))
 		default:
 			row(ph, sp.Short+"_CHUNK_SIZE", fmt.Sprintf("`%d`", d.ChunkSize), fmt.Sprintf("%s in chunks, no machines: directory groups per chunk (1 to 10000)", sp.Title))

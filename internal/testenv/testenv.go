@@ -29,6 +29,7 @@ import (
 	apiclient "github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/compute/flycompute"
 	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/internal/dbtest"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/ocrfixture"
@@ -66,7 +67,9 @@ type Env struct {
 	// own.
 	Metrics *metrics.Metrics
 
-	deps     jobs.Deps
+	// Deps are the orchestrator's jobs' outside parts, its executors
+	// registered.
+	Deps     jobs.Deps
 	settings map[string]string
 }
 
@@ -198,7 +201,8 @@ func New(t *testing.T, opts Options) *Env {
 	m := metrics.New(metrics.Config{Pool: pool, Logger: logger})
 	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
 	require.NoError(t, err)
-	deps := jobs.Deps{Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m}
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m}, executor.Options{})
+	require.NoError(t, err)
 	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks, Queues: opts.Queues})
 	require.NoError(t, err)
 	if !opts.NoWorkers {
@@ -208,14 +212,15 @@ func New(t *testing.T, opts Options) *Env {
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
-		Service: service.New(pool, client, cfg, store, logger, m), Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
+		Service: service.New(pool, client, deps.Executors, cfg, store, logger, m), Routes: deps.Executors.Routes(),
+		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
 		River: client, Context: apiCtx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	handler.Store(&h)
 	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, IngestToken: cfg.IngestToken})
 	require.NoError(t, err)
 	return &Env{Pool: pool, S3: s3, Bucket: bucket, Store: store, Fly: fly, Ingest: ingest, River: client, Config: cfg, Server: srv,
-		Client: apiClient, Metrics: m, deps: deps, settings: settings}
+		Client: apiClient, Metrics: m, Deps: deps, settings: settings}
 }
 
 // startClient starts a River client until the test ends.
@@ -238,7 +243,7 @@ func (e *Env) StartClient(t *testing.T, cfg jobs.ClientConfig) *river.Client[pgx
 	if cfg.FetchPollInterval == 0 {
 		cfg.FetchPollInterval = 100 * time.Millisecond
 	}
-	client, err := jobs.NewClient(e.deps, cfg)
+	client, err := jobs.NewClient(e.Deps, cfg)
 	require.NoError(t, err)
 	startClient(t, client)
 	return client

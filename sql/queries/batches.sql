@@ -1,14 +1,9 @@
--- BatchListStalled is the sweep's backstop: running batches not touched for
--- a while, with whether their phase still has pending or open tasks. A
--- phase with no open task should have transitioned; one with pending tasks
--- should have a launcher; one whose generation is still being written
--- (build_from set) should have its writer. It reads the counters
--- (task_counts), as the fan-in does, not the tasks: asking the tasks walked
--- the index entries of every task of the phase ended since the last vacuum.
+-- BatchListStalled is the sweep's backstop: running batches not touched
+-- for a while. Their phase's executor makes sure its work has its jobs; a
+-- phase with no open work should have transitioned; one whose generation
+-- is still being written (build_from set) should have its writer.
 -- name: BatchListStalled :many
-SELECT b.id, b.phase::text AS phase, b.generation, b.build_from,
-    EXISTS (SELECT 1 FROM task_counts c WHERE c.batch_id = b.id AND c.phase = b.phase AND c.status = 'pending' AND c.n > 0) AS has_pending,
-    EXISTS (SELECT 1 FROM task_counts c WHERE c.batch_id = b.id AND c.phase = b.phase AND c.status IN ('pending', 'processing') AND c.n > 0) AS has_open
+SELECT b.id, b.phase::text AS phase, b.generation, b.build_from
 FROM batches b
 WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < @before
 ORDER BY b.updated_at, b.id
@@ -47,7 +42,7 @@ RETURNING *;
 -- newer) never shift the pages that follow. Served by the indexes on
 -- (started_at, id), (status, started_at) and (uploader, started_at).
 -- name: BatchList :many
-SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status,
+SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status, pruned_counts,
     coalesce((queue_message->>'total_files')::bigint, 0)::bigint AS total_files,
     coalesce((queue_message->>'total_bytes')::bigint, 0)::bigint AS total_bytes
 FROM batches
@@ -95,25 +90,12 @@ RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::
 -- BatchPruneBegin marks a batch as being pruned, if it still may be (as
 -- BatchListPrunable; the row lock orders it with an admin retry, which
 -- refuses a batch once this committed), and keeps what its status needs
--- once its tasks and chunks are gone: the task counts per phase and status
--- and its OCR phase's chunk summary (pruned_counts, migration 00017).
--- Beginning again a removal that was interrupted keeps the first counts.
+-- once its work's rows are gone: @snapshot, each phase's progress as its
+-- executor reported it ({"phases": [...]}: pruned_counts). Beginning
+-- again a removal that was interrupted keeps the first snapshot.
 -- name: BatchPruneBegin :one
 UPDATE batches b
-SET pruned_counts = coalesce(b.pruned_counts, jsonb_build_object(
-    'tasks', coalesce((
-        SELECT jsonb_agg(jsonb_build_object('phase', c.phase, 'status', c.status, 'n', c.n) ORDER BY c.phase, c.status)
-        FROM task_counts c WHERE c.batch_id = b.id AND c.n <> 0), '[]'::jsonb),
-    'ocr', (
-        SELECT CASE WHEN count(*) > 0 THEN jsonb_build_object(
-            'chunks_total', count(*),
-            'chunks_done', count(*) FILTER (WHERE k.state = 'DONE'),
-            'chunks_error', count(*) FILTER (WHERE k.state = 'ERROR'),
-            'refs_total', coalesce(sum(k.total_refs), 0),
-            'refs_done', coalesce(sum(k.completed), 0),
-            'refs_failed', coalesce(sum(k.failed), 0),
-            'refs_skipped', coalesce(sum(k.skipped), 0)) END
-        FROM chunks k WHERE k.batch_id = b.id AND k.phase = @ocr_phase::text)))
+SET pruned_counts = coalesce(b.pruned_counts, @snapshot::jsonb)
 WHERE b.id = @id AND b.completed_at < @cutoff::timestamptz AND b.pruned_at IS NULL
     AND b.status IN ('DONE', 'ERROR') AND b.ingest_status <> 'pending'
 RETURNING b.id, b.status, b.generation;

@@ -39,13 +39,12 @@ ORDER BY chunk_id, item_index
 LIMIT @max_items;
 
 -- name: ChunkItemSetDone :execrows
--- ChunkItemSetDone records a processing item's text and published ref and
--- counts it in its chunk, in one statement so the counters always match
--- the items. Like every ChunkItemSet query it moves only a processing
+-- ChunkItemSetDone records a processing item's outcome (its engine's
+-- result, for the phase's transform) and counts it in its chunk, in one
+-- statement so the counters always match the items. Like every ChunkItemSet query it moves only a processing
 -- item: settling twice (a job retried after its commit) changes nothing.
 WITH item AS (
-    UPDATE chunk_items ci SET status = 'done', error = NULL, text_length = @text_length, text = @text,
-        published_key = @published_key, published_size = @published_size, updated_at = now()
+    UPDATE chunk_items ci SET status = 'done', error = NULL, result = @result::jsonb, updated_at = now()
     WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id AND ci.item_index = @item_index
         AND ci.status = 'processing'
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
@@ -162,17 +161,18 @@ ORDER BY ci.chunk_id, ci.item_index;
 -- ChunkItemDropUnfinished removes a DONE batch's items that were neither
 -- done nor skipped (failed, or left pending by a chunk that stopped), and
 -- uncounts them in their chunks: an admin retry reruns them as items of
--- new chunks (jobs.ResumeBatch). It returns the chunks touched.
+-- new chunks (jobs.ResumeBatch). It returns the items' keys.
 -- name: ChunkItemDropUnfinished :many
 WITH items AS (
     DELETE FROM chunk_items ci
     WHERE ci.batch_id = @batch_id AND ci.status NOT IN ('done', 'skipped')
-    RETURNING ci.phase, ci.chunk_id, ci.status
+    RETURNING ci.phase, ci.chunk_id, ci.status, ci.r2_key
 ), per_chunk AS (
     SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
     FROM items i GROUP BY i.phase, i.chunk_id
+), counted AS (
+    UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
+    FROM per_chunk
+    WHERE c.batch_id = @batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
 )
-UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
-FROM per_chunk
-WHERE c.batch_id = @batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
-RETURNING c.phase, c.chunk_id, per_chunk.n::int AS dropped;
+SELECT i.phase, i.r2_key FROM items i;

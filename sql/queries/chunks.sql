@@ -11,6 +11,15 @@ DELETE FROM chunks
 WHERE (batch_id, phase, chunk_id) IN (
     SELECT k.batch_id, k.phase, k.chunk_id FROM chunks k WHERE k.batch_id = @batch_id LIMIT @max);
 
+-- name: ChunkGetByID :one
+-- ChunkGetByID is a batch's chunk by its id alone, as spec 004's chunk
+-- status names it: the latest started, should two chunked phases have a
+-- chunk of that id.
+SELECT * FROM chunks
+WHERE batch_id = @batch_id AND chunk_id = @chunk_id
+ORDER BY started_at DESC NULLS LAST, phase
+LIMIT 1;
+
 -- name: ChunkGet :one
 -- ChunkGet is a chunk with its counters, for spec 004's chunk status.
 SELECT * FROM chunks
@@ -58,6 +67,20 @@ WHERE c.batch_id = @batch_id AND c.phase = @phase AND c.state = 'ERROR'
 -- global retries), with its error.
 UPDATE chunks SET global_retry_count = global_retry_count + 1, error = @error
 WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id;
+
+-- name: ChunkSummaryByBatches :many
+-- ChunkSummaryByBatches is ChunkSummary for each phase of several
+-- batches at once (status, the dashboard's listing).
+SELECT batch_id, phase, count(*)::int AS chunks_total,
+    (count(*) FILTER (WHERE state = 'DONE'))::int AS chunks_done,
+    (count(*) FILTER (WHERE state = 'ERROR'))::int AS chunks_error,
+    coalesce(sum(total_refs), 0)::int AS refs_total,
+    coalesce(sum(completed), 0)::int AS refs_done,
+    coalesce(sum(failed), 0)::int AS refs_failed,
+    coalesce(sum(skipped), 0)::int AS refs_skipped
+FROM chunks
+WHERE batch_id = ANY(@batch_ids::text[])
+GROUP BY batch_id, phase;
 
 -- name: ChunkSummary :one
 -- ChunkSummary is a batch phase's chunks and items by outcome, for the

@@ -157,6 +157,11 @@ SELECT EXISTS (
       AND d.status IN ('not_started', 'processing')
 );
 
+-- name: DocumentBatchListFailedKeys :many
+-- The keys of a batch's failed documents, whose files an admin retry of
+-- the DONE batch reruns (jobs.ResumeBatch).
+SELECT r2_key FROM documents WHERE batch_id = @batch_id AND status = 'failed';
+
 -- name: DocumentBatchListOpen :many
 -- The running documents of a batch's phase (generation), for the sweep's
 -- backstop and a retry to make sure each has its job.
@@ -164,6 +169,16 @@ SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
 WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
   AND d.status IN ('not_started', 'processing')
 ORDER BY d.id;
+
+-- name: DocumentBatchSummaryMany :many
+-- DocumentBatchSummary for several batches at once (status, the
+-- dashboard's listing).
+SELECT d.batch_id::text AS batch_id, count(*)::int AS total,
+       count(*) FILTER (WHERE status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed
+FROM documents d
+WHERE d.batch_id = ANY(@batch_ids::text[])
+GROUP BY d.batch_id;
 
 -- name: DocumentBatchSummary :one
 -- A batch's documents by status, for its status document. A batch has one

@@ -37,35 +37,24 @@ WHERE batch_id = @batch_id AND generation = @generation AND ordinal >= @min_ordi
 ORDER BY ordinal;
 
 -- FileMarkKept marks the files of a DONE batch's final generation for
--- an admin retry (jobs.ResumeBatch): a file whose work failed in any
--- phase (a failed task, an OCR item neither done nor skipped, a failed
--- document) is to be rerun, every other file is kept. Failures name their
--- file by its key, which the final generation still has (a file whose
--- work failed passes through its phase unchanged). It returns the files
--- to rerun, and the batch's failed documents.
+-- an admin retry (jobs.ResumeBatch): a file whose key is among the keys
+-- whose work failed in some phase (as the executors name them) is to be
+-- rerun, every other file is kept. Failures name their file by its key,
+-- which the final generation still has (a file whose work failed passes
+-- through its phase unchanged). It returns how many files are to rerun.
 -- name: FileMarkKept :one
-WITH failed AS (
-    SELECT f.r2_key FROM tasks t JOIN files f ON f.id = t.file_id
-    WHERE t.batch_id = @batch_id::text AND t.status = 'failed'
-    UNION
-    SELECT ci.r2_key FROM chunk_items ci
-    WHERE ci.batch_id = @batch_id::text AND ci.status NOT IN ('done', 'skipped')
-    UNION
-    SELECT d.r2_key FROM documents d
-    WHERE d.batch_id = @batch_id::text AND d.status = 'failed'
-), marked AS (
+WITH marked AS (
     -- A join, not a lookup of the failures per file.
     UPDATE files f SET kept = m.kept
     FROM (
         SELECT g.id, r.r2_key IS NULL AS kept FROM files g
-        LEFT JOIN failed r ON r.r2_key = g.r2_key
+        LEFT JOIN (SELECT DISTINCT unnest(@failed_keys::text[]) AS r2_key) r ON r.r2_key = g.r2_key
         WHERE g.batch_id = @batch_id::text AND g.generation = @generation
     ) m
     WHERE f.id = m.id
     RETURNING f.kept
 )
-SELECT (SELECT count(*) FROM marked WHERE NOT marked.kept)::int AS rerun,
-    (SELECT count(*) FROM documents d WHERE d.batch_id = @batch_id::text AND d.status = 'failed')::int AS failed_documents;
+SELECT count(*) FILTER (WHERE NOT marked.kept)::int AS rerun FROM marked;
 
 -- FileListWithThumbnail is a page of a generation for the dashboard, with
 -- whether each file has a thumbnail (FileThumbnailURL) and the

@@ -91,19 +91,12 @@ SELECT phase, status, n AS count
 FROM task_counts
 WHERE batch_id = @batch_id AND n <> 0;
 
--- TaskCountByBatches is TaskCountByBatch for several batches at once (a
--- page of the dashboard's listing). A batch whose processing state
--- retention removed (or is removing) has the counts it kept instead
--- (batches.pruned_counts, migration 00017).
+-- TaskCountByBatches is TaskCountByBatch for several batches at once
+-- (status, a page of the dashboard's listing).
 -- name: TaskCountByBatches :many
 SELECT c.batch_id, c.phase, c.status, c.n AS count
 FROM task_counts c
-WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0
-    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = c.batch_id AND b.pruned_counts IS NOT NULL)
-UNION ALL
-SELECT b.id, k.phase, k.status, k.n
-FROM batches b, jsonb_to_recordset(b.pruned_counts -> 'tasks') AS k(phase text, status text, n bigint)
-WHERE b.id = ANY(@batch_ids::text[]) AND b.pruned_counts IS NOT NULL;
+WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0;
 
 -- TaskHasOpen asks whether any task of a phase is still pending or
 -- processing: the fan-in's question. It reads the counters (task_counts),
@@ -327,7 +320,11 @@ RETURNING t.id;
 
 -- TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
 -- admin retry reruns as new tasks of the files they failed on
--- (jobs.ResumeBatch); their outcomes stay in batch_events.
+-- (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
+-- task's phase and its file's key.
 -- name: TaskDeleteFailedByBatch :many
-DELETE FROM tasks WHERE batch_id = @batch_id AND status = 'failed'
-RETURNING id, phase;
+WITH d AS (
+    DELETE FROM tasks t WHERE t.batch_id = @batch_id::text AND t.status = 'failed'
+    RETURNING t.id, t.phase, t.file_id
+)
+SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id;

@@ -1,5 +1,6 @@
 // The batch dashboard's scripts: live progress (the progress section and
-// the OCR totals) fed by the batch's Server-Sent Events stream, a running
+// the executors' sections' totals) fed by the batch's Server-Sent Events
+// stream, a running
 // document's page kept up to date, and confirmations on buttons. The pages
 // work without them.
 "use strict";
@@ -61,8 +62,7 @@ function follow(live) {
     render(document.getElementById("live-phases"), st.phases || []);
     const none = document.getElementById("no-tasks");
     if (none && st.phases && st.phases.length) none.remove();
-    const ocr = document.getElementById("ocr-live");
-    if (ocr && st.ocr) renderOCR(ocr, st.ocr);
+    for (const p of st.phases || []) renderLive(p);
     status.textContent = st.status;
     status.className = "badge s-" + st.status;
     live.dataset.status = st.status;
@@ -120,19 +120,22 @@ function render(container, phases) {
     bar.querySelector(".done").style.width = pct(p.tasks_completed, total) + "%";
     bar.querySelector(".failed").style.width = pct(p.tasks_failed, total) + "%";
     row.querySelector(".phase-count").textContent =
-      p.tasks_completed + " / " + total + " done" + (p.tasks_failed ? ", " + p.tasks_failed + " failed" : "");
+      p.tasks_completed + " / " + total + (p.unit ? " " + p.unit : "") + " done" + (p.tasks_failed ? ", " + p.tasks_failed + " failed" : "");
   }
 }
 
-// renderOCR makes the OCR section's bar and totals match a status
-// document's ocr block; its chunks and limiter stay as loaded.
-function renderOCR(section, o) {
-  render(section.querySelector(".phases"), [
-    { phase: "OCR", tasks_total: o.refs_total, tasks_completed: o.refs_done, tasks_failed: o.refs_failed },
-  ]);
-  for (const el of section.querySelectorAll("[data-ocr]")) {
-    const v = o[el.dataset.ocr];
-    if (v !== undefined) el.textContent = String(v);
+// renderLive makes an executor's section of phase p match it: its phase
+// bar, and each element marked data-count="k" shows p's field k or its
+// detail's (the rest of the section stays as loaded).
+function renderLive(p) {
+  for (const section of document.querySelectorAll('[data-live-phase="' + CSS.escape(p.phase) + '"]')) {
+    const bars = section.querySelector(".phases");
+    if (bars) render(bars, [p]);
+    for (const el of section.querySelectorAll("[data-count]")) {
+      const k = el.dataset.count;
+      const v = k in p ? p[k] : (p.detail || {})[k];
+      if (v !== undefined) el.textContent = String(v);
+    }
   }
 }
 

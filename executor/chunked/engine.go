@@ -1,0 +1,96 @@
+package chunked
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/arke-institute/orchestrator/ratelimit"
+)
+
+// Engine does the work of a chunked phase's items, one at a time: the
+// phase's Spec.Engine names it.
+type Engine interface {
+	// Name is the name a phase's Spec.Engine selects the engine by.
+	Name() string
+	// Provider names the service the engine calls ("tesseract", an API's
+	// host), for the provider metrics.
+	Provider() string
+	// LimitKey is the rate limiter bucket a chunk of a batch takes its
+	// tokens from: one per provider, shared by every chunk of every
+	// process, unless the engine keeps one per chunk.
+	LimitKey(batchID, chunkID string) string
+	// Settings say how the phase's chunks run.
+	Settings() Settings
+	// Process does one item's work. Its outcome's error, if any, is
+	// classified by provider.ClassOf.
+	Process(ctx context.Context, item Item) Outcome
+}
+
+// Settings say how a chunked phase's chunk jobs run (spec 004's names for
+// the OCR phase).
+type Settings struct {
+	// Limit is the adaptive rate limit of the engine's provider.
+	Limit ratelimit.Adaptive
+	// Timeout bounds one call of the engine; a chunk job's run lasts a
+	// little longer, and River rescues a dead process's chunk jobs once
+	// that has passed.
+	Timeout time.Duration
+	// MaxConcurrentPerAlarm is how many items one run of a chunk job sends
+	// at once; AlarmInterval the pause before its next run while items
+	// remain.
+	MaxConcurrentPerAlarm int
+	AlarmInterval         time.Duration
+	// MaxRetriesPerRef bounds the retries of one item after transient
+	// errors (a rate-limited call uses none); MaxGlobalRetries those of a
+	// chunk after its job failed.
+	MaxRetriesPerRef int
+	MaxGlobalRetries int
+	// MaxFailedFraction ends a chunk ERROR when more than this share of
+	// its items failed.
+	MaxFailedFraction float64
+	// Workers is how many chunk jobs of the phase one process runs at once
+	// (its queue's workers).
+	Workers int
+}
+
+// Item is one item of a chunk, as its engine sees it.
+type Item struct {
+	BatchID string
+	ChunkID string
+	Index   int32
+	// R2Key is the item's file in the staging bucket.
+	R2Key string
+}
+
+// Outcome is how an item went.
+type Outcome struct {
+	// Called says whether the provider was asked, which is what the
+	// limiter hears about.
+	Called bool
+	// Err is nil for a done item.
+	Err error
+	// RetryAfter is the provider's wish, with a rate-limited error.
+	RetryAfter time.Duration
+	// Result is a done item's outcome, which the phase's transform reads
+	// as its task's result.
+	Result json.RawMessage
+}
+
+// ItemStatus is the state of one item of a chunk, as stored (spec 004).
+// Only ItemDone changes the file list.
+type ItemStatus string
+
+// The item states.
+const (
+	// ItemPending waits for a chunk job to claim it.
+	ItemPending ItemStatus = "pending"
+	// ItemProcessing is claimed by a chunk job.
+	ItemProcessing ItemStatus = "processing"
+	// ItemDone has its outcome recorded.
+	ItemDone ItemStatus = "done"
+	// ItemSkipped needs no processing (e.g. a PDF page with a text layer).
+	ItemSkipped ItemStatus = "skipped"
+	// ItemError failed for good.
+	ItemError ItemStatus = "error"
+)

@@ -1,0 +1,465 @@
+package chunked
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/provider"
+	"github.com/arke-institute/orchestrator/ratelimit"
+)
+
+// ChunkWorker works ChunkArgs: one run is spec 004's alarm. It takes up
+// to MAX_CONCURRENT_PER_ALARM tokens from the provider's shared limiter,
+// claims as many items, processes them at once, commits each item's
+// outcome as it ends, and snoozes ALARM_INTERVAL_MS (or until the limiter
+// has a token) while items remain. A snooze is not an attempt: the job's
+// attempts count only failed runs, the chunk's global retries.
+//
+// A crashed run (kill -9) leaves its claimed items processing and its job
+// running; River rescues the job once its Timeout has passed, and the next
+// run puts those items back first (ChunkItemReleaseClaims). An item whose
+// outcome was committed is never claimed again.
+type ChunkWorker struct {
+	river.WorkerDefaults[ChunkArgs]
+	deps    jobs.Deps
+	limiter *ratelimit.Limiter
+	engines map[string]Engine
+}
+
+// Timeout bounds a run: its items' calls (the engine's timeout) and their
+// reads and writes. It is also how soon River rescues the job of a process
+// that died (River waits for both this and RescueStuckJobsAfter).
+func (w *ChunkWorker) Timeout(job *river.Job[ChunkArgs]) time.Duration {
+	if job == nil {
+		return jobs.ShortTimeout
+	}
+	return runTimeout(w.engine(job.Args).Settings().Timeout)
+}
+
+// runTimeout is a chunk run's bound for an engine call timeout.
+func runTimeout(call time.Duration) time.Duration { return call + 15*time.Second }
+
+// engine is the engine of a's phase.
+func (w *ChunkWorker) engine(a ChunkArgs) Engine {
+	p, _ := phases.Get(phases.Name(a.Phase))
+	if p == nil {
+		return unknownPhase{a.Phase}
+	}
+	return w.engines[p.Spec().Engine]
+}
+
+// NextRetry retries a failed run within seconds (2, 4, 8, 16, 30 s).
+func (w *ChunkWorker) NextRetry(job *river.Job[ChunkArgs]) time.Time {
+	return time.Now().Add(jobs.Backoff(job.Attempt, 30*time.Second))
+}
+
+// chunkRun is one run of a chunk's job.
+type chunkRun struct {
+	w      *ChunkWorker
+	args   ChunkArgs
+	engine Engine
+	cfg    Settings
+	key    string // the limiter's key
+}
+
+func (r chunkRun) params() (batchID, phase, chunkID string) {
+	return r.args.BatchID, r.args.Phase, r.args.ChunkID
+}
+
+// Work runs the chunk once. A run that fails counts against the chunk's
+// global retries; the last one ends the chunk ERROR, its settled items
+// kept.
+func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) error {
+	eng := w.engine(job.Args)
+	run := chunkRun{w: w, args: job.Args, engine: eng, cfg: eng.Settings(), key: eng.LimitKey(job.Args.BatchID, job.Args.ChunkID)}
+	err := run.work(ctx)
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*river.JobSnoozeError](err); ok {
+		return err
+	}
+	a := job.Args
+	msg := err.Error()
+	if cerr := db.New(w.deps.Pool).ChunkCountFailure(context.WithoutCancel(ctx), db.ChunkCountFailureParams{
+		BatchID: a.BatchID, Phase: a.Phase, ChunkID: a.ChunkID, Error: &msg,
+	}); cerr != nil {
+		w.deps.Logger.Warn("counting a chunk's failure", "batch_id", a.BatchID, "chunk_id", a.ChunkID, "error", cerr)
+	}
+	if job.Attempt < job.MaxAttempts {
+		return err
+	}
+	if ferr := run.finish(ctx, fmt.Sprintf("chunk failed after %d attempts: %v", job.Attempt, err)); ferr != nil {
+		return ferr
+	}
+	return nil
+}
+
+func (r chunkRun) work(ctx context.Context) error {
+	batchID, phase, chunkID := r.params()
+	q := db.New(r.w.deps.Pool)
+	chunk, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the batch is gone
+	}
+	if err != nil {
+		return fmt.Errorf("loading chunk %s of %s: %w", chunkID, batchID, err)
+	}
+	if chunkTerminal(chunk.State) {
+		return nil
+	}
+	batch, err := r.w.deps.JobBatch(ctx, batchID)
+	if err != nil {
+		return err
+	}
+	if batch.Status != phase {
+		return nil // reset or failed: the chunk waits for a retry to enqueue it again
+	}
+	if chunk.State == chunkPending {
+		if err := r.start(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := q.ChunkItemReleaseClaims(ctx, db.ChunkItemReleaseClaimsParams{BatchID: batchID, Phase: phase, ChunkID: chunkID}); err != nil {
+		return fmt.Errorf("releasing chunk %s's claims: %w", chunkID, err)
+	}
+	prog, err := q.ChunkItemProgress(ctx, db.ChunkItemProgressParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	if prog.Pending == 0 {
+		return r.finish(ctx, "")
+	}
+	if prog.NextDue.After(prog.Now) {
+		return river.JobSnooze(prog.NextDue.Sub(prog.Now)) // every pending item is backing off
+	}
+
+	cfg := r.cfg
+	want := min(int64(cfg.MaxConcurrentPerAlarm), prog.Pending)
+	granted, grant, err := r.w.limiter.TakeAdaptiveN(ctx, r.key, cfg.Limit, int(want))
+	if err != nil {
+		return err
+	}
+	wait := grant.Wait
+	if granted == 0 {
+		return river.JobSnooze(jitter(wait, cfg.AlarmInterval))
+	}
+	items, err := q.ChunkItemClaimPending(ctx, db.ChunkItemClaimPendingParams{
+		BatchID: batchID, Phase: phase, ChunkID: chunkID, MaxItems: int32(granted),
+	})
+	if err != nil {
+		return fmt.Errorf("claiming items of chunk %s: %w", chunkID, err)
+	}
+
+	if stopWith, err := r.items(ctx, items, grant); err != nil {
+		return err
+	} else if stopWith != "" {
+		return r.finish(ctx, stopWith)
+	}
+	prog, err = q.ChunkItemProgress(ctx, db.ChunkItemProgressParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	if prog.Pending+prog.Processing == 0 {
+		return r.finish(ctx, "")
+	}
+	next := cfg.AlarmInterval
+	if wait > 0 {
+		next = jitter(wait, cfg.AlarmInterval)
+	}
+	return river.JobSnooze(next)
+}
+
+// items processes the claimed items at once, each committing its own
+// outcome. stopWith is set when the chunk must stop (item's stop); err is
+// the first failure to commit, which fails the run.
+func (r chunkRun) items(ctx context.Context, items []db.ChunkItem, grant ratelimit.Grant) (stopWith string, err error) {
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	for _, it := range items {
+		wg.Go(func() {
+			stop, ierr := r.item(ctx, it, grant)
+			mu.Lock()
+			defer mu.Unlock()
+			if ierr != nil && err == nil {
+				err = ierr
+			}
+			if stop != "" && stopWith == "" {
+				stopWith = stop
+			}
+		})
+	}
+	wg.Wait()
+	return stopWith, err
+}
+
+// jitter is wait, at least min, plus up to half of min at random: the
+// chunks that found the limiter empty do not all come back at once.
+func jitter(wait, least time.Duration) time.Duration {
+	return max(wait, least) + time.Duration(rand.Int64N(int64(least)/2+1))
+}
+
+// The chunk states (spec 004's chunk phase).
+const (
+	chunkPending    = "PENDING"
+	chunkFetching   = "FETCHING"
+	chunkProcessing = "PROCESSING"
+	chunkPublishing = "PUBLISHING"
+	chunkDone       = "DONE"
+	chunkError      = "ERROR"
+)
+
+func chunkTerminal(state string) bool { return state == chunkDone || state == chunkError }
+
+// start moves a new chunk through FETCHING (its items are rows already:
+// nothing to fetch; each item's ref is read as it is processed) to
+// PROCESSING, and records that it started.
+func (r chunkRun) start(ctx context.Context) error {
+	batchID, phase, chunkID := r.params()
+	return pgx.BeginFunc(ctx, r.w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		for _, state := range []string{chunkFetching, chunkProcessing} {
+			if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: state}); err != nil {
+				return fmt.Errorf("starting chunk %s: %w", chunkID, err)
+			}
+		}
+		return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventChunkStarted, Phase: phase, TaskID: chunkID,
+			Data: map[string]any{"chunk_id": chunkID, "limiter": r.key}})
+	})
+}
+
+// item processes one claimed item with its token and commits its outcome.
+// stop is set when the whole chunk must stop (the provider refused the
+// key); err only for a failure to commit.
+func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Grant) (stop string, err error) {
+	batchID, phase, chunkID := r.params()
+	w := r.w
+	out := r.engine.Process(ctx, Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key})
+	cut := ctx.Err() != nil // the run was cut short (timeout, shutdown): not the item's fault
+	if out.Called && !cut {
+		outcome := ratelimit.Result{TakenAt: grant.At}
+		switch provider.ClassOf(out.Err) {
+		case 0:
+			outcome.Outcome = ratelimit.Success
+		case provider.RateLimited:
+			outcome.Outcome = ratelimit.RateLimited
+			outcome.RetryAfter = out.RetryAfter
+		}
+		w.deps.Metrics.ProviderRequest(r.engine.Provider(), metrics.ProviderOutcomeOf(out.Err))
+		if err := r.report(ctx, outcome); err != nil {
+			return "", err
+		}
+	}
+	ctx = context.WithoutCancel(ctx) // the outcome is committed even if the run is cut short now
+	q := db.New(w.deps.Pool)
+	key := db.ChunkItemSetPendingParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex}
+	msg := ""
+	if out.Err != nil {
+		msg = out.Err.Error()
+	}
+	switch class := provider.ClassOf(out.Err); {
+	case out.Err != nil && cut:
+		_, err = q.ChunkItemSetPending(ctx, key)
+	case out.Err == nil:
+		_, err = q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
+			Result: out.Result})
+		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemDone, 1)
+	case class == provider.RateLimited:
+		_, err = q.ChunkItemSetPending(ctx, key)
+	case class == provider.Auth:
+		_, err = q.ChunkItemSetPending(ctx, key)
+		stop = "the provider refused the request: " + msg
+	case class == provider.Transient && int(it.RetryCount) < r.cfg.MaxRetriesPerRef:
+		_, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
+			Error: &msg, BackoffSecs: jobs.Backoff(int(it.RetryCount), 30*time.Second).Seconds()})
+	default:
+		if class == provider.Transient {
+			msg = fmt.Sprintf("gave up after %d retries: %s", it.RetryCount, msg)
+		}
+		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg})
+		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)
+	}
+	if err != nil {
+		return "", fmt.Errorf("recording item %d of chunk %s: %w", it.ItemIndex, chunkID, err)
+	}
+	return stop, nil
+}
+
+// report tells the limiter how a request went; a change of its shape is
+// recorded as an event of this chunk's batch (one per change, not one per
+// request) and in the metrics.
+func (r chunkRun) report(ctx context.Context, res ratelimit.Result) error {
+	b, changed, err := r.w.limiter.Report(ctx, r.key, r.cfg.Limit, res)
+	if err != nil {
+		return err
+	}
+	r.w.deps.Metrics.RateLimitShape(r.key, b.RefillRate, b.MaxTokens)
+	if !changed {
+		return nil
+	}
+	batchID, phase, chunkID := r.params()
+	data := map[string]any{"key": r.key, "max_tokens": b.MaxTokens, "rps": b.RefillRate, "chunk_id": chunkID}
+	if res.Outcome == ratelimit.RateLimited {
+		data["cause"], data["backoff_until"] = "rate_limited", b.BackoffUntil
+	} else {
+		data["cause"] = "successes"
+	}
+	r.w.deps.Logger.Info("rate limit changed", "key", r.key, "max_tokens", b.MaxTokens, "rps", b.RefillRate, "cause", data["cause"])
+	return db.New(r.w.deps.Pool).EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventRateLimitChanged, Phase: phase, TaskID: chunkID, Data: data})
+}
+
+// finish ends the chunk: PUBLISHING (each done item's ref was written as
+// it ended; this records the chunk's outcome, spec 004's callback body, as
+// its chunk.completed event), then DONE, or ERROR when stopWith says why
+// the chunk stopped or more than OCR_MAX_FAILED_FRACTION of its items
+// failed. The end joins the fan-in as a task's callback does (EndTasks):
+// under the batch's shared lock, it makes sure a phase_check runs.
+func (r chunkRun) finish(ctx context.Context, stopWith string) error {
+	batchID, phase, chunkID := r.params()
+	w := r.w
+	q := db.New(w.deps.Pool)
+	if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: chunkPublishing}); err != nil {
+		return err
+	}
+	chunk, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	groups, err := q.ChunkItemGroupResults(ctx, db.ChunkItemGroupResultsParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
+	if err != nil {
+		return err
+	}
+	state, errMsg := chunkDone, stopWith
+	if limit := r.cfg.MaxFailedFraction; errMsg == "" && chunk.TotalRefs > 0 && float64(chunk.Failed) > limit*float64(chunk.TotalRefs) {
+		errMsg = fmt.Sprintf("%d of %d refs failed (more than %s %g)", chunk.Failed, chunk.TotalRefs, failedFractionSetting(phase), limit)
+	}
+	if errMsg != "" {
+		state = chunkError
+	}
+	body := chunkCallback(chunk, groups, errMsg)
+	return jobs.EndTasks(ctx, w.deps.Pool, river.ClientFromContext[pgx.Tx](ctx), jobs.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
+		var e *string
+		if errMsg != "" {
+			e = &errMsg
+		}
+		n, err := db.New(tx).ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: state, Error: e})
+		if err != nil || n == 0 {
+			return false, err
+		}
+		typ := db.EventChunkCompleted
+		if state == chunkError {
+			typ = db.EventChunkFailed
+		}
+		body.Summary.ProcessingTimeMS = time.Since(derefTime(chunk.StartedAt)).Milliseconds()
+		return true, db.New(tx).EventRecord(ctx, db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: chunkID, Data: body})
+	})
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Now()
+	}
+	return *t
+}
+
+// ChunkCallback is spec 004's chunk callback body, which our chunks record
+// as their chunk.completed (or chunk.failed) event: per directory group
+// (spec 004's PI) the refs completed and failed, and a summary.
+type ChunkCallback struct {
+	BatchID string        `json:"batch_id"`
+	ChunkID string        `json:"chunk_id"`
+	Status  string        `json:"status"` // success | partial | error
+	Results []GroupResult `json:"results"`
+	Summary ChunkSummary  `json:"summary"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// GroupResult is one directory group's outcome in a chunk.
+type GroupResult struct {
+	PI            string      `json:"pi"` // the directory path
+	Status        string      `json:"status"`
+	RefsCompleted int64       `json:"refs_completed"`
+	RefsFailed    int64       `json:"refs_failed"`
+	RefsSkipped   int64       `json:"refs_skipped"`
+	FailedRefs    []FailedRef `json:"failed_refs,omitempty"`
+}
+
+// FailedRef is a ref that failed, with why.
+type FailedRef struct {
+	Filename string `json:"filename"`
+	Error    string `json:"error"`
+}
+
+// ChunkSummary counts a chunk's refs.
+type ChunkSummary struct {
+	TotalRefs        int32 `json:"total_refs"`
+	Completed        int32 `json:"completed"`
+	Failed           int32 `json:"failed"`
+	Skipped          int32 `json:"skipped"`
+	ProcessingTimeMS int64 `json:"processing_time_ms"`
+}
+
+func chunkCallback(c db.Chunk, groups []db.ChunkItemGroupResultsRow, errMsg string) ChunkCallback {
+	out := ChunkCallback{BatchID: c.BatchID, ChunkID: c.ChunkID, Status: resultStatus(int64(c.Failed), int64(c.TotalRefs-c.Skipped)),
+		Summary: ChunkSummary{TotalRefs: c.TotalRefs, Completed: c.Completed, Failed: c.Failed, Skipped: c.Skipped}, Error: errMsg}
+	if errMsg != "" {
+		out.Status = "error"
+	}
+	for _, g := range groups {
+		gr := GroupResult{PI: g.DirectoryPath, Status: resultStatus(g.Failed, g.Total-g.Skipped),
+			RefsCompleted: g.Completed, RefsFailed: g.Failed, RefsSkipped: g.Skipped}
+		_ = json.Unmarshal(g.FailedRefs, &gr.FailedRefs)
+		out.Results = append(out.Results, gr)
+	}
+	return out
+}
+
+// resultStatus is spec 004's status of a group of sent refs: success when
+// none failed, error when all did, partial in between.
+func resultStatus(failed, sent int64) string {
+	switch {
+	case failed == 0:
+		return "success"
+	case failed >= sent:
+		return "error"
+	default:
+		return "partial"
+	}
+}
+
+// failedFractionSetting names the setting of a phase's largest share of
+// failed items: <SHORT>_MAX_FAILED_FRACTION (OCR_MAX_FAILED_FRACTION).
+func failedFractionSetting(phase string) string {
+	if p, ok := phases.Get(phases.Name(phase)); ok {
+		return p.Spec().Short + "_MAX_FAILED_FRACTION"
+	}
+	return "the phase's largest share of failed items"
+}
+
+// unknownPhase is the engine of a chunk whose phase is no longer
+// registered: every item fails with why.
+type unknownPhase struct{ phase string }
+
+func (u unknownPhase) Name() string                { return "" }
+func (u unknownPhase) Provider() string            { return "none" }
+func (u unknownPhase) LimitKey(_, _ string) string { return "unknown:" + u.phase }
+func (u unknownPhase) Settings() Settings {
+	return Settings{Limit: ratelimit.Adaptive{InitialMaxTokens: 1, InitialRefillRate: 1, MaxMaxTokens: 1, MaxRefillRate: 1, MinMaxTokens: 1, MinRefillRate: 1}, Timeout: time.Second, MaxConcurrentPerAlarm: 1, AlarmInterval: time.Second, Workers: 1}
+}
+func (u unknownPhase) Process(context.Context, Item) Outcome {
+	return Outcome{Err: &provider.Error{Class: provider.Auth, Message: "the chunk's phase " + u.phase + " is not registered"}}
+}

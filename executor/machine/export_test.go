@@ -1,0 +1,4 @@
+package machine
+
+// MaxUnlaunched is maxUnlaunched, for tests.
+const MaxUnlaunched = maxUnlaunched

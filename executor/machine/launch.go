@@ -1,0 +1,201 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
+	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/ratelimit"
+)
+
+// PhaseLaunchArgs launches machines for the pending tasks of a batch's phase
+// (spec 000's "alarm"). Unique per (batch, phase) while unfinished.
+type PhaseLaunchArgs struct {
+	BatchID string `json:"batch_id"`
+	Phase   string `json:"phase"`
+}
+
+// Kind is the River job kind.
+func (PhaseLaunchArgs) Kind() string { return "phase_launch" }
+
+// InsertOpts makes the job unique per (batch, phase) while unfinished.
+func (PhaseLaunchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: jobs.UniqueUnfinished}}
+}
+
+// PhaseLaunchWorker works PhaseLaunchArgs.
+type PhaseLaunchWorker struct {
+	jobs.Defaults[PhaseLaunchArgs]
+	deps    jobs.Deps
+	limiter *ratelimit.Limiter
+	urls    *batchurls.Signer
+}
+
+// Work retires the machines of tasks to be retried, launches up to
+// BATCH_SIZE_<PHASE> machines, then snoozes for ALARM_DELAY_<PHASE> while
+// tasks are pending. Launches take tokens from the bucket every
+// orchestrator shares; a 429 from Fly is back-pressure (snooze and retry,
+// tasks stay pending); a transient launch error (5xx, timeout, no
+// capacity) backs off within LAUNCH_OUTAGE_BUDGET; a permanent one counts
+// against the phase's MAX_RETRY_ATTEMPTS. Either way, once spent, the batch
+// goes to ERROR.
+func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunchArgs]) error {
+	args := job.Args
+	name := phases.Name(args.Phase)
+	pcfg, ok := w.deps.Config.Phases[name]
+	if !ok {
+		return river.JobCancel(fmt.Errorf("unknown phase %q", args.Phase))
+	}
+	log := w.deps.Logger.With("batch_id", args.BatchID, "phase", args.Phase)
+	q := db.New(w.deps.Pool)
+	batch, err := w.deps.JobBatch(ctx, args.BatchID)
+	if err != nil {
+		return err
+	}
+	if batch.Status != args.Phase {
+		return nil // moved on, reset or finished: nothing to launch
+	}
+
+	ret, err := w.retire(ctx, batch.ID, name, pcfg)
+	if err != nil {
+		return err
+	}
+	total, err := w.round(ctx, batch.ID, name, pcfg)
+	if err != nil {
+		return err
+	}
+	if total.launched > 0 {
+		log.Info("launched machines", "count", total.launched)
+		if err := q.BatchPhaseRetryReset(ctx, batch.ID); err != nil {
+			return err
+		}
+	}
+	if total.err != nil {
+		return w.phaseError(ctx, job, pcfg, total.err)
+	}
+	pending, err := q.TaskCountPending(ctx, db.TaskCountPendingParams{BatchID: batch.ID, Phase: args.Phase})
+	if err != nil {
+		return err
+	}
+	switch {
+	case pending == 0 && batch.BuildFrom != nil:
+		// More tasks are being written (phase_build), a chunk every few
+		// hundred milliseconds. The batch was read before the count: had
+		// the build ended then, the count would have seen all its tasks.
+		return river.JobSnooze(200 * time.Millisecond)
+	case pending == 0:
+		return nil
+	case pending <= int64(ret.waiting):
+		// Only tasks whose last machine could not be destroyed yet:
+		// try again soon, not at once.
+		return river.JobSnooze(max(time.Second, min(pcfg.AlarmDelay, 5*time.Second)))
+	case total.rateLimited > 0:
+		return river.JobSnooze(max(total.rateLimited, 50*time.Millisecond))
+	case total.launched < pcfg.BatchSize:
+		// Tokens or claims ran out before the round's quota: come back soon.
+		return river.JobSnooze(50 * time.Millisecond)
+	default:
+		return river.JobSnooze(pcfg.AlarmDelay)
+	}
+}
+
+// phaseError counts a phase-level launch failure, retried with exponential
+// backoff (2, 4, 8, 16 s ... capped at ALARM_DELAY_ERROR_RETRY, with
+// jitter). A permanent failure (the provider rejected the request) counts
+// toward MAX_RETRY_ATTEMPTS; a transient one (an outage: 5xx, timeouts,
+// no capacity) does not, and only the outage's length counts: the batch
+// goes to ERROR once it has lasted LAUNCH_OUTAGE_BUDGET. Running tasks go
+// on meanwhile.
+func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg config.Phase, cause error) error {
+	args := job.Args
+	transient := transientLaunchError(cause)
+	var (
+		retryErr error
+		failed   *db.Batch // the batch, if it went to ERROR
+		ended    int       // its open tasks ended with it
+	)
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		var (
+			count  int32
+			lasted time.Duration
+			msg    string // the batch's error, if this failure ends it
+		)
+		if transient {
+			ms, err := q.BatchLaunchOutage(ctx, args.BatchID)
+			if err != nil {
+				return err
+			}
+			// The backoff's count: how many of the cap's doublings the
+			// outage has lasted, so that it stays capped.
+			lasted = time.Duration(ms) * time.Millisecond
+			count = int32(min(20, 1+lasted/time.Second))
+			if lasted >= w.deps.Config.LaunchOutageBudget {
+				msg = fmt.Sprintf("Launching %s machines failed transiently for %s (LAUNCH_OUTAGE_BUDGET %s): %v",
+					args.Phase, lasted.Round(time.Second), w.deps.Config.LaunchOutageBudget, cause)
+			}
+		} else {
+			var err error
+			if count, err = q.BatchPhaseRetry(ctx, args.BatchID); err != nil {
+				return err
+			}
+			if int(count) >= w.deps.Config.MaxRetryAttempts {
+				msg = fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
+			}
+		}
+		if msg != "" {
+			var err error
+			ptx := jobs.Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}
+			if failed, ended, err = jobs.FailBatch(ctx, ptx, w.deps, args.BatchID, args.Phase, msg); err != nil {
+				return err
+			}
+			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		}
+		delay := jobs.Backoff(int(count), w.deps.Config.AlarmDelayErrorRetry)
+		data := map[string]any{"delay_ms": delay.Milliseconds(), "error": cause.Error(), "transient": transient}
+		if transient {
+			data["outage_ms"] = lasted.Milliseconds()
+			data["outage_budget_ms"] = w.deps.Config.LaunchOutageBudget.Milliseconds()
+		} else {
+			data["retry"] = count
+			data["max_retries"] = w.deps.Config.MaxRetryAttempts
+		}
+		if err := q.EventRecord(ctx, db.Event{BatchID: args.BatchID, Type: db.EventPhaseRetry, Phase: args.Phase, Data: data}); err != nil {
+			return err
+		}
+		retryErr = river.JobSnooze(delay)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.FlyAppName, "transient", transient)
+	if retryErr != nil {
+		w.deps.Metrics.PhaseRetried(args.Phase)
+	}
+	w.deps.Metrics.TasksFinished(args.Phase, metrics.TaskCancelled, ended)
+	w.deps.BatchFinished(failed)
+	return retryErr
+}
+
+// transientLaunchError tells an outage (the provider answered 5xx, 408 or
+// 409, had no capacity, or did not answer) from a rejection that repeating
+// the request cannot fix (another 4xx: a bad image, an unknown app, a bad
+// token). Only the backend can tell them apart (compute.ErrAmbiguous,
+// compute.ErrPermanent); anything unclassified is taken as permanent.
+func transientLaunchError(err error) bool {
+	return errors.Is(err, compute.ErrAmbiguous) || errors.Is(err, compute.ErrRateLimited)
+}

@@ -1,0 +1,150 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/internal/batchurls"
+	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// launchOne launches the machine of one task. After an ambiguous failure it
+// looks the task's machine up by metadata before giving up, so a launch that
+// did create a machine is recorded instead of repeated: no task gets two.
+// The lookup is fenced by the launch attempt: a machine left from an
+// earlier attempt (before an admin retry, a reset or a relaunch) is never
+// taken for this one, and is destroyed.
+func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) (string, error) {
+	spec := w.machineSpec(batchID, name, pcfg, row)
+	m, err := w.deps.Compute.Launch(ctx, spec)
+	if err == nil {
+		w.deps.Metrics.MachineLaunched(string(name))
+		return m.ID, nil
+	}
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		// A launch the job itself gave up on (cancelled by a reset, say)
+		// is no failure of the provider's.
+		w.deps.Metrics.LaunchFailed(string(name), launchFailureReason(err))
+	}
+	if !errors.Is(err, compute.ErrAmbiguous) {
+		return "", err
+	}
+	// Look even if the job was cancelled meanwhile: a machine created by
+	// this launch must be known so that it can be recorded or destroyed.
+	findCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	found, ferr := w.deps.Compute.FindByTask(findCtx, pcfg.FlyAppName, row.ID)
+	if ferr != nil {
+		return "", &unresolvedLaunch{fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)}
+	}
+	f := compute.Fence(found, int(row.Attempt))
+	// Keep the newest of this attempt; any extra (a retried POST that
+	// created two) and any earlier attempt's machine is destroyed.
+	unwanted := f.Stale
+	if len(f.Current) > 1 {
+		unwanted = append(unwanted, f.Current[1:]...)
+	}
+	for _, m := range unwanted {
+		if derr := w.deps.Compute.Destroy(findCtx, pcfg.FlyAppName, m.ID); derr != nil {
+			w.deps.Logger.Warn("destroying unwanted machine", "batch_id", batchID, "task_id", row.ID, "phase", string(name),
+				"machine_id", m.ID, "machine_attempt", m.Attempt, "attempt", row.Attempt, "error", derr)
+		}
+	}
+	if len(f.Current) == 0 {
+		return "", err
+	}
+	w.deps.Metrics.MachineLaunched(string(name))
+	return f.Current[0].ID, nil
+}
+
+// launchFailureReason sorts a failed launch for the launch failure metric
+// by what the provider answered: 429, another 4xx, 5xx, or nothing at all.
+func launchFailureReason(err error) string {
+	var ce *compute.Error
+	switch {
+	case errors.Is(err, compute.ErrRateLimited):
+		return metrics.LaunchRateLimited
+	case !errors.As(err, &ce):
+		return metrics.LaunchOther
+	case ce.StatusCode >= 500:
+		return metrics.Launch5xx
+	case ce.StatusCode >= 400:
+		return metrics.Launch4xx
+	case errors.Is(err, compute.ErrAmbiguous):
+		return metrics.LaunchNetwork
+	default:
+		return metrics.LaunchOther
+	}
+}
+
+// unresolvedLaunch is an ambiguous launch whose machine could not be looked
+// up: it may or may not exist.
+type unresolvedLaunch struct{ err error }
+
+func (e *unresolvedLaunch) Error() string { return e.err.Error() }
+func (e *unresolvedLaunch) Unwrap() error { return e.err }
+
+// machineSpec is the machine of spec 000 §4.3 for one task. The machine
+// gets no storage credentials: presigned URLs for its input and planned
+// outputs (batchurls.Signer.Env), valid until the task's deadline plus
+// batchurls.Margin.
+func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
+	c := w.deps.Config
+	p, known := phases.Get(name)
+	var shared []string
+	if known {
+		shared = p.Spec().SharedEnv
+	}
+	// Sized for every variable, INPUT_URL and OUTPUT_URLS included: a
+	// launch builds no map twice.
+	env := make(map[string]string, 12+len(pcfg.Env)+len(shared))
+	env["TASK_ID"] = row.ID
+	env["BATCH_ID"] = batchID
+	env["INPUT_R2_KEY"] = row.R2Key
+	env["INPUT_FILE_NAME"] = row.FileName
+	env["INPUT_CONTENT_TYPE"] = row.ContentType
+	env["R2_BUCKET"] = c.R2Bucket
+	env["CALLBACK_URL"] = c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID
+	env["CALLBACK_TOKEN"] = row.Token
+	env["CALLBACK_RETRY_WINDOW"] = strconv.FormatInt(c.CallbackRetryWindow.Milliseconds(), 10)
+	if row.CID != nil {
+		env["INPUT_CID"] = *row.CID
+	}
+	maps.Copy(env, pcfg.Env)
+	if known {
+		for _, k := range shared {
+			env[k], _ = c.Shared(k)
+		}
+		// The task's deadline was set at its claim, just before (the
+		// timeout scaled by the input's size).
+		now := time.Now()
+		deadline := now.Add(pcfg.TaskTimeout)
+		if row.Deadline != nil {
+			// Two seconds more: the signature's date and TTL are whole
+			// seconds, and the URLs must not expire before the deadline
+			// plus the margin.
+			deadline = row.Deadline.Add(2 * time.Second)
+		}
+		err := w.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, deadline))
+		if err != nil {
+			// A worker without its URLs asks for them, and reports
+			// why it cannot have them.
+			w.deps.Logger.Error("presigning a machine's URLs", "batch_id", batchID, "task_id", row.ID, "phase", string(name), "error", err)
+		}
+	}
+	return compute.MachineSpec{
+		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,
+		Name:   fmt.Sprintf("%s-a%d", strings.ReplaceAll(row.ID, "_", "-"), row.Attempt),
+		TaskID: row.ID, BatchID: batchID, Attempt: int(row.Attempt), Phase: string(name), Env: env,
+		MemoryMB: pcfg.MemoryMB, CPUs: pcfg.CPUs, CPUKind: pcfg.CPUKind,
+	}
+}
