@@ -18,7 +18,7 @@ setup: ## Install what make run needs and is missing: PostgreSQL, libvips, poppl
 	@scripts/setup.sh run
 
 .PHONY: setup-test
-setup-test: ## Install what make test needs and is missing: setup's, plus the vips tools and Chromium
+setup-test: ## Install what make test needs and is missing: setup's, plus the vips tools, Chromium, and curl, jq and the AWS CLI (the docs' commands)
 	@scripts/setup.sh test
 
 .PHONY: run
