@@ -18,7 +18,7 @@ setup: ## Install what make run needs and is missing: PostgreSQL, libvips, poppl
 	@scripts/setup.sh run
 
 .PHONY: setup-test
-setup-test: ## Install what make test needs and is missing: setup's, plus the vips tools and Chromium
+setup-test: ## Install what make test needs and is missing: setup's, plus the vips tools, Chromium, and curl, jq and the AWS CLI (the docs' commands)
 	@scripts/setup.sh test
 
 .PHONY: run
@@ -59,7 +59,7 @@ submit: ## Submit examples/sample-batch to the orchestrator `make run` started (
 	$(GO) run ./cmd/orchestrator submit examples/sample-batch
 
 .PHONY: generate
-generate: ## Regenerate db/ from sql/ (sqlc), and what derives from phases/ (cmd/worker's programs, the OpenAPI status enum, README's phase settings)
+generate: ## Regenerate db/ from sql/ (sqlc), and what derives from phases/ (cmd/worker's programs, the OpenAPI status enum, docs/configuration.md's phase settings)
 	$(SQLC) generate
 	$(GO) run ./internal/gen
 

@@ -12,7 +12,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/intakesig"
 )
 
-// Who may do what (README, "Security"):
+// Who may do what (docs/security.md):
 //   - the admin token (ADMIN_TOKEN): the admin routes, River UI, the
 //     dashboard with its controls, and every read;
 //   - the read token (READ_TOKEN): status, listings, events, streams, the

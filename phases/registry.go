@@ -67,7 +67,7 @@ type Setting struct {
 
 // Spec is what the rest of the system needs to know of a phase: config,
 // the launcher, cmd/worker, the local machine runner, the OpenAPI status
-// enum and README's settings table are all derived from it.
+// enum and docs/configuration.md's settings table are all derived from it.
 type Spec struct {
 	// Name is the phase's name, also the batch status during the phase.
 	Name Name

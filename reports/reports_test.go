@@ -457,7 +457,7 @@ func TestReports(t *testing.T) {
 	})
 }
 
-// TestReportsPgReadAllData: the one-line alternative of the README, the
+// TestReportsPgReadAllData: the one-line alternative of docs/operations.md, the
 // pg_read_all_data role, is enough too.
 func TestReportsPgReadAllData(t *testing.T) {
 	t.Parallel()

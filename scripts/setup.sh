@@ -7,8 +7,10 @@
 #                           pkg-config, gcc, make), poppler and tesseract:
 #                           building and running the orchestrator and its
 #                           workers
-#   scripts/setup.sh test   all of run, plus the vips command-line tools and
-#                           Chromium: the tests and make bench
+#   scripts/setup.sh test   all of run, plus the vips command-line tools,
+#                           Chromium, and curl, jq and the AWS CLI (the
+#                           commands of the docs, which e2e's TestDocs
+#                           runs): the tests and make bench
 #
 # Debian/Ubuntu: apt-get, as root or through sudo when sudo needs no
 # password. macOS: Homebrew. Otherwise it prints the command to run and exits
@@ -47,6 +49,10 @@ Darwin)
   command -v tesseract >/dev/null 2>&1 || want tesseract "the local OCR engine (with English data) of make run, used when no OCR_API_URL is set"
   if [[ "$level" == test ]] && ! command -v chromium >/dev/null 2>&1 && [[ ! -d /Applications/Chromium.app ]]; then
     want chromium "headless Chromium, for the dashboard's browser test (installed with --cask)"
+  fi
+  if [[ "$level" == test ]]; then
+    command -v jq >/dev/null 2>&1 || want jq "jq, which the commands of the docs use (TestDocs runs them)"
+    command -v aws >/dev/null 2>&1 || want awscli "the AWS CLI, the S3 client of the docs' commands (TestDocs runs them)"
   fi
   if ! command -v cc >/dev/null 2>&1; then
     echo "setup: no C compiler: run \`xcode-select --install\` (cgo builds the workers), then try again" >&2
@@ -93,6 +99,9 @@ if [[ "$level" == test ]]; then
     want chromium "headless Chromium at /usr/bin/chromium, for the dashboard's browser test"
     want fonts-liberation "fonts for the pages Chromium renders"
   fi
+  command -v curl >/dev/null 2>&1 || want curl "curl, which the commands of the docs use (TestDocs runs them)"
+  command -v jq >/dev/null 2>&1 || want jq "jq, which the commands of the docs use (TestDocs runs them)"
+  command -v aws >/dev/null 2>&1 || want awscli "the AWS CLI, the S3 client of the docs' commands (TestDocs runs them)"
 fi
 [[ ${#need[@]} -eq 0 ]] && exit 0
 

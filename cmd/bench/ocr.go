@@ -425,8 +425,8 @@ func ocrMarkdown(opts ocrOptions) string {
   bucket per provider (the default), and *per-chunk*, a bucket per chunk as in
   spec 004 (`+"`OCR_LIMIT_PER_CHUNK=true`"+`). The limiter keeps spec 004's shape
   (start at 5 tokens and 3/s, between 2 tokens at 1/s and 15 tokens at 10/s;
-  +1/+0.5 after 10 successes, -2/-1 and a backoff on a 429; README, "The OCR
-  rate limiter", says where ours departs from it), as do
+  +1/+0.5 after 10 successes, -2/-1 and a backoff on a 429; docs/operations.md, "The
+  OCR rate limiter", says where ours departs from it), as do
   MAX_CONCURRENT_PER_ALARM and ALARM_INTERVAL_MS; other settings: %s. C lies
   inside the limiter's range (1/s to 10/s), so that the shared bucket has to
   find it: with C above the range's top (the issue's example of 12/s), the

@@ -11,7 +11,7 @@
 //	orchestrator search    search the indexed documents
 //	orchestrator report    print a report of the database (batch durations, failures, cost, ...)
 //
-// Configuration comes from the environment; see README.md.
+// Configuration comes from the environment; see docs/configuration.md.
 package main
 
 import (
@@ -46,7 +46,7 @@ Usage:
   orchestrator help                  show this help
 
 Configuration is read from the environment (DATABASE_URL, LISTEN_ADDR,
-R2_*, FLY_*, ...); see README.md for every setting.
+R2_*, FLY_*, ...); see docs/configuration.md for every setting.
 `
 
 func main() {

@@ -74,7 +74,7 @@ at CALLBACK_URL/urls), INPUT_CID, INPUT_CONTENT_TYPE,
 INPUT_FILE_NAME, JPEG_QUALITY (90), LOG_LEVEL, LOG_FORMAT, VIPS_CONCURRENCY.
 No storage credentials.
 image also: ARCHIVE_BUCKET, CDN_PUBLIC_URL, CDN_BUCKET (arke-cdn),
-VARIANT_SIZES (200,800,1600). Each phase's own settings (README) reach its
+VARIANT_SIZES (200,800,1600). Each phase's own settings (docs/configuration.md) reach its
 machines under their names.
 `
 }

@@ -5,7 +5,7 @@
 //   - cmd/worker/programs.gen.go: the worker programs cmd/worker runs,
 //     one per registered worker kind (package worker/<kind>worker, Run);
 //   - api/openapi.yaml: the BatchStatus enum;
-//   - README.md: the per-phase settings table.
+//   - docs/configuration.md: the per-phase settings table.
 //
 // `make generate` runs it; `make check-generate` fails when its output
 // differs from what is committed (-check).
@@ -52,7 +52,7 @@ func run(root string, check bool) (stale []string, err error) {
 	}{
 		{"cmd/worker/programs.gen.go", func([]byte) ([]byte, error) { return workerPrograms() }},
 		{"api/openapi.yaml", openAPIStatuses},
-		{"README.md", readmeSettings},
+		{"docs/configuration.md", readmeSettings},
 	}
 	for _, o := range outputs {
 		path := filepath.Join(root, o.path)
@@ -131,7 +131,7 @@ const (
 )
 
 // readmeSettings rewrites the table of per-phase settings between its
-// markers in README.md.
+// markers in docs/configuration.md.
 func readmeSettings(old []byte) ([]byte, error) {
 	s := string(old)
 	i, j := strings.Index(s, settingsBegin), strings.Index(s, settingsEnd)
@@ -145,7 +145,7 @@ func readmeSettings(old []byte) ([]byte, error) {
 	return []byte(s[:i+len(settingsBegin)] + settingsTable(specs) + s[j:]), nil
 }
 
-// settingsTable is the README table of the settings of specs' phases. Only
+// settingsTable is the docs/configuration.md table of the settings of specs' phases. Only
 // machine phases have Fly rows: config reads no Fly settings for others.
 func settingsTable(specs []phases.Spec) string {
 	var b strings.Builder

@@ -13,7 +13,7 @@ import (
 )
 
 // TestSignIsTheDocumentedHMAC: v1 is the hex HMAC-SHA256, keyed by the
-// secret, of "<t>.<body>", as README tells ingest to compute it.
+// secret, of "<t>.<body>", as docs/security.md tells ingest to compute it.
 func TestSignIsTheDocumentedHMAC(t *testing.T) {
 	at := time.Unix(1700000000, 0)
 	m := hmac.New(sha256.New, []byte("s3cret"))
