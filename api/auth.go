@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/intakesig"
 )
 
@@ -41,6 +42,12 @@ type Credentials struct {
 func CredentialsOf(cfg *config.Config) Credentials {
 	return Credentials{AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, IngestToken: cfg.IngestToken,
 		IngestSigningSecret: cfg.IngestSigningSecret, StatusPublic: cfg.StatusPublic}
+}
+
+// CallbacksOf are the group committer's settings the configuration sets.
+func CallbacksOf(cfg *config.Config) fanin.Config {
+	return fanin.Config{Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax, MaxOutputs: cfg.MaxOutputsPerTask,
+		TaskMaxAttempts: cfg.TaskMaxAttempts, TaskRetireLimit: cfg.TaskRetireLimit}
 }
 
 // role is what a caller may do; a higher role may do what a lower may.

@@ -2,12 +2,14 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/service"
@@ -25,17 +27,43 @@ func (h *handlers) callback(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-func (h *handlers) applyCallback(c echo.Context) (service.CallbackResult, error) {
+func (h *handlers) applyCallback(c echo.Context) (callbackResult, error) {
 	body, err := readBody(c)
 	if err != nil {
-		return service.CallbackResult{}, err
+		return callbackResult{}, err
 	}
-	return h.svc.Callback(c.Request().Context(), c.Param("batchId"), c.Param("taskId"), bearerToken(c.Request()), body)
+	batchID, taskID := c.Param("batchId"), c.Param("taskId")
+	out, err := h.callbacks.Apply(c.Request().Context(), fanin.NewCallback(batchID, taskID, bearerToken(c.Request()), body))
+	if err != nil {
+		return callbackResult{}, err
+	}
+	switch out.Refusal {
+	case fanin.UnknownTask:
+		return callbackResult{}, fmt.Errorf("%s: %w", out.Reason, service.ErrNotFound)
+	case fanin.BadToken:
+		return callbackResult{}, fmt.Errorf("%w: %s", service.ErrUnauthorized, out.Reason)
+	case fanin.InvalidBody:
+		return callbackResult{}, &service.InputError{Msg: "invalid callback: " + out.Reason}
+	case fanin.TaskEnded:
+		return callbackResult{}, fmt.Errorf("%w: %s", service.ErrConflict, out.Reason)
+	}
+	return callbackResult{TaskID: taskID, Status: string(out.Status), Duplicate: out.Duplicate}, nil
+}
+
+// callbackResult is the answer to an applied callback.
+type callbackResult struct {
+	TaskID string `json:"task_id"`
+	// Status is the task's status after the callback: completed, failed,
+	// or pending (a retryable error with attempts left: it is retried).
+	Status string `json:"status"`
+	// Duplicate is true when the task had already been ended by a
+	// callback: nothing changed.
+	Duplicate bool `json:"duplicate"`
 }
 
 // countCallback times a callback by its result and counts and logs a
 // rejected one by its reason.
-func (h *handlers) countCallback(c echo.Context, res service.CallbackResult, err error, start time.Time) {
+func (h *handlers) countCallback(c echo.Context, res callbackResult, err error, start time.Time) {
 	result := metrics.CallbackApplied
 	switch reason := callbackRejection(err); {
 	case reason != "":

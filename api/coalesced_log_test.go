@@ -15,8 +15,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/logcoalesce"
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // TestExpected503sAreLoggedCoalesced: while the database is away every
@@ -63,8 +63,8 @@ func TestExpected503sAreLoggedCoalesced(t *testing.T) {
 	require.Equal(t, []line{{Level: "WARN", Msg: "answering 503: the database is unavailable; try again shortly"}}, lines(),
 		"the first request of an outage is logged at once, the rest held back")
 
-	answer(service.ErrBusy)
-	answer(service.ErrBusy)
+	answer(fanin.ErrBusy)
+	answer(fanin.ErrBusy)
 	require.Len(t, lines(), 1, "a full callback queue has its own coalesced line")
 
 	answer(errUnexpected)

@@ -28,7 +28,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	e := api.New(api.Config{Pool: env.Pool, Logger: slog.New(slog.DiscardHandler), Credentials: api.Credentials{AdminToken: "x"}, River: env.River, Context: ctx,
-		Routes: env.Deps.Executors.Routes()})
+		Executors: env.Deps.Executors})
 
 	param := regexp.MustCompile(`:([A-Za-z]+)`)
 	registered := map[string]bool{}

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/logcoalesce"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -36,13 +37,18 @@ const MaxBodyBytes = 1 << 20
 // Config is what the HTTP layer needs.
 type Config struct {
 	Service *service.Service
-	// Routes are the executors' own routes (jobs.Executors.Routes).
-	Routes []jobs.Route
-	Pool   *pgxpool.Pool
-	Logger *slog.Logger
+	// Executors run the phases' work: their routes are mounted, and they
+	// hear of tasks that callbacks put back to be retried.
+	Executors *jobs.Executors
+	// Callbacks configures the group committer of workers' callbacks; its
+	// Pool, River, Requeued, Logger and Metrics are this Config's.
+	Callbacks fanin.Config
+	Pool      *pgxpool.Pool
+	Logger    *slog.Logger
 	// Credentials are the tokens that open the routes (see auth.go).
 	Credentials Credentials
-	// River, when set, is served as River UI at /riverui (admin only).
+	// River inserts the jobs callbacks enqueue (the phases' fan-in
+	// checks), and is served as River UI at /riverui (admin only).
 	River *river.Client[pgx.Tx]
 	// Context bounds the background work of the server (River UI's caches)
 	// and its event streams, which end when it does; nil means
@@ -71,7 +77,12 @@ func New(cfg Config) *echo.Echo {
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
-	h := &handlers{svc: cfg.Service, pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
+	cb := cfg.Callbacks
+	cb.Pool, cb.River, cb.Logger, cb.Metrics = cfg.Pool, cfg.River, cfg.Logger, cfg.Metrics
+	if cfg.Executors != nil {
+		cb.Requeued = cfg.Executors
+	}
+	h := &handlers{svc: cfg.Service, callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery))}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
@@ -96,7 +107,7 @@ func New(cfg Config) *echo.Echo {
 	admin := e.Group("/admin", h.require(roleAdmin))
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
-	for _, r := range cfg.Routes {
+	for _, r := range cfg.Executors.Routes() {
 		access := map[jobs.Access]echo.MiddlewareFunc{jobs.AccessStatus: h.requireStatus, jobs.AccessRead: read, jobs.AccessAdmin: h.require(roleAdmin)}[r.Access]
 		if access == nil {
 			panic(fmt.Sprintf("api: route %s %s asks for no credential we know", r.Method, r.Path))
@@ -111,10 +122,11 @@ func New(cfg Config) *echo.Echo {
 }
 
 type handlers struct {
-	svc   *service.Service
-	pool  *pgxpool.Pool
-	log   *slog.Logger
-	creds Credentials
+	svc       *service.Service
+	callbacks *fanin.Committer
+	pool      *pgxpool.Pool
+	log       *slog.Logger
+	creds     Credentials
 	// ctx ends with the server: long-lived responses (event streams) end
 	// with it, so a graceful shutdown does not wait for them.
 	ctx     context.Context
@@ -163,7 +175,7 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		code, msg = http.StatusConflict, err.Error()
 	case errors.Is(err, service.ErrNotFound):
 		code, msg = http.StatusNotFound, err.Error()
-	case errors.Is(err, service.ErrBusy):
+	case errors.Is(err, fanin.ErrBusy):
 		code, msg = http.StatusServiceUnavailable, err.Error()+"; try again shortly"
 		c.Response().Header().Set("Retry-After", "1")
 		expected = true

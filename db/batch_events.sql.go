@@ -125,15 +125,21 @@ SELECT s.phase::text AS phase, s.created_at AS started_at, c.created_at AS compl
 FROM batch_events s
 LEFT JOIN batch_events c ON c.id = (
     SELECT max(e.id) FROM batch_events e
-    WHERE e.batch_id = s.batch_id AND e.type = 'phase.completed' AND e.phase = s.phase
+    WHERE e.batch_id = s.batch_id AND e.type = $1::text AND e.phase = s.phase
 )
 WHERE s.id IN (
     SELECT min(b.id) FROM batch_events b
-    WHERE b.batch_id = $1 AND b.type = 'phase.started' AND b.phase IS NOT NULL
+    WHERE b.batch_id = $2 AND b.type = $3::text AND b.phase IS NOT NULL
     GROUP BY b.phase
 )
 ORDER BY s.id
 `
+
+type BatchEventPhaseSpansParams struct {
+	Completed string
+	BatchID   string
+	Started   string
+}
 
 type BatchEventPhaseSpansRow struct {
 	Phase       string
@@ -143,9 +149,10 @@ type BatchEventPhaseSpansRow struct {
 
 // BatchEventPhaseSpans is when each phase of a batch first started and last
 // completed (NULL while it runs), in the order the phases started: the
-// dashboard's timeline.
-func (q *Queries) BatchEventPhaseSpans(ctx context.Context, batchID string) ([]BatchEventPhaseSpansRow, error) {
-	rows, err := q.db.Query(ctx, batchEventPhaseSpans, batchID)
+// dashboard's timeline. @started and @completed are the events' types
+// (db.EventPhaseStarted, db.EventPhaseCompleted).
+func (q *Queries) BatchEventPhaseSpans(ctx context.Context, arg BatchEventPhaseSpansParams) ([]BatchEventPhaseSpansRow, error) {
+	rows, err := q.db.Query(ctx, batchEventPhaseSpans, arg.Completed, arg.BatchID, arg.Started)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func TestBatchLocksShareOneKey(t *testing.T) {
 		return got
 	}
 	for name, lock := range map[string]func(*db.Queries) error{
-		"Shared":     func(q *db.Queries) error { return q.BatchLockShared(ctx, "B1") },
+		"Shared":     func(q *db.Queries) error { return q.BatchLockSharedMany(ctx, []string{"B1"}) },
 		"SharedMany": func(q *db.Queries) error { return q.BatchLockSharedMany(ctx, []string{"B2", "B1", "B2"}) },
 		"Exclusive":  func(q *db.Queries) error { return q.BatchLockExclusive(ctx, "B1") },
 	} {

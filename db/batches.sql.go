@@ -394,23 +394,14 @@ const batchLockExclusive = `-- name: BatchLockExclusive :exec
 SELECT pg_advisory_xact_lock(batch_lock_key($1::text))
 `
 
-// BatchLockExclusive, BatchLockShared and BatchLockSharedMany are the
-// fan-in guard; jobs/fanin.go owns the protocol and says why it makes a
-// lost wake-up impossible. Every transaction that ends tasks of a batch
-// holds the shared lock while it updates them and makes sure a phase_check
-// is pending; phase_check holds the exclusive lock while it counts open
-// tasks and transitions. The key is batch_lock_key (migration 00007).
+// BatchLockExclusive and BatchLockSharedMany are the fan-in guard; package
+// fanin owns the protocol and says why it makes a lost wake-up
+// impossible. Every transaction that ends work of a batch holds the
+// shared lock while it updates it and makes sure a phase_check is
+// pending; phase_check holds the exclusive lock while it counts open work
+// and transitions. The key is batch_lock_key (migration 00007).
 func (q *Queries) BatchLockExclusive(ctx context.Context, id string) error {
 	_, err := q.db.Exec(ctx, batchLockExclusive, id)
-	return err
-}
-
-const batchLockShared = `-- name: BatchLockShared :exec
-SELECT pg_advisory_xact_lock_shared(batch_lock_key($1::text))
-`
-
-func (q *Queries) BatchLockShared(ctx context.Context, id string) error {
-	_, err := q.db.Exec(ctx, batchLockShared, id)
 	return err
 }
 
@@ -419,8 +410,8 @@ SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
 FROM (SELECT DISTINCT unnest($1::text[]) AS id ORDER BY 1) b
 `
 
-// BatchLockSharedMany is BatchLockShared for several batches (duplicates
-// allowed), taken in id order so that no two callers wait on each other.
+// BatchLockSharedMany takes the shared lock of several batches (duplicates
+// allowed), in id order so that no two callers wait on each other.
 func (q *Queries) BatchLockSharedMany(ctx context.Context, ids []string) error {
 	_, err := q.db.Exec(ctx, batchLockSharedMany, ids)
 	return err

@@ -43,6 +43,19 @@ const (
 	EventBatchResumed = "batch.resumed"
 )
 
+// EventTypes are every event type, the constants above: the SQL that
+// writes or reads events takes them as parameters, and the reports that
+// name them in their text are checked against these (events_test.go).
+func EventTypes() []string {
+	return []string{
+		EventBatchCreated, EventBatchStartFailed, EventBatchDone, EventBatchDelivered, EventBatchError, EventIngestFailed,
+		EventPhaseStarted, EventPhaseRetry, EventPhaseCompleted, EventGenerationBuilt, EventTransformFailed,
+		EventTaskLaunched, EventTaskCompleted, EventTaskFailed, EventTaskTimedOut, EventTaskRetrying, EventCallbackRejected,
+		EventAdminReset, EventAdminRetry, EventTaskRequeued, EventChunkStarted, EventChunkCompleted, EventChunkFailed,
+		EventRateLimitChanged, EventItemsRequeued, EventBatchPruned, EventBatchResumed,
+	}
+}
+
 // ErrNotFound is returned when a looked-up row does not exist; callers test
 // for it with errors.Is instead of knowing about pgx.
 var ErrNotFound = errors.New("not found")

@@ -132,18 +132,25 @@ WITH input AS (
             unnest($7::bool[]) AS retryable
     ) c
     ORDER BY id COLLATE "C"
+), limits AS (
+    SELECT $8::int AS max_attempts, $9::float8 AS retire_seconds
 ), ended AS (
+    -- retry: a retryable error with attempts left, decided once per row
+    -- (a sub-select of the row being updated, so that a row another group
+    -- changed first is decided again on its new version).
     UPDATE tasks t
-    SET status = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN 'pending' ELSE input.status END,
-        result = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN NULL ELSE input.result::jsonb END,
-        error = nullif(input.error, ''),
-        ended_by = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN 'retry' ELSE 'callback' END,
-        failures = t.failures + CASE WHEN input.retryable AND input.status = 'failed' THEN 1 ELSE 0 END,
-        deadline = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int
-            THEN clock_timestamp() + make_interval(secs => $9::float8) ELSE t.deadline END,
-        finished_at = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < $8::int THEN NULL ELSE clock_timestamp() END,
-        updated_at = clock_timestamp()
-    FROM input
+    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at) = (
+        SELECT CASE WHEN d.retry THEN 'pending' ELSE input.status END,
+            CASE WHEN d.retry THEN NULL ELSE input.result::jsonb END,
+            nullif(input.error, ''),
+            CASE WHEN d.retry THEN 'retry' ELSE 'callback' END,
+            t.failures + CASE WHEN d.failed THEN 1 ELSE 0 END,
+            CASE WHEN d.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
+            CASE WHEN d.retry THEN NULL ELSE clock_timestamp() END,
+            clock_timestamp()
+        FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
+            input.retryable AND input.status = 'failed' AND t.failures + 1 < limits.max_attempts AS retry) d)
+    FROM input, limits
     WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.token_hash = input.token_hash
         AND (t.status = 'processing'
             OR (input.status = 'completed' AND t.ended_by = 'retry' AND t.status = 'pending')
@@ -152,7 +159,7 @@ WITH input AS (
     RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash, t.failures
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
-    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' WHEN 'pending' THEN 'task.retrying' ELSE 'task.failed' END, phase, id,
+    SELECT batch_id, CASE status WHEN 'completed' THEN $10::text WHEN 'pending' THEN $11::text ELSE $12::text END, phase, id,
         CASE status WHEN 'completed' THEN '{}'::jsonb
             WHEN 'pending' THEN jsonb_build_object('error', error, 'reason', 'transient error', 'failed_attempts', failures)
             ELSE jsonb_build_object('error', error) END
@@ -162,15 +169,18 @@ SELECT id, batch_id, phase, token_hash, status FROM ended
 `
 
 type TaskCompleteManyParams struct {
-	IDs           []string
-	BatchIDs      []string
-	Statuses      []string
-	Results       []string
-	Errors        []string
-	TokenHashes   [][]byte
-	Retryables    []bool
-	MaxAttempts   int32
-	RetireSeconds float64
+	IDs            []string
+	BatchIDs       []string
+	Statuses       []string
+	Results        []string
+	Errors         []string
+	TokenHashes    [][]byte
+	Retryables     []bool
+	MaxAttempts    int32
+	RetireSeconds  float64
+	EventCompleted string
+	EventRetrying  string
+	EventFailed    string
 }
 
 type TaskCompleteManyRow struct {
@@ -192,7 +202,8 @@ type TaskCompleteManyRow struct {
 // phase is still the batch's (the fan-in's shared lock, which the group
 // holds, keeps the phase from ending meanwhile). An error the worker calls
 // retryable, with attempts left (@max_attempts), sends the task back to
-// pending to be retried (task.retrying) instead of failing it. An id may
+// pending to be retried instead of failing it. The events' types are
+// db's constants (TaskCompleteManyArgs passes them). An id may
 // come more than once with different batches or tokens (a stray caller's
 // and the worker's): at most one of them matches, and RETURNING says which.
 // The input is sorted by task id, in byte order (as Go sorts strings), so
@@ -209,6 +220,9 @@ func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyPara
 		arg.Retryables,
 		arg.MaxAttempts,
 		arg.RetireSeconds,
+		arg.EventCompleted,
+		arg.EventRetrying,
+		arg.EventFailed,
 	)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/provider"
@@ -61,7 +62,7 @@ func (DocumentStepArgs) Kind() string { return "document_step" }
 
 // InsertOpts makes the job unique per document.
 func (DocumentStepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{MaxAttempts: 25, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: jobs.UniqueUnfinished}}
+	return river.InsertOpts{MaxAttempts: 25, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished}}
 }
 
 // Providers are what the document steps call: the embeddings and tags
@@ -663,7 +664,7 @@ func (w *DocumentStepWorker) end(ctx context.Context, client *river.Client[pgx.T
 			return err
 		})
 	}
-	return jobs.EndTasks(ctx, w.deps.Pool, client, jobs.PhaseRef{BatchID: *doc.BatchID, Phase: w.phase}, end)
+	return fanin.EndTasks(ctx, w.deps.Pool, client, fanin.PhaseRef{BatchID: *doc.BatchID, Phase: w.phase}, end)
 }
 
 // endDocument is end with the job's River client.

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -39,7 +40,7 @@ func (BatchFinalizeArgs) Kind() string { return "batch_finalize" }
 func (BatchFinalizeArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: finalizeMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished},
 	}
 }
 

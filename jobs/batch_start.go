@@ -16,6 +16,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -38,7 +39,7 @@ func (BatchStartArgs) Kind() string { return "batch_start" }
 func (BatchStartArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: batchStartMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished},
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished},
 	}
 }
 

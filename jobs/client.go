@@ -350,17 +350,6 @@ func NewEvent(batchID, typ, phase, taskID string, data any) db.BatchEventInsertM
 	return db.Event{BatchID: batchID, Type: typ, Phase: phase, TaskID: taskID, Data: data}.Row()
 }
 
-// UniqueUnfinished is the ByState of our unique jobs: every state in which
-// the job has yet to finish. completed is left out on purpose: a unique job
-// that has finished must not block a new one (design.md, fan-in).
-var UniqueUnfinished = []rivertype.JobState{
-	rivertype.JobStateAvailable,
-	rivertype.JobStatePending,
-	rivertype.JobStateRetryable,
-	rivertype.JobStateRunning,
-	rivertype.JobStateScheduled,
-}
-
 // Backoff is 2^attempt seconds capped at limit, plus up to 20% jitter.
 func Backoff(attempt int, limit time.Duration) time.Duration {
 	d := limit

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -104,7 +105,7 @@ type PhaseAt struct {
 func (a PhaseAt) Name() string { return string(a.Phase.Spec().Name) }
 
 // Ref is the phase as the fan-in names it.
-func (a PhaseAt) Ref() PhaseRef { return PhaseRef{BatchID: a.BatchID, Phase: a.Name()} }
+func (a PhaseAt) Ref() fanin.PhaseRef { return fanin.PhaseRef{BatchID: a.BatchID, Phase: a.Name()} }
 
 // Jobs is what an executor's River workers need of the client.
 type Jobs struct {
@@ -313,7 +314,7 @@ func (x *Executors) executor(p phases.Phase) Executor { return x.byKind[p.Spec()
 // and without a lock, so that a fan-in check can wait out a phase far from
 // its end instead of checking under the lock at every end (waitOut).
 type OpenCounter interface {
-	OpenCount(ctx context.Context, q *db.Queries, ref PhaseRef) (int64, error)
+	OpenCount(ctx context.Context, q *db.Queries, ref fanin.PhaseRef) (int64, error)
 }
 
 // Extender is an executor whose phases can start before the generation
@@ -330,13 +331,14 @@ type Extender interface {
 // phase put back to be done again (a retryable failure), e.g. to launch
 // it again. It is told in the callbacks' transaction.
 type Requeuer interface {
-	Requeued(ctx context.Context, tx Tx, refs []PhaseRef) error
+	Requeued(ctx context.Context, tx Tx, refs []fanin.PhaseRef) error
 }
 
 // Requeued tells the phases' executors of work put back by callbacks
-// (Requeuer).
-func (x *Executors) Requeued(ctx context.Context, tx Tx, refs []PhaseRef) error {
-	byKind := map[string][]PhaseRef{}
+// (Requeuer), in the callbacks' transaction: the fan-in's committer hears
+// of it through this (fanin.Requeuer).
+func (x *Executors) Requeued(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], refs []fanin.PhaseRef) error {
+	byKind := map[string][]fanin.PhaseRef{}
 	for _, r := range refs {
 		if ex, _, ok := x.Of(r.Phase); ok {
 			byKind[ex.Kind()] = append(byKind[ex.Kind()], r)
@@ -344,7 +346,7 @@ func (x *Executors) Requeued(ctx context.Context, tx Tx, refs []PhaseRef) error 
 	}
 	for kind, rs := range byKind {
 		if rq, ok := x.byKind[kind].(Requeuer); ok {
-			if err := rq.Requeued(ctx, tx, rs); err != nil {
+			if err := rq.Requeued(ctx, Tx{Tx: tx, River: client}, rs); err != nil {
 				return err
 			}
 		}

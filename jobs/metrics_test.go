@@ -35,7 +35,7 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 		case "c.tif":
 			return fakefly.Behavior{Hang: true}
 		case "d.jpg":
-			return fakefly.Behavior{Body: workerResult(l), Duplicate: 1}
+			return fakefly.Behavior{Body: testenv.WorkerResult(l), Duplicate: 1}
 		case "e.png":
 			if l.Attempt == 1 {
 				return fakefly.Behavior{LaunchStatus: http.StatusTooManyRequests, RetryAfter: -1}

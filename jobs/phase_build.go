@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -35,7 +36,7 @@ func (PhaseBuildArgs) Kind() string { return "phase_build" }
 // their own (BuildQueue).
 func (PhaseBuildArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: BuildQueue, MaxAttempts: buildMaxAttempts,
-		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished}}
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished}}
 }
 
 const buildMaxAttempts = 10
@@ -180,7 +181,7 @@ func (w *PhaseBuildWorker) giveUp(ctx context.Context, job *river.Job[PhaseBuild
 		ended  int
 	)
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		if err := LockBatch(ctx, tx, args.BatchID); err != nil {
+		if err := fanin.LockBatch(ctx, tx, args.BatchID); err != nil {
 			return err
 		}
 		var err error
@@ -226,7 +227,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			// Exclusive, as the fan-in check takes it: a check either ran
 			// before this (and saw the build going on) or runs after it
 			// commits, when the ensured check below exists.
-			if err := LockBatch(ctx, tx, args.BatchID); err != nil {
+			if err := fanin.LockBatch(ctx, tx, args.BatchID); err != nil {
 				return err
 			}
 		}
@@ -286,7 +287,7 @@ func (b *builder) write(ctx context.Context, last bool) error {
 			return err
 		}
 		finished = true
-		return EnsurePhaseCheck(ctx, tx, ptx.River, at.Ref())
+		return fanin.EnsurePhaseCheck(ctx, tx, ptx.River, at.Ref())
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -19,28 +20,11 @@ import (
 // instantiated with.
 type riverDriver = riverpgxv5.Driver
 
-// PhaseCheckArgs is the fan-in of a phase: every task that ends makes sure
-// one is unfinished (it is unique per batch and phase while unfinished), and
-// the one that finds no open task left moves the batch on. While many tasks
-// are open, one check waits them out (waitOut).
-type PhaseCheckArgs struct {
-	BatchID string `json:"batch_id"`
-	Phase   string `json:"phase"`
-}
-
-// Kind is the River job kind.
-func (PhaseCheckArgs) Kind() string { return "phase_check" }
-
-// InsertOpts makes the check unique while unfinished. "completed" is left
-// out of ByState on purpose: once a check has finished, the next task end
-// must be able to enqueue a new one, or its wake-up would be lost.
-func (PhaseCheckArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: UniqueUnfinished}}
-}
-
-// PhaseCheckWorker works PhaseCheckArgs.
+// PhaseCheckWorker works fanin.PhaseCheckArgs, the fan-in of a phase:
+// the check that finds no open work left moves the batch on. While much
+// is open, one check waits it out (waitOut).
 type PhaseCheckWorker struct {
-	Defaults[PhaseCheckArgs]
+	Defaults[fanin.PhaseCheckArgs]
 	deps  Deps
 	build BuildSizes
 	hooks *TestHooks
@@ -51,7 +35,7 @@ type PhaseCheckWorker struct {
 // database failover), and River's default backoff, (errors+1)^4 s, would
 // soon leave the phase's end unseen for many minutes: task ends enqueue
 // nothing while the check is retryable.
-func (w *PhaseCheckWorker) NextRetry(job *river.Job[PhaseCheckArgs]) time.Time {
+func (w *PhaseCheckWorker) NextRetry(job *river.Job[fanin.PhaseCheckArgs]) time.Time {
 	return time.Now().Add(min(time.Duration(len(job.Errors)+1)*time.Second, maxCheckRetryDelay))
 }
 
@@ -59,12 +43,12 @@ func (w *PhaseCheckWorker) NextRetry(job *river.Job[PhaseCheckArgs]) time.Time {
 const maxCheckRetryDelay = 10 * time.Second
 
 // Work decides whether the phase is over and, if so, transitions it: it
-// counts the open tasks, transitions and completes itself in one
+// counts the open work, transitions and completes itself in one
 // transaction under the batch's exclusive fan-in lock, the exclusive side
-// of the fan-in protocol (fanin.go), which is why no wake-up is lost.
+// of the fan-in protocol (package fanin), which is why no wake-up is lost.
 //
 // A phase far from its end is waited out first, without the lock (waitOut).
-func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckArgs]) error {
+func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseCheckArgs]) error {
 	args := job.Args
 	if d, err := w.waitOut(ctx, args); err != nil {
 		return err
@@ -75,7 +59,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[PhaseCheckAr
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if w.hooks.fanInGuard() {
-			if err := LockBatch(ctx, tx, args.BatchID); err != nil {
+			if err := fanin.LockBatch(ctx, tx, args.BatchID); err != nil {
 				return err
 			}
 		}
@@ -165,13 +149,13 @@ const waitOutAbove = 1000
 // waitOut returns how long the check should snooze before it looks again,
 // or 0 when it should look under the lock now: the phase has at most
 // waitOutAbove tasks open, or the batch is no longer simply in it.
-func (w *PhaseCheckWorker) waitOut(ctx context.Context, args PhaseCheckArgs) (time.Duration, error) {
+func (w *PhaseCheckWorker) waitOut(ctx context.Context, args fanin.PhaseCheckArgs) (time.Duration, error) {
 	ex, _, _ := w.deps.Executors.Of(args.Phase)
 	counter, ok := ex.(OpenCounter)
 	if !ok {
 		return 0, nil // e.g. a few chunks, each ending once: nothing to wait out
 	}
-	open, err := counter.OpenCount(ctx, db.New(w.deps.Pool), PhaseRef(args))
+	open, err := counter.OpenCount(ctx, db.New(w.deps.Pool), fanin.PhaseRef(args))
 	if err != nil {
 		return 0, fmt.Errorf("counting open tasks of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
 	}

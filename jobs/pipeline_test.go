@@ -20,16 +20,6 @@ import (
 	"github.com/arke-institute/orchestrator/service"
 )
 
-// workerResult is what a well-behaved worker reports for a launch: the
-// sample success body of the phase its task belongs to.
-func workerResult(l fakefly.Launch) json.RawMessage {
-	b, err := fakefly.SuccessBody(l)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
 // TestMixedBatchEndToEnd drives a batch of TIFFs, images and documents
 // through TIFF_CONVERSION and IMAGE_PROCESSING to DONE through the real
 // fly-go client against the fake Machines API, whose machines play the
@@ -44,7 +34,7 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 		case "c.tiff":
 			return fakefly.Behavior{Hang: true}
 		case "d.jpg":
-			return fakefly.Behavior{Body: workerResult(l), Duplicate: 1}
+			return fakefly.Behavior{Body: testenv.WorkerResult(l), Duplicate: 1}
 		}
 		return testenv.Succeed(l)
 	}

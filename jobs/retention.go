@@ -14,6 +14,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 )
 
 // RetentionArgs is the periodic removal (every RETENTION_INTERVAL) of the
@@ -27,7 +28,7 @@ func (RetentionArgs) Kind() string { return "retention" }
 // InsertOpts keeps one retention run at a time, whichever replica's leader
 // inserted it.
 func (RetentionArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: UniqueUnfinished}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: fanin.UniqueUnfinished}}
 }
 
 // RetentionWorker works RetentionArgs.

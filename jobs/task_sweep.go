@@ -7,8 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 )
 
 // TaskSweepArgs is the periodic sweep (every SWEEP_INTERVAL): the
@@ -22,7 +24,7 @@ func (TaskSweepArgs) Kind() string { return "task_sweep" }
 
 // InsertOpts keeps one sweep at a time.
 func (TaskSweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: UniqueUnfinished}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByState: fanin.UniqueUnfinished}}
 }
 
 // TaskSweepWorker works TaskSweepArgs.
@@ -93,7 +95,10 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 		return fmt.Errorf("finding stalled pending batches: %w", err)
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
-	var params []river.InsertManyParams
+	var (
+		params []river.InsertManyParams
+		checks []fanin.PhaseRef
+	)
 	ids := make([]string, 0, len(stalled)+len(pending))
 	for _, id := range pending {
 		// A start job that gave up without failing the batch (a crash
@@ -118,7 +123,7 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 		if open, err := ex.HasOpen(ctx, q, at); err != nil {
 			return err
 		} else if !open {
-			params = append(params, river.InsertManyParams{Args: PhaseCheckArgs{BatchID: b.ID, Phase: b.Phase}})
+			checks = append(checks, at.Ref())
 		}
 	}
 	if len(ids) > 0 {
@@ -126,17 +131,24 @@ func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 			return err
 		}
 	}
-	if len(params) == 0 {
-		return nil
-	}
-	res, err := client.InsertMany(ctx, params)
+	checked, err := fanin.RequestChecks(ctx, client, checks)
 	if err != nil {
-		return fmt.Errorf("nudging stalled batches: %w", err)
+		return err
 	}
-	for _, r := range res {
-		if !r.UniqueSkippedAsDuplicate {
-			w.deps.Logger.Warn("backstop re-enqueued a lost wake-up", jobAttrs(r.Job)...)
+	var enqueued []*rivertype.JobRow
+	if len(params) > 0 {
+		res, err := client.InsertMany(ctx, params)
+		if err != nil {
+			return fmt.Errorf("nudging stalled batches: %w", err)
 		}
+		for _, r := range res {
+			if !r.UniqueSkippedAsDuplicate {
+				enqueued = append(enqueued, r.Job)
+			}
+		}
+	}
+	for _, j := range append(enqueued, checked...) {
+		w.deps.Logger.Warn("backstop re-enqueued a lost wake-up", jobAttrs(j)...)
 	}
 	return nil
 }

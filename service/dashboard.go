@@ -101,7 +101,7 @@ func (s *Service) DashboardDetail(ctx context.Context, batchID string) (Dashboar
 	}
 	d := DashboardDetail{Status: st, Uploader: b.Uploader}
 
-	spans, err := q.BatchEventPhaseSpans(ctx, batchID)
+	spans, err := q.BatchEventPhaseSpans(ctx, db.BatchEventPhaseSpansParams{BatchID: batchID, Started: db.EventPhaseStarted, Completed: db.EventPhaseCompleted})
 	if err != nil {
 		return DashboardDetail{}, fmt.Errorf("reading the phases of batch %s: %w", batchID, err)
 	}

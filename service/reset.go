@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -105,7 +106,7 @@ func deref(s *string) string {
 // waits for every transaction ending one of its tasks and keeps new ones out
 // until tx ends, then reads and row-locks the batch.
 func lockBatch(ctx context.Context, tx pgx.Tx, batchID string) (db.Batch, error) {
-	if err := jobs.LockBatch(ctx, tx, batchID); err != nil {
+	if err := fanin.LockBatch(ctx, tx, batchID); err != nil {
 		return db.Batch{}, err
 	}
 	b, err := db.New(tx).BatchGetByIDForUpdate(ctx, batchID)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -135,7 +136,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		// With nothing open (the phase stopped between its last work and
 		// its transition) the check moves the batch on; otherwise the
 		// work's ends make sure of one.
-		if err := jobs.EnsurePhaseCheck(ctx, tx, s.river, jobs.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
+		if err := fanin.EnsurePhaseCheck(ctx, tx, s.river, fanin.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
 			return err
 		}
 		if !stopped {

@@ -23,7 +23,6 @@ import (
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/internal/batchurls"
-	"github.com/arke-institute/orchestrator/internal/callbackcommit"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -33,10 +32,6 @@ import (
 // ErrNotFound is returned for an unknown batch.
 var ErrNotFound = db.ErrNotFound
 
-// ErrBusy refuses a callback while too many wait to be committed
-// (CALLBACK_QUEUE_MAX): the worker should try again shortly.
-var ErrBusy = callbackcommit.ErrBusy
-
 // Service carries out batch operations against the database and River.
 type Service struct {
 	pool   *pgxpool.Pool
@@ -44,8 +39,6 @@ type Service struct {
 	logger *slog.Logger
 	// executors run the phases' work: they count it, retry it, stop it.
 	executors *jobs.Executors
-	// callbacks commits workers' callbacks in groups.
-	callbacks *callbackcommit.Committer
 	// hub shares the reads of batch watches (Watch).
 	hub *eventHub
 	// metrics counts batches started and ended here; nil counts nothing.
@@ -70,8 +63,6 @@ type Service struct {
 // is a blob.Presigner, presigns the URLs workers ask for (URLs).
 func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], executors *jobs.Executors, cfg *config.Config, store blob.Store, logger *slog.Logger, m *metrics.Metrics) *Service {
 	s := &Service{pool: pool, river: riverClient, logger: logger, executors: executors, metrics: m,
-		callbacks: callbackcommit.New(callbackcommit.Config{Pool: pool, River: riverClient, Requeued: executors, Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax,
-			MaxOutputs: cfg.MaxOutputsPerTask, TaskMaxAttempts: cfg.TaskMaxAttempts, TaskRetireLimit: cfg.TaskRetireLimit, Logger: logger, Metrics: m}),
 		store: store, cdnBucket: cfg.CDNBucket, cdnPublicURL: cfg.CDNPublicURL, cfg: cfg}
 	s.hub = newEventHub(pool, logger, s.readRound)
 	if docs, err := docindex.NewProviders(cfg); err != nil {

@@ -363,6 +363,7 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 		return err
 	}
 	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, env.store, logger, nil), Pool: pool,
+		Executors: deps.Executors, River: client, Callbacks: api.CallbacksOf(cfg),
 		Logger: logger, Credentials: api.CredentialsOf(cfg)})}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()

@@ -450,7 +450,8 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err != nil {
 		return run, err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, nil, logger, nil), Pool: pool, Logger: logger})}
+	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, nil, logger, nil),
+		Executors: deps.Executors, River: client, Callbacks: api.CallbacksOf(cfg), Pool: pool, Logger: logger})}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 

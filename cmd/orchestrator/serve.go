@@ -130,8 +130,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	warnClosedRoutes(cfg, logger)
 	e := api.New(api.Config{
-		Service: service.New(pool, riverClient, deps.Executors, cfg, store, logger, m), Routes: deps.Executors.Routes(),
-		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
+		Service: service.New(pool, riverClient, deps.Executors, cfg, store, logger, m), Executors: deps.Executors,
+		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg), Callbacks: api.CallbacksOf(cfg),
 		River: riverClient, Context: ctx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	ln, err := net.Listen("tcp", cfg.ListenAddr)

@@ -26,6 +26,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -106,7 +107,7 @@ func (ChunkArgs) Kind() string { return "chunk" }
 // enqueued (chunkParams).
 func (a ChunkArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: Queue(phases.Name(a.Phase)),
-		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: jobs.UniqueUnfinished}}
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished}}
 }
 
 // Queues are the River queues of the chunked phases' chunk jobs.

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -351,7 +352,7 @@ func (r chunkRun) finish(ctx context.Context, stopWith string) error {
 		state = chunkError
 	}
 	body := chunkCallback(chunk, groups, errMsg)
-	return jobs.EndTasks(ctx, w.deps.Pool, river.ClientFromContext[pgx.Tx](ctx), jobs.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
+	return fanin.EndTasks(ctx, w.deps.Pool, river.ClientFromContext[pgx.Tx](ctx), fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		var e *string
 		if errMsg != "" {
 			e = &errMsg

@@ -13,6 +13,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -32,7 +33,7 @@ func (PhaseLaunchArgs) Kind() string { return "phase_launch" }
 
 // InsertOpts makes the job unique per (batch, phase) while unfinished.
 func (PhaseLaunchArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: jobs.UniqueUnfinished}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished}}
 }
 
 // PhaseLaunchWorker works PhaseLaunchArgs.

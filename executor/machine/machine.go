@@ -19,6 +19,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/batchurls"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
@@ -129,7 +130,7 @@ func (e *Executor) HasOpen(ctx context.Context, q *db.Queries, at jobs.PhaseAt) 
 
 // OpenCount is how many tasks of the phase are open, while the batch is
 // in it (0 otherwise), from the counters.
-func (e *Executor) OpenCount(ctx context.Context, q *db.Queries, ref jobs.PhaseRef) (int64, error) {
+func (e *Executor) OpenCount(ctx context.Context, q *db.Queries, ref fanin.PhaseRef) (int64, error) {
 	n, err := q.PhaseOpenCount(ctx, db.PhaseOpenCountParams{BatchID: ref.BatchID, Phase: ref.Phase})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
@@ -282,9 +283,9 @@ func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, row
 
 // Requeued enqueues the launchers of phases whose tasks callbacks put
 // back to pending (a retryable failure: a fresh machine retries it).
-func (e *Executor) Requeued(ctx context.Context, tx jobs.Tx, refs []jobs.PhaseRef) error {
+func (e *Executor) Requeued(ctx context.Context, tx jobs.Tx, refs []fanin.PhaseRef) error {
 	params := make([]river.InsertManyParams, 0, len(refs))
-	seen := map[jobs.PhaseRef]bool{}
+	seen := map[fanin.PhaseRef]bool{}
 	for _, r := range refs {
 		if seen[r] {
 			continue // one insert may not touch a unique job twice

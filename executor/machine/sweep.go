@@ -9,6 +9,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -109,7 +110,7 @@ func (e *Executor) settleUnlaunched(ctx context.Context, client *river.Client[pg
 		return nil
 	}
 	gaveUp, relaunched := 0, 0 // tasks failed for want of a machine, and sent back for another
-	err = jobs.EndTasks(ctx, e.deps.Pool, client, jobs.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
+	err = fanin.EndTasks(ctx, e.deps.Pool, client, fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		settled, err := q.TaskSettleUnlaunched(ctx, settle)
 		if err != nil {
@@ -157,7 +158,7 @@ func (e *Executor) settleUnlaunched(ctx context.Context, client *river.Client[pg
 func (e *Executor) expire(ctx context.Context, client *river.Client[pgx.Tx], batchID, phase string) error {
 	app := e.deps.Config.Phases[phases.Name(phase)].FlyAppName
 	expired, retried := 0, 0
-	err := jobs.EndTasks(ctx, e.deps.Pool, client, jobs.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
+	err := fanin.EndTasks(ctx, e.deps.Pool, client, fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{
 			BatchID: batchID, Phase: phase, MaxAttempts: int32(e.deps.Config.TaskMaxAttempts), RetireSeconds: e.deps.Config.TaskRetireLimit.Seconds(),

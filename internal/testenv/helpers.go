@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path"
 	"testing"
@@ -22,6 +23,16 @@ const (
 // Succeed is the fake machines' behaviour that posts the phase's sample
 // success for every launch.
 func Succeed(l fakefly.Launch) fakefly.Behavior { return fakefly.Succeed(l) }
+
+// WorkerResult is what a well-behaved worker reports for a launch: the
+// sample success body of the phase its task belongs to.
+func WorkerResult(l fakefly.Launch) json.RawMessage {
+	b, err := fakefly.SuccessBody(l)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
 
 // IsDone reports whether a batch ended, DONE or ERROR.
 func IsDone(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" }

@@ -212,8 +212,8 @@ func New(t *testing.T, opts Options) *Env {
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
 	var h http.Handler = api.New(api.Config{
-		Service: service.New(pool, client, deps.Executors, cfg, store, logger, m), Routes: deps.Executors.Routes(),
-		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg),
+		Service: service.New(pool, client, deps.Executors, cfg, store, logger, m), Executors: deps.Executors,
+		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg), Callbacks: api.CallbacksOf(cfg),
 		River: client, Context: apiCtx, Metrics: m, MaxStreams: cfg.MaxStreams,
 	})
 	handler.Store(&h)

@@ -28,17 +28,18 @@ VALUES (@batch_id, @type, @phase, @task_id, @data);
 
 -- BatchEventPhaseSpans is when each phase of a batch first started and last
 -- completed (NULL while it runs), in the order the phases started: the
--- dashboard's timeline.
+-- dashboard's timeline. @started and @completed are the events' types
+-- (db.EventPhaseStarted, db.EventPhaseCompleted).
 -- name: BatchEventPhaseSpans :many
 SELECT s.phase::text AS phase, s.created_at AS started_at, c.created_at AS completed_at
 FROM batch_events s
 LEFT JOIN batch_events c ON c.id = (
     SELECT max(e.id) FROM batch_events e
-    WHERE e.batch_id = s.batch_id AND e.type = 'phase.completed' AND e.phase = s.phase
+    WHERE e.batch_id = s.batch_id AND e.type = @completed::text AND e.phase = s.phase
 )
 WHERE s.id IN (
     SELECT min(b.id) FROM batch_events b
-    WHERE b.batch_id = @batch_id AND b.type = 'phase.started' AND b.phase IS NOT NULL
+    WHERE b.batch_id = @batch_id AND b.type = @started::text AND b.phase IS NOT NULL
     GROUP BY b.phase
 )
 ORDER BY s.id;

@@ -179,20 +179,17 @@ WHERE id = @id;
 -- name: BatchTouch :exec
 UPDATE batches SET updated_at = clock_timestamp() WHERE id = ANY(@ids::text[]);
 
--- BatchLockExclusive, BatchLockShared and BatchLockSharedMany are the
--- fan-in guard; jobs/fanin.go owns the protocol and says why it makes a
--- lost wake-up impossible. Every transaction that ends tasks of a batch
--- holds the shared lock while it updates them and makes sure a phase_check
--- is pending; phase_check holds the exclusive lock while it counts open
--- tasks and transitions. The key is batch_lock_key (migration 00007).
+-- BatchLockExclusive and BatchLockSharedMany are the fan-in guard; package
+-- fanin owns the protocol and says why it makes a lost wake-up
+-- impossible. Every transaction that ends work of a batch holds the
+-- shared lock while it updates it and makes sure a phase_check is
+-- pending; phase_check holds the exclusive lock while it counts open work
+-- and transitions. The key is batch_lock_key (migration 00007).
 -- name: BatchLockExclusive :exec
 SELECT pg_advisory_xact_lock(batch_lock_key(@id::text));
 
--- name: BatchLockShared :exec
-SELECT pg_advisory_xact_lock_shared(batch_lock_key(@id::text));
-
--- BatchLockSharedMany is BatchLockShared for several batches (duplicates
--- allowed), taken in id order so that no two callers wait on each other.
+-- BatchLockSharedMany takes the shared lock of several batches (duplicates
+-- allowed), in id order so that no two callers wait on each other.
 -- name: BatchLockSharedMany :exec
 SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
 FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;

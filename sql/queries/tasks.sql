@@ -41,7 +41,8 @@ RETURNING t.id, t.file_id, t.attempt, t.failures, t.deadline, f.r2_key, f.file_n
 -- phase is still the batch's (the fan-in's shared lock, which the group
 -- holds, keeps the phase from ending meanwhile). An error the worker calls
 -- retryable, with attempts left (@max_attempts), sends the task back to
--- pending to be retried (task.retrying) instead of failing it. An id may
+-- pending to be retried instead of failing it. The events' types are
+-- db's constants (TaskCompleteManyArgs passes them). An id may
 -- come more than once with different batches or tokens (a stray caller's
 -- and the worker's): at most one of them matches, and RETURNING says which.
 -- The input is sorted by task id, in byte order (as Go sorts strings), so
@@ -55,18 +56,25 @@ WITH input AS (
             unnest(@retryables::bool[]) AS retryable
     ) c
     ORDER BY id COLLATE "C"
+), limits AS (
+    SELECT @max_attempts::int AS max_attempts, @retire_seconds::float8 AS retire_seconds
 ), ended AS (
+    -- retry: a retryable error with attempts left, decided once per row
+    -- (a sub-select of the row being updated, so that a row another group
+    -- changed first is decided again on its new version).
     UPDATE tasks t
-    SET status = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN 'pending' ELSE input.status END,
-        result = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN NULL ELSE input.result::jsonb END,
-        error = nullif(input.error, ''),
-        ended_by = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN 'retry' ELSE 'callback' END,
-        failures = t.failures + CASE WHEN input.retryable AND input.status = 'failed' THEN 1 ELSE 0 END,
-        deadline = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int
-            THEN clock_timestamp() + make_interval(secs => @retire_seconds::float8) ELSE t.deadline END,
-        finished_at = CASE WHEN input.retryable AND input.status = 'failed' AND t.failures + 1 < @max_attempts::int THEN NULL ELSE clock_timestamp() END,
-        updated_at = clock_timestamp()
-    FROM input
+    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at) = (
+        SELECT CASE WHEN d.retry THEN 'pending' ELSE input.status END,
+            CASE WHEN d.retry THEN NULL ELSE input.result::jsonb END,
+            nullif(input.error, ''),
+            CASE WHEN d.retry THEN 'retry' ELSE 'callback' END,
+            t.failures + CASE WHEN d.failed THEN 1 ELSE 0 END,
+            CASE WHEN d.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
+            CASE WHEN d.retry THEN NULL ELSE clock_timestamp() END,
+            clock_timestamp()
+        FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
+            input.retryable AND input.status = 'failed' AND t.failures + 1 < limits.max_attempts AS retry) d)
+    FROM input, limits
     WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.token_hash = input.token_hash
         AND (t.status = 'processing'
             OR (input.status = 'completed' AND t.ended_by = 'retry' AND t.status = 'pending')
@@ -75,7 +83,7 @@ WITH input AS (
     RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash, t.failures
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
-    SELECT batch_id, CASE status WHEN 'completed' THEN 'task.completed' WHEN 'pending' THEN 'task.retrying' ELSE 'task.failed' END, phase, id,
+    SELECT batch_id, CASE status WHEN 'completed' THEN @event_completed::text WHEN 'pending' THEN @event_retrying::text ELSE @event_failed::text END, phase, id,
         CASE status WHEN 'completed' THEN '{}'::jsonb
             WHEN 'pending' THEN jsonb_build_object('error', error, 'reason', 'transient error', 'failed_attempts', failures)
             ELSE jsonb_build_object('error', error) END

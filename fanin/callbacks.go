@@ -1,16 +1,90 @@
-package callbackcommit
+package fanin
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arke-institute/orchestrator/db"
-	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 )
+
+// callbackBody is the part of a worker's callback common to every phase
+// (spec 000 §4.4).
+type callbackBody struct {
+	TaskID  *string `json:"task_id"`
+	BatchID *string `json:"batch_id"`
+	Status  *string `json:"status"`
+	Error   *string `json:"error"`
+	// Retryable marks an error as transient (an outage, a timeout): the
+	// task is retried on a fresh machine while it has attempts left.
+	// Absent means false, as from workers older than the field.
+	Retryable *bool `json:"retryable"`
+}
+
+// NewCallback hashes the token and parses the body, on the caller's
+// goroutine: the less a group's committer does, the sooner it sends the
+// next group.
+func NewCallback(batchID, taskID, token string, body []byte) Callback {
+	cb := Callback{BatchID: batchID, TaskID: taskID}
+	if token != "" {
+		sum := sha256.Sum256([]byte(token))
+		cb.TokenHash = sum[:]
+	}
+	cb.Status, cb.Result, cb.Error, cb.Retryable, cb.Invalid = parseCallback(taskID, batchID, body)
+	return cb
+}
+
+// parseCallback validates the phase-independent part of a callback body:
+// the status is "success" or "error"; an error carries a message; task_id
+// and batch_id, when given, must match the URL. It returns the status, the
+// result to keep, the worker's error message and what is wrong with the
+// body ("" for nothing). A success's result fields are checked against the
+// task's phase once the task has been read. retryable is an error's
+// "retryable" (false when absent).
+func parseCallback(taskID, batchID string, body []byte) (status phases.TaskStatus, result []byte, errMsg string, retryable bool, invalid string) {
+	bad := func(format string, a ...any) (phases.TaskStatus, []byte, string, bool, string) {
+		return "", nil, "", false, fmt.Sprintf(format, a...)
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return bad("body must be a JSON object")
+	}
+	if bytes.Contains(trimmed, []byte(`\u0000`)) {
+		// Valid JSON, but the body is kept as jsonb, which cannot hold it.
+		return bad(`strings must not contain the NUL character (\u0000)`)
+	}
+	var b callbackBody
+	if err := json.Unmarshal(trimmed, &b); err != nil {
+		return bad("%v", err)
+	}
+	if b.TaskID != nil && *b.TaskID != taskID {
+		return bad("task_id %q does not match the URL's %q", *b.TaskID, taskID)
+	}
+	if b.BatchID != nil && *b.BatchID != batchID {
+		return bad("batch_id %q does not match the URL's %q", *b.BatchID, batchID)
+	}
+	if b.Status == nil {
+		return bad(`status is required ("success" or "error")`)
+	}
+	switch *b.Status {
+	case "error":
+		msg := "worker reported an error without a message"
+		if b.Error != nil && *b.Error != "" {
+			msg = *b.Error
+		}
+		return phases.TaskFailed, trimmed, msg, b.Retryable != nil && *b.Retryable, ""
+	case "success":
+		return phases.TaskCompleted, trimmed, "", false, ""
+	default:
+		return bad(`status must be "success" or "error", got %q`, *b.Status)
+	}
+}
 
 // decision is what a group decided for one of its callbacks; it is handed
 // to the request only once the group has committed.
@@ -30,8 +104,8 @@ type decision struct {
 // sendGroup).
 //
 // Under the shared lock of every batch concerned (the fan-in guard: see
-// jobs.PhaseCheckWorker for why it makes the last callback's wake-up
-// impossible to lose), it ends the tasks of the callbacks that look valid,
+// fanin.go for why it makes the last callback's wake-up impossible to
+// lose), it ends the tasks of the callbacks that look valid,
 // with their events, in one statement that also checks their tokens and
 // batches; makes sure each phase touched has a pending fan-in check; and
 // explains the rest (unknown tasks, wrong tokens, bad bodies, repeats,
@@ -65,30 +139,29 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 	}
 
 	tx := &pipelinedTx{conn: conn}
-	applied, err := sendGroup(ctx, conn, params, batchIDsOf(group), commitPrev)
+	applied, err := sendGroup(ctx, conn, params, refsOf(group), commitPrev)
 	if err != nil {
 		return tx, nil, err
 	}
 
 	// Phases with an ended task and no pending check get one; the
 	// executors of those with a task to retry hear of it (a launcher).
-	var checks, requeued []jobs.PhaseRef
+	var checks, requeued []PhaseRef
 	ended := make(map[attempt]db.TaskCompleteManyRow, len(applied.ended))
 	for _, e := range applied.ended {
 		ended[attempt{e.ID, e.BatchID, string(e.TokenHash)}] = e
-		k := jobs.PhaseRef{BatchID: e.BatchID, Phase: e.Phase}
-		switch {
-		case phases.TaskStatus(e.Status) == phases.TaskPending:
+		k := PhaseRef{BatchID: e.BatchID, Phase: e.Phase}
+		if phases.TaskStatus(e.Status) == phases.TaskPending {
 			requeued = append(requeued, k)
-		case !applied.pending[k]:
+		} else {
 			checks = append(checks, k)
 		}
 	}
-	if err := jobs.InsertPhaseChecks(ctx, tx, c.river, checks); err != nil {
+	if err := insertMissing(ctx, tx, c.river, checks, applied.pending); err != nil {
 		return tx, nil, err
 	}
 	if len(requeued) > 0 && c.requeued != nil {
-		if err := c.requeued.Requeued(ctx, jobs.Tx{Tx: tx, River: c.river}, requeued); err != nil {
+		if err := c.requeued.Requeued(ctx, tx, c.river, requeued); err != nil {
 			return tx, nil, err
 		}
 	}
@@ -223,11 +296,13 @@ func superseded(ctx context.Context, q *db.Queries, r *request, task db.TaskList
 	return decision{Outcome: Outcome{Refusal: TaskEnded, Reason: reason}}, nil
 }
 
-// batchIDsOf lists the batches of a group's callbacks.
-func batchIDsOf(group []*request) []string {
-	ids := make([]string, len(group))
+// refsOf lists the phases a group's callbacks may end tasks of: each
+// task's batch and the phase its id names. (The lock statement takes the
+// batches of these; the pending checks' statement looks at these.)
+func refsOf(group []*request) []PhaseRef {
+	refs := make([]PhaseRef, len(group))
 	for i, r := range group {
-		ids[i] = r.BatchID
+		refs[i] = PhaseRef{BatchID: r.BatchID, Phase: string(phases.OfTask(r.TaskID))}
 	}
-	return ids
+	return refs
 }

@@ -1,4 +1,4 @@
-package service
+package fanin
 
 import (
 	"testing"

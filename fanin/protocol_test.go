@@ -1,4 +1,4 @@
-package jobs_test
+package fanin_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/eventually"
 	"github.com/arke-institute/orchestrator/internal/fakefly"
 	"github.com/arke-institute/orchestrator/internal/testenv"
@@ -231,7 +232,7 @@ func TestBackstopRecoversLostWakeUp(t *testing.T) {
 	ctx := t.Context()
 	env.Submit(t, id, testenv.Tiffs(1))
 	l := env.AwaitBatchLaunches(t, id, 1)[0]
-	body, err := json.Marshal(workerResult(l))
+	body, err := json.Marshal(testenv.WorkerResult(l))
 	require.NoError(t, err)
 	_, err = env.Pool.Exec(ctx, `UPDATE tasks SET status = 'completed', ended_by = 'callback', result = $2, finished_at = now()
 		WHERE id = $1`, l.TaskID, body)
@@ -350,7 +351,7 @@ func TestCheckRetriesSoon(t *testing.T) {
 	t.Parallel()
 	var w jobs.PhaseCheckWorker
 	for _, errs := range []int{0, 1, 5, 24} {
-		job := &river.Job[jobs.PhaseCheckArgs]{JobRow: &rivertype.JobRow{Errors: make([]rivertype.AttemptError, errs)}}
+		job := &river.Job[fanin.PhaseCheckArgs]{JobRow: &rivertype.JobRow{Errors: make([]rivertype.AttemptError, errs)}}
 		before := time.Now()
 		next := w.NextRetry(job)
 		require.True(t, next.After(before), "errors %d: retry at once", errs)

@@ -1,8 +1,12 @@
-// Package callbackcommit applies workers' callbacks to their tasks in
-// groups, one transaction a group, and answers each callback only once its
-// group has committed. It is the only place that batches callbacks: it owns
-// the grouping, the group's pipelined round trip, the COMMIT that rides
-// with the next group, and each callback's outcome.
+package fanin
+
+// The group committer applies workers' callbacks to their tasks in groups,
+// one transaction a group, and answers each callback only once its group
+// has committed: the batch form of EndTasks, for many batches at once. It
+// is the only place that batches callbacks: it owns the grouping, the
+// group's pipelined round trip (the fan-in's lock and check statements
+// around TaskCompleteMany), the COMMIT that rides with the next group, and
+// each callback's outcome (callbacks.go).
 //
 // A callback is a tiny transaction, and at thousands a second the commit (a
 // WAL flush) dominates its cost: a commit per callback would cap throughput
@@ -10,7 +14,6 @@
 // others are being committed queue up and are applied together. An idle
 // server commits a lone callback at once: there is no timer and no waiting
 // for a group to fill.
-package callbackcommit
 
 import (
 	"context"
@@ -25,11 +28,11 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/arke-institute/orchestrator/config"
-	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -52,10 +55,10 @@ type Config struct {
 	// Required.
 	River *river.Client[pgx.Tx]
 	// Requeued hears of tasks a callback put back to be retried (the
-	// phases' executors, jobs.Executors: a launcher). nil: no one.
-	Requeued jobs.Requeuer
-	// Committers bounds the groups in flight; config.DefaultCallbackCommitters
-	// when not positive.
+	// phases' executors: a launcher). nil: no one.
+	Requeued Requeuer
+	// Committers bounds the groups in flight; DefaultCommitters when not
+	// positive.
 	Committers int
 	// Logger logs each applied callback at debug level; nil logs nothing.
 	Logger *slog.Logger
@@ -72,13 +75,30 @@ type Config struct {
 	// have failed. 1 when not positive: no retries.
 	TaskMaxAttempts int
 	// TaskRetireLimit bounds the wait for a retried attempt's machine to
-	// be destroyed (TASK_RETIRE_LIMIT); config's default when not positive.
+	// be destroyed (TASK_RETIRE_LIMIT); DefaultTaskRetireLimit when not
+	// positive.
 	TaskRetireLimit time.Duration
 }
 
 // DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
 // callbacks at the rates the bench measures.
 const DefaultMaxQueued = 50000
+
+// DefaultCommitters is Config.Committers unless set (CALLBACK_COMMITTERS):
+// on 2 cores one committer, whose groups grow while it commits, commits
+// the most callbacks a second (larger groups, fewer commits).
+const DefaultCommitters = 1
+
+// DefaultTaskRetireLimit is Config.TaskRetireLimit unless set
+// (TASK_RETIRE_LIMIT).
+const DefaultTaskRetireLimit = 2 * time.Minute
+
+// Requeuer hears, in a callback group's transaction, of the phases whose
+// tasks the group put back to be retried (the phases' executors: a
+// launcher to enqueue).
+type Requeuer interface {
+	Requeued(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], refs []PhaseRef) error
+}
 
 // ErrBusy refuses a callback while MaxQueued callbacks wait: the caller
 // answers 503 and the worker tries again a moment later.
@@ -89,7 +109,7 @@ var ErrBusy = errors.New("too many callbacks are waiting to be applied")
 type Committer struct {
 	pool        *pgxpool.Pool
 	river       *river.Client[pgx.Tx]
-	requeued    jobs.Requeuer
+	requeued    Requeuer
 	committers  int
 	maxQueued   int
 	maxOutputs  int
@@ -106,7 +126,7 @@ type Committer struct {
 // New returns a Committer.
 func New(cfg Config) *Committer {
 	if cfg.Committers <= 0 {
-		cfg.Committers = config.DefaultCallbackCommitters
+		cfg.Committers = DefaultCommitters
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -115,7 +135,7 @@ func New(cfg Config) *Committer {
 		cfg.MaxQueued = DefaultMaxQueued
 	}
 	if cfg.TaskRetireLimit <= 0 {
-		cfg.TaskRetireLimit = config.DefaultTaskRetireLimit
+		cfg.TaskRetireLimit = DefaultTaskRetireLimit
 	}
 	if cfg.MaxOutputs <= 0 {
 		cfg.MaxOutputs = phases.DefaultMaxOutputs
@@ -447,3 +467,277 @@ func retryAlone(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "40"))
 }
+
+// A group's first round trip.
+//
+// A group's statements (BEGIN, the shared batch locks, the update, the look
+// for pending fan-in checks) go to the server in one pipeline. Under steady
+// load the previous group's COMMIT, on the same connection, goes first in
+// the same pipeline, followed by a sync point: the server flushes the
+// COMMIT's answer at once, so the previous group is answered while this
+// group's statements run, and an error of the COMMIT does not affect them.
+// A group then costs one round trip instead of two (its own and its
+// COMMIT's).
+//
+// pgx's Batch cannot place a sync point inside a pipeline, so this uses
+// pgconn's pipeline directly: the statements are prepared once per
+// connection, their arguments encoded with the connection's type map.
+
+// groupStatements are the prepared statements of a group's pipeline, in the
+// order they are sent after BEGIN: the fan-in's shared locks (LockShared's
+// statement), the tasks' ends, and the fan-in's look for pending checks
+// (pendingChecks's statement), which must be a statement of its own after
+// the locks, so that its snapshot is taken under them.
+var groupStatements = [...]string{db.BatchLockSharedManySQL, db.TaskCompleteManySQL, db.PhaseCheckPendingManySQL}
+
+// groupApplied is what a group's pipeline read: the tasks it ended, and
+// whether each phase concerned has an unfinished fan-in check.
+type groupApplied struct {
+	ended   []db.TaskCompleteManyRow
+	pending map[PhaseRef]bool
+}
+
+// sendGroup runs a group's first round trip on conn, which it leaves in
+// the group's open transaction, and reads its results. When commitPrev is
+// not nil, the transaction open on conn (the previous group's) is
+// committed first, and commitPrev is called once with the outcome of that
+// COMMIT, as soon as it is known: on every path but a panic. When the
+// group fails before anything was sent, the previous group is committed
+// alone.
+func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyParams, refs []PhaseRef, commitPrev func(error)) (applied groupApplied, err error) {
+	unsent := func(err error) (groupApplied, error) {
+		if commitPrev != nil {
+			commitPrev((&pipelinedTx{conn: conn}).Commit(ctx))
+		}
+		return groupApplied{}, err
+	}
+	var stmts [len(groupStatements)]*pgconn.StatementDescription
+	for i, sql := range groupStatements {
+		// pgx keeps a connection's prepared statements by their SQL, so
+		// only a connection's first group prepares them.
+		if stmts[i], err = conn.Prepare(ctx, sql, sql); err != nil {
+			return unsent(fmt.Errorf("preparing the callback statements: %w", err))
+		}
+	}
+	m := conn.TypeMap()
+	batchIDs, phaseNames := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		batchIDs[i], phaseNames[i] = r.BatchID, r.Phase
+	}
+	args := [][]any{{batchIDs}, db.TaskCompleteManyArgs(params), {batchIDs, phaseNames}}
+	bound := make([]boundStatement, len(stmts))
+	for i, sd := range stmts {
+		if bound[i], err = bind(m, sd, args[i]); err != nil {
+			return unsent(err)
+		}
+	}
+
+	p := conn.PgConn().StartPipeline(ctx)
+	defer func() {
+		if cerr := p.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if commitPrev != nil {
+		p.SendQueryParams("COMMIT", nil, nil, nil, nil)
+		p.SendPipelineSync()
+	}
+	p.SendQueryParams("BEGIN", nil, nil, nil, nil)
+	for _, b := range bound {
+		p.SendQueryStatement(b.sd, b.values, b.formats, binaryResults)
+	}
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		// Perhaps partly sent: whether the COMMIT ran is not known.
+		if commitPrev != nil {
+			commitPrev(err)
+		}
+		return applied, err
+	}
+
+	if commitPrev != nil {
+		commitPrev(readCommit(p))
+	}
+	if err := readDone(p); err != nil {
+		return applied, fmt.Errorf("beginning: %w", err)
+	}
+	if err := readDone(p); err != nil {
+		return applied, fmt.Errorf("locking batches: %w", err)
+	}
+	var row db.TaskCompleteManyRow
+	if err := readRows(p, m, []any{&row.ID, &row.BatchID, &row.Phase, &row.TokenHash, &row.Status}, func() {
+		applied.ended = append(applied.ended, row) // Scan copies a bytea
+	}); err != nil {
+		return applied, fmt.Errorf("ending tasks: %w", err)
+	}
+	applied.pending = make(map[PhaseRef]bool)
+	var k PhaseRef
+	var pending bool
+	if err := readRows(p, m, []any{&k.BatchID, &k.Phase, &pending}, func() { applied.pending[k] = pending }); err != nil {
+		return applied, fmt.Errorf("looking for pending phase checks: %w", err)
+	}
+	return applied, readSync(p)
+}
+
+// binaryResults asks for every result column in binary.
+var binaryResults = []int16{pgtype.BinaryFormatCode}
+
+// boundStatement is a prepared statement with its arguments encoded.
+type boundStatement struct {
+	sd      *pgconn.StatementDescription
+	values  [][]byte
+	formats []int16
+}
+
+// bind encodes args as the parameters of sd, in the types the server
+// expects.
+func bind(m *pgtype.Map, sd *pgconn.StatementDescription, args []any) (boundStatement, error) {
+	b := boundStatement{sd: sd, values: make([][]byte, len(args)), formats: make([]int16, len(args))}
+	if len(args) != len(sd.ParamOIDs) {
+		return b, fmt.Errorf("statement takes %d arguments, got %d", len(sd.ParamOIDs), len(args))
+	}
+	for i, a := range args {
+		oid := sd.ParamOIDs[i]
+		b.formats[i] = m.FormatCodeForOID(oid)
+		v, err := m.Encode(oid, b.formats[i], a, nil)
+		if err != nil {
+			return b, fmt.Errorf("encoding argument %d: %w", i+1, err)
+		}
+		b.values[i] = v
+	}
+	return b, nil
+}
+
+// readCommit reads the answer to a COMMIT and the sync point after it. A
+// COMMIT of a transaction that had failed answers ROLLBACK, which is
+// reported as pgx does.
+func readCommit(p *pgconn.Pipeline) error {
+	res, err := p.GetResults()
+	if err == nil {
+		rr, ok := res.(*pgconn.ResultReader)
+		if !ok {
+			return fmt.Errorf("committing: expected a result, got %T", res)
+		}
+		var tag pgconn.CommandTag
+		if tag, err = rr.Close(); err == nil && tag.String() == "ROLLBACK" {
+			err = pgx.ErrTxCommitRollback
+		}
+	}
+	// The sync point comes whatever the COMMIT's outcome: the server
+	// skips nothing after it.
+	if serr := readSync(p); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// readDone reads the result of a statement whose rows are not needed.
+func readDone(p *pgconn.Pipeline) error {
+	return readRows(p, nil, nil, nil)
+}
+
+// readRows reads the next statement's rows, scanning each into dest and
+// then calling each.
+func readRows(p *pgconn.Pipeline, m *pgtype.Map, dest []any, each func()) error {
+	res, err := p.GetResults()
+	if err != nil {
+		return err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return fmt.Errorf("expected a result, got %T", res)
+	}
+	for each != nil && rr.NextRow() {
+		fields, values := rr.FieldDescriptions(), rr.Values()
+		if len(values) != len(dest) {
+			rr.Close() // the mismatch is the error
+			return fmt.Errorf("expected %d columns, got %d", len(dest), len(values))
+		}
+		for i, v := range values {
+			if err := m.Scan(fields[i].DataTypeOID, fields[i].Format, v, dest[i]); err != nil {
+				rr.Close() // the scan's error is the one to report
+				return fmt.Errorf("column %s: %w", fields[i].Name, err)
+			}
+		}
+		each()
+	}
+	_, err = rr.Close()
+	return err
+}
+
+// readSync reads a sync point.
+func readSync(p *pgconn.Pipeline) error {
+	res, err := p.GetResults()
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
+		return fmt.Errorf("expected the end of the pipeline, got %T", res)
+	}
+	return nil
+}
+
+// pipelinedTx is a transaction whose BEGIN was sent in a pipeline with its
+// first statements (sendGroup), saving the round trip pgx's Begin
+// takes. It is a pgx.Tx so that River can insert jobs in it; it cannot
+// nest transactions.
+type pipelinedTx struct{ conn *pgx.Conn }
+
+var _ pgx.Tx = (*pipelinedTx)(nil)
+
+var errNoNesting = errors.New("a pipelined transaction cannot begin a nested one")
+
+// Begin implements pgx.Tx: not supported.
+func (t *pipelinedTx) Begin(context.Context) (pgx.Tx, error) { return nil, errNoNesting }
+
+// Commit commits, and reports a transaction that could only roll back (it
+// failed earlier) as pgx does.
+func (t *pipelinedTx) Commit(ctx context.Context) error {
+	tag, err := t.conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return err
+}
+
+// Rollback rolls back.
+func (t *pipelinedTx) Rollback(ctx context.Context) error {
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+// CopyFrom implements pgx.Tx.
+func (t *pipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	return t.conn.CopyFrom(ctx, table, columns, src)
+}
+
+// SendBatch implements pgx.Tx.
+func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.conn.SendBatch(ctx, b)
+}
+
+// LargeObjects implements pgx.Tx: not supported (the zero value).
+func (t *pipelinedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+// Prepare implements pgx.Tx.
+func (t *pipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+// Exec implements pgx.Tx.
+func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+// Query implements pgx.Tx.
+func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.conn.Query(ctx, sql, args...)
+}
+
+// QueryRow implements pgx.Tx.
+func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+// Conn implements pgx.Tx.
+func (t *pipelinedTx) Conn() *pgx.Conn { return t.conn }

@@ -1,4 +1,4 @@
-package callbackcommit
+package fanin
 
 import (
 	"context"
@@ -271,7 +271,7 @@ func TestAnsweredAfterCommit(t *testing.T) {
 		Results: []string{string(next.Result)}, Errors: []string{""}, TokenHashes: [][]byte{next.TokenHash}}
 	var seen string
 	calls := 0
-	applied, err := sendGroup(ctx, open.conn.Conn(), params, []string{batch}, func(err error) {
+	applied, err := sendGroup(ctx, open.conn.Conn(), params, []PhaseRef{{BatchID: batch, Phase: "TIFF_CONVERSION"}}, func(err error) {
 		calls++
 		require.NoError(t, err)
 		require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM tasks WHERE id = 'tiff_t000'`).Scan(&seen))

@@ -1,4 +1,4 @@
-package callbackcommit
+package fanin
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/dbtest"
-	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -83,7 +82,7 @@ func TestRetryableErrorRetries(t *testing.T) {
 	require.Equal(t, "failed callback 3", taskRow(t, c, "tiff_t001"))
 	require.Equal(t, "failed callback 0", taskRow(t, c, "tiff_t002"))
 
-	require.Equal(t, [][]jobs.PhaseRef{{{BatchID: batch, Phase: "TIFF_CONVERSION"}}}, heard.refs, "the phase's executor hears of the retried task")
+	require.Equal(t, [][]PhaseRef{{{BatchID: batch, Phase: "TIFF_CONVERSION"}}}, heard.refs, "the phase's executor hears of the retried task")
 	var retrying int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM batch_events WHERE type = 'task.retrying' AND task_id = 'tiff_t000'`).Scan(&retrying))
 	require.Equal(t, 1, retrying)
@@ -131,9 +130,9 @@ func TestLateSuccessOfCurrentAttempt(t *testing.T) {
 }
 
 // requeueRecorder records what executors hear of retried tasks.
-type requeueRecorder struct{ refs [][]jobs.PhaseRef }
+type requeueRecorder struct{ refs [][]PhaseRef }
 
-func (r *requeueRecorder) Requeued(_ context.Context, _ jobs.Tx, refs []jobs.PhaseRef) error {
+func (r *requeueRecorder) Requeued(_ context.Context, _ pgx.Tx, _ *river.Client[pgx.Tx], refs []PhaseRef) error {
 	r.refs = append(r.refs, refs)
 	return nil
 }
