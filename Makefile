@@ -61,12 +61,12 @@ submit: ## Submit examples/sample-batch to the orchestrator `make run` started (
 .PHONY: generate
 generate: ## Regenerate db/ from sql/ (sqlc), and what derives from phases/ (cmd/worker's programs, the OpenAPI status enum, docs/configuration.md's phase settings)
 	$(SQLC) generate
-	$(GO) run ./internal/gen
+	$(GO) run ./cmd/gen
 
 .PHONY: check-generate
 check-generate: ## Fail when the committed generated code is stale
 	$(SQLC) diff
-	$(GO) run ./internal/gen -check
+	$(GO) run ./cmd/gen -check
 
 .PHONY: lint
 lint: ## gofmt, then golangci-lint (errcheck, govet, staticcheck, unused, revive, nolintlint...: .golangci.yml)

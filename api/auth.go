@@ -10,7 +10,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/fanin"
-	"github.com/arke-institute/orchestrator/internal/intakesig"
+	"github.com/arke-institute/orchestrator/intakesig"
 )
 
 // Who may do what (docs/security.md):

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/intakesig"
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/intakesig"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 )
 
 // send sends a request to url with body (JSON, none if empty) and set

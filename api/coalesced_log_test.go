@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/fanin"
-	"github.com/arke-institute/orchestrator/internal/logcoalesce"
+	"github.com/arke-institute/orchestrator/logcoalesce"
 )
 
 // TestExpected503sAreLoggedCoalesced: while the database is away every
 // request is answered 503 with Retry-After, but the log gets one warning
-// per coalescedLogEvery (internal/logcoalesce; the next one says how many
+// per coalescedLogEvery (logcoalesce; the next one says how many
 // were held back), not an error line per request. Unexpected errors are
 // still logged one by one.
 func TestExpected503sAreLoggedCoalesced(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/arke-institute/orchestrator/api"
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 )
 
 // TestOpenAPIMatchesRoutes holds the OpenAPI document to the server: the

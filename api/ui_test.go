@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/api"
-	"github.com/arke-institute/orchestrator/internal/fakeocr"
-	"github.com/arke-institute/orchestrator/internal/ocrfixture"
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/service"
 )

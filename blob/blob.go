@@ -1,7 +1,7 @@
 // Package blob is the object storage the orchestrator and its workers read
 // inputs from and write results to. Production uses Cloudflare R2 through its
 // S3 API (see S3); tests and local development use a real S3 server
-// (internal/s3test), never a mock.
+// (internal/harness/s3test), never a mock.
 package blob
 
 import (

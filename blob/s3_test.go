@@ -30,7 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/internal/s3test"
+	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 )
 
 // newStore returns a store on the shared test server and a fresh bucket.

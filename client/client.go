@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arke-institute/orchestrator/internal/intakesig"
+	"github.com/arke-institute/orchestrator/intakesig"
 	"github.com/arke-institute/orchestrator/manifest"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/dbtest"
-	"github.com/arke-institute/orchestrator/internal/syncbuf"
+	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 )
 
 // docBlock is one fenced code block of a markdown file.

@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/internal/dbtest"
-	"github.com/arke-institute/orchestrator/internal/syncbuf"
+	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 )
 
 const batchID = "01SAMPLEBATCHE2E000000000A"

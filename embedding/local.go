@@ -5,7 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 
-	"github.com/arke-institute/orchestrator/internal/words"
+	"github.com/arke-institute/orchestrator/words"
 )
 
 // LocalModel names Local's algorithm, for Model; a change to it that

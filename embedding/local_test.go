@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/embedding"
-	"github.com/arke-institute/orchestrator/internal/testcorpus"
+	"github.com/arke-institute/orchestrator/internal/harness/testcorpus"
 	"github.com/arke-institute/orchestrator/textchunk"
 )
 

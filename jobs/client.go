@@ -46,7 +46,7 @@ import (
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
-	"github.com/arke-institute/orchestrator/internal/logcoalesce"
+	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 )
@@ -261,7 +261,7 @@ func (Defaults[T]) Timeout(*river.Job[T]) time.Duration { return ShortTimeout }
 const ShortTimeout = 45 * time.Second
 
 // riverLogEvery is how often River's log writes one message at warning
-// level or above (internal/logcoalesce).
+// level or above (logcoalesce).
 const riverLogEvery = 5 * time.Second
 
 // longJobTimeout bounds one run of phase_build, which writes a large

@@ -14,10 +14,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/fakefly"
-	"github.com/arke-institute/orchestrator/internal/metricstest"
-	"github.com/arke-institute/orchestrator/internal/syncbuf"
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
+	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 )
 
 // TestMetricsAndLogsOfABatch runs a batch whose tasks end every way a task

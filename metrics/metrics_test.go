@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/metrics"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
 	"github.com/arke-institute/orchestrator/ocr"
 	"github.com/arke-institute/orchestrator/provider"
 )

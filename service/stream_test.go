@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 )
 
 // TestEventNotifyOncePerBatchPerStatement checks the cost model of live

@@ -9,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/arke-institute/orchestrator/internal/words"
+	"github.com/arke-institute/orchestrator/words"
 )
 
 // LocalModel names Local's algorithm, for Model.

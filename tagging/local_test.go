@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/testcorpus"
+	"github.com/arke-institute/orchestrator/internal/harness/testcorpus"
 	"github.com/arke-institute/orchestrator/tagging"
 	"github.com/arke-institute/orchestrator/textchunk"
 )

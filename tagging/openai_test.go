@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/fakeai"
-	"github.com/arke-institute/orchestrator/internal/testcorpus"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
+	"github.com/arke-institute/orchestrator/internal/harness/testcorpus"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/tagging"
 )

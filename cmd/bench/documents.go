@@ -7,7 +7,7 @@ package main
 //     real S3 server, asked for through the service (as POST /documents
 //     does) and taken through every step by the River workers, against a
 //     fake OpenAI-compatible provider that answers at once
-//     (internal/fakeai, over HTTP, through the real clients and the shared
+//     (internal/fakes/fakeai, over HTTP, through the real clients and the shared
 //     rate limiter, opened wide). With the provider instant, a step's run
 //     is all overhead: the job's fetch, the document's read, the limiter's
 //     two transactions, the call, the run's writes and its snooze.
@@ -41,7 +41,7 @@ import (
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/executor"
-	"github.com/arke-institute/orchestrator/internal/fakeai"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/service"
@@ -532,7 +532,7 @@ func documentsMarkdown(r documentsRun) string {
   through the service as `+"`POST /documents`"+` does, then taken through every step
   (download and chunk, embeddings 10 chunks a run, tags 5 a run and the
   document's, store) by the River workers of this process, against a fake
-  OpenAI-compatible provider that answers at once (`+"`internal/fakeai`"+` over HTTP,
+  OpenAI-compatible provider that answers at once (`+"`internal/fakes/fakeai`"+` over HTTP,
   through the real clients and the shared rate limiter, opened wide so that it
   never waits but still takes a token and reports each call: %d requests). With
   the provider instant a run is all overhead: the job's fetch, the document's

@@ -4,7 +4,7 @@ package main
 // serve` as a separate process, so that its peak RSS is its own.
 //
 // Around it, in this process: a real S3 server (versitygw, as in tests)
-// holding the manifest, the fake Fly Machines API (internal/fakefly, reached
+// holding the manifest, the fake Fly Machines API (internal/fakes/fakefly, reached
 // through the orchestrator's real fly-go client) whose machines call back at
 // once with the bodies real workers send, and a fake ingest service that
 // receives the final manifest. Launches are unlimited (FLY_LAUNCH_RATE and
@@ -36,8 +36,8 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/client"
-	"github.com/arke-institute/orchestrator/internal/fakefly"
-	"github.com/arke-institute/orchestrator/internal/locals3"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/locals3"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -844,7 +844,7 @@ func e2eMarkdown(opts e2eOptions) string {
 	return fmt.Sprintf(`- **End to end**: one batch of each size (%s files; 10%% TIFF, 90%% JPEG, so
   1.1 launches per file: the TIFFs' JPEGs are processed too; sizes under 10,000
   run %d times) through `+"`orchestrator serve`"+` as a separate process with a fresh
-  database, against the fake Fly Machines API (`+"`internal/fakefly`"+`, through the
+  database, against the fake Fly Machines API (`+"`internal/fakes/fakefly`"+`, through the
   real fly-go client; every machine calls back at once with a real worker's
   success body) and a real S3 server holding the manifest; a fake ingest
   service receives the final manifest. The bench, the fake API and Postgres

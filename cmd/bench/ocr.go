@@ -2,12 +2,12 @@ package main
 
 // The OCR figures: one batch of image refs through IMAGE_PROCESSING into
 // the OCR phase, against a fake OpenAI-compatible provider whose capacity
-// is C requests/s (internal/fakeocr, a token bucket answering 429 with
+// is C requests/s (internal/fakes/fakeocr, a token bucket answering 429 with
 // Retry-After above it), once per limiter mode on a fresh database and a
 // fresh provider: the shared adaptive limiter (one bucket per provider, the
 // default) and spec 004's per-chunk limiters (OCR_LIMIT_PER_CHUNK). The
 // limiter keeps spec 004's defaults. The image phase's fake machines write
-// each image's variants and ref (internal/ocrfixture), so the OCR phase
+// each image's variants and ref (internal/fakes/ocrfixture), so the OCR phase
 // reads and writes real objects.
 
 import (
@@ -25,8 +25,8 @@ import (
 
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/config"
-	"github.com/arke-institute/orchestrator/internal/fakeocr"
-	"github.com/arke-institute/orchestrator/internal/ocrfixture"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -417,10 +417,10 @@ func ocrMarkdown(opts ocrOptions) string {
 	return fmt.Sprintf(`- **OCR**: one batch of %d JPEGs in %d directories of %d, all with `+"`ocr: true`"+`
   (%d chunks of OCR_CHUNK_SIZE %d directories), through `+"`orchestrator serve`"+` as a
   separate process, against a fake OpenAI-compatible provider
-  (`+"`internal/fakeocr`"+`, through the real client) whose capacity is a token bucket
+  (`+"`internal/fakes/fakeocr`"+`, through the real client) whose capacity is a token bucket
   of C = %g requests/s and %d requests of burst, answering 429 with Retry-After
   above it. The image phase's fake machines write each image's variants and ref
-  (`+"`internal/ocrfixture`"+`), so OCR reads and writes real objects. Run twice, each
+  (`+"`internal/fakes/ocrfixture`"+`), so OCR reads and writes real objects. Run twice, each
   time with a fresh database, provider and process: *shared*, one adaptive
   bucket per provider (the default), and *per-chunk*, a bucket per chunk as in
   spec 004 (`+"`OCR_LIMIT_PER_CHUNK=true`"+`). The limiter keeps spec 004's shape

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arke-institute/orchestrator/internal/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
 )
 
 // TestOCRGroups checks the OCR batch's shape: the 2,500 refs make

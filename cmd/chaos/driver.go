@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/internal/pgcluster"
+	"github.com/arke-institute/orchestrator/internal/harness/pgcluster"
 )
 
 // Fault kinds the driver injects itself (the worker faults are the fake

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 )
 
 // Worker fault kinds the fake machines play, per launch.
@@ -94,7 +94,7 @@ func (childTB) Errorf(format string, args ...any) {
 }
 func (childTB) Cleanup(func()) {}
 
-// runFly is `chaos fly`: the fake Machines API (internal/fakefly) as a
+// runFly is `chaos fly`: the fake Machines API (internal/fakes/fakefly) as a
 // process of its own, shared by both orchestrators and outliving them. Its
 // machines give each input its intended outcome (intendedSuccess), after
 // up to -delay, and at the given rates hang (until destroyed), crash (exit

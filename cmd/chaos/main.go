@@ -3,7 +3,7 @@
 // short form, `make chaos-short`, runs in CI). See CHAOS.md.
 //
 //	chaos [flags]   the driver: build bin/orchestrator, start Postgres
-//	                (internal/pgcluster), the S3 server and the fake
+//	                (internal/harness/pgcluster), the S3 server and the fake
 //	                Machines API as processes of their own, two
 //	                orchestrators, a fake ingest service; run the load
 //	                fault-free, then again with faults; print the table

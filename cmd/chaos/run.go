@@ -19,7 +19,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/arke-institute/orchestrator/client"
-	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/manifest"
 )
 

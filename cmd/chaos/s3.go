@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/arke-institute/orchestrator/internal/locals3"
+	"github.com/arke-institute/orchestrator/locals3"
 )
 
 // faultWindow is an outage that answers status until a time.
@@ -57,7 +57,7 @@ func (f *faultWindow) failHandler(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// runS3 is `chaos s3`: the local S3 server (internal/locals3) as a process
+// runS3 is `chaos s3`: the local S3 server (locals3) as a process
 // of its own, which outlives the orchestrators the driver kills and is
 // shared by two of them. It listens on -addr through a proxy that answers
 // 503 (S3's SlowDown) to every request while an outage set on the control

@@ -25,7 +25,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/config"
-	"github.com/arke-institute/orchestrator/internal/s3test"
+	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 	"github.com/arke-institute/orchestrator/manifest"
 )
 

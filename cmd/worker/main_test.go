@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/internal/batchurls"
-	"github.com/arke-institute/orchestrator/internal/s3test"
+	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker/samples"
 	"github.com/arke-institute/orchestrator/worker/vips"

@@ -25,7 +25,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/compute/localcompute"
-	"github.com/arke-institute/orchestrator/internal/syncbuf"
+	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 )
 
 // workerEnv switches the test binary into worker mode (see TestMain).

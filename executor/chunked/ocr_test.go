@@ -15,8 +15,8 @@ import (
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/executor/chunked"
-	"github.com/arke-institute/orchestrator/internal/fakeocr"
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"

@@ -3,7 +3,7 @@ package documents_test
 import (
 	"testing"
 
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 )
 
 // TestMain runs the test binary as a child orchestrator when a test

@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/eventually"
-	"github.com/arke-institute/orchestrator/internal/fakefly"
-	"github.com/arke-institute/orchestrator/internal/metricstest"
-	"github.com/arke-institute/orchestrator/internal/testenv"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
+	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
+	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 )
 
 // workerError is a worker's error callback for l, retryable or not.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/compute/flycompute"
-	"github.com/arke-institute/orchestrator/internal/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 )
 
 const (

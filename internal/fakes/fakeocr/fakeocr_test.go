@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
 	"github.com/arke-institute/orchestrator/ocr"
 )
 

@@ -30,10 +30,10 @@ import (
 	"github.com/arke-institute/orchestrator/compute/flycompute"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/executor"
-	"github.com/arke-institute/orchestrator/internal/dbtest"
-	"github.com/arke-institute/orchestrator/internal/fakefly"
-	"github.com/arke-institute/orchestrator/internal/ocrfixture"
-	"github.com/arke-institute/orchestrator/internal/s3test"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
+	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -105,7 +105,7 @@ type Options struct {
 	Queues []string
 	// DatabaseServer, when set, is the Postgres server of the Env's
 	// database instead of the tests' one: a cluster the test may stop and
-	// restart (internal/pgcluster).
+	// restart (internal/harness/pgcluster).
 	DatabaseServer string
 	// FlyOptions adjust the fake Machines API (Token and Behave are the
 	// Env's own).

@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/internal/locals3"
+	"github.com/arke-institute/orchestrator/locals3"
 )
 
 // rootPrefix names the server's temporary directories; the process ID

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/words"
+	"github.com/arke-institute/orchestrator/words"
 )
 
 func TestSplit(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/intakesig"
+	"github.com/arke-institute/orchestrator/intakesig"
 )
 
 // TestSignIsTheDocumentedHMAC: v1 is the hex HMAC-SHA256, keyed by the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/internal/fakeai"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 )
 
 func post(t *testing.T, fake *fakeai.Server, path, body string) (int, []byte) {

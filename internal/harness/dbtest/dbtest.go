@@ -62,7 +62,7 @@ func NewWithURL(tb testing.TB) (*pgxpool.Pool, string) {
 }
 
 // NewOnServer is NewWithURL on the server at base rather than the tests'
-// one: a cluster the test controls (internal/pgcluster), which it may
+// one: a cluster the test controls (internal/harness/pgcluster), which it may
 // stop or restart without disturbing other tests.
 func NewOnServer(tb testing.TB, base string) (*pgxpool.Pool, string) {
 	tb.Helper()

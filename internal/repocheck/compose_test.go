@@ -1,4 +1,4 @@
-package deploycheck_test
+package repocheck_test
 
 import (
 	"fmt"
