@@ -9,7 +9,7 @@ import (
 // resetBatch is POST /admin/reset/:batchId.
 func (h *handlers) resetBatch(c echo.Context) error {
 	h.logAdmin(c, "reset")
-	st, err := h.svc.Reset(c.Request().Context(), c.Param("batchId"))
+	st, err := h.batches.Reset(c.Request().Context(), c.Param("batchId"))
 	if err != nil {
 		return err
 	}
@@ -20,7 +20,7 @@ func (h *handlers) resetBatch(c echo.Context) error {
 // batch's current phase, or resume a batch in ERROR where it failed.
 func (h *handlers) retryBatch(c echo.Context) error {
 	h.logAdmin(c, "retry")
-	st, err := h.svc.Retry(c.Request().Context(), c.Param("batchId"))
+	st, err := h.batches.Retry(c.Request().Context(), c.Param("batchId"))
 	if err != nil {
 		return err
 	}

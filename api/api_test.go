@@ -21,7 +21,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // exampleBatchID and the two documents below are spec 001's examples.
@@ -78,7 +78,7 @@ func postBatch(t *testing.T, env *testenv.Env, body string) (int, map[string]any
 	return code, out
 }
 
-func notPending(st service.Status) bool { return st.Status != "PENDING" }
+func notPending(st status.Status) bool { return st.Status != "PENDING" }
 
 // hanging runs machines that never call back, so a batch stays in its first
 // phase while these tests look at intake and discovery.
@@ -105,7 +105,7 @@ func awaitEvents(t *testing.T, env *testenv.Env, batchID string, n int) []string
 	}
 }
 
-func launched(st service.Status) bool {
+func launched(st status.Status) bool {
 	return len(st.Phases) > 0 && st.Phases[0].TasksProcessing > 0 || st.Status == "ERROR"
 }
 
@@ -122,8 +122,8 @@ func TestExampleBatchStartsFirstPhase(t *testing.T) {
 
 	st := env.AwaitStatus(t, exampleBatchID, launched)
 	require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
-	require.Equal(t, service.Progress{TasksTotal: 1}, st.Progress)
-	require.Equal(t, []service.PhaseProgress{{Phase: "PDF_PAGES", Executor: "machine", Unit: "tasks", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
+	require.Equal(t, status.Progress{TasksTotal: 1}, st.Progress)
+	require.Equal(t, []status.PhaseProgress{{Phase: "PDF_PAGES", Executor: "machine", Unit: "tasks", TasksTotal: 1, TasksProcessing: 1}}, st.Phases)
 	require.Nil(t, st.Error)
 	require.Nil(t, st.CompletedAt)
 	require.False(t, st.StartedAt.IsZero())

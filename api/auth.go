@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/intakesig"
@@ -202,7 +203,7 @@ func (h *handlers) checkIntake(c echo.Context, body []byte) error {
 	if err != nil {
 		return echo.NewHTTPError(http.StatusUnauthorized, err.Error())
 	}
-	fresh, err := h.svc.RecordIntakeSignature(r.Context(), sig, intakesig.Window)
+	fresh, err := h.batches.RecordIntakeSignature(r.Context(), sig, intakesig.Window)
 	if err != nil {
 		return err
 	}
@@ -211,6 +212,20 @@ func (h *handlers) checkIntake(c echo.Context, body []byte) error {
 			intakesig.ErrInvalid.Error()+": this signature was used before (a replay); sign each request anew")
 	}
 	return nil
+}
+
+// requireViewer admits the dashboard's viewers: the read or the admin
+// credential (basic auth in a browser). A refusal carries a basic-auth
+// challenge so that the browser prompts.
+func (h *handlers) requireViewer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := h.admit(c, roleReader); err != nil {
+			return err
+		}
+		c.Set(ui.ViewerKey, ui.Viewer{Admin: callerOf(c).role == roleAdmin})
+		ui.Headers(c.Response().Header())
+		return next(c)
+	}
 }
 
 // logAdmin records an admin action with who took it.

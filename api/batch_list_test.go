@@ -13,7 +13,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 func TestListBatches(t *testing.T) {
@@ -36,15 +36,15 @@ func TestListBatches(t *testing.T) {
 	insert("B5", "ERROR", "ann@arke.institute", base.Add(3*time.Minute))
 	insert("B6", "PENDING", "ann@arke.institute", base.Add(4*time.Minute))
 
-	list := func(query url.Values) service.BatchPage {
+	list := func(query url.Values) status.BatchPage {
 		t.Helper()
 		code, body := env.Do(t, http.MethodGet, "/batches?"+query.Encode(), nil)
 		require.Equal(t, http.StatusOK, code, "body: %s", body)
-		var page service.BatchPage
+		var page status.BatchPage
 		require.NoError(t, json.Unmarshal(body, &page))
 		return page
 	}
-	ids := func(p service.BatchPage) []string {
+	ids := func(p status.BatchPage) []string {
 		out := []string{}
 		for _, b := range p.Batches {
 			out = append(out, b.BatchID)
@@ -55,7 +55,7 @@ func TestListBatches(t *testing.T) {
 	all := list(nil)
 	require.Equal(t, []string{"B6", "B5", "B4", "B3", "B2", "B1"}, ids(all))
 	require.Nil(t, all.NextCursor)
-	require.Equal(t, service.BatchSummary{BatchID: "B5", Status: "ERROR", Uploader: "ann@arke.institute", TotalFiles: 4, TotalBytes: 400,
+	require.Equal(t, status.BatchSummary{BatchID: "B5", Status: "ERROR", Uploader: "ann@arke.institute", TotalFiles: 4, TotalBytes: 400,
 		StartedAt: base.Add(3 * time.Minute), UpdatedAt: all.Batches[1].UpdatedAt, CompletedAt: all.Batches[1].CompletedAt, IngestStatus: "none"},
 		all.Batches[1])
 

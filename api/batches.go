@@ -9,7 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/arke-institute/orchestrator/manifest"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // createBatch is POST /batches: the queue message of spec 001 as JSON, with
@@ -28,7 +29,7 @@ func (h *handlers) createBatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := h.svc.Create(c.Request().Context(), msg, body)
+	res, err := h.batches.Create(c.Request().Context(), msg, body)
 	if err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func (h *handlers) createBatch(c echo.Context) error {
 // uploader and acceptance time (since/until, RFC 3339), a page of limit at a
 // time, the next page named by the previous one's cursor.
 func (h *handlers) listBatches(c echo.Context) error {
-	f := service.BatchFilter{Status: c.QueryParam("status"), Uploader: c.QueryParam("uploader"), Cursor: c.QueryParam("cursor")}
+	f := status.BatchFilter{Status: c.QueryParam("status"), Uploader: c.QueryParam("uploader"), Cursor: c.QueryParam("cursor")}
 	var problems []string
 	for _, p := range []struct {
 		name string
@@ -65,10 +66,10 @@ func (h *handlers) listBatches(c echo.Context) error {
 		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
-		return &service.InputError{Msg: "invalid batch listing: " + strings.Join(problems, "; ")}
+		return &problem.InputError{Msg: "invalid batch listing: " + strings.Join(problems, "; ")}
 	}
 	f.Limit = int(min(limit, 1<<20))
-	page, err := h.svc.List(c.Request().Context(), f)
+	page, err := h.status.List(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}

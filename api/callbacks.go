@@ -12,7 +12,7 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // callback is POST /callback/:batchId/:taskId: a worker's result, with the
@@ -39,13 +39,13 @@ func (h *handlers) applyCallback(c echo.Context) (callbackResult, error) {
 	}
 	switch out.Refusal {
 	case fanin.UnknownTask:
-		return callbackResult{}, fmt.Errorf("%s: %w", out.Reason, service.ErrNotFound)
+		return callbackResult{}, fmt.Errorf("%s: %w", out.Reason, problem.ErrNotFound)
 	case fanin.BadToken:
-		return callbackResult{}, fmt.Errorf("%w: %s", service.ErrUnauthorized, out.Reason)
+		return callbackResult{}, fmt.Errorf("%w: %s", problem.ErrUnauthorized, out.Reason)
 	case fanin.InvalidBody:
-		return callbackResult{}, &service.InputError{Msg: "invalid callback: " + out.Reason}
+		return callbackResult{}, &problem.InputError{Msg: "invalid callback: " + out.Reason}
 	case fanin.TaskEnded:
-		return callbackResult{}, fmt.Errorf("%w: %s", service.ErrConflict, out.Reason)
+		return callbackResult{}, fmt.Errorf("%w: %s", problem.ErrConflict, out.Reason)
 	}
 	return callbackResult{TaskID: taskID, Status: string(out.Status), Duplicate: out.Duplicate}, nil
 }
@@ -85,7 +85,7 @@ func callbackRejection(err error) string {
 	var (
 		maxErr *http.MaxBytesError
 		verr   *manifest.ValidationError
-		ierr   *service.InputError
+		ierr   *problem.InputError
 	)
 	switch {
 	case err == nil:
@@ -94,11 +94,11 @@ func callbackRejection(err error) string {
 		return metrics.RejectedTooLarge
 	case errors.As(err, &verr), errors.As(err, &ierr), errors.Is(err, manifest.ErrMalformedJSON):
 		return metrics.RejectedMalformed
-	case errors.Is(err, service.ErrUnauthorized):
+	case errors.Is(err, problem.ErrUnauthorized):
 		return metrics.RejectedBadToken
-	case errors.Is(err, service.ErrConflict):
+	case errors.Is(err, problem.ErrConflict):
 		return metrics.RejectedTaskEnded
-	case errors.Is(err, service.ErrNotFound):
+	case errors.Is(err, problem.ErrNotFound):
 		return metrics.RejectedUnknownTask
 	}
 	return ""

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/search"
 	"github.com/labstack/echo/v4"
-
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // documentRequest is the body of POST /documents (spec 003's /process).
@@ -29,12 +29,12 @@ func (h *handlers) createDocument(c echo.Context) error {
 	}
 	var req documentRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return &service.InputError{Msg: "invalid document request: the body must be a JSON object {\"r2_key\": \"...\"}: " + err.Error()}
+		return &problem.InputError{Msg: "invalid document request: the body must be a JSON object {\"r2_key\": \"...\"}: " + err.Error()}
 	}
 	if req.R2Key == nil || *req.R2Key == "" {
-		return &service.InputError{Msg: "invalid document request: r2_key is required"}
+		return &problem.InputError{Msg: "invalid document request: r2_key is required"}
 	}
-	doc, created, err := h.svc.CreateDocument(c.Request().Context(), *req.R2Key)
+	doc, created, err := h.documents.Create(c.Request().Context(), *req.R2Key)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (h *handlers) getDocument(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	doc, err := h.svc.GetDocument(c.Request().Context(), id)
+	doc, err := h.documents.Get(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
@@ -70,9 +70,9 @@ func (h *handlers) getDocument(c echo.Context) error {
 func (h *handlers) latestDocument(c echo.Context) error {
 	key := c.QueryParam("r2_key")
 	if key == "" {
-		return &service.InputError{Msg: "invalid document query: r2_key is required"}
+		return &problem.InputError{Msg: "invalid document query: r2_key is required"}
 	}
-	doc, err := h.svc.LatestDocument(c.Request().Context(), key)
+	doc, err := h.documents.Latest(c.Request().Context(), key)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (h *handlers) retryDocument(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	doc, err := h.svc.RetryDocument(c.Request().Context(), id)
+	doc, err := h.documents.Retry(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
@@ -102,8 +102,8 @@ func (h *handlers) retryDocument(c echo.Context) error {
 
 // searchResults is the answer of GET /documents/search.
 type searchResults struct {
-	Query   string                 `json:"query"`
-	Results []service.SearchResult `json:"results"`
+	Query   string          `json:"query"`
+	Results []search.Result `json:"results"`
 }
 
 // searchDocuments is GET /documents/search?q=...&k=10.
@@ -112,12 +112,12 @@ func (h *handlers) searchDocuments(c echo.Context) error {
 	if v := c.QueryParam("k"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return &service.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
+			return &problem.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
 		}
 		k = n
 	}
 	q := c.QueryParam("q")
-	res, err := h.svc.SearchDocuments(c.Request().Context(), q, k)
+	res, err := h.search.Search(c.Request().Context(), q, k)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (h *handlers) searchDocuments(c echo.Context) error {
 func documentID(c echo.Context) (int64, error) {
 	id, err := strconv.ParseInt(c.Param("documentId"), 10, 64)
 	if err != nil || id < 1 {
-		return 0, &service.InputError{Msg: "invalid document id " + strconv.Quote(c.Param("documentId")) + ": a positive whole number"}
+		return 0, &problem.InputError{Msg: "invalid document id " + strconv.Quote(c.Param("documentId")) + ": a positive whole number"}
 	}
 	return id, nil
 }

@@ -11,9 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/textchunk"
 )
 
@@ -27,19 +28,19 @@ var corpus = map[string]string{
 		"and pollen from flowers and make honey in the hive's wax combs.",
 }
 
-func postDocument(t *testing.T, env *testenv.Env, key string) (int, service.Document) {
+func postDocument(t *testing.T, env *testenv.Env, key string) (int, docindex.Document) {
 	t.Helper()
 	code, body := env.Do(t, http.MethodPost, "/documents", strings.NewReader(fmt.Sprintf(`{"r2_key": %q}`, key)))
-	var doc service.Document
+	var doc docindex.Document
 	require.NoError(t, json.Unmarshal(body, &doc), string(body))
 	return code, doc
 }
 
-func awaitDocument(t *testing.T, env *testenv.Env, id int64, done func(service.Document) bool) service.Document {
+func awaitDocument(t *testing.T, env *testenv.Env, id int64, done func(docindex.Document) bool) docindex.Document {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var doc service.Document
+		var doc docindex.Document
 		code, body := env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
 		require.Equal(t, http.StatusOK, code, string(body))
 		require.NoError(t, json.Unmarshal(body, &doc))
@@ -53,7 +54,7 @@ func awaitDocument(t *testing.T, env *testenv.Env, id int64, done func(service.D
 	}
 }
 
-func ended(d service.Document) bool { return d.Status == "completed" || d.Status == "failed" }
+func ended(d docindex.Document) bool { return d.Status == "completed" || d.Status == "failed" }
 
 // TestDocumentsIndexAndSearch: documents go through every step to
 // completed with the local providers, search ranks the chunk that answers
@@ -82,10 +83,10 @@ func TestDocumentsIndexAndSearch(t *testing.T) {
 		require.NotNil(t, doc.Timing.CompletedAt)
 	}
 
-	search := func(q string) []service.SearchResult {
+	search := func(q string) []search.Result {
 		code, body := env.Do(t, http.MethodGet, "/documents/search?k=3&q="+strings.ReplaceAll(q, " ", "+"), nil)
 		require.Equal(t, http.StatusOK, code, string(body))
-		var res struct{ Results []service.SearchResult }
+		var res struct{ Results []search.Result }
 		require.NoError(t, json.Unmarshal(body, &res))
 		return res.Results
 	}
@@ -147,7 +148,7 @@ func TestSearchResultsSayTheirPages(t *testing.T) {
 	}
 	code, body := env.Do(t, http.MethodGet, "/documents/search?k=10&q=council+voted+to+repair+the+lighthouse+lamp", nil)
 	require.Equal(t, http.StatusOK, code, string(body))
-	var res struct{ Results []service.SearchResult }
+	var res struct{ Results []search.Result }
 	require.NoError(t, json.Unmarshal(body, &res))
 	require.NotEmpty(t, res.Results)
 	top := res.Results[0]

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arke-institute/orchestrator/eventhub"
+	"github.com/arke-institute/orchestrator/problem"
 	"github.com/labstack/echo/v4"
-
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // streamWriteTimeout bounds one write to a stream's client. A client that
@@ -33,7 +33,7 @@ func (h *handlers) listEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := h.svc.Events(c.Request().Context(), c.Param("batchId"), after, int(limit))
+	page, err := h.status.Events(c.Request().Context(), c.Param("batchId"), after, int(limit))
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func (h *handlers) streamBatch(c echo.Context) error {
 	}
 	started := false
 	var buf bytes.Buffer
-	send := func(u service.Update) error {
+	send := func(u eventhub.Update) error {
 		if !started {
 			w.Header().Set(echo.HeaderContentType, "text/event-stream")
 			w.Header().Set(echo.HeaderCacheControl, "no-cache")
@@ -98,7 +98,7 @@ func (h *handlers) streamBatch(c echo.Context) error {
 		}
 		return rc.Flush()
 	}
-	err = h.svc.Watch(ctx, c.Param("batchId"), after, send)
+	err = h.hub.Watch(ctx, c.Param("batchId"), after, send)
 	if !started {
 		return err // nothing sent yet: an ordinary JSON error answer
 	}
@@ -118,7 +118,7 @@ func (h *handlers) streamBatch(c echo.Context) error {
 
 // writeSSE encodes one update as a Server-Sent Events message. JSON has no
 // raw newlines, so each data payload is one `data:` line.
-func writeSSE(buf *bytes.Buffer, u service.Update) error {
+func writeSSE(buf *bytes.Buffer, u eventhub.Update) error {
 	switch {
 	case u.Status != nil:
 		b, err := json.Marshal(u.Status)
@@ -146,7 +146,7 @@ func intParam(v, name string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, &service.InputError{Msg: fmt.Sprintf("%s must be a non-negative integer, got %q", name, v)}
+		return 0, &problem.InputError{Msg: fmt.Sprintf("%s must be a non-negative integer, got %q", name, v)}
 	}
 	return n, nil
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 func TestEventsList(t *testing.T) {
@@ -28,11 +28,11 @@ func TestEventsList(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code)
 	awaitEvents(t, env, exampleBatchID, 3)
 
-	get := func(query string) service.EventPage {
+	get := func(query string) status.EventPage {
 		t.Helper()
 		code, body := env.Do(t, http.MethodGet, "/batches/"+exampleBatchID+"/events"+query, nil)
 		require.Equal(t, http.StatusOK, code, "body: %s", body)
-		var page service.EventPage
+		var page status.EventPage
 		require.NoError(t, json.Unmarshal(body, &page))
 		return page
 	}
@@ -81,7 +81,7 @@ func TestEventsList(t *testing.T) {
 	}
 }
 
-func eventTypes(events []service.Event) []string {
+func eventTypes(events []status.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = e.Type
@@ -142,7 +142,7 @@ func openStream(t *testing.T, env *testenv.Env, batchID string, lastEventID int6
 type streamReader struct {
 	t        *testing.T
 	c        <-chan sseMessage
-	events   []service.Event
+	events   []status.Event
 	statuses []string
 	ended    bool
 }
@@ -161,13 +161,13 @@ func (r *streamReader) await(limit time.Duration, what string, match func(sseMes
 			}
 			switch m.Event {
 			case "status":
-				var st service.Status
+				var st status.Status
 				require.NoError(r.t, json.Unmarshal([]byte(m.Data), &st))
 				r.statuses = append(r.statuses, st.Status)
 			case "end":
 				r.ended = true
 			default:
-				var e service.Event
+				var e status.Event
 				require.NoError(r.t, json.Unmarshal([]byte(m.Data), &e))
 				require.Equal(r.t, strconv.FormatInt(e.ID, 10), m.ID)
 				require.Equal(r.t, e.Type, m.Event)
@@ -329,7 +329,7 @@ func TestStreamFollowsBatchLive(t *testing.T) {
 	r2 := &streamReader{t: t, c: openStream(t, env, id, resumeAfter)}
 	r2.await(5*time.Second, "the end of the resumed stream", func(m sseMessage) bool { return m.Event == "end" })
 	require.Equal(t, []string{"DONE"}, r2.statuses)
-	var want []service.Event
+	var want []status.Event
 	for _, e := range listAll(t, env, id) {
 		if e.ID > resumeAfter {
 			want = append(want, e)
@@ -354,11 +354,11 @@ func dedupe(s []string) []string {
 	return out
 }
 
-func listAll(t *testing.T, env *testenv.Env, id string) []service.Event {
+func listAll(t *testing.T, env *testenv.Env, id string) []status.Event {
 	t.Helper()
 	code, body := env.Do(t, http.MethodGet, "/batches/"+id+"/events?limit=1000", nil)
 	require.Equal(t, http.StatusOK, code)
-	var page service.EventPage
+	var page status.EventPage
 	require.NoError(t, json.Unmarshal(body, &page))
 	return page.Events
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // TestBatchEndMetrics: a reset counts the batch as ended in ERROR and its
@@ -62,7 +62,7 @@ func TestBatchEndMetrics(t *testing.T) {
 	const noManifest = "METRICS-NOMANIFEST"
 	code, _ = postBatch(t, env, strings.ReplaceAll(exampleMessage, exampleBatchID, noManifest))
 	require.Equal(t, http.StatusAccepted, code)
-	st = env.AwaitStatus(t, noManifest, func(st service.Status) bool { return st.Status == "ERROR" })
+	st = env.AwaitStatus(t, noManifest, func(st status.Status) bool { return st.Status == "ERROR" })
 	require.Nil(t, st.Phase)
 	metricstest.Await(t, reg, S(started, 3), S(finished, 2, "status", "ERROR"), S(finished, 1, "status", "DONE"))
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // taskRow is what a retry must leave alone (completed tasks) or renew
@@ -60,7 +60,7 @@ func errorBody(l fakefly.Launch) string {
 
 // finishAll plays every worker launched from now on with success until the
 // batch ends, and returns its final status.
-func finishAll(t *testing.T, env *testenv.Env, id string, launches <-chan fakefly.Launch) service.Status {
+func finishAll(t *testing.T, env *testenv.Env, id string, launches <-chan fakefly.Launch) status.Status {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -113,7 +113,7 @@ func TestRetryRerunsOnlyFailedTasks(t *testing.T) {
 
 	code, body = retry(t, env, id, testenv.AdminToken)
 	require.Equal(t, http.StatusOK, code, "body: %s", body)
-	var st service.Status
+	var st status.Status
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Equal(t, "TIFF_CONVERSION", st.Status)
 	require.Equal(t, int64(0), st.Progress.TasksFailed)
@@ -140,7 +140,7 @@ func TestRetryRerunsOnlyFailedTasks(t *testing.T) {
 	postCallback(t, env, c, callbackBody(c))
 	st = finishAll(t, env, id, launches)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 3}, st.Phases[0])
+	require.Equal(t, status.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 3}, st.Phases[0])
 	require.Equal(t, before, readTask(t, env, a.TaskID))
 	require.Equal(t, 1, countEvents(t, env, id, "task.launched", a.TaskID), "completed work is never redone")
 	require.Equal(t, 2, countEvents(t, env, id, "task.launched", b.TaskID))
@@ -175,7 +175,7 @@ func TestRetryResumesErrorBatch(t *testing.T) {
 
 		code, body = retry(t, env, id, testenv.AdminToken)
 		require.Equal(t, http.StatusOK, code, "body: %s", body)
-		var st service.Status
+		var st status.Status
 		require.NoError(t, json.Unmarshal(body, &st))
 		require.Equal(t, "TIFF_CONVERSION", st.Status)
 		require.Nil(t, st.Error)
@@ -187,7 +187,7 @@ func TestRetryResumesErrorBatch(t *testing.T) {
 		postCallback(t, env, again, callbackBody(again))
 		st = finishAll(t, env, id, launches)
 		require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-		require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
+		require.Equal(t, status.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
 		require.Equal(t, 1, countEvents(t, env, id, "task.launched", first.TaskID))
 
 		var data string
@@ -209,7 +209,7 @@ func TestRetryResumesErrorBatch(t *testing.T) {
 		env.PutObject(t, "staging/"+id+"/_manifest.json", []byte(strings.ReplaceAll(exampleManifest, exampleBatchID, id)))
 		code, body := retry(t, env, id, testenv.AdminToken)
 		require.Equal(t, http.StatusOK, code, "body: %s", body)
-		st = env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "PENDING" })
+		st = env.AwaitStatus(t, id, func(st status.Status) bool { return st.Status != "PENDING" })
 		require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 	})
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/labstack/echo/v4"
 	"riverqueue.com/riverui"
 )
@@ -45,11 +46,11 @@ func (h *handlers) mountRiverUI(ctx context.Context, e *echo.Echo, cfg Config) {
 
 // unsafeSameOrigin is River UI's CSRF defence: a request that may change
 // something (any method but GET, HEAD and OPTIONS) must come from a page of
-// this server (sameOrigin), unless it carries a bearer token, which a
+// this server (ui.SameOrigin), unless it carries a bearer token, which a
 // browser never adds to another site's request on its own; basic auth it
 // does, which is how River UI's pages are let in.
 func unsafeSameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
-	guarded := sameOrigin(next)
+	guarded := ui.SameOrigin(next)
 	return func(c echo.Context) error {
 		r := c.Request()
 		switch {

@@ -1,5 +1,5 @@
 // Package api is the orchestrator's HTTP interface: one file per resource,
-// handlers that bind, validate, call one service function and render. Every
+// handlers that bind, validate, call one backend function and render. Every
 // error leaves through ErrorHandler as {"error": "..."} with a fitting status.
 package api
 
@@ -17,14 +17,22 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
 
+	"github.com/arke-institute/orchestrator/api/ui"
+	"github.com/arke-institute/orchestrator/batches"
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/docindex"
+	"github.com/arke-institute/orchestrator/eventhub"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/search"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // dbRetryAfter is the Retry-After of the 503 answered while the database
@@ -36,7 +44,7 @@ const MaxBodyBytes = 1 << 20
 
 // Config is what the HTTP layer needs.
 type Config struct {
-	Service *service.Service
+	Backends
 	// Executors run the phases' work: their routes are mounted, and they
 	// hear of tasks that callbacks put back to be retried.
 	Executors *jobs.Executors
@@ -62,6 +70,53 @@ type Config struct {
 	MaxStreams int
 }
 
+// Backends are what the routes read and act on. New builds those left nil
+// from the Config's Pool, River and Executors (no search, no thumbnails).
+type Backends struct {
+	// Status reads batches' status, lists and events.
+	Status *status.Reader
+	// Batches accepts, resets and retries batches.
+	Batches *batches.Commands
+	// Documents are spec 003's document commands and reads.
+	Documents *docindex.Documents
+	// Search answers GET /documents/search; nil answers that search is
+	// unavailable.
+	Search *search.Index
+	// Store, CDNBucket and CDNPublicURL serve the dashboard's thumbnails;
+	// a nil Store serves none.
+	Store        blob.Store
+	CDNBucket    string
+	CDNPublicURL string
+}
+
+// Parts are the running parts of the orchestrator that the API serves.
+type Parts struct {
+	Pool      *pgxpool.Pool
+	River     *river.Client[pgx.Tx]
+	Executors *jobs.Executors
+	// Store holds the batches' files and the documents; it may be nil.
+	Store   blob.Store
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+}
+
+// ConfigOf is the API's Config as cfg sets it, serving p. Its Context is
+// left for the caller to set.
+func ConfigOf(cfg *config.Config, p Parts) Config {
+	c := Config{Executors: p.Executors, Pool: p.Pool, River: p.River, Logger: p.Logger, Metrics: p.Metrics,
+		Credentials: CredentialsOf(cfg), Callbacks: CallbacksOf(cfg), MaxStreams: cfg.MaxStreams}
+	c.Status = status.New(p.Pool, p.Executors, cfg.Retention.Days)
+	c.Batches = batches.New(p.Pool, p.River, p.Executors, c.Status, p.Logger, p.Metrics)
+	c.Documents = docindex.NewDocuments(p.Pool, p.River, p.Store, cfg.R2Bucket, cfg.Documents.Prefix, p.Logger)
+	if providers, err := docindex.NewProviders(cfg); err != nil {
+		p.Logger.Error("document search is unavailable", "error", err)
+	} else {
+		c.Search = search.New(p.Pool, providers.Embedder)
+	}
+	c.Store, c.CDNBucket, c.CDNPublicURL = p.Store, cfg.CDNBucket, cfg.CDNPublicURL
+	return c
+}
+
 // DefaultMaxStreams is Config.MaxStreams unless set.
 const DefaultMaxStreams = 256
 
@@ -82,7 +137,18 @@ func New(cfg Config) *echo.Echo {
 	if cfg.Executors != nil {
 		cb.Requeued = cfg.Executors
 	}
-	h := &handlers{svc: cfg.Service, callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
+	b := cfg.Backends
+	if b.Status == nil {
+		b.Status = status.New(cfg.Pool, cfg.Executors, 0)
+	}
+	if b.Batches == nil {
+		b.Batches = batches.New(cfg.Pool, cfg.River, cfg.Executors, b.Status, cfg.Logger, cfg.Metrics)
+	}
+	if b.Documents == nil {
+		b.Documents = docindex.NewDocuments(cfg.Pool, cfg.River, nil, "", "", cfg.Logger)
+	}
+	h := &handlers{status: b.Status, batches: b.Batches, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
+		callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery))}
 	e.HTTPErrorHandler = h.errorHandler
 	e.Use(h.requestLog)
@@ -103,18 +169,22 @@ func New(cfg Config) *echo.Echo {
 	e.GET("/documents/search", h.searchDocuments, read)
 	e.GET("/documents/:documentId", h.getDocument, read)
 	e.POST("/documents/:documentId/retry", h.retryDocument)
-	e.POST("/callback/:batchId/:taskId/urls", h.urls)
 	admin := e.Group("/admin", h.require(roleAdmin))
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
 	for _, r := range cfg.Executors.Routes() {
+		if r.Access == jobs.AccessTask { // the handler checks the task's token
+			e.Add(r.Method, r.Path, h.executorRoute(r))
+			continue
+		}
 		access := map[jobs.Access]echo.MiddlewareFunc{jobs.AccessStatus: h.requireStatus, jobs.AccessRead: read, jobs.AccessAdmin: h.require(roleAdmin)}[r.Access]
 		if access == nil {
 			panic(fmt.Sprintf("api: route %s %s asks for no credential we know", r.Method, r.Path))
 		}
 		e.Add(r.Method, r.Path, h.executorRoute(r), access)
 	}
-	h.mountUI(e)
+	ui.New(ui.Deps{Pool: cfg.Pool, Status: b.Status, Batches: b.Batches, Executors: cfg.Executors, Documents: b.Documents, Search: b.Search,
+		Store: b.Store, CDNBucket: b.CDNBucket, CDNPublicURL: b.CDNPublicURL, LogAdmin: h.logAdmin}).Mount(e.Group("/ui", h.requireViewer))
 	if cfg.River != nil {
 		h.mountRiverUI(ctx, e, cfg)
 	}
@@ -122,7 +192,11 @@ func New(cfg Config) *echo.Echo {
 }
 
 type handlers struct {
-	svc       *service.Service
+	status    *status.Reader
+	batches   *batches.Commands
+	hub       *eventhub.Hub
+	documents *docindex.Documents
+	search    *search.Index
 	callbacks *fanin.Committer
 	pool      *pgxpool.Pool
 	log       *slog.Logger
@@ -161,7 +235,7 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 	var (
 		he     *echo.HTTPError
 		verr   *manifest.ValidationError
-		ierr   *service.InputError
+		ierr   *problem.InputError
 		maxErr *http.MaxBytesError
 	)
 	switch {
@@ -169,11 +243,11 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit)
 	case errors.As(err, &verr), errors.As(err, &ierr), errors.Is(err, manifest.ErrMalformedJSON):
 		code, msg = http.StatusBadRequest, err.Error()
-	case errors.Is(err, service.ErrUnauthorized):
+	case errors.Is(err, problem.ErrUnauthorized):
 		code, msg = http.StatusUnauthorized, err.Error()
-	case errors.Is(err, service.ErrConflict):
+	case errors.Is(err, problem.ErrConflict):
 		code, msg = http.StatusConflict, err.Error()
-	case errors.Is(err, service.ErrNotFound):
+	case errors.Is(err, problem.ErrNotFound):
 		code, msg = http.StatusNotFound, err.Error()
 	case errors.Is(err, fanin.ErrBusy):
 		code, msg = http.StatusServiceUnavailable, err.Error()+"; try again shortly"

@@ -10,7 +10,7 @@ import (
 
 // getStatus is GET /status/:batchId.
 func (h *handlers) getStatus(c echo.Context) error {
-	st, err := h.svc.Status(c.Request().Context(), c.Param("batchId"))
+	st, err := h.status.Status(c.Request().Context(), c.Param("batchId"))
 	if err != nil {
 		return err
 	}
@@ -22,6 +22,9 @@ func (h *handlers) getStatus(c echo.Context) error {
 func (h *handlers) executorRoute(r jobs.Route) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := jobs.Request{Params: map[string]string{}, Query: c.QueryParams()}
+		if r.Access == jobs.AccessTask {
+			req.Token = bearerToken(c.Request())
+		}
 		for _, name := range c.ParamNames() {
 			req.Params[name] = c.Param(name)
 		}

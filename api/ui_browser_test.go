@@ -30,7 +30,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/ratelimit"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // chromiumPath is Debian's Chromium, which CI installs.
@@ -281,7 +281,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	answer(again)
 	awaitJS(ctx, t, "progress after the retried task", bar+`.getAttribute('aria-valuenow')`, "3")
 	awaitJS(ctx, t, "status at the end", `document.querySelector('#batch-status .badge').textContent`, "DONE")
-	env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" })
+	env.AwaitStatus(t, id, func(st status.Status) bool { return st.Ingest.Status == "delivered" })
 
 	// Reloaded, the page shows the final files with their thumbnails.
 	require.NoError(t, chromedp.Run(ctx, chromedp.Reload(), chromedp.WaitVisible(`#files img.thumb`, chromedp.ByQuery)))
@@ -307,7 +307,7 @@ func TestDashboardOCRInBrowser(t *testing.T) {
 	env := run.env
 	// Chunk 0 has ended; the provider holds chunk 1's requests, so the
 	// limiter hears of no outcome until they are released.
-	env.AwaitStatus(t, id, func(st service.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).ChunksDone == 1 })
+	env.AwaitStatus(t, id, func(st status.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).ChunksDone == 1 })
 	b, found, err := ratelimit.New(env.Pool).State(context.Background(), run.limitKey)
 	require.NoError(t, err)
 	require.True(t, found)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // hostileText is a chunk's text that is markup: the pages must show it as
@@ -56,7 +56,7 @@ func TestDashboardDocuments(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, code)
 		ids[key] = doc.ID
 	}
-	done := map[string]service.Document{}
+	done := map[string]docindex.Document{}
 	for key, id := range ids {
 		done[key] = awaitDocument(t, env, id, ended)
 	}
@@ -229,7 +229,7 @@ func TestDashboardDocuments(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
 		require.Equal(t, page+"?done=retry", resp.Header.Get("Location"))
 		// The content is still not UTF-8: it fails again, both errors kept.
-		awaitDocument(t, env, failed, func(d service.Document) bool { return d.Status == "failed" && len(d.Errors) == 2 })
+		awaitDocument(t, env, failed, func(d docindex.Document) bool { return d.Status == "failed" && len(d.Errors) == 2 })
 		_, body = admin(http.MethodGet, page+"?done=retry", nil)
 		require.Contains(t, body, `<p class="notice" role="status">Document retried.</p>`)
 		require.Equal(t, 2, strings.Count(body, `documents/latin1.txt is not UTF-8 text</span>`))

@@ -21,7 +21,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/ratelimit"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // TestDashboardAccess: the dashboard admits the admin and read credentials
@@ -238,7 +238,7 @@ func TestDashboardOCRSection(t *testing.T) {
 	t.Parallel()
 	const id = "01KDASHBOARD0OCR0SECTION01"
 	run := startOCRBatch(t, id, false)
-	st := run.env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" })
+	st := run.env.AwaitStatus(t, id, func(st status.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" })
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 5, RefsDone: 4, RefsFailed: 1}, testenv.OCROf(st))
 	// Nothing takes from the limiter any more: its rate and shape hold still.

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // launchedImage submits a batch of one JPEG, whose machine hangs, and
@@ -134,7 +134,7 @@ func TestWorkerAsksForURLs(t *testing.T) {
 			{Method: blob.MethodPut, Bucket: "arke-archive", Key: "staging/" + batchID + "/photos/a-p2.jpg"},
 		}})
 		require.Equal(t, http.StatusOK, code, string(body))
-		var res service.URLsResult
+		var res machine.URLsResult
 		require.NoError(t, json.Unmarshal(body, &res))
 		require.Len(t, res.URLs, 4)
 		put, get := res.URLs[0], res.URLs[1]

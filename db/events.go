@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // Event types written to batch_events. Every state change of a batch is one
@@ -57,8 +59,9 @@ func EventTypes() []string {
 }
 
 // ErrNotFound is returned when a looked-up row does not exist; callers test
-// for it with errors.Is instead of knowing about pgx.
-var ErrNotFound = errors.New("not found")
+// for it with errors.Is instead of knowing about pgx. It is
+// problem.ErrNotFound, which the API answers 404.
+var ErrNotFound = problem.ErrNotFound
 
 // NotFound translates pgx.ErrNoRows into ErrNotFound, wrapped with what was
 // looked for, and returns other errors unchanged.

@@ -16,7 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/pgcluster"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/manifest"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // TestBatchSurvivesPostgresOutage stops Postgres with `pg_ctl stop -m
@@ -76,7 +76,7 @@ func TestBatchSurvivesPostgresOutage(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	require.NoError(t, cluster.StartServer(ctx))
 
-	st := env.AwaitStatusWithin(t, batchID, 3*time.Minute, func(st service.Status) bool {
+	st := env.AwaitStatusWithin(t, batchID, 3*time.Minute, func(st status.Status) bool {
 		return st.Status == "DONE" || st.Status == "ERROR"
 	})
 	require.Equal(t, "DONE", st.Status, "batch after the outage: %+v", st)

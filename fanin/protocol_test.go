@@ -20,7 +20,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // fanInReps and fanInTasks size the fan-in race test: every repetition is
@@ -186,7 +186,7 @@ func TestLastCallbackDuringCheck(t *testing.T) {
 			require.Equal(t, http.StatusOK, code)
 
 			if tc.guard {
-				st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
+				st := env.AwaitStatus(t, id, func(st status.Status) bool { return st.Status != "TIFF_CONVERSION" })
 				require.Equal(t, "DONE", st.Status, "both TIFFs failed, so no image phase: done")
 				return
 			}
@@ -304,7 +304,7 @@ func TestCheckWaitsOutOpenPhase(t *testing.T) {
 	require.Equal(t, "TIFF_CONVERSION", env.Status(t, id).Status)
 
 	post(launches[2]) // the last: its own check moves the batch on
-	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
+	st := env.AwaitStatus(t, id, func(st status.Status) bool { return st.Status != "TIFF_CONVERSION" })
 	require.Equal(t, "DONE", st.Status, "every TIFF failed, so no image phase: done")
 	require.Equal(t, 2, read().jobs)
 }
@@ -334,7 +334,7 @@ func TestTaskEndsWhileCheckWaitsOut(t *testing.T) {
 	post(launches[2])
 	close(release)
 
-	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status != "TIFF_CONVERSION" })
+	st := env.AwaitStatus(t, id, func(st status.Status) bool { return st.Status != "TIFF_CONVERSION" })
 	require.Equal(t, "DONE", st.Status, "every TIFF failed, so no image phase: done")
 	var jobs int
 	var snoozes int64

@@ -15,7 +15,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // buildFiles is a batch of n files: one in ten a TIFF, one in ten a CSV
@@ -38,7 +38,7 @@ func buildFiles(n int) []testenv.File {
 // buildOutcome is what a batch came to, with its id taken out of keys so
 // that two batches can be compared.
 type buildOutcome struct {
-	phases   []service.PhaseProgress
+	phases   []status.PhaseProgress
 	manifest string
 	gens     []string // per generation: ordinal:logical_path<-parent's logical_path
 }

@@ -382,6 +382,9 @@ const (
 	AccessRead
 	// AccessAdmin is the admin token.
 	AccessAdmin
+	// AccessTask is no credential of the API's: the handler checks the
+	// task's own token (Request.Token), as the callback route does.
+	AccessTask
 )
 
 // Route is one of an executor's HTTP routes.
@@ -401,6 +404,8 @@ type Request struct {
 	Params map[string]string
 	Query  map[string][]string
 	Body   []byte
+	// Token is the request's bearer token, for an AccessTask route.
+	Token string
 }
 
 // Routes are every executor's routes.

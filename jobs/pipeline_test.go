@@ -17,7 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // TestMixedBatchEndToEnd drives a batch of TIFFs, images and documents
@@ -56,7 +56,7 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.NotNil(t, st.CompletedAt)
-	require.Equal(t, []service.PhaseProgress{
+	require.Equal(t, []status.PhaseProgress{
 		{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 1, TasksFailed: 2},
 		{Phase: "IMAGE_PROCESSING", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 3},
 		// The fake image workers publish no variants: the one ref whose
@@ -247,7 +247,7 @@ func TestThousandsOfFiles(t *testing.T) {
 	env.Submit(t, id, files)
 	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
-	require.Equal(t, []service.PhaseProgress{
+	require.Equal(t, []status.PhaseProgress{
 		{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: n / 10, TasksCompleted: n / 10},
 		{Phase: "IMAGE_PROCESSING", Executor: "machine", Unit: "tasks", TasksTotal: n, TasksCompleted: n},
 	}, st.Phases)

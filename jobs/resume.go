@@ -41,14 +41,14 @@ type Resumed struct {
 // b under it; tx commits the change, with a batch.resumed event. With
 // nothing to rerun it returns ErrNothingToResume, and tx must be rolled
 // back.
-func ResumeBatch(ctx context.Context, tx Tx, d Deps, b db.Batch) (Resumed, error) {
+func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumed, error) {
 	q := tx.Queries()
 	if phases.BatchStatus(b.Status) != phases.BatchDone {
 		return Resumed{}, fmt.Errorf("resuming batch %s: it is %s, not DONE", b.ID, b.Status)
 	}
 	out := Resumed{Work: map[string]any{}}
 	var keys []string
-	for _, e := range d.Executors.All() {
+	for _, e := range x.All() {
 		r, err := e.Rerun(ctx, tx, b.ID)
 		if err != nil {
 			return Resumed{}, fmt.Errorf("finding the failed %s work of batch %s: %w", e.Kind(), b.ID, err)
@@ -80,7 +80,7 @@ func ResumeBatch(ctx context.Context, tx Tx, d Deps, b db.Batch) (Resumed, error
 			return Resumed{}, err
 		}
 	}
-	finished, err := enterNextPhase(ctx, tx, d, b.ID, phases.First(), b.Generation, files)
+	finished, err := enterNextPhase(ctx, tx, Deps{Executors: x}, b.ID, phases.First(), b.Generation, files)
 	if err != nil {
 		return Resumed{}, err
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // manifestFiles is a delivered manifest's files by logical path.
@@ -133,7 +133,7 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	fixed.Store(true)
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, "body: %s", body)
-	var resumed service.Status
+	var resumed status.Status
 	require.NoError(t, json.Unmarshal(body, &resumed))
 	require.Equal(t, "TIFF_CONVERSION", resumed.Status, "the rerun starts at the earliest phase with a failure")
 	require.Nil(t, resumed.CompletedAt)
@@ -169,7 +169,7 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 	require.NoError(t, env.Pool.QueryRow(context.Background(),
 		`SELECT data::text FROM batch_events WHERE batch_id = $1 AND type = $2`, id, db.EventBatchResumed).Scan(&data))
 	require.JSONEq(t, `{"phase": "TIFF_CONVERSION", "files": 2, "tasks": {"TIFF_CONVERSION": 1}, "ocr_items": 0, "documents": 1}`, data)
-	require.Equal(t, service.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
+	require.Equal(t, status.PhaseProgress{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 2, TasksCompleted: 2}, st.Phases[0])
 
 	// Nothing failed any more.
 	require.NotContains(t, batchPage(t, env, id), `id="retry"`)
@@ -220,7 +220,7 @@ func TestRetryResumesFailedDocuments(t *testing.T) {
 				{LogicalPath: "/slow.txt", Size: 15, ContentType: "text/plain", Config: describe},
 				{LogicalPath: "/refused.txt", Size: 18, ContentType: "text/plain", Config: describe},
 			})
-			st := env.AwaitStatus(t, id, func(st service.Status) bool {
+			st := env.AwaitStatus(t, id, func(st status.Status) bool {
 				return testenv.DocumentsOf(st) != nil && testenv.DocumentsOf(st).Failed == 1
 			})
 			require.Equal(t, "DOCUMENT_INDEXING", st.Status)

@@ -23,7 +23,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // batchRows counts a batch's rows in each table retention looks at.
@@ -120,11 +120,11 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 		env.Submit(t, id, files)
 	}
 	for _, id := range []string{"OLD", "RECENT", "DELIVERING"} {
-		env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" })
+		env.AwaitStatus(t, id, func(st status.Status) bool { return st.Ingest.Status == "delivered" })
 	}
-	env.AwaitStatus(t, "RUNNING", func(st service.Status) bool { return len(st.Phases) > 0 && st.Phases[0].TasksProcessing > 0 })
+	env.AwaitStatus(t, "RUNNING", func(st status.Status) bool { return len(st.Phases) > 0 && st.Phases[0].TasksProcessing > 0 })
 	// ERRORED runs like the others, then is made to look failed.
-	env.AwaitStatus(t, "ERRORED", func(st service.Status) bool { return st.Status == "DONE" })
+	env.AwaitStatus(t, "ERRORED", func(st status.Status) bool { return st.Status == "DONE" })
 	_, err := env.Pool.Exec(ctx, `UPDATE batches SET status = 'ERROR', error = 'failed for the test', ingest_status = 'none' WHERE id = 'ERRORED'`)
 	require.NoError(t, err)
 	_, err = env.Pool.Exec(ctx, `UPDATE batches SET ingest_status = 'pending' WHERE id = 'DELIVERING'`)
@@ -205,7 +205,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 
 	code, body := env.Do(t, http.MethodGet, "/status/OLD", nil)
 	require.Equal(t, http.StatusOK, code, string(body))
-	var st service.Status
+	var st status.Status
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Equal(t, "DONE", st.Status)
 	require.Equal(t, statusBefore.Phases, st.Phases)

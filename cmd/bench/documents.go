@@ -44,7 +44,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/search"
 )
 
 // documentsOptions configure the documents part.
@@ -218,9 +218,9 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 	if err := <-errs; err != nil {
 		return err
 	}
-	svc := service.New(pool, client, deps.Executors, cfg, env.store, logger, m)
+	docs := docindex.NewDocuments(pool, client, env.store, cfg.R2Bucket, cfg.Documents.Prefix, logger)
 	for _, key := range keys {
-		if _, created, err := svc.CreateDocument(ctx, key); err != nil || !created {
+		if _, created, err := docs.Create(ctx, key); err != nil || !created {
 			return fmt.Errorf("asking for %s: created %v, %v", key, created, err)
 		}
 	}
@@ -362,9 +362,7 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, env.store, logger, nil), Pool: pool,
-		Executors: deps.Executors, River: client, Callbacks: api.CallbacksOf(cfg),
-		Logger: logger, Credentials: api.CredentialsOf(cfg)})}
+	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg, api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: env.store, Logger: logger}))}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 
@@ -380,7 +378,7 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 			return 0, err
 		}
 		defer resp.Body.Close()
-		var body struct{ Results []service.SearchResult }
+		var body struct{ Results []search.Result }
 		err = json.NewDecoder(resp.Body).Decode(&body)
 		took := time.Since(start)
 		switch {

@@ -68,7 +68,6 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/jobs"
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // allParts are the parts of the benchmark, in the order they run.
@@ -450,8 +449,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err != nil {
 		return run, err
 	}
-	srv := &http.Server{Handler: api.New(api.Config{Service: service.New(pool, client, deps.Executors, cfg, nil, logger, nil),
-		Executors: deps.Executors, River: client, Callbacks: api.CallbacksOf(cfg), Pool: pool, Logger: logger})}
+	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg, api.Parts{Pool: pool, River: client, Executors: deps.Executors, Logger: logger}))}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 

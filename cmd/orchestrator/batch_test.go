@@ -11,7 +11,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // TestBatchCommands runs status, reset and retry against the real API on a
@@ -64,7 +64,7 @@ func TestBatchCommands(t *testing.T) {
 	t.Run("StatusJSON", func(t *testing.T) {
 		out, _, err := cli("", "status", "-json", "RUN")
 		require.NoError(t, err)
-		var st service.Status
+		var st status.Status
 		require.NoError(t, json.Unmarshal([]byte(out), &st))
 		require.Equal(t, "RUN", st.BatchID)
 		require.EqualValues(t, 2, st.Progress.TasksTotal)

@@ -32,7 +32,6 @@ import (
 	"github.com/arke-institute/orchestrator/locals3"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
 )
 
 func migrate(ctx context.Context, args []string, stderr io.Writer) error {
@@ -129,11 +128,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	warnClosedRoutes(cfg, logger)
-	e := api.New(api.Config{
-		Service: service.New(pool, riverClient, deps.Executors, cfg, store, logger, m), Executors: deps.Executors,
-		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg), Callbacks: api.CallbacksOf(cfg),
-		River: riverClient, Context: ctx, Metrics: m, MaxStreams: cfg.MaxStreams,
-	})
+	apiCfg := api.ConfigOf(cfg, api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
+	apiCfg.Context = ctx
+	e := api.New(apiCfg)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("listening on %s (LISTEN_ADDR): %w", cfg.ListenAddr, err)

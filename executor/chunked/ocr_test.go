@@ -20,7 +20,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // TestOCRPhaseEndToEnd runs images through IMAGE_PROCESSING into OCR
@@ -296,7 +296,7 @@ func TestOCRAdminRetryRequeuesFailedItems(t *testing.T) {
 
 	// Chunk 0 (/a) ends ERROR, every item refused; chunk 1 is busy.
 	q := db.New(env.Pool)
-	env.AwaitStatus(t, id, func(st service.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).ChunksError == 1 })
+	env.AwaitStatus(t, id, func(st status.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).ChunksError == 1 })
 	broken.Clear()
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, string(body))
@@ -337,7 +337,7 @@ func TestOCRResetThenRetry(t *testing.T) {
 	}})
 	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: testenv.OCRSettings(fake, map[string]string{"MAX_CONCURRENT_PER_ALARM": "1"})})
 	env.Submit(t, id, testenv.Images("/a", 6, testenv.OCROn))
-	env.AwaitStatus(t, id, func(st service.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).RefsDone == 3 })
+	env.AwaitStatus(t, id, func(st status.Status) bool { return testenv.OCROf(st) != nil && testenv.OCROf(st).RefsDone == 3 })
 
 	// The refs whose text was committed before the reset.
 	var committed []string
@@ -354,7 +354,7 @@ func TestOCRResetThenRetry(t *testing.T) {
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, string(body))
 	open() // the ref in flight during the reset is answered
-	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Status == "ERROR" })
+	st := env.AwaitStatus(t, id, func(st status.Status) bool { return st.Status == "ERROR" })
 	require.Equal(t, "Manually reset by admin", *st.Error)
 
 	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)

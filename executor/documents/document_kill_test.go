@@ -19,7 +19,6 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/reports"
-	"github.com/arke-institute/orchestrator/service"
 	"github.com/arke-institute/orchestrator/textchunk"
 )
 
@@ -84,7 +83,7 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 	env.PutObject(t, "documents/harbours.md", []byte(text))
 	code, body := env.Do(t, http.MethodPost, "/documents", strings.NewReader(`{"r2_key": "documents/harbours.md"}`))
 	require.Equal(t, http.StatusAccepted, code, string(body))
-	var doc service.Document
+	var doc docindex.Document
 	require.NoError(t, json.Unmarshal(body, &doc))
 	select {
 	case <-held:
@@ -212,13 +211,13 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 }
 
 // awaitDocument polls a document's status until it has ended, within limit.
-func awaitDocument(t *testing.T, env *testenv.Env, id int64, limit time.Duration) service.Document {
+func awaitDocument(t *testing.T, env *testenv.Env, id int64, limit time.Duration) docindex.Document {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
 		code, body := env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
 		require.Equal(t, http.StatusOK, code, string(body))
-		var doc service.Document
+		var doc docindex.Document
 		require.NoError(t, json.Unmarshal(body, &doc))
 		if doc.Status == "completed" || doc.Status == "failed" {
 			return doc

@@ -16,7 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 func TestCallbackRejections(t *testing.T) {
@@ -84,7 +84,7 @@ func TestAdminReset(t *testing.T) {
 
 	code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+id, testenv.AdminToken, nil)
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	var st service.Status
+	var st status.Status
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Equal(t, "ERROR", st.Status)
 	require.Equal(t, "Manually reset by admin", *st.Error)
@@ -172,7 +172,7 @@ func TestLaunchErrorsExhaustRetries(t *testing.T) {
 	require.Contains(t, *st.Error, "422")
 	require.Equal(t, 2, env.CountEvents(t, id, "phase.retry"))
 	// Nothing is left open for a batch in ERROR.
-	require.Equal(t, []service.PhaseProgress{{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 1, TasksFailed: 1}}, st.Phases)
+	require.Equal(t, []status.PhaseProgress{{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 1, TasksFailed: 1}}, st.Phases)
 }
 
 // TestUnrecordedLaunchIsRelaunched: the launcher died between claiming a
@@ -327,7 +327,7 @@ func TestIngestIsRetriedUntilAcknowledged(t *testing.T) {
 	env.Ingest.FailFirst.Store(2)
 	const id = "INGEST-RETRY"
 	env.Submit(t, id, []testenv.File{{LogicalPath: "/a.csv", Size: 1, ContentType: "text/csv"}})
-	st := env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" || st.Status == "ERROR" })
+	st := env.AwaitStatus(t, id, func(st status.Status) bool { return st.Ingest.Status == "delivered" || st.Status == "ERROR" })
 	require.Equal(t, "DONE", st.Status)
 	require.Equal(t, int32(3), st.Ingest.Attempts)
 	require.NotNil(t, st.Ingest.DeliveredAt)
@@ -345,7 +345,7 @@ func TestWithoutIngestTheManifestIsWrittenToTheBucket(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Behave: testenv.Succeed, Settings: map[string]string{"WORKER_URL": ""}})
 	const id = "NO-INGEST"
 	env.Submit(t, id, []testenv.File{{LogicalPath: "/docs/a.csv", Size: 7, ContentType: "text/csv"}})
-	env.AwaitStatus(t, id, func(st service.Status) bool { return st.Ingest.Status == "delivered" })
+	env.AwaitStatus(t, id, func(st status.Status) bool { return st.Ingest.Status == "delivered" })
 	data, err := env.Store.Get(context.Background(), env.Bucket, "staging/"+id+"/_manifest.processed.json")
 	require.NoError(t, err)
 	var got struct {

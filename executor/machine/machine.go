@@ -45,6 +45,7 @@ var (
 	_ jobs.Requeuer    = (*Executor)(nil)
 	_ jobs.Sweeper     = (*Executor)(nil)
 	_ jobs.Viewer      = (*Executor)(nil)
+	_ jobs.Router      = (*Executor)(nil)
 )
 
 // New returns the executor. presigner presigns the machines' URLs (nil:

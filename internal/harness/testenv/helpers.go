@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // The Fly apps of the machine phases, by their defaults.
@@ -35,7 +35,7 @@ func WorkerResult(l fakefly.Launch) json.RawMessage {
 }
 
 // IsDone reports whether a batch ended, DONE or ERROR.
-func IsDone(st service.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" }
+func IsDone(st status.Status) bool { return st.Status == "DONE" || st.Status == "ERROR" }
 
 // Tiffs are n small TIFF files of a batch, /t000.tif on.
 func Tiffs(n int) []File {
@@ -96,7 +96,7 @@ func (e *Env) RequireOneMachinePerTask(t *testing.T, batchID string) {
 // launches.
 func (e *Env) AwaitBatchLaunches(t *testing.T, batchID string, n int) []fakefly.Launch {
 	t.Helper()
-	e.AwaitStatus(t, batchID, func(st service.Status) bool {
+	e.AwaitStatus(t, batchID, func(st status.Status) bool {
 		return st.Status == "ERROR" || len(st.Phases) > 0 && st.Phases[0].TasksProcessing == int64(n)
 	})
 	var out []fakefly.Launch

@@ -2,18 +2,18 @@ package testenv
 
 import (
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // PhaseOf is the progress of the phase called name in a status, and
 // whether the batch has work in it.
-func PhaseOf(st service.Status, name phases.Name) (service.PhaseProgress, bool) {
+func PhaseOf(st status.Status, name phases.Name) (status.PhaseProgress, bool) {
 	for _, p := range st.Phases {
 		if p.Phase == string(name) {
 			return p, true
 		}
 	}
-	return service.PhaseProgress{}, false
+	return status.PhaseProgress{}, false
 }
 
 // OCRCounts is a batch's OCR phase at a glance: its chunks and refs by
@@ -24,7 +24,7 @@ type OCRCounts struct {
 }
 
 // OCROf is the OCR phase's counts in a status, nil while it has none.
-func OCROf(st service.Status) *OCRCounts {
+func OCROf(st status.Status) *OCRCounts {
 	p, ok := PhaseOf(st, phases.OCR)
 	if !ok {
 		return nil
@@ -43,7 +43,7 @@ type DocumentCounts struct {
 
 // DocumentsOf is the documents phase's counts in a status, nil while it
 // has none.
-func DocumentsOf(st service.Status) *DocumentCounts {
+func DocumentsOf(st status.Status) *DocumentCounts {
 	p, ok := PhaseOf(st, phases.DocumentIndexing)
 	if !ok {
 		return nil

@@ -37,7 +37,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // The credentials of every Env.
@@ -211,11 +211,9 @@ func New(t *testing.T, opts Options) *Env {
 
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
-	var h http.Handler = api.New(api.Config{
-		Service: service.New(pool, client, deps.Executors, cfg, store, logger, m), Executors: deps.Executors,
-		Pool: pool, Logger: logger, Credentials: api.CredentialsOf(cfg), Callbacks: api.CallbacksOf(cfg),
-		River: client, Context: apiCtx, Metrics: m, MaxStreams: cfg.MaxStreams,
-	})
+	apiCfg := api.ConfigOf(cfg, api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
+	apiCfg.Context = apiCtx
+	var h http.Handler = api.New(apiCfg)
 	handler.Store(&h)
 	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, IngestToken: cfg.IngestToken})
 	require.NoError(t, err)
@@ -296,38 +294,38 @@ func (e *Env) DoAuth(t *testing.T, method, path, token string, body io.Reader) (
 }
 
 // Status fetches GET /status/:id, failing the test unless it answers 200.
-func (e *Env) Status(t *testing.T, id string) service.Status {
+func (e *Env) Status(t *testing.T, id string) status.Status {
 	t.Helper()
 	st, err := e.Client.Status(context.Background(), id)
 	require.NoError(t, err, "status of %s", id)
-	return serviceStatus(t, st)
+	return statusOf(t, st)
 }
 
 // AwaitStatus polls the batch's status until done says so (or a minute
 // passes) and returns it. Polling a condition, not sleeping a guess.
-func (e *Env) AwaitStatus(t *testing.T, id string, done func(service.Status) bool) service.Status {
+func (e *Env) AwaitStatus(t *testing.T, id string, done func(status.Status) bool) status.Status {
 	t.Helper()
 	return e.AwaitStatusWithin(t, id, 60*time.Second, done)
 }
 
 // AwaitStatusWithin is AwaitStatus with a deadline of limit.
-func (e *Env) AwaitStatusWithin(t *testing.T, id string, limit time.Duration, done func(service.Status) bool) service.Status {
+func (e *Env) AwaitStatusWithin(t *testing.T, id string, limit time.Duration, done func(status.Status) bool) status.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	st, err := e.Client.Await(ctx, id, 20*time.Millisecond, func(st apiclient.Status) bool { return done(serviceStatus(t, st)) })
+	st, err := e.Client.Await(ctx, id, 20*time.Millisecond, func(st apiclient.Status) bool { return done(statusOf(t, st)) })
 	if errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("batch %s did not reach the awaited state; last status: %+v", id, serviceStatus(t, st))
+		t.Fatalf("batch %s did not reach the awaited state; last status: %+v", id, statusOf(t, st))
 	}
 	require.NoError(t, err, "status of %s", id)
-	return serviceStatus(t, st)
+	return statusOf(t, st)
 }
 
-// serviceStatus is the status document the client read, as the service
+// statusOf is the status document the client read, as the service
 // type the tests compare with.
-func serviceStatus(t *testing.T, st apiclient.Status) service.Status {
+func statusOf(t *testing.T, st apiclient.Status) status.Status {
 	t.Helper()
-	var out service.Status
+	var out status.Status
 	if st.Raw != nil {
 		require.NoError(t, json.Unmarshal(st.Raw, &out))
 	}

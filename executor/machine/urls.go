@@ -1,4 +1,4 @@
-package service
+package machine
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // URLsRequest is a worker's request for presigned URLs.
@@ -39,44 +41,41 @@ type URLsResult struct {
 // wanted), 400 for a malformed body, no objects or more than
 // blob.MaxPresignBatch, or any object a worker may not reach (the first is
 // named).
-func (s *Service) URLs(ctx context.Context, batchID, taskID, token string, body []byte) (URLsResult, error) {
-	t, err := db.New(s.pool).TaskGetForURLs(ctx, taskID)
+func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body []byte) (URLsResult, error) {
+	t, err := db.New(e.deps.Pool).TaskGetForURLs(ctx, taskID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), err == nil && t.BatchID != batchID:
-		return URLsResult{}, fmt.Errorf("task %s of batch %s: %w", taskID, batchID, ErrNotFound)
+		return URLsResult{}, fmt.Errorf("task %s of batch %s: %w", taskID, batchID, problem.ErrNotFound)
 	case err != nil:
 		return URLsResult{}, fmt.Errorf("reading task %s: %w", taskID, err)
 	case token == "":
-		return URLsResult{}, fmt.Errorf("%w: missing bearer token", ErrUnauthorized)
+		return URLsResult{}, fmt.Errorf("%w: missing bearer token", problem.ErrUnauthorized)
 	}
 	sum := sha256.Sum256([]byte(token))
 	if t.TokenHash == nil || subtle.ConstantTimeCompare(sum[:], t.TokenHash) != 1 {
-		return URLsResult{}, fmt.Errorf("%w: wrong callback token for task %s", ErrUnauthorized, taskID)
+		return URLsResult{}, fmt.Errorf("%w: wrong callback token for task %s", problem.ErrUnauthorized, taskID)
 	}
 	now := time.Now()
 	if t.Status != string(phases.TaskProcessing) {
-		return URLsResult{}, fmt.Errorf("%w: task %s is %s", ErrConflict, taskID, t.Status)
+		return URLsResult{}, fmt.Errorf("%w: task %s is %s", problem.ErrConflict, taskID, t.Status)
 	}
-	deadline := now.Add(s.cfg.Phases[phases.Name(t.Phase)].TaskTimeout)
+	deadline := now.Add(e.deps.Config.Phases[phases.Name(t.Phase)].TaskTimeout)
 	if t.Deadline != nil {
 		deadline = *t.Deadline
 	}
 	ttl := batchurls.TTL(now, deadline)
 	if ttl <= 0 {
-		return URLsResult{}, fmt.Errorf("%w: task %s is past its deadline", ErrConflict, taskID)
+		return URLsResult{}, fmt.Errorf("%w: task %s is past its deadline", problem.ErrConflict, taskID)
 	}
 
 	req, err := parseURLsRequest(body)
 	if err != nil {
 		return URLsResult{}, err
 	}
-	if s.urls == nil {
-		return URLsResult{}, errors.New("no presigner: the store cannot presign URLs")
-	}
-	urls, err := s.urls.Sign(ctx, batchID, req.Objects, ttl)
+	urls, err := e.urls.Sign(ctx, batchID, req.Objects, ttl)
 	var refused *batchurls.RefusedError
 	if errors.As(err, &refused) {
-		return URLsResult{}, &InputError{Msg: "refused: " + refused.Reason}
+		return URLsResult{}, &problem.InputError{Msg: "refused: " + refused.Reason}
 	}
 	if err != nil {
 		return URLsResult{}, err
@@ -91,13 +90,24 @@ func parseURLsRequest(body []byte) (URLsRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return req, &InputError{Msg: "invalid request for URLs: " + err.Error()}
+		return req, &problem.InputError{Msg: "invalid request for URLs: " + err.Error()}
 	}
 	switch n := len(req.Objects); {
 	case n == 0:
-		return req, &InputError{Msg: "invalid request for URLs: objects must list at least one {method, bucket, key}"}
+		return req, &problem.InputError{Msg: "invalid request for URLs: objects must list at least one {method, bucket, key}"}
 	case n > blob.MaxPresignBatch:
-		return req, &InputError{Msg: fmt.Sprintf("invalid request for URLs: %d objects, at most %d per request", n, blob.MaxPresignBatch)}
+		return req, &problem.InputError{Msg: fmt.Sprintf("invalid request for URLs: %d objects, at most %d per request", n, blob.MaxPresignBatch)}
 	}
 	return req, nil
+}
+
+// Routes are the route workers ask for more URLs on (POST
+// /callback/:batchId/:taskId/urls): the task's own token opens it.
+func (e *Executor) Routes() []jobs.Route {
+	return []jobs.Route{{
+		Method: "POST", Path: "/callback/:batchId/:taskId/urls", Access: jobs.AccessTask,
+		Handle: func(ctx context.Context, r jobs.Request) (any, error) {
+			return e.URLs(ctx, r.Params["batchId"], r.Params["taskId"], r.Token, r.Body)
+		},
+	}}
 }

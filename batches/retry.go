@@ -1,4 +1,4 @@
-package service
+package batches
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // Retry re-runs a batch's failed work (spec 003's retry, spec 002's
 // retryStage), never its completed work:
 //   - a batch running a phase: that phase's failed tasks go back to pending
 //     and its launcher is queued. With no failed task there is nothing to
-//     retry (ErrConflict).
+//     retry (problem.ErrConflict).
 //   - a batch in ERROR: it resumes in the phase it failed in (batches.phase
 //     is kept on ERROR for this). The phase's failed tasks, including those
 //     a reset or the failure ended, go back to pending; its completed tasks
@@ -28,32 +30,32 @@ import (
 //     manifest, say, since fixed) starts again from PENDING. A batch
 //     stopped while its next generation was being written goes on writing
 //     it. While the jobs a reset asked to stop are still running, the
-//     answer is ErrConflict: try again in a moment.
+//     answer is problem.ErrConflict: try again in a moment.
 //   - a DONE batch with failed work (tasks, OCR refs, documents): only that
 //     work runs again, in a new pass through the phases from the first that
 //     has any, and the files the rerun makes go on through the phases after
 //     it; every other file keeps its results (jobs.ResumeBatch). Once DONE
 //     again, the batch is delivered to ingest again under a new
-//     idempotency key. With nothing failed: ErrConflict.
+//     idempotency key. With nothing failed: problem.ErrConflict.
 //   - in a documents phase (running or ERROR), its failed documents resume
 //     from the step that failed.
 //   - a PENDING batch, or one whose processing details retention
-//     removed: ErrConflict.
+//     removed: problem.ErrConflict.
 //
 // The change is recorded as an admin.retry event, plus a task.requeued
 // event per task (a DONE batch's resume: a batch.resumed event with what
 // is rerun).
-func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
+func (c *Commands) Retry(ctx context.Context, batchID string) (status.Status, error) {
 	var (
 		logAttrs []any
 		resumed  bool // out of ERROR: the batch runs again
 	)
-	if err := s.awaitJobsStopped(ctx, batchID, 10*time.Second); err != nil {
-		return Status{}, err
+	if err := c.awaitJobsStopped(ctx, batchID, 10*time.Second); err != nil {
+		return status.Status{}, err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		ptx := jobs.Tx{Tx: tx, River: s.river}
+		ptx := jobs.Tx{Tx: tx, River: c.river}
 		// Exclusive, as for a reset: no callback (shared holder) is midway,
 		// and no fan-in check is counting, while work goes back to be done.
 		// A check that runs after this sees it open and waits for it.
@@ -64,18 +66,18 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		if b.PrunedCounts != nil {
 			// Retention removed the work and files a retry starts from
 			// (the lock orders this with its start, jobs.Prune).
-			return s.errPruned(batchID)
+			return c.errPruned(batchID)
 		}
 		data := map[string]any{"previous_status": b.Status}
 		stopped := phases.BatchStatus(b.Status) == phases.BatchError
 		var phase string
 		switch phases.BatchStatus(b.Status) {
 		case phases.BatchDone:
-			attrs, err := s.resumeDone(ctx, ptx, b, data)
+			attrs, err := c.resumeDone(ctx, ptx, b, data)
 			logAttrs, resumed = attrs, err == nil
 			return err
 		case phases.BatchPending:
-			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", ErrConflict, batchID)
+			return fmt.Errorf("%w: batch %s has not started yet; there is nothing to retry", problem.ErrConflict, batchID)
 		case phases.BatchError:
 			// A reset asks the batch's running jobs to stop, but they hold
 			// their unique slots until they have: a job queued now would
@@ -86,7 +88,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 				return fmt.Errorf("looking for running jobs of %s: %w", batchID, err)
 			}
 			if running > 0 {
-				return fmt.Errorf("%w: batch %s is still stopping (%d jobs finishing); try again in a few seconds", ErrConflict, batchID, running)
+				return fmt.Errorf("%w: batch %s is still stopping (%d jobs finishing); try again in a few seconds", problem.ErrConflict, batchID, running)
 			}
 			resumed = true
 			data["previous_error"] = deref(b.Error)
@@ -96,7 +98,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 				if _, err := q.BatchResume(ctx, db.BatchResumeParams{ID: batchID, Status: string(phases.BatchPending)}); err != nil {
 					return fmt.Errorf("resuming batch %s: %w", batchID, err)
 				}
-				if _, err := s.river.InsertTx(ctx, tx, jobs.BatchStartArgs{BatchID: batchID}, nil); err != nil {
+				if _, err := c.river.InsertTx(ctx, tx, jobs.BatchStartArgs{BatchID: batchID}, nil); err != nil {
 					return fmt.Errorf("enqueueing batch_start for %s: %w", batchID, err)
 				}
 				data["resumed_status"] = phases.BatchPending
@@ -104,8 +106,8 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 				return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventAdminRetry, Data: data})
 			}
 			phase = *b.Phase
-			if _, _, ok := s.executors.Of(phase); !ok {
-				return fmt.Errorf("%w: batch %s failed in phase %s, which no longer exists", ErrConflict, batchID, phase)
+			if _, _, ok := c.executors.Of(phase); !ok {
+				return fmt.Errorf("%w: batch %s failed in phase %s, which no longer exists", problem.ErrConflict, batchID, phase)
 			}
 			if _, err := q.BatchResume(ctx, db.BatchResumeParams{ID: batchID, Status: phase}); err != nil {
 				return fmt.Errorf("resuming batch %s: %w", batchID, err)
@@ -114,7 +116,7 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 				// Stopped while its generation was being written: the
 				// writing goes on from where it got to (the executor's
 				// Retry makes its work wait for it).
-				if _, err := s.river.InsertTx(ctx, tx, jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}, nil); err != nil {
+				if _, err := c.river.InsertTx(ctx, tx, jobs.PhaseBuildArgs{BatchID: batchID, Phase: phase, From: *b.BuildFrom, Generation: b.Generation}, nil); err != nil {
 					return fmt.Errorf("enqueueing phase_build for %s: %w", batchID, err)
 				}
 			}
@@ -122,21 +124,21 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 			phase = b.Status
 		}
 
-		ex, p, ok := s.executors.Of(phase)
+		ex, p, ok := c.executors.Of(phase)
 		if !ok {
-			return fmt.Errorf("%w: batch %s is in phase %s, which no longer exists", ErrConflict, batchID, phase)
+			return fmt.Errorf("%w: batch %s is in phase %s, which no longer exists", problem.ErrConflict, batchID, phase)
 		}
 		r, err := ex.Retry(ctx, ptx, jobs.PhaseAt{BatchID: batchID, Phase: p, Generation: b.Generation}, stopped)
 		if err != nil {
 			return err
 		}
 		if r.Count == 0 && !stopped {
-			return fmt.Errorf("%w: batch %s is running %s with no failed work; there is nothing to retry", ErrConflict, batchID, phase)
+			return fmt.Errorf("%w: batch %s is running %s with no failed work; there is nothing to retry", problem.ErrConflict, batchID, phase)
 		}
 		// With nothing open (the phase stopped between its last work and
 		// its transition) the check moves the batch on; otherwise the
 		// work's ends make sure of one.
-		if err := fanin.EnsurePhaseCheck(ctx, tx, s.river, fanin.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
+		if err := fanin.EnsurePhaseCheck(ctx, tx, c.river, fanin.PhaseRef{BatchID: batchID, Phase: phase}); err != nil {
 			return err
 		}
 		if !stopped {
@@ -159,27 +161,27 @@ func (s *Service) Retry(ctx context.Context, batchID string) (Status, error) {
 		return nil
 	})
 	if err != nil {
-		return Status{}, err
+		return status.Status{}, err
 	}
 	if resumed {
-		s.metrics.BatchStarted()
+		c.metrics.BatchStarted()
 	}
-	s.logger.Warn("batch retried by admin", append([]any{"batch_id", batchID}, logAttrs...)...)
-	return s.Status(ctx, batchID)
+	c.logger.Warn("batch retried by admin", append([]any{"batch_id", batchID}, logAttrs...)...)
+	return c.status.Status(ctx, batchID)
 }
 
 // awaitJobsStopped waits, up to limit, until no River job of a batch in
 // ERROR is running: after a reset, the jobs it asked to stop. (A running
 // batch always has jobs running; it is not waited for.)
-func (s *Service) awaitJobsStopped(ctx context.Context, batchID string, limit time.Duration) error {
-	b, err := db.New(s.pool).BatchGetByID(ctx, batchID)
+func (c *Commands) awaitJobsStopped(ctx context.Context, batchID string, limit time.Duration) error {
+	b, err := db.New(c.pool).BatchGetByID(ctx, batchID)
 	if err != nil || phases.BatchStatus(b.Status) != phases.BatchError {
 		return nil // the transaction reports a missing batch
 	}
 	deadline := time.Now().Add(limit)
 	for {
 		var running int
-		if err := s.pool.QueryRow(ctx, runningJobsSQL, batchID).Scan(&running); err != nil {
+		if err := c.pool.QueryRow(ctx, runningJobsSQL, batchID).Scan(&running); err != nil {
 			return fmt.Errorf("looking for running jobs of %s: %w", batchID, err)
 		}
 		if running == 0 || time.Now().After(deadline) {
@@ -198,10 +200,10 @@ const runningJobsSQL = `SELECT count(*) FROM river_job WHERE state = 'running' A
 
 // resumeDone is Retry for a DONE batch: a new pass that reruns only what
 // failed (jobs.ResumeBatch). The caller holds the batch's exclusive lock.
-func (s *Service) resumeDone(ctx context.Context, tx jobs.Tx, b db.Batch, data map[string]any) ([]any, error) {
-	r, err := jobs.ResumeBatch(ctx, tx, jobs.Deps{Config: s.cfg, Metrics: s.metrics, Executors: s.executors}, b)
+func (c *Commands) resumeDone(ctx context.Context, tx jobs.Tx, b db.Batch, data map[string]any) ([]any, error) {
+	r, err := jobs.ResumeBatch(ctx, tx, c.executors, b)
 	if errors.Is(err, jobs.ErrNothingToResume) {
-		return nil, fmt.Errorf("%w: batch %s is DONE with nothing failed; there is nothing to retry", ErrConflict, b.ID)
+		return nil, fmt.Errorf("%w: batch %s is DONE with nothing failed; there is nothing to retry", problem.ErrConflict, b.ID)
 	}
 	if err != nil {
 		return nil, err
@@ -211,4 +213,10 @@ func (s *Service) resumeDone(ctx context.Context, tx jobs.Tx, b db.Batch, data m
 		return nil, fmt.Errorf("recording retry event: %w", err)
 	}
 	return []any{"phase", r.Phase, "files_rerun", r.Files, "work_rerun", r.Work, "previous_status", b.Status}, nil
+}
+
+// errPruned refuses a retry of a batch whose processing state retention
+// removed.
+func (c *Commands) errPruned(batchID string) error {
+	return fmt.Errorf("%w: batch %s cannot be retried: its %s", problem.ErrConflict, batchID, c.status.PrunedNote())
 }

@@ -1,4 +1,4 @@
-package service
+package eventhub
 
 import (
 	"context"
@@ -12,12 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/status"
 )
 
-// watchEnv is a Service on a database of its own with just what Watch
+// watchEnv is a Hub on a database of its own with just what Watch
 // needs, and a count of its feeds' reads per batch.
 type watchEnv struct {
-	s    *Service
+	h    *Hub
 	pool *pgxpool.Pool
 
 	mu    sync.Mutex
@@ -28,9 +30,8 @@ func newWatchEnv(t *testing.T) *watchEnv {
 	t.Helper()
 	pool := dbtest.New(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e := &watchEnv{s: &Service{pool: pool, logger: logger}, pool: pool, reads: map[string]int{}}
-	e.s.hub = newEventHub(pool, logger, e.s.readRound)
-	e.s.hub.onRead = func(batchID string) {
+	e := &watchEnv{h: New(pool, logger, status.New(pool, nil, 0)), pool: pool, reads: map[string]int{}}
+	e.h.onRead = func(batchID string) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.reads[batchID]++
@@ -107,7 +108,7 @@ func (e *watchEnv) watch(t *testing.T, batchID string, after int64, gate chan st
 	w := &watcher{t: t, updates: make(chan Update, 1024), cancel: cancel, done: make(chan error, 1), gate: gate}
 	t.Cleanup(cancel)
 	go func() {
-		w.done <- e.s.Watch(ctx, batchID, after, func(u Update) error {
+		w.done <- e.h.Watch(ctx, batchID, after, func(u Update) error {
 			if u.Event != nil && w.gate != nil {
 				select {
 				case <-w.gate:
@@ -200,7 +201,7 @@ func TestWatchesOfABatchShareReads(t *testing.T) {
 	e := newWatchEnv(t)
 	e.createBatch(t, "A")
 	e.createBatch(t, "B")
-	hub := e.s.hub
+	hub := e.h
 
 	as := []*watcher{e.watch(t, "A", 0, nil), e.watch(t, "A", 0, nil), e.watch(t, "A", 0, nil)}
 	b := e.watch(t, "B", 0, nil)
@@ -277,7 +278,7 @@ func TestWatchesOfABatchShareReads(t *testing.T) {
 func TestSlowWatchMissesNothing(t *testing.T) {
 	t.Parallel()
 	e := newWatchEnv(t)
-	e.s.hub.window = 2
+	e.h.window = 2
 	e.createBatch(t, "A")
 	history := []int64{e.record(t, "A", "batch.created"), e.record(t, "A", "phase.started")}
 
@@ -319,20 +320,20 @@ func TestSlowWatchMissesNothing(t *testing.T) {
 	require.NoError(t, slow.awaitEnd())
 	require.Equal(t, all, slow.events, "every event, in order, once")
 	require.Equal(t, "DONE", slow.statuses[len(slow.statuses)-1], "and the latest status")
-	e.s.hub.mu.Lock()
-	require.Empty(t, e.s.hub.feeds, "a feed ends with its batch")
-	e.s.hub.mu.Unlock()
+	e.h.mu.Lock()
+	require.Empty(t, e.h.feeds, "a feed ends with its batch")
+	e.h.mu.Unlock()
 }
 
-// TestWatchUnknownBatch: an unknown batch is ErrNotFound before anything
+// TestWatchUnknownBatch: an unknown batch is problem.ErrNotFound before anything
 // is sent, and leaves no feed behind.
 func TestWatchUnknownBatch(t *testing.T) {
 	t.Parallel()
 	e := newWatchEnv(t)
 	w := e.watch(t, "NOPE", 0, nil)
-	require.ErrorIs(t, w.awaitEnd(), ErrNotFound)
+	require.ErrorIs(t, w.awaitEnd(), problem.ErrNotFound)
 	require.Empty(t, w.updates)
-	e.s.hub.mu.Lock()
-	require.Empty(t, e.s.hub.feeds)
-	e.s.hub.mu.Unlock()
+	e.h.mu.Lock()
+	require.Empty(t, e.h.feeds)
+	e.h.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package service
+package eventhub
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // notifyChannel is the channel the batch_events trigger notifies, with the
@@ -33,8 +35,8 @@ const (
 // Update is one thing a watch sends: the status document, an event, or
 // neither (a keep-alive while nothing happens).
 type Update struct {
-	Status *Status
-	Event  *Event
+	Status *status.Status
+	Event  *status.Event
 }
 
 // Watch follows a batch: it sends the status document first and again
@@ -48,12 +50,12 @@ type Update struct {
 // one read of the batch, whatever the number of watches. A watch reads the
 // database itself only for the events before the feed's window: the
 // history it asks for, or what it missed while its client read slowly.
-func (s *Service) Watch(ctx context.Context, batchID string, after int64, send func(Update) error) error {
+func (h *Hub) Watch(ctx context.Context, batchID string, after int64, send func(Update) error) error {
 	if after < 0 {
-		return &InputError{Msg: fmt.Sprintf("the last event id must be a non-negative integer, got %d", after)}
+		return &problem.InputError{Msg: fmt.Sprintf("the last event id must be a non-negative integer, got %d", after)}
 	}
-	sub := s.hub.subscribe(batchID, after)
-	defer s.hub.unsubscribe(sub)
+	sub := h.subscribe(batchID, after)
+	defer h.unsubscribe(sub)
 
 	var lastStatus []byte
 	idle := time.NewTimer(watchIdle)
@@ -77,7 +79,7 @@ func (s *Service) Watch(ctx context.Context, batchID string, after int64, send f
 			}
 			behind := after < v.base
 			if behind {
-				n, err := s.sendEventsUpTo(ctx, batchID, after, v.base, send)
+				n, err := h.sendEventsUpTo(ctx, batchID, after, v.base, send)
 				if err != nil {
 					return err
 				}
@@ -115,10 +117,10 @@ func (s *Service) Watch(ctx context.Context, batchID string, after int64, send f
 
 // sendEventsUpTo reads the batch's events with ids in (after, upTo] from
 // the database and sends them, returning how many it sent.
-func (s *Service) sendEventsUpTo(ctx context.Context, batchID string, after, upTo int64, send func(Update) error) (int, error) {
+func (h *Hub) sendEventsUpTo(ctx context.Context, batchID string, after, upTo int64, send func(Update) error) (int, error) {
 	n := 0
 	for after < upTo {
-		events, err := s.eventsAfter(ctx, batchID, after, watchPage)
+		events, err := h.reader.EventsAfter(ctx, batchID, after, watchPage)
 		if err != nil {
 			return n, err
 		}
@@ -142,20 +144,20 @@ func (s *Service) sendEventsUpTo(ctx context.Context, batchID string, after, upT
 // readRound is a feed's read (readFunc): the batch's status, then every
 // event after the cursor, or for the first round (after < 0) the id of
 // its latest event.
-func (s *Service) readRound(ctx context.Context, batchID string, after int64) (round, error) {
-	st, err := s.Status(ctx, batchID)
+func (h *Hub) readRound(ctx context.Context, batchID string, after int64) (round, error) {
+	st, err := h.reader.Status(ctx, batchID)
 	if err != nil {
 		return round{}, err
 	}
 	r := round{status: st, head: after}
 	if after < 0 {
-		if r.head, err = db.New(s.pool).BatchEventLastID(ctx, batchID); err != nil {
+		if r.head, err = db.New(h.pool).BatchEventLastID(ctx, batchID); err != nil {
 			return round{}, fmt.Errorf("reading the last event of batch %s: %w", batchID, err)
 		}
 		return r, nil
 	}
 	for {
-		events, err := s.eventsAfter(ctx, batchID, r.head, watchPage)
+		events, err := h.reader.EventsAfter(ctx, batchID, r.head, watchPage)
 		if err != nil {
 			return round{}, err
 		}

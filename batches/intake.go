@@ -1,4 +1,4 @@
-package service
+package batches
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 // tells whether it is fresh: false means it was recorded before, so the
 // request is a replay. Signatures older than twice the window are forgotten
 // on the way: their timestamps are refused before they get here.
-func (s *Service) RecordIntakeSignature(ctx context.Context, sig []byte, window time.Duration) (bool, error) {
-	q := db.New(s.pool)
+func (c *Commands) RecordIntakeSignature(ctx context.Context, sig []byte, window time.Duration) (bool, error) {
+	q := db.New(c.pool)
 	if err := q.IntakeSignaturePrune(ctx, (2 * window).Seconds()); err != nil {
 		return false, fmt.Errorf("pruning intake signatures: %w", err)
 	}

@@ -1,4 +1,9 @@
-package service
+// Package eventhub streams batches as they change: each batch watched in
+// a process has one feed that reads it once per wake-up (the batch_events
+// notifications of one LISTEN connection) and hands every watch of it the
+// latest status and the events it has not sent (Watch, the API's event
+// stream).
+package eventhub
 
 import (
 	"context"
@@ -13,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // feedWindow is how many recent events a feed keeps for its watches. A
@@ -24,8 +30,8 @@ const feedWindow = 4 * watchPage
 // round is what one read of a feed finds: the batch's status, then the
 // events after the feed's head, and the new head.
 type round struct {
-	status Status
-	events []Event
+	status status.Status
+	events []status.Event
 	head   int64
 }
 
@@ -34,16 +40,17 @@ type round struct {
 // events (watches read the history they ask for themselves).
 type readFunc func(ctx context.Context, batchID string, after int64) (round, error)
 
-// eventHub shares the reads of live streams. Each batch watched in this
+// Hub shares the reads of live streams (Watch). Each batch watched in this
 // process has one feed, started by its first watch and stopped when the
 // last one leaves, which reads the batch once per wake-up and publishes
 // what it read to every watch of that batch. Feeds wake on the
 // batch_events notifications of one LISTEN connection, outside the pool,
 // held while any feed runs: a connection per client would exhaust the
 // database's connections long before the HTTP server's.
-type eventHub struct {
+type Hub struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	reader *status.Reader
 	read   readFunc
 	// window is feedWindow, smaller in tests.
 	window int
@@ -55,8 +62,17 @@ type eventHub struct {
 	stop  context.CancelFunc // stops the listener; nil when none runs
 }
 
-func newEventHub(pool *pgxpool.Pool, logger *slog.Logger, read readFunc) *eventHub {
-	return &eventHub{pool: pool, logger: logger, read: read, window: feedWindow, feeds: map[string]*feed{}}
+// New returns a Hub that reads batches with reader.
+func New(pool *pgxpool.Pool, logger *slog.Logger, reader *status.Reader) *Hub {
+	h := newHub(pool, logger, nil)
+	h.reader = reader
+	h.read = h.readRound
+	return h
+}
+
+// newHub returns a Hub whose feeds read with read (tests give their own).
+func newHub(pool *pgxpool.Pool, logger *slog.Logger, read readFunc) *Hub {
+	return &Hub{pool: pool, logger: logger, read: read, window: feedWindow, feeds: map[string]*feed{}}
 }
 
 // feed reads one batch for all its watches. It never waits for a watch:
@@ -76,12 +92,12 @@ type feed struct {
 	ready bool // a round was published
 	err   error
 	// status, doc (its JSON) and terminal are the latest round's.
-	status   Status
+	status   status.Status
 	doc      []byte
 	terminal bool
 	// log holds the events with ids in (base, head], oldest first; head is
 	// where the next round reads from.
-	log        []Event
+	log        []status.Event
 	base, head int64
 }
 
@@ -99,18 +115,18 @@ type subscription struct {
 type view struct {
 	ready    bool
 	err      error
-	status   Status
+	status   status.Status
 	doc      []byte
 	terminal bool
 	// base and head bound the window. A cursor before base must read the
 	// events up to base from the database; events is empty then.
 	base, head int64
-	events     []Event
+	events     []status.Event
 }
 
 // subscribe adds a watch of batchID whose cursor is after, starting the
 // batch's feed (and the listener) if none runs.
-func (h *eventHub) subscribe(batchID string, after int64) *subscription {
+func (h *Hub) subscribe(batchID string, after int64) *subscription {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	f := h.feeds[batchID]
@@ -135,7 +151,7 @@ func (h *eventHub) subscribe(batchID string, after int64) *subscription {
 
 // unsubscribe removes a watch. The last watch of a feed stops it, and
 // the last feed stops the listener.
-func (h *eventHub) unsubscribe(s *subscription) {
+func (h *Hub) unsubscribe(s *subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	f := s.feed
@@ -151,7 +167,7 @@ func (h *eventHub) unsubscribe(s *subscription) {
 // detach removes a feed that has ended on its own (its batch ended, or a
 // read failed): its watches finish with what it published, and a new
 // watch starts a new feed.
-func (h *eventHub) detach(f *feed) {
+func (h *Hub) detach(f *feed) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.feeds[f.batchID] == f {
@@ -159,7 +175,7 @@ func (h *eventHub) detach(f *feed) {
 	}
 }
 
-func (h *eventHub) detachLocked(f *feed) {
+func (h *Hub) detachLocked(f *feed) {
 	delete(h.feeds, f.batchID)
 	f.stop()
 	if len(h.feeds) == 0 && h.stop != nil {
@@ -198,7 +214,7 @@ func (s *subscription) take(after int64) view {
 // the delay should a notification be lost. It returns when its batch is
 // DONE or ERROR, when a read fails, or when ctx ends (its last watch
 // left).
-func (h *eventHub) run(ctx context.Context, f *feed) {
+func (h *Hub) run(ctx context.Context, f *feed) {
 	defer close(f.done)
 	idle := time.NewTimer(watchIdle)
 	defer idle.Stop()
@@ -277,7 +293,7 @@ func (f *feed) publish(r round, doc []byte, err error, window int) {
 // wake signals the feed of one batch, or every feed when batchID is "".
 // A send never blocks: a feed busy reading keeps one pending wake-up, and
 // its next read sees everything committed up to then.
-func (h *eventHub) wake(batchID string) {
+func (h *Hub) wake(batchID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	signal := func(f *feed) {
@@ -300,7 +316,7 @@ func (h *eventHub) wake(batchID string) {
 // listen keeps a LISTEN connection until ctx ends, reconnecting with
 // backoff when it fails. After each (re)connection it wakes every feed,
 // since notifications sent while it was not listening are lost.
-func (h *eventHub) listen(ctx context.Context) {
+func (h *Hub) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
 		err := h.listenOnce(ctx)
@@ -319,7 +335,7 @@ func (h *eventHub) listen(ctx context.Context) {
 
 // listenOnce connects, LISTENs and dispatches notifications until the
 // connection fails or ctx ends.
-func (h *eventHub) listenOnce(ctx context.Context) error {
+func (h *Hub) listenOnce(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, h.pool.Config().ConnConfig)
 	if err != nil {
 		return fmt.Errorf("connecting: %w", err)

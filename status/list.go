@@ -1,4 +1,4 @@
-package service
+package status
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // Limits of one page of batches.
@@ -61,7 +62,7 @@ type BatchPage struct {
 
 // List pages through batches newest first (by acceptance time, then id).
 // Bad filters are an InputError that says which and why.
-func (s *Service) List(ctx context.Context, f BatchFilter) (BatchPage, error) {
+func (r *Reader) List(ctx context.Context, f BatchFilter) (BatchPage, error) {
 	p := db.BatchListParams{Since: f.Since, Until: f.Until}
 	var problems []string
 	if f.Status != "" {
@@ -91,10 +92,10 @@ func (s *Service) List(ctx context.Context, f BatchFilter) (BatchPage, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return BatchPage{}, &InputError{Msg: "invalid batch listing: " + strings.Join(problems, "; ")}
+		return BatchPage{}, &problem.InputError{Msg: "invalid batch listing: " + strings.Join(problems, "; ")}
 	}
 	p.Max = int32(f.Limit)
-	rows, err := db.New(s.pool).BatchList(ctx, p)
+	rows, err := db.New(r.pool).BatchList(ctx, p)
 	if err != nil {
 		return BatchPage{}, fmt.Errorf("listing batches: %w", err)
 	}
@@ -153,4 +154,18 @@ func decodeCursor(c string) (time.Time, string, error) {
 		return time.Time{}, "", err
 	}
 	return time.UnixMicro(us), id, nil
+}
+
+// Progress is each listed batch's phases' progress (Status's Phases), as
+// the dashboard's listing shows it.
+func (r *Reader) Progress(ctx context.Context, page BatchPage) (map[string][]PhaseProgress, error) {
+	batches := make([]db.Batch, len(page.Batches))
+	for i, b := range page.Batches {
+		batches[i] = db.Batch{ID: b.BatchID, PrunedCounts: b.prunedCounts}
+	}
+	progress, err := r.progress(ctx, db.New(r.pool), batches)
+	if err != nil {
+		return nil, fmt.Errorf("counting the work of listed batches: %w", err)
+	}
+	return progress, nil
 }

@@ -1,4 +1,4 @@
-package service
+package status
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // Limits of one page of events.
@@ -41,18 +42,18 @@ type EventPage struct {
 // Events lists a batch's events with an id greater than after, oldest first,
 // at most limit of them (DefaultEventLimit when 0). ErrNotFound for an
 // unknown batch; an InputError for a limit out of range.
-func (s *Service) Events(ctx context.Context, batchID string, after int64, limit int) (EventPage, error) {
+func (r *Reader) Events(ctx context.Context, batchID string, after int64, limit int) (EventPage, error) {
 	if limit == 0 {
 		limit = DefaultEventLimit
 	}
 	if limit < 1 || limit > MaxEventLimit {
-		return EventPage{}, &InputError{Msg: fmt.Sprintf("limit must be between 1 and %d, got %d", MaxEventLimit, limit)}
+		return EventPage{}, &problem.InputError{Msg: fmt.Sprintf("limit must be between 1 and %d, got %d", MaxEventLimit, limit)}
 	}
 	if after < 0 {
-		return EventPage{}, &InputError{Msg: fmt.Sprintf("after must be a non-negative event id, got %d", after)}
+		return EventPage{}, &problem.InputError{Msg: fmt.Sprintf("after must be a non-negative event id, got %d", after)}
 	}
-	q := db.New(s.pool)
-	events, err := s.eventsAfter(ctx, batchID, after, limit)
+	q := db.New(r.pool)
+	events, err := r.EventsAfter(ctx, batchID, after, limit)
 	if err != nil {
 		return EventPage{}, err
 	}
@@ -69,9 +70,9 @@ func (s *Service) Events(ctx context.Context, batchID string, after int64, limit
 	return page, nil
 }
 
-// eventsAfter reads up to limit events of the batch after the cursor.
-func (s *Service) eventsAfter(ctx context.Context, batchID string, after int64, limit int) ([]Event, error) {
-	rows, err := db.New(s.pool).BatchEventListByBatch(ctx, db.BatchEventListByBatchParams{
+// EventsAfter reads up to limit events of the batch after the cursor.
+func (r *Reader) EventsAfter(ctx context.Context, batchID string, after int64, limit int) ([]Event, error) {
+	rows, err := db.New(r.pool).BatchEventListByBatch(ctx, db.BatchEventListByBatchParams{
 		BatchID: batchID, AfterID: after, Max: int32(limit),
 	})
 	if err != nil {

@@ -1,4 +1,7 @@
-package api
+// Package ui is the web dashboard of batches and documents (/ui): its
+// pages, their templates and scripts, and the view models they render.
+// The API mounts it behind its viewer guard (read or admin credential).
+package ui
 
 import (
 	"bytes"
@@ -14,17 +17,63 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/arke-institute/orchestrator/batches"
+	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/service"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/search"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // uiPrefix is where the batch dashboard is served.
 const uiPrefix = "/ui"
 
-//go:embed ui/templates/*.html ui/static/*
+// Dashboard is the web dashboard of batches and documents (/ui): its pages,
+// and the views of the data they show.
+type Dashboard struct {
+	pool      *pgxpool.Pool
+	status    *status.Reader
+	batches   *batches.Commands
+	executors *jobs.Executors
+	documents *docindex.Documents
+	search    *search.Index
+	// store reads image variants from cdnBucket for the thumbnails; nil
+	// serves none. cdnPublicURL maps variant URLs to keys.
+	store        blob.Store
+	cdnBucket    string
+	cdnPublicURL string
+	// logAdmin logs an admin's action, naming who (the API's).
+	logAdmin func(c echo.Context, action string)
+}
+
+// Deps are what the dashboard reads and acts on.
+type Deps struct {
+	Pool      *pgxpool.Pool
+	Status    *status.Reader
+	Batches   *batches.Commands
+	Executors *jobs.Executors
+	Documents *docindex.Documents
+	Search    *search.Index
+	// Store, CDNBucket and CDNPublicURL serve the files' thumbnails.
+	Store        blob.Store
+	CDNBucket    string
+	CDNPublicURL string
+	// LogAdmin logs an admin's action.
+	LogAdmin func(c echo.Context, action string)
+}
+
+// New returns the dashboard.
+func New(d Deps) *Dashboard {
+	return &Dashboard{pool: d.Pool, status: d.Status, batches: d.Batches, executors: d.Executors, documents: d.Documents, search: d.Search,
+		store: d.Store, cdnBucket: d.CDNBucket, cdnPublicURL: d.CDNPublicURL, logAdmin: d.LogAdmin}
+}
+
+//go:embed templates/*.html static/*
 var uiFiles embed.FS
 
 // uiTemplates are the dashboard's pages, parsed once. viewBase is a copy
@@ -52,7 +101,7 @@ func parseUI() *template.Template {
 		"errors":   lastErrors,
 		"excerpt":  excerpt,
 		"stamp":    formatStamp,
-	}).ParseFS(uiFiles, "ui/templates/*.html"))
+	}).ParseFS(uiFiles, "templates/*.html"))
 }
 
 // formatStamp formats an RFC 3339 timestamp (a document error's) as
@@ -144,38 +193,30 @@ func batchSections(views []jobs.View) []batchSection {
 	)
 }
 
-// viewer is who is looking at the dashboard.
-type viewer struct {
+// Viewer is who is looking at the dashboard.
+type Viewer struct {
 	// Admin may reset and retry batches; a reader sees no controls.
 	Admin bool
 }
 
-// viewerKey is where requireViewer leaves the viewer in the context.
-const viewerKey = "ui.viewer"
+// ViewerKey is where the API's guard of the dashboard's routes leaves the
+// Viewer in the request's context.
+const ViewerKey = "ui.viewer"
 
-// requireViewer admits the dashboard's viewers: the read or the admin
-// credential (basic auth in a browser). A refusal carries a basic-auth
-// challenge so that the browser prompts.
-func (h *handlers) requireViewer(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if err := h.admit(c, roleReader); err != nil {
-			return err
-		}
-		c.Set(viewerKey, viewer{Admin: callerOf(c).role == roleAdmin})
-		// Scripts only from /ui/static, no framing.
-		c.Response().Header().Set("Content-Security-Policy",
-			"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self'; frame-ancestors 'none'; form-action 'self'")
-		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
-		return next(c)
-	}
+// Headers are the security headers of every dashboard page: scripts only
+// from /ui/static, no framing, no sniffing.
+func Headers(h http.Header) {
+	h.Set("Content-Security-Policy",
+		"default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
 }
 
-// sameOrigin refuses a state-changing request that does not come from a
+// SameOrigin refuses a state-changing request that does not come from a
 // page of this server: the Origin (or, without one, the Referer) must name
 // the request's own host, and Sec-Fetch-Site, when the browser sends it,
 // must be same-origin. Basic auth credentials are sent by the browser on
 // any site's form, so this is the dashboard's CSRF defence.
-func sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+func SameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
@@ -196,41 +237,42 @@ func sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// mountUI registers the dashboard's routes under /ui.
-func (h *handlers) mountUI(e *echo.Echo) {
-	static, err := fs.Sub(uiFiles, "ui/static")
+// Mount registers the dashboard's routes on g, the group of /ui, which
+// must admit only the dashboard's viewers and set each one's Viewer
+// (ViewerKey).
+func (d *Dashboard) Mount(g *echo.Group) {
+	static, err := fs.Sub(uiFiles, "static")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	g := e.Group(uiPrefix, h.requireViewer)
-	g.GET("", h.uiBatchList)
+	g.GET("", d.uiBatchList)
 	g.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, uiPrefix) })
-	g.GET("/batches/:batchId", h.uiBatch)
-	g.GET("/batches/:batchId/files/:fileId/thumbnail", h.uiThumbnail)
-	g.POST("/batches/:batchId/reset", h.uiReset, sameOrigin)
-	g.POST("/batches/:batchId/retry", h.uiRetry, sameOrigin)
-	h.mountUIDocuments(g)
+	g.GET("/batches/:batchId", d.uiBatch)
+	g.GET("/batches/:batchId/files/:fileId/thumbnail", d.uiThumbnail)
+	g.POST("/batches/:batchId/reset", d.uiReset, SameOrigin)
+	g.POST("/batches/:batchId/retry", d.uiRetry, SameOrigin)
+	d.mountUIDocuments(g)
 	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(static))))
 }
 
 // listPage is the data of the batch list.
 type listPage struct {
-	Viewer   viewer
+	Viewer   Viewer
 	Status   string
 	Statuses []string
-	Page     service.DashboardPage
+	Page     Page
 	// Next is the query of the next page, "" on the last.
 	Next string
 }
 
 // uiBatchList is GET /ui: batches newest first, filtered by ?status=.
-func (h *handlers) uiBatchList(c echo.Context) error {
-	f := service.BatchFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
-	page, err := h.svc.DashboardList(c.Request().Context(), f)
+func (d *Dashboard) uiBatchList(c echo.Context) error {
+	f := status.BatchFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
+	page, err := d.list(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
-	data := listPage{Viewer: c.Get(viewerKey).(viewer), Status: f.Status, Page: page}
+	data := listPage{Viewer: c.Get(ViewerKey).(Viewer), Status: f.Status, Page: page}
 	for _, st := range phases.Statuses() {
 		data.Statuses = append(data.Statuses, string(st))
 	}
@@ -246,8 +288,8 @@ func (h *handlers) uiBatchList(c echo.Context) error {
 
 // batchPage is the data of the batch page.
 type batchPage struct {
-	Viewer   viewer
-	Detail   service.DashboardDetail
+	Viewer   Viewer
+	Detail   Detail
 	Sections []batchSection
 	// Notice is the outcome of the last reset or retry.
 	Notice string
@@ -262,12 +304,12 @@ type timelineRow struct {
 	Phase string
 	Start time.Time
 	End   *time.Time
-	Tasks service.PhaseProgress
+	Tasks status.PhaseProgress
 }
 
 // Timeline joins each phase's span with its task counts.
 func (p batchPage) Timeline() []timelineRow {
-	counts := map[string]service.PhaseProgress{}
+	counts := map[string]status.PhaseProgress{}
 	for _, pp := range p.Detail.Status.Phases {
 		counts[pp.Phase] = pp
 	}
@@ -279,27 +321,27 @@ func (p batchPage) Timeline() []timelineRow {
 }
 
 // uiBatch is GET /ui/batches/:batchId.
-func (h *handlers) uiBatch(c echo.Context) error {
-	return h.renderBatch(c, http.StatusOK, notices[c.QueryParam("done")])
+func (d *Dashboard) uiBatch(c echo.Context) error {
+	return d.renderBatch(c, http.StatusOK, notices[c.QueryParam("done")])
 }
 
 // renderBatch renders the batch page with a notice.
-func (h *handlers) renderBatch(c echo.Context, code int, notice string) error {
-	d, err := h.svc.DashboardDetail(c.Request().Context(), c.Param("batchId"))
+func (d *Dashboard) renderBatch(c echo.Context, code int, notice string) error {
+	detail, err := d.detail(c.Request().Context(), c.Param("batchId"))
 	if err != nil {
 		return err
 	}
-	return render(c, code, "batch.html", batchPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Sections: batchSections(d.Views), Notice: notice})
+	return render(c, code, "batch.html", batchPage{Viewer: c.Get(ViewerKey).(Viewer), Detail: detail, Sections: batchSections(detail.Views), Notice: notice})
 }
 
 // uiThumbnail is GET /ui/batches/:batchId/files/:fileId/thumbnail: the
 // file's thumbnail variant, read from the CDN bucket.
-func (h *handlers) uiThumbnail(c echo.Context) error {
+func (d *Dashboard) uiThumbnail(c echo.Context) error {
 	id, err := strconv.ParseInt(c.Param("fileId"), 10, 64)
 	if err != nil {
-		return &service.InputError{Msg: fmt.Sprintf("fileId must be an integer, got %q", c.Param("fileId"))}
+		return &problem.InputError{Msg: fmt.Sprintf("fileId must be an integer, got %q", c.Param("fileId"))}
 	}
-	r, size, err := h.svc.DashboardThumbnail(c.Request().Context(), c.Param("batchId"), id)
+	r, size, err := d.thumbnail(c.Request().Context(), c.Param("batchId"), id)
 	if err != nil {
 		return err
 	}
@@ -313,33 +355,33 @@ func (h *handlers) uiThumbnail(c echo.Context) error {
 }
 
 // uiReset is POST /ui/batches/:batchId/reset, the reset button.
-func (h *handlers) uiReset(c echo.Context) error {
-	if !c.Get(viewerKey).(viewer).Admin {
+func (d *Dashboard) uiReset(c echo.Context) error {
+	if !c.Get(ViewerKey).(Viewer).Admin {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may reset batches")
 	}
-	h.logAdmin(c, "reset")
-	_, err := h.svc.Reset(c.Request().Context(), c.Param("batchId"))
-	return h.afterAction(c, "reset", err)
+	d.logAdmin(c, "reset")
+	_, err := d.batches.Reset(c.Request().Context(), c.Param("batchId"))
+	return d.afterAction(c, "reset", err)
 }
 
 // uiRetry is POST /ui/batches/:batchId/retry, the retry button.
-func (h *handlers) uiRetry(c echo.Context) error {
-	if !c.Get(viewerKey).(viewer).Admin {
+func (d *Dashboard) uiRetry(c echo.Context) error {
+	if !c.Get(ViewerKey).(Viewer).Admin {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may retry batches")
 	}
-	h.logAdmin(c, "retry")
-	_, err := h.svc.Retry(c.Request().Context(), c.Param("batchId"))
-	return h.afterAction(c, "retry", err)
+	d.logAdmin(c, "retry")
+	_, err := d.batches.Retry(c.Request().Context(), c.Param("batchId"))
+	return d.afterAction(c, "retry", err)
 }
 
 // afterAction sends the browser back to the batch page (303, so a reload
 // does not post again) saying what was done. A refusal the admin can act
 // on (nothing to retry, still stopping) is answered with the batch page
 // itself, 409, the reason as its notice.
-func (h *handlers) afterAction(c echo.Context, done string, err error) error {
+func (d *Dashboard) afterAction(c echo.Context, done string, err error) error {
 	switch {
-	case errors.Is(err, service.ErrConflict):
-		return h.renderBatch(c, http.StatusConflict, err.Error())
+	case errors.Is(err, problem.ErrConflict):
+		return d.renderBatch(c, http.StatusConflict, err.Error())
 	case err != nil:
 		return err
 	}

@@ -1,4 +1,4 @@
-package service
+package ui
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 // unescaped segment by segment; nothing climbs out of it.
 func TestCDNKey(t *testing.T) {
 	t.Parallel()
-	s := &Service{cdnPublicURL: "https://cdn.test"}
+	s := &Dashboard{cdnPublicURL: "https://cdn.test"}
 	tests := []struct {
 		name, url, key string
 		ok             bool
@@ -30,6 +30,6 @@ func TestCDNKey(t *testing.T) {
 			require.Equal(t, tt.key, key)
 		})
 	}
-	_, ok := (&Service{}).cdnKey("/variants/a.jpg")
+	_, ok := (&Dashboard{}).cdnKey("/variants/a.jpg")
 	require.False(t, ok, "no CDN_PUBLIC_URL: no key")
 }

@@ -1,4 +1,4 @@
-package api
+package ui
 
 import (
 	"errors"
@@ -7,41 +7,42 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arke-institute/orchestrator/docindex"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/search"
 	"github.com/labstack/echo/v4"
-
-	"github.com/arke-institute/orchestrator/service"
 )
 
 // defaultSearchResults is k when the search box does not say.
 const defaultSearchResults = 10
 
 // mountUIDocuments registers the dashboard's document pages on its group.
-func (h *handlers) mountUIDocuments(g *echo.Group) {
-	g.GET("/documents", h.uiDocumentList)
-	g.GET("/documents/search", h.uiDocumentSearch)
-	g.GET("/documents/:documentId", h.uiDocument)
-	g.POST("/documents/:documentId/retry", h.uiDocumentRetry, sameOrigin)
+func (d *Dashboard) mountUIDocuments(g *echo.Group) {
+	g.GET("/documents", d.uiDocumentList)
+	g.GET("/documents/search", d.uiDocumentSearch)
+	g.GET("/documents/:documentId", d.uiDocument)
+	g.POST("/documents/:documentId/retry", d.uiDocumentRetry, SameOrigin)
 }
 
 // documentListPage is the data of the document list.
 type documentListPage struct {
-	Viewer   viewer
+	Viewer   Viewer
 	Status   string
 	Statuses []string
-	Page     service.DocumentPage
+	Page     DocumentPage
 	// Next is the query of the next page, "" on the last.
 	Next string
 }
 
 // uiDocumentList is GET /ui/documents: document versions newest first,
 // filtered by ?status=, under the search box.
-func (h *handlers) uiDocumentList(c echo.Context) error {
-	f := service.DocumentFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
-	page, err := h.svc.DashboardDocuments(c.Request().Context(), f)
+func (d *Dashboard) uiDocumentList(c echo.Context) error {
+	f := DocumentFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
+	page, err := d.documentList(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
-	data := documentListPage{Viewer: c.Get(viewerKey).(viewer), Status: f.Status, Statuses: service.DocumentStatuses(), Page: page}
+	data := documentListPage{Viewer: c.Get(ViewerKey).(Viewer), Status: f.Status, Statuses: DocumentStatuses(), Page: page}
 	if page.NextCursor != nil {
 		q := url.Values{"cursor": {*page.NextCursor}}
 		if f.Status != "" {
@@ -54,16 +55,16 @@ func (h *handlers) uiDocumentList(c echo.Context) error {
 
 // searchPage is the data of the search page.
 type searchPage struct {
-	Viewer viewer
+	Viewer Viewer
 	// Query is the search box's text, "" before a search.
 	Query   string
-	Results []service.SearchResult
+	Results []search.Result
 }
 
 // uiDocumentSearch is GET /ui/documents/search?q=...&k=...: the results
 // of GET /documents/search as a page; without q, the search box alone.
-func (h *handlers) uiDocumentSearch(c echo.Context) error {
-	data := searchPage{Viewer: c.Get(viewerKey).(viewer), Query: strings.TrimSpace(c.QueryParam("q"))}
+func (d *Dashboard) uiDocumentSearch(c echo.Context) error {
+	data := searchPage{Viewer: c.Get(ViewerKey).(Viewer), Query: strings.TrimSpace(c.QueryParam("q"))}
 	if data.Query == "" {
 		return render(c, http.StatusOK, "search.html", data)
 	}
@@ -71,11 +72,11 @@ func (h *handlers) uiDocumentSearch(c echo.Context) error {
 	if v := c.QueryParam("k"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return &service.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
+			return &problem.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
 		}
 		k = n
 	}
-	res, err := h.svc.SearchDocuments(c.Request().Context(), data.Query, k)
+	res, err := d.search.Search(c.Request().Context(), data.Query, k)
 	if err != nil {
 		return err
 	}
@@ -85,8 +86,8 @@ func (h *handlers) uiDocumentSearch(c echo.Context) error {
 
 // documentPage is the data of the document page.
 type documentPage struct {
-	Viewer viewer
-	Detail service.DocumentDetail
+	Viewer Viewer
+	Detail DocumentDetail
 	// Notice is the outcome of the last retry.
 	Notice string
 }
@@ -96,40 +97,40 @@ type documentPage struct {
 var documentNotices = map[string]string{"retry": "Document retried."}
 
 // uiDocument is GET /ui/documents/:documentId.
-func (h *handlers) uiDocument(c echo.Context) error {
-	return h.renderDocument(c, http.StatusOK, documentNotices[c.QueryParam("done")])
+func (d *Dashboard) uiDocument(c echo.Context) error {
+	return d.renderDocument(c, http.StatusOK, documentNotices[c.QueryParam("done")])
 }
 
 // renderDocument renders the document page with a notice.
-func (h *handlers) renderDocument(c echo.Context, code int, notice string) error {
+func (d *Dashboard) renderDocument(c echo.Context, code int, notice string) error {
 	id, err := documentID(c)
 	if err != nil {
 		return err
 	}
-	d, err := h.svc.DashboardDocumentDetail(c.Request().Context(), id)
+	detail, err := d.documentDetail(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
-	return render(c, code, "document.html", documentPage{Viewer: c.Get(viewerKey).(viewer), Detail: d, Notice: notice})
+	return render(c, code, "document.html", documentPage{Viewer: c.Get(ViewerKey).(Viewer), Detail: detail, Notice: notice})
 }
 
 // uiDocumentRetry is POST /ui/documents/:documentId/retry, the retry
 // button of a failed document. It answers as the batch page's buttons do:
 // 303 back to the page, or the page itself, 409, when the document has not
 // failed.
-func (h *handlers) uiDocumentRetry(c echo.Context) error {
-	if !c.Get(viewerKey).(viewer).Admin {
+func (d *Dashboard) uiDocumentRetry(c echo.Context) error {
+	if !c.Get(ViewerKey).(Viewer).Admin {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may retry documents")
 	}
 	id, err := documentID(c)
 	if err != nil {
 		return err
 	}
-	h.logAdmin(c, "document_retry")
-	_, err = h.svc.RetryDocument(c.Request().Context(), id)
+	d.logAdmin(c, "document_retry")
+	_, err = d.documents.Retry(c.Request().Context(), id)
 	switch {
-	case errors.Is(err, service.ErrConflict):
-		return h.renderDocument(c, http.StatusConflict, err.Error())
+	case errors.Is(err, problem.ErrConflict):
+		return d.renderDocument(c, http.StatusConflict, err.Error())
 	case err != nil:
 		return err
 	}
@@ -137,7 +138,7 @@ func (h *handlers) uiDocumentRetry(c echo.Context) error {
 }
 
 // lastErrors is the last n of a document's errors, oldest first.
-func lastErrors(errs []service.DocumentError, n int) []service.DocumentError {
+func lastErrors(errs []docindex.DocumentError, n int) []docindex.DocumentError {
 	if len(errs) > n {
 		return errs[len(errs)-n:]
 	}
@@ -156,4 +157,13 @@ func excerpt(n int, text string) string {
 		cut = cut[:i]
 	}
 	return strings.TrimSpace(cut) + "…"
+}
+
+// documentID is the :documentId of the request, a positive integer.
+func documentID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("documentId"), 10, 64)
+	if err != nil || id < 1 {
+		return 0, &problem.InputError{Msg: "invalid document id " + strconv.Quote(c.Param("documentId")) + ": a positive whole number"}
+	}
+	return id, nil
 }

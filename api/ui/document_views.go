@@ -1,4 +1,4 @@
-package service
+package ui
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/docindex"
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // Limits of the dashboard's document pages.
@@ -27,7 +29,7 @@ const (
 // order.
 func DocumentStatuses() []string { return []string{"not_started", "processing", "completed", "failed"} }
 
-// DocumentFilter selects documents for DashboardDocuments. Zero fields do
+// DocumentFilter selects documents for documentList. Zero fields do
 // not filter.
 type DocumentFilter struct {
 	// Status is one of DocumentStatuses.
@@ -36,10 +38,10 @@ type DocumentFilter struct {
 	Cursor string
 }
 
-// DashboardDocument is a document version as the dashboard shows it: its
+// Document is a document version as the dashboard shows it: its
 // spec 003 status and what the API does not say.
-type DashboardDocument struct {
-	Document
+type Document struct {
+	docindex.Document
 	// Current marks the version search reads.
 	Current    bool
 	BatchID    *string
@@ -51,14 +53,14 @@ type DashboardDocument struct {
 
 // DocumentPage is a page of the dashboard's document listing.
 type DocumentPage struct {
-	Documents []DashboardDocument
+	Documents []Document
 	// NextCursor fetches the next page; nil when this page is not full.
 	NextCursor *string
 }
 
-// DashboardDocuments pages through document versions newest first. A bad
+// documentList pages through document versions newest first. A bad
 // status or cursor is an InputError.
-func (s *Service) DashboardDocuments(ctx context.Context, f DocumentFilter) (DocumentPage, error) {
+func (d *Dashboard) documentList(ctx context.Context, f DocumentFilter) (DocumentPage, error) {
 	p := db.DocumentListPageParams{Max: dashboardDocumentsPerPage}
 	var problems []string
 	if f.Status != "" {
@@ -77,15 +79,15 @@ func (s *Service) DashboardDocuments(ctx context.Context, f DocumentFilter) (Doc
 		p.BeforeID = &id
 	}
 	if len(problems) > 0 {
-		return DocumentPage{}, &InputError{Msg: "invalid document listing: " + strings.Join(problems, "; ")}
+		return DocumentPage{}, &problem.InputError{Msg: "invalid document listing: " + strings.Join(problems, "; ")}
 	}
-	rows, err := db.New(s.pool).DocumentListPage(ctx, p)
+	rows, err := db.New(d.pool).DocumentListPage(ctx, p)
 	if err != nil {
 		return DocumentPage{}, fmt.Errorf("listing documents: %w", err)
 	}
-	page := DocumentPage{Documents: make([]DashboardDocument, len(rows))}
+	page := DocumentPage{Documents: make([]Document, len(rows))}
 	for i, r := range rows {
-		page.Documents[i] = dashboardDocumentOf(r)
+		page.Documents[i] = documentOf(r)
 	}
 	if len(rows) == int(p.Max) {
 		c := strconv.FormatInt(rows[len(rows)-1].ID, 10)
@@ -96,8 +98,8 @@ func (s *Service) DashboardDocuments(ctx context.Context, f DocumentFilter) (Doc
 
 func knownDocumentStatus(s string) bool { return slices.Contains(DocumentStatuses(), s) }
 
-func dashboardDocumentOf(d db.Document) DashboardDocument {
-	return DashboardDocument{Document: documentOf(d), Current: d.Current, BatchID: d.BatchID, SizeBytes: d.SizeBytes,
+func documentOf(d db.Document) Document {
+	return Document{Document: docindex.DocumentOf(d), Current: d.Current, BatchID: d.BatchID, SizeBytes: d.SizeBytes,
 		RetryCount: d.RetryCount, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
 }
 
@@ -116,25 +118,25 @@ type DocumentChunkSummary struct {
 
 // DocumentDetail is everything the dashboard's document page shows.
 type DocumentDetail struct {
-	DashboardDocument
+	Document
 	// Chunks are the first dashboardMaxDocumentChunks chunks, ChunksTotal how many
 	// the version has.
 	Chunks      []DocumentChunkSummary
 	ChunksTotal int64
 }
 
-// DashboardDocumentDetail reads a document version for the dashboard;
+// documentDetail reads a document version for the dashboard;
 // ErrNotFound for an unknown id.
-func (s *Service) DashboardDocumentDetail(ctx context.Context, id int64) (DocumentDetail, error) {
-	q := db.New(s.pool)
-	d, err := q.DocumentGet(ctx, id)
+func (d *Dashboard) documentDetail(ctx context.Context, id int64) (DocumentDetail, error) {
+	q := db.New(d.pool)
+	row, err := q.DocumentGet(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return DocumentDetail{}, fmt.Errorf("document %d: %w", id, ErrNotFound)
+		return DocumentDetail{}, fmt.Errorf("document %d: %w", id, problem.ErrNotFound)
 	}
 	if err != nil {
 		return DocumentDetail{}, err
 	}
-	out := DocumentDetail{DashboardDocument: dashboardDocumentOf(d)}
+	out := DocumentDetail{Document: documentOf(row)}
 	// One character more than shown says whether the text goes on.
 	rows, err := q.DocumentChunkList(ctx, db.DocumentChunkListParams{DocumentID: id, ExcerptChars: dashboardExcerptChars + 1, Max: dashboardMaxDocumentChunks})
 	if err != nil {

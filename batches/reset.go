@@ -1,4 +1,4 @@
-package service
+package batches
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/status"
 )
 
 // ResetMessage is the error a reset batch carries (spec 000 §5.3).
@@ -24,13 +26,13 @@ const ResetMessage = "Manually reset by admin"
 // open tasks end, the machines still running are queued for destruction,
 // best effort). Later callbacks get 409.
 // Resetting a batch already in ERROR changes nothing; a DONE batch cannot be
-// reset (ErrConflict).
-func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
+// reset (problem.ErrConflict).
+func (c *Commands) Reset(ctx context.Context, batchID string) (status.Status, error) {
 	var (
 		stopped *db.Batch // the batch as the reset left it; nil if it was in ERROR already
 		ended   int       // its open tasks, ended by the reset
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Exclusive: callbacks in flight (shared holders) finish first, and
 		// any that come later find their task ended by the reset.
@@ -42,18 +44,18 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		case phases.BatchError:
 			return nil
 		case phases.BatchDone:
-			return fmt.Errorf("%w: batch %s is DONE; there is nothing to reset", ErrConflict, batchID)
+			return fmt.Errorf("%w: batch %s is DONE; there is nothing to reset", problem.ErrConflict, batchID)
 		}
 		after, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: ptr(ResetMessage)})
 		if err != nil {
 			return err
 		}
 		stopped = &after
-		cancelled, err := s.cancelJobs(ctx, tx, batchID)
+		cancelled, err := c.cancelJobs(ctx, tx, batchID)
 		if err != nil {
 			return err
 		}
-		ended, err = s.executors.Stop(ctx, jobs.Tx{Tx: tx, River: s.river}, batchID, "Batch reset by admin")
+		ended, err = c.executors.Stop(ctx, jobs.Tx{Tx: tx, River: c.river}, batchID, "Batch reset by admin")
 		if err != nil {
 			return err
 		}
@@ -62,31 +64,31 @@ func (s *Service) Reset(ctx context.Context, batchID string) (Status, error) {
 		}})
 	})
 	if err != nil {
-		return Status{}, err
+		return status.Status{}, err
 	}
 	if stopped != nil {
-		s.metrics.TasksFinished(deref(stopped.Phase), metrics.TaskCancelled, ended)
-		s.metrics.BatchFinished(stopped.Status, stopped.CompletedAt.Sub(stopped.StartedAt))
-		s.logger.Warn("batch reset by admin", "batch_id", batchID, "phase", deref(stopped.Phase), "tasks_ended", ended)
+		c.metrics.TasksFinished(deref(stopped.Phase), metrics.TaskCancelled, ended)
+		c.metrics.BatchFinished(stopped.Status, stopped.CompletedAt.Sub(stopped.StartedAt))
+		c.logger.Warn("batch reset by admin", "batch_id", batchID, "phase", deref(stopped.Phase), "tasks_ended", ended)
 	}
-	return s.Status(ctx, batchID)
+	return c.status.Status(ctx, batchID)
 }
 
 // cancelJobs cancels every unfinished River job of the batch (start,
 // launches, checks, delivery). A running job is asked to stop; whatever it
 // still writes finds the batch in ERROR and its tasks ended.
-func (s *Service) cancelJobs(ctx context.Context, tx pgx.Tx, batchID string) (int, error) {
+func (c *Commands) cancelJobs(ctx context.Context, tx pgx.Tx, batchID string) (int, error) {
 	params := river.NewJobListParams().
 		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
 			rivertype.JobStateRunning, rivertype.JobStateScheduled).
 		Where("args->>'batch_id' = @batch_id", river.NamedArgs{"batch_id": batchID}).
 		First(10000)
-	res, err := s.river.JobListTx(ctx, tx, params)
+	res, err := c.river.JobListTx(ctx, tx, params)
 	if err != nil {
 		return 0, fmt.Errorf("listing jobs of batch %s: %w", batchID, err)
 	}
 	for _, j := range res.Jobs {
-		if _, err := s.river.JobCancelTx(ctx, tx, j.ID); err != nil && !errors.Is(err, river.ErrNotFound) {
+		if _, err := c.river.JobCancelTx(ctx, tx, j.ID); err != nil && !errors.Is(err, river.ErrNotFound) {
 			return 0, fmt.Errorf("cancelling job %d (%s): %w", j.ID, j.Kind, err)
 		}
 	}

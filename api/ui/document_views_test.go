@@ -1,4 +1,4 @@
-package service
+package ui
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/problem"
 )
 
 // TestDashboardDocuments: the listing pages newest first through full
@@ -28,14 +29,14 @@ func TestDashboardDocuments(t *testing.T) {
 	exec(`INSERT INTO documents (r2_key, version, status)
 		SELECT 'documents/d' || i || '.md', 1, CASE WHEN i % 3 = 0 THEN 'failed' ELSE 'completed' END
 		FROM generate_series(1, $1::int) i`, n)
-	s := &Service{pool: pool}
+	d := &Dashboard{pool: pool}
 
 	t.Run("Pages", func(t *testing.T) {
 		var seen []int64
 		f := DocumentFilter{}
 		for pages := 0; ; pages++ {
 			require.Less(t, pages, 4, "the listing ends")
-			page, err := s.DashboardDocuments(ctx, f)
+			page, err := d.documentList(ctx, f)
 			require.NoError(t, err)
 			for _, d := range page.Documents {
 				if len(seen) > 0 {
@@ -54,7 +55,7 @@ func TestDashboardDocuments(t *testing.T) {
 	})
 
 	t.Run("Status", func(t *testing.T) {
-		page, err := s.DashboardDocuments(ctx, DocumentFilter{Status: "failed"})
+		page, err := d.documentList(ctx, DocumentFilter{Status: "failed"})
 		require.NoError(t, err)
 		require.Len(t, page.Documents, n/3)
 		for _, d := range page.Documents {
@@ -69,8 +70,8 @@ func TestDashboardDocuments(t *testing.T) {
 			{Cursor: "abc"}:  "cursor is not one this server issued",
 			{Cursor: "0"}:    "cursor is not one this server issued",
 		} {
-			_, err := s.DashboardDocuments(ctx, f)
-			var in *InputError
+			_, err := d.documentList(ctx, f)
+			var in *problem.InputError
 			require.ErrorAs(t, err, &in, "%+v", f)
 			require.Contains(t, err.Error(), want)
 		}
@@ -82,17 +83,17 @@ func TestDashboardDocuments(t *testing.T) {
 		var id int64
 		require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM documents WHERE r2_key = 'documents/d1.md'`).Scan(&id))
 		exec(`INSERT INTO document_chunks (document_id, chunk_index, text, tokens, tags) VALUES ($1, 0, $2, 9, '{a,b}'), ($1, 1, $3, 9, NULL)`, id, long, short)
-		d, err := s.DashboardDocumentDetail(ctx, id)
+		doc, err := d.documentDetail(ctx, id)
 		require.NoError(t, err)
-		require.EqualValues(t, 2, d.ChunksTotal)
-		require.Len(t, d.Chunks, 2)
+		require.EqualValues(t, 2, doc.ChunksTotal)
+		require.Len(t, doc.Chunks, 2)
 		require.Equal(t, DocumentChunkSummary{Index: 0, Tokens: 9, Status: "pending", Tags: []string{"a", "b"},
-			Excerpt: strings.Repeat("é", dashboardExcerptChars), Cut: true}, d.Chunks[0])
-		require.Equal(t, short, d.Chunks[1].Excerpt)
-		require.False(t, d.Chunks[1].Cut, "a text of exactly the excerpt's length is whole")
-		require.Equal(t, "documents/d1.md", d.R2Key)
+			Excerpt: strings.Repeat("é", dashboardExcerptChars), Cut: true}, doc.Chunks[0])
+		require.Equal(t, short, doc.Chunks[1].Excerpt)
+		require.False(t, doc.Chunks[1].Cut, "a text of exactly the excerpt's length is whole")
+		require.Equal(t, "documents/d1.md", doc.R2Key)
 
-		_, err = s.DashboardDocumentDetail(ctx, 999999)
-		require.ErrorIs(t, err, ErrNotFound)
+		_, err = d.documentDetail(ctx, 999999)
+		require.ErrorIs(t, err, problem.ErrNotFound)
 	})
 }
