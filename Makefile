@@ -59,7 +59,7 @@ submit: ## Submit examples/sample-batch to the orchestrator `make run` started (
 	$(GO) run ./cmd/orchestrator submit examples/sample-batch
 
 .PHONY: generate
-generate: ## Regenerate db/ from sql/ (sqlc), and what derives from phases/ (cmd/worker's programs, the OpenAPI status enum, docs/configuration.md's phase settings)
+generate: ## Regenerate db/ from sql/ (sqlc), what derives from phases/ (cmd/worker's programs, the OpenAPI status enum) and docs/configuration.md from the settings' declarations
 	$(SQLC) generate
 	$(GO) run ./cmd/gen
 

@@ -9,8 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/arke-institute/orchestrator/api/ui"
-	"github.com/arke-institute/orchestrator/config"
-	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/intakesig"
 )
 
@@ -37,18 +35,6 @@ type Credentials struct {
 	// StatusPublic opens GET /status/:batchId and its chunk status to
 	// everyone (spec 000's behaviour).
 	StatusPublic bool
-}
-
-// CredentialsOf are the credentials the configuration sets.
-func CredentialsOf(cfg *config.Config) Credentials {
-	return Credentials{AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, IngestToken: cfg.IngestToken,
-		IngestSigningSecret: cfg.IngestSigningSecret, StatusPublic: cfg.StatusPublic}
-}
-
-// CallbacksOf are the group committer's settings the configuration sets.
-func CallbacksOf(cfg *config.Config) fanin.Config {
-	return fanin.Config{Committers: cfg.CallbackCommitters, MaxQueued: cfg.CallbackQueueMax, MaxOutputs: cfg.MaxOutputsPerTask,
-		TaskMaxAttempts: cfg.TaskMaxAttempts, TaskRetireLimit: cfg.TaskRetireLimit}
 }
 
 // role is what a caller may do; a higher role may do what a lower may.

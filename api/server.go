@@ -20,7 +20,6 @@ import (
 	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/arke-institute/orchestrator/batches"
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/eventhub"
@@ -100,20 +99,39 @@ type Parts struct {
 	Metrics *metrics.Metrics
 }
 
-// ConfigOf is the API's Config as cfg sets it, serving p. Its Context is
-// left for the caller to set.
-func ConfigOf(cfg *config.Config, p Parts) Config {
+// Settings are the API's configuration, as config reads it.
+type Settings struct {
+	Credentials Credentials
+	// Callbacks are the group committer's settings.
+	Callbacks  fanin.Config
+	MaxStreams int
+	// RetentionDays is RETENTION_DAYS, which a pruned batch's status
+	// names.
+	RetentionDays int
+	// Documents is document indexing's configuration: where documents
+	// may be, and the embedder that search embeds queries with.
+	Documents docindex.Config
+	// StagingBucket holds the documents; CDNBucket and CDNPublicURL the
+	// dashboard's thumbnails.
+	StagingBucket string
+	CDNBucket     string
+	CDNPublicURL  string
+}
+
+// ConfigOf is the API's Config of s, serving p. Its Context is left for
+// the caller to set.
+func ConfigOf(s Settings, p Parts) Config {
 	c := Config{Executors: p.Executors, Pool: p.Pool, River: p.River, Logger: p.Logger, Metrics: p.Metrics,
-		Credentials: CredentialsOf(cfg), Callbacks: CallbacksOf(cfg), MaxStreams: cfg.MaxStreams}
-	c.Status = status.New(p.Pool, p.Executors, cfg.Retention.Days)
+		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams}
+	c.Status = status.New(p.Pool, p.Executors, s.RetentionDays)
 	c.Batches = batches.New(p.Pool, p.River, p.Executors, c.Status, p.Logger, p.Metrics)
-	c.Documents = docindex.NewDocuments(p.Pool, p.River, p.Store, cfg.R2Bucket, cfg.Documents.Prefix, p.Logger)
-	if providers, err := docindex.NewProviders(cfg); err != nil {
+	c.Documents = docindex.NewDocuments(p.Pool, p.River, p.Store, s.StagingBucket, s.Documents.Prefix, p.Logger)
+	if providers, err := docindex.NewProviders(s.Documents); err != nil {
 		p.Logger.Error("document search is unavailable", "error", err)
 	} else {
 		c.Search = search.New(p.Pool, providers.Embedder)
 	}
-	c.Store, c.CDNBucket, c.CDNPublicURL = p.Store, cfg.CDNBucket, cfg.CDNPublicURL
+	c.Store, c.CDNBucket, c.CDNPublicURL = p.Store, s.CDNBucket, s.CDNPublicURL
 	return c
 }
 

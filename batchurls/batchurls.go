@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -24,11 +23,6 @@ const Margin = 15 * time.Minute
 // Buckets names the bucket of each role (config's R2_BUCKET,
 // ARCHIVE_BUCKET and CDN_BUCKET). One bucket may have several roles.
 type Buckets map[phases.Bucket]string
-
-// BucketsOf names the buckets of cfg.
-func BucketsOf(cfg *config.Config) Buckets {
-	return Buckets{phases.StagingBucket: cfg.R2Bucket, phases.ArchiveBucket: cfg.ArchiveBucket, phases.CDNBucket: cfg.CDNBucket}
-}
 
 // Signer presigns URLs for the objects of batches.
 type Signer struct {

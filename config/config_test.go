@@ -10,7 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/executor/chunked"
+	"github.com/arke-institute/orchestrator/executor/chunked/ocrrefs"
+	"github.com/arke-institute/orchestrator/executor/machine"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 func lookup(env map[string]string) func(string) (string, bool) {
@@ -26,24 +31,25 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, ":8080", c.ListenAddr)
 	require.Equal(t, "arke-staging", c.R2Bucket)
 	require.Equal(t, "arke-archive", c.ArchiveBucket)
-	require.Equal(t, "ord", c.FlyRegion)
-	require.Equal(t, 30*time.Second, c.AlarmDelayErrorRetry)
-	require.Equal(t, 5, c.MaxRetryAttempts)
+	m := c.Executors.Machine
+	require.Equal(t, "ord", m.Region)
+	require.Equal(t, 30*time.Second, m.ErrorRetryCap)
+	require.Equal(t, 5, m.MaxRetryAttempts)
 	require.Equal(t, 3, c.TaskMaxAttempts)
-	require.Equal(t, 30*time.Minute, c.LaunchOutageBudget)
-	require.Equal(t, 15*time.Minute, c.CallbackRetryWindow)
+	require.Equal(t, 30*time.Minute, m.OutageBudget)
+	require.Equal(t, 15*time.Minute, m.CallbackRetryWindow)
 	require.Equal(t, int64(5<<30), c.MaxFileSize)
 	require.Equal(t, int64(100<<30), c.MaxBatchSize)
 	require.Equal(t, 4001, c.MaxOutputsPerTask)
-	tiff := c.Phases[phases.TIFFConversion]
-	require.Equal(t, Phase{FlyAppName: "arke-tiff-worker", WorkerImage: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute,
-		TaskTimeoutPerGB: 2 * time.Minute, MemoryMB: 1024, CPUs: 2, CPUKind: "shared", Env: map[string]string{}}, tiff)
-	img := c.Phases[phases.ImageProcessing]
-	require.Equal(t, "arke-image-processor", img.FlyAppName)
+	tiff := m.Phases[phases.TIFFConversion]
+	require.Equal(t, machine.Phase{App: "arke-tiff-worker", Image: "registry.fly.io/arke-tiff-worker:v1.0.0", BatchSize: 1000, AlarmDelay: 5 * time.Second, TaskTimeout: time.Minute,
+		TaskTimeoutPerGB: 2 * time.Minute, Guest: phases.Guest{MemoryMB: 1024, CPUs: 2, CPUKind: "shared"}, Env: map[string]string{}}, tiff)
+	img := m.Phases[phases.ImageProcessing]
+	require.Equal(t, "arke-image-processor", img.App)
 	require.Equal(t, 2*time.Minute, img.TaskTimeout)
-	require.Equal(t, 2048, img.MemoryMB)
-	require.Equal(t, 1.0, c.FlyLaunchRate)
-	require.Equal(t, 3, c.FlyLaunchBurst)
+	require.Equal(t, 2048, img.Guest.MemoryMB)
+	require.Equal(t, 1.0, m.LaunchRate)
+	require.Equal(t, 3, m.LaunchBurst)
 	require.Equal(t, "http://127.0.0.1:8080", c.OrchestratorURL, "workers on this machine reach the default listen address")
 	require.True(t, c.LocalStorage())
 }
@@ -62,13 +68,14 @@ func TestLoadSpecNames(t *testing.T) {
 		"R2_ENDPOINT":                  "http://127.0.0.1:7070/",
 	}))
 	require.NoError(t, err)
-	require.Equal(t, "tiff-app", c.Phases[phases.TIFFConversion].FlyAppName)
-	require.Equal(t, "img:2", c.Phases[phases.ImageProcessing].WorkerImage)
-	require.Equal(t, 10, c.Phases[phases.TIFFConversion].BatchSize)
-	require.Equal(t, 250*time.Millisecond, c.Phases[phases.ImageProcessing].AlarmDelay)
-	require.Equal(t, 90*time.Second, c.Phases[phases.TIFFConversion].TaskTimeout)
-	require.Equal(t, time.Second, c.AlarmDelayErrorRetry)
-	require.Equal(t, 3, c.MaxRetryAttempts)
+	m := c.Executors.Machine
+	require.Equal(t, "tiff-app", m.Phases[phases.TIFFConversion].App)
+	require.Equal(t, "img:2", m.Phases[phases.ImageProcessing].Image)
+	require.Equal(t, 10, m.Phases[phases.TIFFConversion].BatchSize)
+	require.Equal(t, 250*time.Millisecond, m.Phases[phases.ImageProcessing].AlarmDelay)
+	require.Equal(t, 90*time.Second, m.Phases[phases.TIFFConversion].TaskTimeout)
+	require.Equal(t, time.Second, m.ErrorRetryCap)
+	require.Equal(t, 3, m.MaxRetryAttempts)
 	require.Equal(t, 20001, c.MaxOutputsPerTask)
 	require.Equal(t, "https://orch.example", c.OrchestratorURL, "trailing slash trimmed so URLs join cleanly")
 	require.Equal(t, "http://127.0.0.1:7070", c.R2Endpoint)
@@ -161,47 +168,43 @@ func TestLoggingHidesSecrets(t *testing.T) {
 }
 
 // TestPhasesFromRegistry: every registered phase gets its settings under
-// the names its spec gives, with the spec's defaults, and its own settings
-// are checked against their range.
+// the names its spec gives, with the spec's defaults, from its kind's
+// declarations, and its own settings are checked against their range.
 func TestPhasesFromRegistry(t *testing.T) {
 	t.Parallel()
 	c, err := Load(lookup(map[string]string{}))
 	require.NoError(t, err)
 	for _, p := range phases.All() {
 		spec := p.Spec()
-		pc, ok := c.Phases[spec.Name]
-		require.True(t, ok, spec.Name)
-		require.Equal(t, spec.Defaults.FlyAppName, pc.FlyAppName)
-		require.Equal(t, spec.Defaults.TaskTimeout, pc.TaskTimeout)
-		require.Equal(t, spec.Defaults.Guest.MemoryMB, pc.MemoryMB)
-		for _, st := range spec.Settings {
-			require.Equal(t, strconv.Itoa(st.Default), pc.Env[st.Name])
-			_, err := Load(lookup(map[string]string{st.Name: strconv.Itoa(st.Max + 1)}))
-			require.ErrorContains(t, err, st.Name+" must be a whole number")
-		}
-		for _, name := range spec.SharedEnv {
-			_, ok := c.Shared(name)
-			require.True(t, ok, name)
-		}
-		if spec.Defaults.ChunkSize > 0 {
-			require.Equal(t, spec.Defaults.ChunkSize, pc.ChunkSize)
+		switch spec.Executor {
+		case machine.Kind:
+			pc, ok := c.Executors.Machine.Phases[spec.Name]
+			require.True(t, ok, spec.Name)
+			require.Equal(t, spec.Defaults.FlyAppName, pc.App)
+			require.Equal(t, spec.Defaults.TaskTimeout, pc.TaskTimeout)
+			require.Equal(t, spec.Defaults.Guest, pc.Guest)
+			for _, st := range spec.Settings {
+				require.Equal(t, strconv.Itoa(st.Default), pc.Env[st.Name])
+				_, err := Load(lookup(map[string]string{st.Name: strconv.Itoa(st.Max + 1)}))
+				require.ErrorContains(t, err, st.Name+" must be a whole number")
+			}
+			env := map[string]string{"FLY_" + spec.Short + "_APP_NAME": "app-x", "TASK_TIMEOUT_" + string(spec.Name): "1234"}
+			c2, err := Load(lookup(env))
+			require.NoError(t, err)
+			require.Equal(t, "app-x", c2.Executors.Machine.Phases[spec.Name].App)
+			require.Equal(t, 1234*time.Millisecond, c2.Executors.Machine.Phases[spec.Name].TaskTimeout)
+		case chunked.Kind:
+			require.Equal(t, spec.Defaults.ChunkSize, c.Executors.Chunked.ChunkSize[spec.Name])
 			c2, err := Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "3"}))
 			require.NoError(t, err)
-			require.Equal(t, 3, c2.Phases[spec.Name].ChunkSize)
+			require.Equal(t, 3, c2.Executors.Chunked.ChunkSize[spec.Name])
 			_, err = Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "0"}))
 			require.ErrorContains(t, err, spec.Short+"_CHUNK_SIZE must be a whole number")
-			continue
 		}
-		if spec.Worker == "" { // in-process work: the document settings apply
-			require.Zero(t, pc.ChunkSize, "the document settings apply")
-			require.Empty(t, pc.FlyAppName)
-			continue
+		if spec.Executor != machine.Kind {
+			_, ok := c.Executors.Machine.Phases[spec.Name]
+			require.False(t, ok, "%s runs no machines", spec.Name)
 		}
-		env := map[string]string{"FLY_" + spec.Short + "_APP_NAME": "app-x", "TASK_TIMEOUT_" + string(spec.Name): "1234"}
-		c2, err := Load(lookup(env))
-		require.NoError(t, err)
-		require.Equal(t, "app-x", c2.Phases[spec.Name].FlyAppName)
-		require.Equal(t, 1234*time.Millisecond, c2.Phases[spec.Name].TaskTimeout)
 	}
 }
 
@@ -209,8 +212,8 @@ func TestOCR(t *testing.T) {
 	t.Parallel()
 	c, err := Load(lookup(map[string]string{}))
 	require.NoError(t, err)
-	require.Equal(t, OCR{Model: "allenai/olmOCR-2-7B-1025", Timeout: 45 * time.Second, MaxConcurrentPerAlarm: 5, AlarmInterval: 300 * time.Millisecond,
-		MaxRetriesPerRef: 3, MaxGlobalRetries: 5, MaxFailedFraction: 0.5, Workers: 50}, c.OCR, "spec 004's defaults, tesseract")
+	require.Equal(t, ocrrefs.Config{Model: "allenai/olmOCR-2-7B-1025", Tuning: chunked.Tuning{Timeout: 45 * time.Second, MaxConcurrentPerAlarm: 5, AlarmInterval: 300 * time.Millisecond,
+		MaxRetriesPerRef: 3, MaxGlobalRetries: 5, MaxFailedFraction: 0.5, Workers: 50}}, c.Executors.OCR, "spec 004's defaults, tesseract")
 
 	c, err = Load(lookup(map[string]string{
 		"OCR_API_URL": "https://api.example/v1/openai/", "OCR_API_KEY": "sk-secret", "OCR_MODEL": "m",
@@ -218,8 +221,8 @@ func TestOCR(t *testing.T) {
 		"OCR_MAX_FAILED_FRACTION": "1", "OCR_LIMIT_PER_CHUNK": "true", "OCR_WORKERS": "7", "OCR_TIMEOUT_MS": "2000",
 	}))
 	require.NoError(t, err)
-	require.Equal(t, OCR{APIURL: "https://api.example/v1/openai", APIKey: "sk-secret", Model: "m", Timeout: 2 * time.Second, MaxConcurrentPerAlarm: 8,
-		AlarmInterval: 150 * time.Millisecond, MaxFailedFraction: 1, MaxGlobalRetries: 2, LimitPerChunk: true, Workers: 7}, c.OCR)
+	require.Equal(t, ocrrefs.Config{APIURL: "https://api.example/v1/openai", APIKey: "sk-secret", Model: "m", LimitPerChunk: true, Tuning: chunked.Tuning{Timeout: 2 * time.Second, MaxConcurrentPerAlarm: 8,
+		AlarmInterval: 150 * time.Millisecond, MaxFailedFraction: 1, MaxGlobalRetries: 2, Workers: 7}}, c.Executors.OCR)
 	require.NotContains(t, c.String(), "sk-secret")
 
 	_, err = Load(lookup(map[string]string{"OCR_MAX_FAILED_FRACTION": "1.5", "OCR_LIMIT_PER_CHUNK": "maybe", "MAX_CONCURRENT_PER_ALARM": "0"}))
@@ -230,16 +233,6 @@ func TestOCR(t *testing.T) {
 	c, err = Load(lookup(map[string]string{"DATABASE_URL": "postgres://x/y", "OCR_API_URL": "https://api.example"}))
 	require.NoError(t, err)
 	require.ErrorContains(t, c.CheckServe(), "OCR_API_KEY (OCR_API_URL is set)")
-}
-
-func TestIntIn(t *testing.T) {
-	t.Parallel()
-	r := reader{lookup: lookup(map[string]string{"A": "5", "B": "0", "C": "x"})}
-	require.Equal(t, 5, r.intIn("A", 1, 1, 10))
-	require.Equal(t, 7, r.intIn("B", 7, 1, 10))
-	require.Equal(t, 7, r.intIn("C", 7, 1, 10))
-	require.Equal(t, 7, r.intIn("D", 7, 1, 10))
-	require.Len(t, r.problems, 2)
 }
 
 func TestPhasesNeedAppsOfTheirOwn(t *testing.T) {
@@ -253,14 +246,14 @@ func TestPhasesNeedAppsOfTheirOwn(t *testing.T) {
 func TestAdaptiveLimit(t *testing.T) {
 	c, err := Load(lookup(nil))
 	require.NoError(t, err)
-	require.Equal(t, DefaultAdaptiveLimit(), c.OCRLimit, "spec 004's constants")
+	require.Equal(t, ratelimit.DefaultAdaptive(), c.Executors.ProviderLimit, "spec 004's constants")
 
 	c, err = Load(lookup(map[string]string{
 		"INITIAL_MAX_TOKENS": "8", "INITIAL_REFILL_RATE": "2.5", "MAX_MAX_TOKENS": "20",
 		"MAX_REFILL_RATE": "12", "MIN_MAX_TOKENS": "1", "MIN_REFILL_RATE": "0.5",
 	}))
 	require.NoError(t, err)
-	require.Equal(t, AdaptiveLimit{InitialMaxTokens: 8, InitialRefillRate: 2.5, MaxMaxTokens: 20, MaxRefillRate: 12, MinMaxTokens: 1, MinRefillRate: 0.5}, c.OCRLimit)
+	require.Equal(t, ratelimit.Adaptive{InitialMaxTokens: 8, InitialRefillRate: 2.5, MaxMaxTokens: 20, MaxRefillRate: 12, MinMaxTokens: 1, MinRefillRate: 0.5}, c.Executors.ProviderLimit)
 
 	for name, tc := range map[string]struct {
 		env  map[string]string
@@ -278,29 +271,6 @@ func TestAdaptiveLimit(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-}
-
-func TestAdaptiveLimitPrefix(t *testing.T) {
-	r := reader{lookup: lookup(map[string]string{"EMBEDDINGS_MAX_REFILL_RATE": "40", "MAX_REFILL_RATE": "7", "EMBEDDINGS_MIN_MAX_TOKENS": "9"})}
-	l := r.adaptiveLimit("EMBEDDINGS_", DefaultAdaptiveLimit())
-	require.Equal(t, 40.0, l.MaxRefillRate, "a prefixed name is read, not the OCR provider's")
-	require.Equal(t, []string{"EMBEDDINGS_MIN_MAX_TOKENS <= EMBEDDINGS_INITIAL_MAX_TOKENS <= EMBEDDINGS_MAX_MAX_TOKENS must hold, got 9, 5, 15"}, r.problems)
-}
-
-// TestChunkedPhaseHasNoFlySettings: a chunked phase runs no machines, so
-// config reads no Fly app or image for it, and two of them never share an
-// app.
-func TestChunkedPhaseHasNoFlySettings(t *testing.T) {
-	t.Parallel()
-	chunked := func(name phases.Name, short string) phases.Spec {
-		return phases.Spec{Name: name, TaskPrefix: string(name), Short: short, Executor: "chunked", Defaults: phases.Defaults{ChunkSize: 10}}
-	}
-	specs := []phases.Spec{phases.All()[0].Spec(), chunked("CHUNKY", "CHUNKY"), chunked("LUMPY", "LUMPY")}
-	c, err := load(lookup(map[string]string{"FLY_CHUNKY_APP_NAME": specs[0].Defaults.FlyAppName}), specs)
-	require.NoError(t, err)
-	require.Empty(t, c.Phases["CHUNKY"].FlyAppName)
-	require.Empty(t, c.Phases["CHUNKY"].WorkerImage)
-	require.Equal(t, specs[0].Defaults.FlyAppName, c.Phases[specs[0].Name].FlyAppName)
 }
 
 // TestCredentialsMustDiffer: serve refuses two equal tokens (each opens its
@@ -331,12 +301,12 @@ func TestRetention(t *testing.T) {
 	t.Parallel()
 	c, err := Load(lookup(map[string]string{}))
 	require.NoError(t, err)
-	require.Equal(t, Retention{Days: 7, Interval: time.Hour, DeleteRows: 5000}, c.Retention, "spec 002 keeps 7 days")
+	require.Equal(t, jobs.Retention{Days: 7, Interval: time.Hour, DeleteRows: 5000}, c.Retention, "spec 002 keeps 7 days")
 	require.Equal(t, 7*24*time.Hour, c.Retention.Age())
 
 	c, err = Load(lookup(map[string]string{"RETENTION_DAYS": "0", "RETENTION_STAGING": "true", "RETENTION_INTERVAL": "10m", "RETENTION_DELETE_ROWS": "100"}))
 	require.NoError(t, err)
-	require.Equal(t, Retention{Days: 0, Staging: true, Interval: 10 * time.Minute, DeleteRows: 100}, c.Retention)
+	require.Equal(t, jobs.Retention{Days: 0, Staging: true, Interval: 10 * time.Minute, DeleteRows: 100}, c.Retention)
 	require.Zero(t, c.Retention.Age(), "0 keeps everything")
 
 	_, err = Load(lookup(map[string]string{"RETENTION_DAYS": "-1", "RETENTION_STAGING": "yes please", "RETENTION_INTERVAL": "soon", "RETENTION_DELETE_ROWS": "0"}))

@@ -10,11 +10,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/setting"
 	"github.com/arke-institute/orchestrator/tagging"
 )
 
@@ -38,10 +38,10 @@ func (stuckEmbedder) Model() string    { return "stuck" }
 func TestDocumentStepGivesUpOnLastAttempt(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	cfg, err := config.Load(func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
-	deps := jobs.Deps{Pool: pool, Config: cfg, Logger: slog.New(slog.DiscardHandler)}
-	worker := docindex.NewUnlimited(deps, docindex.Providers{Embedder: stuckEmbedder{}, Tagger: tagging.Local{}}, "")
+	var cfg docindex.Config
+	require.NoError(t, setting.Load(func(string) (string, bool) { return "", false }, docindex.Settings(&cfg)))
+	deps := jobs.Deps{Pool: pool, Logger: slog.New(slog.DiscardHandler)}
+	worker := docindex.NewUnlimited(deps, cfg, docindex.Providers{Embedder: stuckEmbedder{}, Tagger: tagging.Local{}}, "")
 	ctx := context.Background()
 
 	for _, tc := range []struct {

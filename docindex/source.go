@@ -24,7 +24,7 @@ import (
 // text is doc's text: the object at its key, or assembled from its
 // source; at most DOCUMENT_MAX_BYTES of UTF-8.
 func (w *DocumentStepWorker) text(ctx context.Context, doc db.Document) ([]byte, error) {
-	limit := w.deps.Config.Documents.MaxBytes
+	limit := w.cfg.MaxBytes
 	if len(doc.Source) == 0 {
 		return w.readText(ctx, doc.R2Key, limit)
 	}
@@ -63,7 +63,7 @@ func (w *DocumentStepWorker) text(ctx context.Context, doc db.Document) ([]byte,
 
 // readText reads the object at key: UTF-8 text of at most limit bytes.
 func (w *DocumentStepWorker) readText(ctx context.Context, key string, limit int64) ([]byte, error) {
-	bucket := w.deps.Config.R2Bucket
+	bucket := w.deps.Settings.StagingBucket()
 	body, size, err := w.deps.Store.Open(ctx, bucket, key)
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, permanentf("document s3://%s/%s does not exist", bucket, key)
@@ -72,7 +72,7 @@ func (w *DocumentStepWorker) readText(ctx context.Context, key string, limit int
 		return nil, err
 	}
 	defer body.Close()
-	maxBytes := w.deps.Config.Documents.MaxBytes
+	maxBytes := w.cfg.MaxBytes
 	if size > limit {
 		return nil, permanentf("document is more than DOCUMENT_MAX_BYTES (%d) bytes", maxBytes)
 	}
@@ -110,7 +110,7 @@ func (w *DocumentStepWorker) ocrText(ctx context.Context, key string, limit int6
 		return "", permanentf("the ref %s has no OCR text", key)
 	}
 	if int64(len(*ref.OCR.Text)) > limit {
-		return "", permanentf("document is more than DOCUMENT_MAX_BYTES (%d) bytes", w.deps.Config.Documents.MaxBytes)
+		return "", permanentf("document is more than DOCUMENT_MAX_BYTES (%d) bytes", w.cfg.MaxBytes)
 	}
 	return *ref.OCR.Text, nil
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/fanin"
@@ -77,6 +76,7 @@ type Providers struct {
 type DocumentStepWorker struct {
 	river.WorkerDefaults[DocumentStepArgs]
 	deps    jobs.Deps
+	cfg     Config
 	docs    Providers
 	limiter *ratelimit.Limiter // nil: no limit (tests that work one job)
 	// phase is the phase a batch's documents belong to: their ends join
@@ -86,14 +86,14 @@ type DocumentStepWorker struct {
 
 // New is the pipeline with its providers, for the documents of batches in
 // phase (and those posted on their own).
-func New(deps jobs.Deps, providers Providers, phase string) *DocumentStepWorker {
-	return &DocumentStepWorker{deps: deps, docs: providers, limiter: ratelimit.New(deps.Pool), phase: phase}
+func New(deps jobs.Deps, cfg Config, providers Providers, phase string) *DocumentStepWorker {
+	return &DocumentStepWorker{deps: deps, cfg: cfg, docs: providers, limiter: ratelimit.New(deps.Pool), phase: phase}
 }
 
 // NewUnlimited is New without the providers' shared rate limit, for tests
 // that work one job by hand.
-func NewUnlimited(deps jobs.Deps, providers Providers, phase string) *DocumentStepWorker {
-	return &DocumentStepWorker{deps: deps, docs: providers, phase: phase}
+func NewUnlimited(deps jobs.Deps, cfg Config, providers Providers, phase string) *DocumentStepWorker {
+	return &DocumentStepWorker{deps: deps, cfg: cfg, docs: providers, phase: phase}
 }
 
 // Timeout bounds a run: at most one provider call (DOCUMENT_TIMEOUT_MS)
@@ -101,7 +101,7 @@ func NewUnlimited(deps jobs.Deps, providers Providers, phase string) *DocumentSt
 // a process that died mid-run: the default job timeout would leave the
 // document stalled for five minutes.
 func (w *DocumentStepWorker) Timeout(*river.Job[DocumentStepArgs]) time.Duration {
-	return RunTimeout(w.deps.Config.Documents.Timeout)
+	return RunTimeout(w.cfg.Timeout)
 }
 
 // RunTimeout is a step run's bound for a provider call timeout.
@@ -121,7 +121,7 @@ func (w *DocumentStepWorker) call(ctx context.Context, service, providerName str
 	if providerName == "local" || w.limiter == nil {
 		return fn()
 	}
-	key, limit := service+":"+providerName, ratelimit.Adaptive(w.deps.Config.OCRLimit)
+	key, limit := service+":"+providerName, w.cfg.Limit
 	g, err := w.limiter.TakeAdaptive(ctx, key, limit)
 	if err != nil {
 		return err
@@ -411,7 +411,7 @@ func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err 
 // UTF-8, and chunks it. Content the key's current version already has is
 // not processed again: the new version takes over its chunks and is done.
 func (w *DocumentStepWorker) download(ctx context.Context, run *stepRun) error {
-	doc, cfg := run.doc, w.deps.Config.Documents
+	doc, cfg := run.doc, w.cfg
 	data, err := w.text(ctx, doc)
 	if err != nil {
 		return err
@@ -627,8 +627,7 @@ func completeDocument(ctx context.Context, q *db.Queries, doc db.Document) error
 // NewProviders makes the providers cfg names: OpenAI-compatible APIs when
 // EMBEDDINGS_API_URL and TAGS_API_URL are set, else the local ones (a
 // feature-hashing embedder, a TF-IDF tagger), which need nothing.
-func NewProviders(cfg *config.Config) (Providers, error) {
-	c := cfg.Documents
+func NewProviders(c Config) (Providers, error) {
 	var docs Providers
 	if c.EmbeddingsAPIURL != "" {
 		e, err := embedding.NewOpenAI(embedding.OpenAIConfig{URL: c.EmbeddingsAPIURL, APIKey: c.EmbeddingsAPIKey,

@@ -3,6 +3,8 @@
 package executor
 
 import (
+	"slices"
+
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/executor/chunked"
@@ -11,10 +13,54 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/ocr"
+	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/setting"
 )
 
+// Config is the executors' configuration, each kind's own.
+type Config struct {
+	Machine machine.Config
+	Chunked chunked.Config
+	// OCR is the OCR engine's, of the chunked OCR phase.
+	OCR ocrrefs.Config
+	// Documents is document indexing's, which the documents executor
+	// runs.
+	Documents docindex.Config
+	// ProviderLimit is the adaptive rate limit of each external API the
+	// executors call (the OCR, embeddings and tags providers), one bucket
+	// per provider.
+	ProviderLimit ratelimit.Adaptive
+}
+
+// Settings declares every kind's settings into c: each kind contributes
+// its own.
+func Settings(c *Config) []setting.Group {
+	limit := setting.Group{
+		Title:    "External APIs",
+		Doc:      "The adaptive rate limit of each external API (the OCR, embeddings and tags providers): one bucket per provider in Postgres (`rate_limits`, e.g. key `ocr:<provider host>`), shared by every orchestrator process (spec 004; see [the limiter](operations.md#the-ocr-rate-limiter) for where ours differs from spec 004).",
+		Settings: ratelimit.Settings(&c.ProviderLimit, "", "a provider's bucket"),
+		Check:    func() []string { return c.ProviderLimit.Problems("") },
+	}
+	return slices.Concat(machine.Settings(&c.Machine), chunked.Settings(&c.Chunked), ocrrefs.Settings(&c.OCR),
+		docindex.Settings(&c.Documents), []setting.Group{limit})
+}
+
+// Missing names the settings the executors lack to serve (a provider's
+// key without which its URL is useless).
+func (c Config) Missing() []string {
+	return append(c.OCR.Missing(), c.Documents.Missing()...)
+}
+
+// WithLimits is c with the providers' limit in the kinds that call
+// providers.
+func (c Config) WithLimits() Config {
+	c.OCR.Tuning.Limit = c.ProviderLimit
+	c.Documents.Limit = c.ProviderLimit
+	return c
+}
+
 // Options are the executors' outside parts a caller may choose; zero
-// values take what deps.Config names.
+// values take what the Config names.
 type Options struct {
 	// Presigner presigns the URLs machines reach storage with (they get no
 	// credentials); nil uses deps.Store if it presigns.
@@ -34,31 +80,32 @@ func Queues() []string { return append(jobs.CoreQueues(), chunked.Queues()...) }
 // CheckQueues refuses a name that is not one of Queues.
 func CheckQueues(names []string) error { return jobs.CheckQueues(Queues(), names) }
 
-// Register makes every kind of executor over deps and registers them in
-// deps.Executors, which it sets; the deps it returns carry them.
-func Register(deps jobs.Deps, opts Options) (jobs.Deps, error) {
+// Register makes every kind of executor of cfg over deps and registers
+// them in deps.Executors, which it sets; the deps it returns carry them.
+func Register(deps jobs.Deps, cfg Config, opts Options) (jobs.Deps, error) {
 	x := &jobs.Executors{}
 	deps.Executors = x
+	cfg = cfg.WithLimits()
 	providers := opts.Documents
 	if providers == nil {
-		p, err := docindex.NewProviders(deps.Config)
+		p, err := docindex.NewProviders(cfg.Documents)
 		if err != nil {
 			return deps, err
 		}
 		providers = &p
 	}
-	m, err := machine.New(deps, opts.Presigner)
+	m, err := machine.New(deps, cfg.Machine, opts.Presigner)
 	if err != nil {
 		return deps, err
 	}
-	d, err := documents.New(deps, *providers)
+	d, err := documents.New(deps, cfg.Documents, *providers)
 	if err != nil {
 		return deps, err
 	}
-	ocrEngine := ocrrefs.New(deps.Config, deps.Store, opts.OCR, deps.Logger)
+	ocrEngine := ocrrefs.New(cfg.OCR, deps.Settings, deps.Store, opts.OCR, deps.Logger)
 	return deps, x.Register(
 		m,
-		chunked.New(deps, ocrEngine),
+		chunked.New(deps, cfg.Chunked, ocrEngine),
 		d,
 	)
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/compute"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/embedding"
 	"github.com/arke-institute/orchestrator/executor"
@@ -17,6 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/setting"
 	"github.com/arke-institute/orchestrator/tagging"
 )
 
@@ -24,18 +24,25 @@ import (
 // reach before they run.
 func deps(t *testing.T) jobs.Deps {
 	t.Helper()
-	cfg, err := config.Load(func(string) (string, bool) { return "", false })
-	require.NoError(t, err)
 	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "k", SecretAccessKey: "s"})
 	require.NoError(t, err)
-	return jobs.Deps{Config: cfg, Store: store, Compute: noCompute{}, Logger: slog.New(slog.DiscardHandler)}
+	buckets := map[phases.Bucket]string{phases.StagingBucket: "staging", phases.ArchiveBucket: "archive", phases.CDNBucket: "cdn"}
+	return jobs.Deps{Settings: jobs.Settings{Buckets: buckets}, Store: store, Compute: noCompute{}, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// defaults is the executors' configuration with every default.
+func defaults(t *testing.T) executor.Config {
+	t.Helper()
+	var c executor.Config
+	require.NoError(t, setting.Load(func(string) (string, bool) { return "", false }, executor.Settings(&c)))
+	return c
 }
 
 // TestRegisterRunsEveryPhase: every registered phase has its executor,
 // which accepts it, and each kind's queues are known.
 func TestRegisterRunsEveryPhase(t *testing.T) {
 	t.Parallel()
-	d, err := executor.Register(deps(t), executor.Options{})
+	d, err := executor.Register(deps(t), defaults(t), executor.Options{})
 	require.NoError(t, err)
 	for _, p := range phases.All() {
 		ex, _, ok := d.Executors.Of(string(p.Spec().Name))
@@ -52,7 +59,7 @@ func TestRegisterRunsEveryPhase(t *testing.T) {
 func TestRegisterRefusesWhatNothingRuns(t *testing.T) {
 	t.Parallel()
 	d := deps(t)
-	m, err := machine.New(d, nil)
+	m, err := machine.New(d, defaults(t).Machine, nil)
 	require.NoError(t, err)
 	err = (&jobs.Executors{}).Register(m, m)
 	require.ErrorContains(t, err, `executor "machine" is registered twice`)
@@ -67,20 +74,20 @@ func TestChecks(t *testing.T) {
 	ocr, _ := phases.Get(phases.OCR)
 	docs, _ := phases.Get(phases.DocumentIndexing)
 
-	m, err := machine.New(d, nil)
+	m, err := machine.New(d, defaults(t).Machine, nil)
 	require.NoError(t, err)
 	require.NoError(t, m.Check(image))
 	require.ErrorContains(t, m.Check(ocr), "a machine phase needs a worker")
 	noTimeout := specOf{Phase: image, edit: func(s *phases.Spec) { s.Defaults.TaskTimeout = 0 }}
 	require.ErrorContains(t, m.Check(noTimeout), "task timeout")
 
-	c := chunked.New(d, fakeEngine{})
+	c := chunked.New(d, defaults(t).Chunked, fakeEngine{})
 	require.NoError(t, c.Check(ocr))
 	require.ErrorContains(t, c.Check(image), "must make chunks")
 	otherEngine := specOf{Phase: ocr, edit: func(s *phases.Spec) { s.Engine = "other" }}
 	require.ErrorContains(t, c.Check(chunkerOf{otherEngine, ocr.(phases.Chunker)}), `no engine "other"`)
 
-	dx, err := documents.New(d, docindex.Providers{Embedder: embedding.NewLocal(8), Tagger: tagging.Local{}})
+	dx, err := documents.New(d, defaults(t).Documents, docindex.Providers{Embedder: embedding.NewLocal(8), Tagger: tagging.Local{}})
 	require.NoError(t, err)
 	require.NoError(t, dx.Check(docs))
 	require.ErrorContains(t, dx.Check(image), "must make documents")

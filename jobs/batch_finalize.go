@@ -77,7 +77,7 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	}
 
 	target, deliverErr := w.deliver(ctx, batch, body)
-	if w.deps.Config.WorkerURL != "" {
+	if w.deps.Settings.WorkerURL != "" {
 		w.deps.Metrics.IngestAttempted(deliverErr != nil)
 	}
 	status, lastErr := "delivered", (*string)(nil)
@@ -116,12 +116,12 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 // where the manifest went, with any password in WORKER_URL masked: the
 // target is logged and kept in the batch's events.
 func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body []byte) (string, error) {
-	if w.deps.Config.WorkerURL == "" {
+	if w.deps.Settings.WorkerURL == "" {
 		key := "staging/" + batch.ID + "/" + processedManifestName
-		err := w.deps.Store.Put(ctx, w.deps.Config.R2Bucket, key, bytes.NewReader(body), int64(len(body)), "application/json")
-		return "s3://" + w.deps.Config.R2Bucket + "/" + key, err
+		err := w.deps.Store.Put(ctx, w.deps.Settings.StagingBucket(), key, bytes.NewReader(body), int64(len(body)), "application/json")
+		return "s3://" + w.deps.Settings.StagingBucket() + "/" + key, err
 	}
-	endpoint := w.deps.Config.WorkerURL + "/api/batches/" + url.PathEscape(batch.ID) + "/enqueue-processed"
+	endpoint := w.deps.Settings.WorkerURL + "/api/batches/" + url.PathEscape(batch.ID) + "/enqueue-processed"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return "WORKER_URL", errors.New("WORKER_URL is not a valid URL") // the parser's error would repeat it

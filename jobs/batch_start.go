@@ -117,7 +117,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		return fmt.Errorf("reading manifest %s: %w", key, err)
 	}
 
-	m, err := manifest.ParseManifest(data, msg, w.deps.limits())
+	m, err := manifest.ParseManifest(data, msg, w.deps.Settings.Limits)
 	if err != nil {
 		var verr *manifest.ValidationError
 		if errors.As(err, &verr) {
@@ -183,8 +183,8 @@ func (e *manifestTooLarge) Error() string {
 // before the body, is checked against MANIFEST_MAX_BYTES first, and the
 // body is read through that limit too (a server that did not say).
 func (w *BatchStartWorker) readManifest(ctx context.Context, key string) ([]byte, error) {
-	limit := w.deps.Config.ManifestMaxBytes
-	rc, size, err := w.deps.Store.Open(ctx, w.deps.Config.R2Bucket, key)
+	limit := w.deps.Settings.ManifestMaxBytes
+	rc, size, err := w.deps.Store.Open(ctx, w.deps.Settings.StagingBucket(), key)
 	if err != nil {
 		return nil, err
 	}

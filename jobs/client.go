@@ -44,10 +44,8 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/compute"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/logcoalesce"
-	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
 )
 
@@ -61,9 +59,9 @@ type Deps struct {
 	Compute compute.Backend
 	// Executors run the phases' work (package executor registers them).
 	Executors *Executors
-	// Config carries the phase settings, URLs, buckets and retry limits.
-	Config *config.Config
-	Logger *slog.Logger
+	// Settings are the pipeline's: buckets, URLs, limits, retention.
+	Settings Settings
+	Logger   *slog.Logger
 	// HTTPClient calls the ingest service; nil uses a client with a 30 s
 	// timeout.
 	HTTPClient *http.Client
@@ -133,8 +131,8 @@ const DefaultFetchPollInterval = 100 * time.Millisecond
 // core's and each executor's. The client both inserts jobs (intake,
 // callbacks) and, once started, works them.
 func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
-	if deps.Pool == nil || deps.Store == nil || deps.Logger == nil || deps.Config == nil || deps.Executors == nil {
-		return nil, errors.New("jobs: Pool, Store, Executors, Config and Logger are required")
+	if deps.Pool == nil || deps.Store == nil || deps.Logger == nil || deps.Executors == nil {
+		return nil, errors.New("jobs: Pool, Store, Executors and Logger are required")
 	}
 	if deps.HTTPClient == nil {
 		deps.HTTPClient = &http.Client{Timeout: 30 * time.Second}
@@ -173,17 +171,17 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	}
 	if !cfg.NoSweep {
 		periodic = append(periodic, river.NewPeriodicJob(
-			river.PeriodicInterval(deps.Config.SweepInterval),
+			river.PeriodicInterval(deps.Settings.SweepInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return TaskSweepArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "task_sweep"},
 		))
 	}
-	if deps.Config.Retention.Days > 0 {
-		if _, ok := deps.Store.(blob.Deleter); deps.Config.Retention.Staging && !ok {
+	if deps.Settings.Retention.Days > 0 {
+		if _, ok := deps.Store.(blob.Deleter); deps.Settings.Retention.Staging && !ok {
 			return nil, errors.New("jobs: RETENTION_STAGING needs a store that can list and delete objects")
 		}
 		periodic = append(periodic, river.NewPeriodicJob(
-			river.PeriodicInterval(deps.Config.Retention.Interval),
+			river.PeriodicInterval(deps.Settings.Retention.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "retention"},
 		))
@@ -302,11 +300,6 @@ func jobAttrs(job *rivertype.JobRow) []any {
 		attrs = append(attrs, "phase", args.Phase)
 	}
 	return attrs
-}
-
-// limits returns the manifest limits from the configuration.
-func (d Deps) limits() manifest.Limits {
-	return manifest.Limits{MaxFileSize: d.Config.MaxFileSize, MaxBatchSize: d.Config.MaxBatchSize, MaxFiles: d.Config.MaxFilesPerBatch}
 }
 
 // BatchFinished counts a batch that a committed transaction moved to DONE

@@ -178,9 +178,9 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fakefly.Launch) {
 	t.Helper()
 	cfg := env.Config
-	wantMem, image := 1024, cfg.Phases["TIFF_CONVERSION"].WorkerImage
+	wantMem, image := 1024, cfg.Executors.Machine.Phases["TIFF_CONVERSION"].Image
 	if l.App == testenv.ImageApp {
-		wantMem, image = 2048, cfg.Phases["IMAGE_PROCESSING"].WorkerImage
+		wantMem, image = 2048, cfg.Executors.Machine.Phases["IMAGE_PROCESSING"].Image
 	}
 	require.Contains(t, []string{testenv.TiffApp, testenv.ImageApp}, l.App)
 	require.Equal(t, image, l.Image)

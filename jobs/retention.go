@@ -122,7 +122,7 @@ const processedManifestName = "_manifest.processed.json"
 // everything is gone. With RETENTION_DAYS 0 it does nothing.
 func Prune(ctx context.Context, d Deps, opts PruneOptions) (PruneResult, error) {
 	res := PruneResult{Removed: map[string]int64{}}
-	r := d.Config.Retention
+	r := d.Settings.Retention
 	if r.Days <= 0 {
 		return res, nil
 	}
@@ -238,7 +238,7 @@ func (p *pruner) batch(ctx context.Context, id string, cutoff time.Time) error {
 			return err
 		}
 		return q.EventRecord(ctx, db.Event{BatchID: id, Type: db.EventBatchPruned, Data: map[string]any{
-			"retention_days": p.deps.Config.Retention.Days, "removed": removed, "status": b.Status,
+			"retention_days": p.deps.Settings.Retention.Days, "removed": removed, "status": b.Status,
 		}})
 	})
 	p.count(removed)
@@ -253,7 +253,7 @@ func (p *pruner) batch(ctx context.Context, id string, cutoff time.Time) error {
 // R2_BUCKET, all but the processed manifest (the final manifest when there
 // is no ingest service), and returns how many it deleted.
 func (p *pruner) staging(ctx context.Context, id string) (int64, error) {
-	bucket, prefix := p.deps.Config.R2Bucket, "staging/"+id+"/"
+	bucket, prefix := p.deps.Settings.StagingBucket(), "staging/"+id+"/"
 	keep := prefix + processedManifestName
 	var deleted int64
 	err := p.deleter.List(ctx, bucket, prefix, func(keys []string) error {
@@ -289,7 +289,7 @@ func (p *pruner) report(start time.Time) {
 		return
 	}
 	attrs := []any{"batches", len(p.res.Batches), "failed", len(p.res.Failed), "statements", p.res.Statements, "more", p.res.More,
-		"duration_ms", time.Since(start).Milliseconds(), "retention_days", p.deps.Config.Retention.Days}
+		"duration_ms", time.Since(start).Milliseconds(), "retention_days", p.deps.Settings.Retention.Days}
 	tables := make([]string, 0, len(p.res.Removed))
 	for t := range p.res.Removed {
 		tables = append(tables, t)

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/executor/chunked"
 	"github.com/arke-institute/orchestrator/executor/machine"
@@ -81,13 +80,13 @@ func addChunksAndDocument(t *testing.T, pool *pgxpool.Pool, id string) {
 
 // retentionDeps are the env's deps with retention on (the env's own
 // client runs none: its periodic job would race the test's Prune).
-func retentionDeps(env *testenv.Env, edit func(*config.Retention)) jobs.Deps {
-	cfg := *env.Config
-	cfg.Retention.Days, cfg.Retention.DeleteRows = 7, 3
+func retentionDeps(env *testenv.Env, edit func(*jobs.Retention)) jobs.Deps {
+	s := env.Deps.Settings
+	s.Retention.Days, s.Retention.DeleteRows = 7, 3
 	if edit != nil {
-		edit(&cfg.Retention)
+		edit(&s.Retention)
 	}
-	return jobs.Deps{Pool: env.Pool, Store: env.Store, Config: &cfg, Logger: slog.New(slog.DiscardHandler), Metrics: env.Metrics, Executors: env.Deps.Executors}
+	return jobs.Deps{Pool: env.Pool, Store: env.Store, Settings: s, Logger: slog.New(slog.DiscardHandler), Metrics: env.Metrics, Executors: env.Deps.Executors}
 }
 
 // TestPruneKeepsResultsRemovesProcessingState: of a batch finished more
@@ -261,7 +260,7 @@ func TestPruneDays(t *testing.T) {
 		days int
 		want []string
 	}{{0, nil}, {5, nil}, {3, []string{"FOUR-DAYS"}}, {1, []string{"TWO-DAYS"}}} {
-		res, err := jobs.Prune(ctx, retentionDeps(env, func(r *config.Retention) { r.Days = tc.days }), jobs.PruneOptions{})
+		res, err := jobs.Prune(ctx, retentionDeps(env, func(r *jobs.Retention) { r.Days = tc.days }), jobs.PruneOptions{})
 		require.NoError(t, err)
 		require.Equal(t, tc.want, res.Batches, "RETENTION_DAYS=%d", tc.days)
 	}
@@ -292,7 +291,7 @@ func TestPruneStagingObjects(t *testing.T) {
 		env.PutObject(t, k, []byte(k))
 	}
 
-	res, err := jobs.Prune(ctx, retentionDeps(env, func(r *config.Retention) { r.Staging = true }), jobs.PruneOptions{})
+	res, err := jobs.Prune(ctx, retentionDeps(env, func(r *jobs.Retention) { r.Staging = true }), jobs.PruneOptions{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"S1"}, res.Batches)
 	require.Equal(t, int64(len(gone)), res.Removed[jobs.StagingObjects])
@@ -347,7 +346,7 @@ func TestPruneFailureLeavesBatchForNextRun(t *testing.T) {
 	env.PutObject(t, "staging/F1/a.tif", []byte("x"))
 	env.PutObject(t, "staging/F2/a.tif", []byte("x"))
 
-	deps := retentionDeps(env, func(r *config.Retention) { r.Staging = true })
+	deps := retentionDeps(env, func(r *jobs.Retention) { r.Staging = true })
 	deps.Store = refusingStore{S3: env.Store.(*blob.S3), prefix: "staging/F1/"}
 	res, err := jobs.Prune(ctx, deps, jobs.PruneOptions{})
 	require.NoError(t, err)
@@ -358,7 +357,7 @@ func TestPruneFailureLeavesBatchForNextRun(t *testing.T) {
 	require.Nil(t, b.PrunedAt, "F1 is still due")
 	require.NotNil(t, env.Status(t, "F1").Pruned, "its details are (partly) gone already")
 
-	res, err = jobs.Prune(ctx, retentionDeps(env, func(r *config.Retention) { r.Staging = true }), jobs.PruneOptions{})
+	res, err = jobs.Prune(ctx, retentionDeps(env, func(r *jobs.Retention) { r.Staging = true }), jobs.PruneOptions{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"F1"}, res.Batches)
 	require.Empty(t, res.Failed)

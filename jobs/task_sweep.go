@@ -42,7 +42,7 @@ var processStarted = time.Now()
 // out the outage are on their way, and a late success of a current
 // attempt is accepted.
 func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs]) error {
-	grace, err := w.restartedWithin(ctx, w.deps.Config.SweepRestartGrace)
+	grace, err := w.restartedWithin(ctx, w.deps.Settings.SweepRestartGrace)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ const SweepGroupsPerRun = 100
 // is unique, so when nothing was lost this inserts nothing.
 func (w *TaskSweepWorker) backstop(ctx context.Context) error {
 	q := db.New(w.deps.Pool)
-	before := time.Now().Add(-2 * w.deps.Config.SweepInterval)
+	before := time.Now().Add(-2 * w.deps.Settings.SweepInterval)
 	stalled, err := q.BatchListStalled(ctx, db.BatchListStalledParams{Before: before, Max: SweepGroupsPerRun})
 	if err != nil {
 		return fmt.Errorf("finding stalled batches: %w", err)

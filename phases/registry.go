@@ -96,7 +96,7 @@ type Spec struct {
 	// Settings are the phase's own settings, passed to its machines.
 	Settings []Setting
 	// SharedEnv names orchestrator-wide settings its machines also get
-	// (e.g. ARCHIVE_BUCKET), resolved by config at launch.
+	// (e.g. ARCHIVE_BUCKET), resolved by the machine executor at launch.
 	SharedEnv []string
 }
 

@@ -6,18 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// TestAdaptiveFromConfig checks that config's settings convert as they are
-// and default to the same constants.
-func TestAdaptiveFromConfig(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, ratelimit.DefaultAdaptive(), ratelimit.Adaptive(config.DefaultAdaptiveLimit()))
-}
 
 func TestAdaptiveValidate(t *testing.T) {
 	t.Parallel()

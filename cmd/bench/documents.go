@@ -181,7 +181,7 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 	}
 	defer pool.Close()
 	m := metrics.New(metrics.Config{})
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Config: cfg, Logger: logger, Metrics: m}, executor.Options{})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Settings: cfg.Jobs(), Logger: logger, Metrics: m}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 	if err := <-errs; err != nil {
 		return err
 	}
-	docs := docindex.NewDocuments(pool, client, env.store, cfg.R2Bucket, cfg.Documents.Prefix, logger)
+	docs := docindex.NewDocuments(pool, client, env.store, cfg.R2Bucket, cfg.Executors.Documents.Prefix, logger)
 	for _, key := range keys {
 		if _, created, err := docs.Create(ctx, key); err != nil || !created {
 			return fmt.Errorf("asking for %s: created %v, %v", key, created, err)
@@ -347,10 +347,10 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 		return err
 	}
 	defer pool.Close()
-	if err := seedSearchChunks(ctx, pool, opts.searchChunks, cfg.Documents.EmbeddingsDimensions); err != nil {
+	if err := seedSearchChunks(ctx, pool, opts.searchChunks, cfg.Executors.Documents.EmbeddingsDimensions); err != nil {
 		return err
 	}
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Config: cfg, Logger: logger}, executor.Options{})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: env.store, Compute: instantBackend{}, Settings: cfg.Jobs(), Logger: logger}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
 	}
@@ -362,7 +362,7 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg, api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: env.store, Logger: logger}))}
+	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: env.store, Logger: logger}))}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 

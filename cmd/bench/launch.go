@@ -145,7 +145,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 		presigner = store
 	}
 	rec := &recordingBackend{Backend: backendImpl}
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: rec, Config: cfg, Logger: logger}, executor.Options{Presigner: presigner})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: rec, Settings: cfg.Jobs(), Logger: logger}, cfg.Executors, executor.Options{Presigner: presigner})
 	if err != nil {
 		return run, err
 	}

@@ -433,7 +433,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err != nil {
 		return run, err
 	}
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: instantBackend{}, Config: cfg, Logger: logger}, executor.Options{})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: instantBackend{}, Settings: cfg.Jobs(), Logger: logger}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return run, err
 	}
@@ -449,7 +449,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err != nil {
 		return run, err
 	}
-	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg, api.Parts{Pool: pool, River: client, Executors: deps.Executors, Logger: logger}))}
+	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Logger: logger}))}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 

@@ -29,6 +29,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // ocrOptions configure the OCR part.
@@ -50,12 +51,12 @@ func (o ocrOptions) chunks() int {
 }
 
 // limit is the limiter's shape: spec 004's, unless -ocr-env changes it.
-func (o ocrOptions) limit() (config.AdaptiveLimit, error) {
+func (o ocrOptions) limit() (ratelimit.Adaptive, error) {
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := o.settings[k]; return v, ok })
 	if err != nil {
-		return config.AdaptiveLimit{}, err
+		return ratelimit.Adaptive{}, err
 	}
-	return cfg.OCRLimit, nil
+	return cfg.Executors.ProviderLimit, nil
 }
 
 // ocrMode is a way of limiting the OCR phase's requests.

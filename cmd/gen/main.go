@@ -1,11 +1,13 @@
 // Command gen writes the parts of the repository that are derived from the
-// phase registry (package phases), so that adding a phase edits phases/
-// and its worker package only:
+// phase registry (package phases) and the settings' declarations, so that
+// adding a phase edits phases/ and its worker package only, and adding a
+// setting edits its declaration only:
 //
 //   - cmd/worker/programs.gen.go: the worker programs cmd/worker runs,
 //     one per registered worker kind (package worker/<kind>worker, Run);
 //   - api/openapi.yaml: the BatchStatus enum;
-//   - docs/configuration.md: the per-phase settings table.
+//   - docs/configuration.md: the settings' reference, from the
+//     declarations config reads the environment with (package setting).
 //
 // `make generate` runs it; `make check-generate` fails when its output
 // differs from what is committed (-check).
@@ -21,9 +23,10 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
+	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/setting"
 )
 
 const module = "github.com/arke-institute/orchestrator"
@@ -52,7 +55,7 @@ func run(root string, check bool) (stale []string, err error) {
 	}{
 		{"cmd/worker/programs.gen.go", func([]byte) ([]byte, error) { return workerPrograms() }},
 		{"api/openapi.yaml", openAPIStatuses},
-		{"docs/configuration.md", readmeSettings},
+		{"docs/configuration.md", configurationReference},
 	}
 	for _, o := range outputs {
 		path := filepath.Join(root, o.path)
@@ -126,66 +129,18 @@ func openAPIStatuses(old []byte) ([]byte, error) {
 }
 
 const (
-	settingsBegin = "<!-- phase settings: generated from phases/ by make generate -->\n"
-	settingsEnd   = "<!-- end of phase settings -->\n"
+	settingsBegin = "<!-- settings: generated from their declarations by make generate -->\n"
+	settingsEnd   = "<!-- end of settings -->\n"
 )
 
-// readmeSettings rewrites the table of per-phase settings between its
-// markers in docs/configuration.md.
-func readmeSettings(old []byte) ([]byte, error) {
+// configurationReference rewrites the settings' reference between its
+// markers in docs/configuration.md, from the declarations config reads
+// the environment with.
+func configurationReference(old []byte) ([]byte, error) {
 	s := string(old)
 	i, j := strings.Index(s, settingsBegin), strings.Index(s, settingsEnd)
 	if i < 0 || j < i {
 		return nil, fmt.Errorf("markers %q and %q not found", strings.TrimSpace(settingsBegin), strings.TrimSpace(settingsEnd))
 	}
-	specs := make([]phases.Spec, 0, len(phases.All()))
-	for _, p := range phases.All() {
-		specs = append(specs, p.Spec())
-	}
-	return []byte(s[:i+len(settingsBegin)] + settingsTable(specs) + s[j:]), nil
-}
-
-// settingsTable is the docs/configuration.md table of the settings of specs' phases. Only
-// machine phases have Fly rows: config reads no Fly settings for others.
-func settingsTable(specs []phases.Spec) string {
-	var b strings.Builder
-	b.WriteString("| phase | setting | default | meaning |\n| --- | --- | --- | --- |\n")
-	row := func(phase, name, def, meaning string) {
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", phase, name, def, meaning)
-	}
-	for _, sp := range specs {
-		n, d := string(sp.Name), sp.Defaults
-		ph := "`" + n + "`"
-		switch {
-		case sp.Worker != "":
-			machines := fmt.Sprintf("Fly app of its machines: %s, `worker %s`, %d MB, %d %s CPUs", sp.Title, sp.Worker, d.Guest.MemoryMB, d.Guest.CPUs, d.Guest.CPUKind)
-			if len(sp.SharedEnv) > 0 {
-				machines += "; they also get " + strings.Join(backquote(sp.SharedEnv), ", ")
-			}
-			row(ph, "FLY_"+sp.Short+"_APP_NAME", "`"+d.FlyAppName+"`", machines)
-			row(ph, "FLY_"+sp.Short+"_WORKER_IMAGE", "`"+d.WorkerImage+"`", "image its machines run")
-			row(ph, "BATCH_SIZE_"+n, fmt.Sprintf("`%d`", d.BatchSize), "tasks launched per round")
-			row(ph, "ALARM_DELAY_"+n, millis(d.AlarmDelay), "pause between launch rounds (ms)")
-			row(ph, "TASK_TIMEOUT_"+n, millis(d.TaskTimeout), "an attempt still processing after this, plus the per-GB part, times out (ms)")
-			row(ph, "TASK_TIMEOUT_PER_GB_"+n, millis(d.TaskTimeoutPerGB), "added to the timeout per 10^9 bytes of the task's input (ms; 0 for none)")
-		case sp.Defaults.ChunkSize == 0:
-			row(ph, "DOCUMENT_MAX_BYTES", "`20000000`", fmt.Sprintf("%s by `document_step` jobs, no machines: the document settings apply (`DOCUMENT_MAX_BYTES`, `DOCUMENT_CHUNK_TOKENS`, the embeddings and tags providers); a larger document fails and its file passes through without document fields", sp.Title))
-		default:
-			row(ph, sp.Short+"_CHUNK_SIZE", fmt.Sprintf("`%d`", d.ChunkSize), fmt.Sprintf("%s in chunks, no machines: directory groups per chunk (1 to 10000)", sp.Title))
-		}
-		for _, st := range sp.Settings {
-			row(ph, st.Name, fmt.Sprintf("`%d`", st.Default), fmt.Sprintf("%s (%d to %d; passed to its machines)", st.Doc, st.Min, st.Max))
-		}
-	}
-	return b.String()
-}
-
-func millis(d time.Duration) string { return fmt.Sprintf("`%d`", d.Milliseconds()) }
-
-func backquote(names []string) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = "`" + n + "`"
-	}
-	return out
+	return []byte(s[:i+len(settingsBegin)] + "\n" + setting.Markdown((&config.Config{}).Groups()) + "\n" + s[j:]), nil
 }

@@ -1,25 +1,42 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/setting"
 )
 
-// TestSettingsTableChunked: a chunked phase gets no Fly or launch rows
-// (config reads none for it), its chunk size, and no worker program.
-func TestSettingsTableChunked(t *testing.T) {
+// TestConfigurationReference: the reference replaces what is between its
+// markers, keeps the rest, lists every declared setting once, and refuses
+// a file without its markers.
+func TestConfigurationReference(t *testing.T) {
 	t.Parallel()
-	machine := phases.All()[0].Spec()
-	chunked := phases.Spec{Name: "CHUNKY", TaskPrefix: "chunky", Short: "CHUNKY", Executor: "chunked", Defaults: phases.Defaults{ChunkSize: 10}}
-	table := settingsTable([]phases.Spec{machine, chunked})
-	require.Contains(t, table, "FLY_"+machine.Short+"_APP_NAME")
-	require.NotContains(t, table, "FLY_CHUNKY_")
-	require.NotContains(t, table, "BATCH_SIZE_CHUNKY")
-	require.Contains(t, table, "`CHUNKY_CHUNK_SIZE` | `10`")
+	old := "# Configuration\n\nhand-written\n\n" + settingsBegin + "stale\n" + settingsEnd + "\nafter\n"
+	out, err := configurationReference([]byte(old))
+	require.NoError(t, err)
+	s := string(out)
+	require.True(t, strings.HasPrefix(s, "# Configuration\n\nhand-written\n\n"+settingsBegin))
+	require.True(t, strings.HasSuffix(s, settingsEnd+"\nafter\n"))
+	require.NotContains(t, s, "stale")
+	for _, name := range setting.Names((&config.Config{}).Groups()) {
+		require.Equal(t, 1, strings.Count(s, "| `"+name+"` |"), name)
+	}
+	again, err := configurationReference(out)
+	require.NoError(t, err)
+	require.Equal(t, s, string(again), "generating is idempotent")
+
+	_, err = configurationReference([]byte("# Configuration\n"))
+	require.ErrorContains(t, err, "markers")
+}
+
+// TestWorkerPrograms: every machine phase names its worker program.
+func TestWorkerPrograms(t *testing.T) {
+	t.Parallel()
 	for _, s := range machineSpecs() {
-		require.NotEmpty(t, s.Worker)
+		require.NotEmpty(t, s.Worker, s.Name)
 	}
 }

@@ -105,7 +105,7 @@ func runDocument(ctx context.Context, args []string, lookup func(string) (string
 	case len(rest) == 1:
 		o.file = rest[0]
 		if o.key == "" {
-			o.key = cfg.Documents.Prefix + filepath.Base(o.file)
+			o.key = cfg.Executors.Documents.Prefix + filepath.Base(o.file)
 		}
 	}
 	api, err := client.New(client.Config{URL: o.url, IngestToken: cfg.IngestToken, IngestSigningSecret: cfg.IngestSigningSecret,
@@ -151,12 +151,12 @@ func uploadDocument(ctx context.Context, cfg *config.Config, o documentOptions) 
 		return err
 	}
 	switch {
-	case int64(len(data)) > cfg.Documents.MaxBytes:
-		return fmt.Errorf("%s is %s, over DOCUMENT_MAX_BYTES (%s); nothing was uploaded", o.file, humanBytes(int64(len(data))), humanBytes(cfg.Documents.MaxBytes))
+	case int64(len(data)) > cfg.Executors.Documents.MaxBytes:
+		return fmt.Errorf("%s is %s, over DOCUMENT_MAX_BYTES (%s); nothing was uploaded", o.file, humanBytes(int64(len(data))), humanBytes(cfg.Executors.Documents.MaxBytes))
 	case !utf8.Valid(data):
 		return fmt.Errorf("%s is not UTF-8 text; nothing was uploaded", o.file)
-	case !strings.HasPrefix(o.key, cfg.Documents.Prefix):
-		return fmt.Errorf("-key %q must lie under DOCUMENTS_PREFIX %q", o.key, cfg.Documents.Prefix)
+	case !strings.HasPrefix(o.key, cfg.Executors.Documents.Prefix):
+		return fmt.Errorf("-key %q must lie under DOCUMENTS_PREFIX %q", o.key, cfg.Executors.Documents.Prefix)
 	}
 	storage, err := submitStorage(cfg)
 	if err != nil {

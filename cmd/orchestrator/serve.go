@@ -114,8 +114,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopMetrics()
 	deps, err := executor.Register(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m,
-	}, executor.Options{})
+		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m,
+	}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	warnClosedRoutes(cfg, logger)
-	apiCfg := api.ConfigOf(cfg, api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
 	apiCfg.Context = ctx
 	e := api.New(apiCfg)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -361,7 +361,7 @@ func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	commands := make(map[string][]string)
 	for _, p := range phases.All() {
 		if spec := p.Spec(); spec.Worker != "" {
-			commands[cfg.Phases[spec.Name].FlyAppName] = []string{bin, spec.Worker}
+			commands[cfg.Executors.Machine.Phases[spec.Name].App] = []string{bin, spec.Worker}
 		}
 	}
 	b, err := localcompute.New(localcompute.Config{

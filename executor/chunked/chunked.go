@@ -40,6 +40,7 @@ const Kind = "chunked"
 // engine its Spec.Engine names.
 type Executor struct {
 	deps    jobs.Deps
+	cfg     Config
 	limiter *ratelimit.Limiter
 	engines map[string]Engine
 }
@@ -50,9 +51,9 @@ var (
 	_ jobs.Viewer   = (*Executor)(nil)
 )
 
-// New returns the executor with its engines.
-func New(deps jobs.Deps, engines ...Engine) *Executor {
-	e := &Executor{deps: deps, limiter: ratelimit.New(deps.Pool), engines: map[string]Engine{}}
+// New returns the executor of cfg with its engines.
+func New(deps jobs.Deps, cfg Config, engines ...Engine) *Executor {
+	e := &Executor{deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), engines: map[string]Engine{}}
 	for _, eng := range engines {
 		e.engines[eng.Name()] = eng
 	}
@@ -83,7 +84,7 @@ func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
 	river.AddWorker(w, &ChunkWorker{deps: e.deps, limiter: e.limiter, engines: e.engines})
 	out := jobs.Jobs{Queues: map[string]river.QueueConfig{}, Timeout: jobs.ShortTimeout}
 	for _, p := range jobs.PhasesOf(Kind) {
-		st := e.engines[p.Spec().Engine].Settings()
+		st := e.engines[p.Spec().Engine].Tuning()
 		out.Queues[Queue(p.Spec().Name)] = river.QueueConfig{MaxWorkers: st.Workers}
 		out.Timeout = min(out.Timeout, runTimeout(st.Timeout))
 	}
@@ -152,7 +153,7 @@ func (e *Executor) Enter(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files
 	q := tx.Queries()
 	batchID, name := at.BatchID, at.Phase.Spec().Name
 	eng := e.engines[at.Phase.Spec().Engine]
-	chunks := at.Phase.(phases.Chunker).Chunks(files, e.deps.Config.Phases[name].ChunkSize)
+	chunks := at.Phase.(phases.Chunker).Chunks(files, e.cfg.ChunkSize[name])
 	earlier, err := q.ChunkSummary(ctx, db.ChunkSummaryParams{BatchID: batchID, Phase: string(name)})
 	if err != nil {
 		return nil, fmt.Errorf("counting earlier chunks of %s %s: %w", batchID, name, err)
@@ -191,7 +192,7 @@ func (e *Executor) Enter(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files
 		return nil, fmt.Errorf("inserting %d chunk items of %s: %w", len(items), name, err)
 	}
 	e.deps.Metrics.ChunkItemsFinished(string(name), metrics.ItemSkipped, skipped)
-	if _, err := tx.River.InsertManyTx(ctx, tx.Tx, chunkParams(batchID, name, ids, eng.Settings().MaxGlobalRetries+1)); err != nil {
+	if _, err := tx.River.InsertManyTx(ctx, tx.Tx, chunkParams(batchID, name, ids, eng.Tuning().MaxGlobalRetries+1)); err != nil {
 		return nil, fmt.Errorf("enqueueing the chunks of %s %s: %w", batchID, name, err)
 	}
 	return map[string]any{"chunks": len(chunks), "refs": refs, "skipped": skipped}, nil
@@ -202,7 +203,7 @@ func (e *Executor) Enter(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files
 // need. It returns how many it enqueued.
 func (e *Executor) ensureJobs(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], batchID string, p phases.Phase) (int, error) {
 	phase := p.Spec().Name
-	maxAttempts := e.engines[p.Spec().Engine].Settings().MaxGlobalRetries + 1
+	maxAttempts := e.engines[p.Spec().Engine].Tuning().MaxGlobalRetries + 1
 	ids, err := db.New(tx).ChunkListOpen(ctx, db.ChunkListOpenParams{BatchID: batchID, Phase: string(phase)})
 	if err != nil {
 		return 0, fmt.Errorf("listing open chunks of %s %s: %w", batchID, phase, err)

@@ -20,16 +20,16 @@ type Engine interface {
 	// tokens from: one per provider, shared by every chunk of every
 	// process, unless the engine keeps one per chunk.
 	LimitKey(batchID, chunkID string) string
-	// Settings say how the phase's chunks run.
-	Settings() Settings
+	// Tuning says how the phase's chunks run.
+	Tuning() Tuning
 	// Process does one item's work. Its outcome's error, if any, is
 	// classified by provider.ClassOf.
 	Process(ctx context.Context, item Item) Outcome
 }
 
-// Settings say how a chunked phase's chunk jobs run (spec 004's names for
-// the OCR phase).
-type Settings struct {
+// Tuning says how a chunked phase's chunk jobs run (spec 004's settings
+// for the OCR phase).
+type Tuning struct {
 	// Limit is the adaptive rate limit of the engine's provider.
 	Limit ratelimit.Adaptive
 	// Timeout bounds one call of the engine; a chunk job's run lasts a

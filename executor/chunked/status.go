@@ -86,7 +86,7 @@ func (e *Executor) ChunkStatus(ctx context.Context, batchID, chunkID string) (Ch
 		st.Status = "error"
 	}
 	eng := e.engineOf(c.Phase)
-	limiters, err := e.LimiterStates(ctx, eng.Settings().Limit, []string{eng.LimitKey(batchID, chunkID)})
+	limiters, err := e.LimiterStates(ctx, eng.Tuning().Limit, []string{eng.LimitKey(batchID, chunkID)})
 	if err != nil {
 		return ChunkStatus{}, err
 	}

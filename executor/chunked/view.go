@@ -111,7 +111,7 @@ func (e *Executor) view(ctx context.Context, q *db.Queries, batchID, phase strin
 	}
 	v.Progress.TasksPending = v.Progress.TasksTotal - v.Progress.TasksCompleted - v.Progress.TasksFailed
 	var err error
-	if v.Limiters, err = e.LimiterStates(ctx, eng.Settings().Limit, keys); err != nil {
+	if v.Limiters, err = e.LimiterStates(ctx, eng.Tuning().Limit, keys); err != nil {
 		return phaseView{}, err
 	}
 	if !anyFailed {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/ratelimit"
@@ -45,10 +44,10 @@ func TestViews(t *testing.T) {
 	exec(`INSERT INTO rate_limits (key, tokens, max_tokens, refill_rate, updated_at, backoff_until)
 		VALUES ('ocr:ocr.test', 3, 20, 7.5, clock_timestamp(), clock_timestamp() + interval '1 hour')`)
 
-	limit := ratelimit.Adaptive(config.DefaultAdaptiveLimit())
+	limit := ratelimit.DefaultAdaptive()
 	views := func(perChunk bool) []jobs.View {
 		t.Helper()
-		e := New(jobs.Deps{Pool: pool}, limitEngine{limit: limit, perChunk: perChunk})
+		e := New(jobs.Deps{Pool: pool}, Config{}, limitEngine{limit: limit, perChunk: perChunk})
 		vs, err := e.Views(ctx, "B")
 		require.NoError(t, err)
 		return vs
@@ -87,7 +86,7 @@ func TestViews(t *testing.T) {
 
 	t.Run("LimitPerChunk", func(t *testing.T) {
 		o := views(true)[0].Data.(phaseView)
-		def := config.DefaultAdaptiveLimit()
+		def := ratelimit.DefaultAdaptive()
 		require.Equal(t, []RateLimiterState{
 			{Key: "ocr:ocr.test:B:1", Tokens: def.InitialMaxTokens, MaxTokens: def.InitialMaxTokens, RPS: def.InitialRefillRate},
 			{Key: "ocr:ocr.test:B:10", Tokens: def.InitialMaxTokens, MaxTokens: def.InitialMaxTokens, RPS: def.InitialRefillRate},
@@ -95,7 +94,7 @@ func TestViews(t *testing.T) {
 	})
 
 	t.Run("NoChunks", func(t *testing.T) {
-		e := New(jobs.Deps{Pool: pool}, limitEngine{limit: limit})
+		e := New(jobs.Deps{Pool: pool}, Config{}, limitEngine{limit: limit})
 		vs, err := e.Views(ctx, "NO-OCR")
 		require.NoError(t, err)
 		require.Empty(t, vs)
@@ -117,5 +116,5 @@ func (e limitEngine) LimitKey(batchID, chunkID string) string {
 	}
 	return "ocr:ocr.test"
 }
-func (e limitEngine) Settings() Settings                    { return Settings{Limit: e.limit} }
+func (e limitEngine) Tuning() Tuning                        { return Tuning{Limit: e.limit} }
 func (e limitEngine) Process(context.Context, Item) Outcome { return Outcome{} }

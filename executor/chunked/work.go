@@ -46,7 +46,7 @@ func (w *ChunkWorker) Timeout(job *river.Job[ChunkArgs]) time.Duration {
 	if job == nil {
 		return jobs.ShortTimeout
 	}
-	return runTimeout(w.engine(job.Args).Settings().Timeout)
+	return runTimeout(w.engine(job.Args).Tuning().Timeout)
 }
 
 // runTimeout is a chunk run's bound for an engine call timeout.
@@ -71,7 +71,7 @@ type chunkRun struct {
 	w      *ChunkWorker
 	args   ChunkArgs
 	engine Engine
-	cfg    Settings
+	cfg    Tuning
 	key    string // the limiter's key
 }
 
@@ -84,7 +84,7 @@ func (r chunkRun) params() (batchID, phase, chunkID string) {
 // kept.
 func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) error {
 	eng := w.engine(job.Args)
-	run := chunkRun{w: w, args: job.Args, engine: eng, cfg: eng.Settings(), key: eng.LimitKey(job.Args.BatchID, job.Args.ChunkID)}
+	run := chunkRun{w: w, args: job.Args, engine: eng, cfg: eng.Tuning(), key: eng.LimitKey(job.Args.BatchID, job.Args.ChunkID)}
 	err := run.work(ctx)
 	if err == nil {
 		return nil
@@ -458,8 +458,8 @@ type unknownPhase struct{ phase string }
 func (u unknownPhase) Name() string                { return "" }
 func (u unknownPhase) Provider() string            { return "none" }
 func (u unknownPhase) LimitKey(_, _ string) string { return "unknown:" + u.phase }
-func (u unknownPhase) Settings() Settings {
-	return Settings{Limit: ratelimit.Adaptive{InitialMaxTokens: 1, InitialRefillRate: 1, MaxMaxTokens: 1, MaxRefillRate: 1, MinMaxTokens: 1, MinRefillRate: 1}, Timeout: time.Second, MaxConcurrentPerAlarm: 1, AlarmInterval: time.Second, Workers: 1}
+func (u unknownPhase) Tuning() Tuning {
+	return Tuning{Limit: ratelimit.Adaptive{InitialMaxTokens: 1, InitialRefillRate: 1, MaxMaxTokens: 1, MaxRefillRate: 1, MinMaxTokens: 1, MinRefillRate: 1}, Timeout: time.Second, MaxConcurrentPerAlarm: 1, AlarmInterval: time.Second, Workers: 1}
 }
 func (u unknownPhase) Process(context.Context, Item) Outcome {
 	return Outcome{Err: &provider.Error{Class: provider.Auth, Message: "the chunk's phase " + u.phase + " is not registered"}}

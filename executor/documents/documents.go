@@ -31,6 +31,7 @@ const Kind = "documents"
 // names a document's batch, not its phase: there is one such phase.
 type Executor struct {
 	deps     jobs.Deps
+	cfg      docindex.Config
 	pipeline *docindex.DocumentStepWorker
 }
 
@@ -40,7 +41,7 @@ var (
 )
 
 // New returns the executor over the document pipeline's providers.
-func New(deps jobs.Deps, providers docindex.Providers) (*Executor, error) {
+func New(deps jobs.Deps, cfg docindex.Config, providers docindex.Providers) (*Executor, error) {
 	ps := jobs.PhasesOf(Kind)
 	if len(ps) > 1 {
 		return nil, errors.New("the documents executor runs one phase: documents name their batch, not their phase")
@@ -49,7 +50,7 @@ func New(deps jobs.Deps, providers docindex.Providers) (*Executor, error) {
 	if len(ps) == 1 {
 		phase = string(ps[0].Spec().Name)
 	}
-	return &Executor{deps: deps, pipeline: docindex.New(deps, providers, phase)}, nil
+	return &Executor{deps: deps, cfg: cfg, pipeline: docindex.New(deps, cfg, providers, phase)}, nil
 }
 
 // Pipeline is the document pipeline the executor runs its documents on.
@@ -69,7 +70,7 @@ func (e *Executor) Check(p phases.Phase) error {
 // Jobs registers the document steps.
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
 	river.AddWorker(w, e.pipeline)
-	return jobs.Jobs{Timeout: docindex.RunTimeout(e.deps.Config.Documents.Timeout)}
+	return jobs.Jobs{Timeout: docindex.RunTimeout(e.cfg.Timeout)}
 }
 
 // Enter writes the documents of files (the stored generation) and

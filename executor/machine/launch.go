@@ -12,7 +12,6 @@ import (
 
 	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/compute"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -40,6 +39,7 @@ func (PhaseLaunchArgs) InsertOpts() river.InsertOpts {
 type PhaseLaunchWorker struct {
 	jobs.Defaults[PhaseLaunchArgs]
 	deps    jobs.Deps
+	cfg     Config
 	limiter *ratelimit.Limiter
 	urls    *batchurls.Signer
 }
@@ -55,7 +55,7 @@ type PhaseLaunchWorker struct {
 func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunchArgs]) error {
 	args := job.Args
 	name := phases.Name(args.Phase)
-	pcfg, ok := w.deps.Config.Phases[name]
+	pcfg, ok := w.cfg.Phases[name]
 	if !ok {
 		return river.JobCancel(fmt.Errorf("unknown phase %q", args.Phase))
 	}
@@ -119,7 +119,7 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 // no capacity) does not, and only the outage's length counts: the batch
 // goes to ERROR once it has lasted LAUNCH_OUTAGE_BUDGET. Running tasks go
 // on meanwhile.
-func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg config.Phase, cause error) error {
+func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg Phase, cause error) error {
 	args := job.Args
 	transient := transientLaunchError(cause)
 	var (
@@ -143,16 +143,16 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 			// outage has lasted, so that it stays capped.
 			lasted = time.Duration(ms) * time.Millisecond
 			count = int32(min(20, 1+lasted/time.Second))
-			if lasted >= w.deps.Config.LaunchOutageBudget {
+			if lasted >= w.cfg.OutageBudget {
 				msg = fmt.Sprintf("Launching %s machines failed transiently for %s (LAUNCH_OUTAGE_BUDGET %s): %v",
-					args.Phase, lasted.Round(time.Second), w.deps.Config.LaunchOutageBudget, cause)
+					args.Phase, lasted.Round(time.Second), w.cfg.OutageBudget, cause)
 			}
 		} else {
 			var err error
 			if count, err = q.BatchPhaseRetry(ctx, args.BatchID); err != nil {
 				return err
 			}
-			if int(count) >= w.deps.Config.MaxRetryAttempts {
+			if int(count) >= w.cfg.MaxRetryAttempts {
 				msg = fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
 			}
 		}
@@ -165,14 +165,14 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 			return err
 		}
-		delay := jobs.Backoff(int(count), w.deps.Config.AlarmDelayErrorRetry)
+		delay := jobs.Backoff(int(count), w.cfg.ErrorRetryCap)
 		data := map[string]any{"delay_ms": delay.Milliseconds(), "error": cause.Error(), "transient": transient}
 		if transient {
 			data["outage_ms"] = lasted.Milliseconds()
-			data["outage_budget_ms"] = w.deps.Config.LaunchOutageBudget.Milliseconds()
+			data["outage_budget_ms"] = w.cfg.OutageBudget.Milliseconds()
 		} else {
 			data["retry"] = count
-			data["max_retries"] = w.deps.Config.MaxRetryAttempts
+			data["max_retries"] = w.cfg.MaxRetryAttempts
 		}
 		if err := q.EventRecord(ctx, db.Event{BatchID: args.BatchID, Type: db.EventPhaseRetry, Phase: args.Phase, Data: data}); err != nil {
 			return err
@@ -183,7 +183,7 @@ func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[Phase
 	if err != nil {
 		return err
 	}
-	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.FlyAppName, "transient", transient)
+	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.App, "transient", transient)
 	if retryErr != nil {
 		w.deps.Metrics.PhaseRetried(args.Phase)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/compute"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
@@ -23,7 +22,7 @@ import (
 // The lookup is fenced by the launch attempt: a machine left from an
 // earlier attempt (before an admin retry, a reset or a relaunch) is never
 // taken for this one, and is destroyed.
-func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) (string, error) {
+func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) (string, error) {
 	spec := w.machineSpec(batchID, name, pcfg, row)
 	m, err := w.deps.Compute.Launch(ctx, spec)
 	if err == nil {
@@ -42,7 +41,7 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 	// this launch must be known so that it can be recorded or destroyed.
 	findCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
-	found, ferr := w.deps.Compute.FindByTask(findCtx, pcfg.FlyAppName, row.ID)
+	found, ferr := w.deps.Compute.FindByTask(findCtx, pcfg.App, row.ID)
 	if ferr != nil {
 		return "", &unresolvedLaunch{fmt.Errorf("%w (and looking for its machine failed: %v)", err, ferr)}
 	}
@@ -54,7 +53,7 @@ func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name 
 		unwanted = append(unwanted, f.Current[1:]...)
 	}
 	for _, m := range unwanted {
-		if derr := w.deps.Compute.Destroy(findCtx, pcfg.FlyAppName, m.ID); derr != nil {
+		if derr := w.deps.Compute.Destroy(findCtx, pcfg.App, m.ID); derr != nil {
 			w.deps.Logger.Warn("destroying unwanted machine", "batch_id", batchID, "task_id", row.ID, "phase", string(name),
 				"machine_id", m.ID, "machine_attempt", m.Attempt, "attempt", row.Attempt, "error", derr)
 		}
@@ -97,8 +96,8 @@ func (e *unresolvedLaunch) Unwrap() error { return e.err }
 // gets no storage credentials: presigned URLs for its input and planned
 // outputs (batchurls.Signer.Env), valid until the task's deadline plus
 // batchurls.Margin.
-func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg config.Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
-	c := w.deps.Config
+func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
+	s := w.deps.Settings
 	p, known := phases.Get(name)
 	var shared []string
 	if known {
@@ -112,17 +111,17 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 	env["INPUT_R2_KEY"] = row.R2Key
 	env["INPUT_FILE_NAME"] = row.FileName
 	env["INPUT_CONTENT_TYPE"] = row.ContentType
-	env["R2_BUCKET"] = c.R2Bucket
-	env["CALLBACK_URL"] = c.OrchestratorURL + "/callback/" + batchID + "/" + row.ID
+	env["R2_BUCKET"] = s.StagingBucket()
+	env["CALLBACK_URL"] = s.CallbackURL + "/callback/" + batchID + "/" + row.ID
 	env["CALLBACK_TOKEN"] = row.Token
-	env["CALLBACK_RETRY_WINDOW"] = strconv.FormatInt(c.CallbackRetryWindow.Milliseconds(), 10)
+	env["CALLBACK_RETRY_WINDOW"] = strconv.FormatInt(w.cfg.CallbackRetryWindow.Milliseconds(), 10)
 	if row.CID != nil {
 		env["INPUT_CID"] = *row.CID
 	}
 	maps.Copy(env, pcfg.Env)
 	if known {
 		for _, k := range shared {
-			env[k], _ = c.Shared(k)
+			env[k] = sharedValue(s, k)
 		}
 		// The task's deadline was set at its claim, just before (the
 		// timeout scaled by the input's size).
@@ -142,9 +141,9 @@ func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg c
 		}
 	}
 	return compute.MachineSpec{
-		App: pcfg.FlyAppName, Image: pcfg.WorkerImage, Region: c.FlyRegion,
+		App: pcfg.App, Image: pcfg.Image, Region: w.cfg.Region,
 		Name:   fmt.Sprintf("%s-a%d", strings.ReplaceAll(row.ID, "_", "-"), row.Attempt),
 		TaskID: row.ID, BatchID: batchID, Attempt: int(row.Attempt), Phase: string(name), Env: env,
-		MemoryMB: pcfg.MemoryMB, CPUs: pcfg.CPUs, CPUKind: pcfg.CPUKind,
+		MemoryMB: pcfg.Guest.MemoryMB, CPUs: pcfg.Guest.CPUs, CPUKind: pcfg.Guest.CPUKind,
 	}
 }

@@ -12,10 +12,10 @@ import (
 
 	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/setting"
 )
 
 // TestMachineSpecFollowsTheRegistry: every registered phase's machines get
@@ -23,19 +23,21 @@ import (
 // and the shared settings it names, with nothing phase-specific in the launcher.
 func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"CDN_PUBLIC_URL": "https://cdn.test", "ARCHIVE_BUCKET": "archive-x"}
+	env := map[string]string{}
 	for _, p := range phases.All() {
 		for _, st := range p.Spec().Settings {
 			env[st.Name] = strconv.Itoa(st.Max) // not the default
 		}
 	}
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
+	cfg := loadConfig(t, env)
+	shared := map[string]string{"CDN_PUBLIC_URL": "https://cdn.test", "ARCHIVE_BUCKET": "archive-x", "CDN_BUCKET": "arke-cdn"}
+	settings := jobs.Settings{CDNPublicURL: shared["CDN_PUBLIC_URL"], CallbackURL: "http://127.0.0.1:8080",
+		Buckets: map[phases.Bucket]string{phases.StagingBucket: "arke-staging", phases.ArchiveBucket: shared["ARCHIVE_BUCKET"], phases.CDNBucket: shared["CDN_BUCKET"]}}
 	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "key-id", SecretAccessKey: "s3cr3t"})
 	require.NoError(t, err)
-	urls, err := batchurls.New(store, batchurls.BucketsOf(cfg))
+	urls, err := batchurls.New(store, settings.Buckets)
 	require.NoError(t, err)
-	w := &PhaseLaunchWorker{deps: jobs.Deps{Config: cfg}, urls: urls}
+	w := &PhaseLaunchWorker{deps: jobs.Deps{Settings: settings}, cfg: cfg, urls: urls}
 
 	for _, p := range jobs.PhasesOf(Kind) {
 		spec := p.Spec()
@@ -52,7 +54,7 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 				require.Equal(t, strconv.Itoa(st.Max), m.Env[st.Name], st.Name)
 			}
 			for _, name := range spec.SharedEnv {
-				want, ok := cfg.Shared(name)
+				want, ok := shared[name]
 				require.True(t, ok, name)
 				require.Equal(t, want, m.Env[name], name)
 			}
@@ -94,8 +96,8 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 // spec (six URLs, the most of any phase), presigned and with unsigned URLs
 // of the same shape: what presigning adds to each launch.
 func BenchmarkMachineSpec(b *testing.B) {
-	cfg, err := config.Load(func(k string) (string, bool) { return "", false })
-	require.NoError(b, err)
+	cfg := loadConfig(b, nil)
+	settings := jobs.Settings{Buckets: map[phases.Bucket]string{phases.StagingBucket: "arke-staging", phases.ArchiveBucket: "arke-archive", phases.CDNBucket: "arke-cdn"}}
 	store, err := blob.NewS3(blob.S3Config{Endpoint: "https://0123456789abcdef0123456789abcdef.r2.cloudflarestorage.com",
 		AccessKeyID: "0123456789abcdef0123456789abcdef", SecretAccessKey: "s3cr3t"})
 	require.NoError(b, err)
@@ -107,9 +109,9 @@ func BenchmarkMachineSpec(b *testing.B) {
 		p    blob.Presigner
 	}{{"Unsigned", unsignedPresigner{}}, {"Presigned", store}} {
 		b.Run(c.name, func(b *testing.B) {
-			urls, err := batchurls.New(c.p, batchurls.BucketsOf(cfg))
+			urls, err := batchurls.New(c.p, settings.Buckets)
 			require.NoError(b, err)
-			w := &PhaseLaunchWorker{deps: jobs.Deps{Config: cfg}, urls: urls}
+			w := &PhaseLaunchWorker{deps: jobs.Deps{Settings: settings}, cfg: cfg, urls: urls}
 			b.ReportAllocs()
 			for b.Loop() {
 				w.machineSpec("01K8RNKN488RQCG3YGG72QBZS5", phases.ImageProcessing, pcfg, row)
@@ -140,4 +142,12 @@ func (unsignedPresigner) PresignAll(_ context.Context, objs []blob.Object, ttl t
 		}
 	}
 	return out, nil
+}
+
+// loadConfig is the machine executor's configuration read from env.
+func loadConfig(t testing.TB, env map[string]string) Config {
+	t.Helper()
+	var c Config
+	require.NoError(t, setting.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Settings(&c)))
+	return c
 }

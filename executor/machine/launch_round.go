@@ -16,7 +16,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/compute"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
@@ -68,8 +67,8 @@ var errNotLaunched = errors.New("launch round stopped before this task")
 // it, and the launcher comes straight back for the rest.
 const launchRoundBudget = 20 * time.Second
 
-func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase) (roundTally, error) {
-	conc := max(1, w.deps.Config.LaunchConcurrency)
+func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phases.Name, pcfg Phase) (roundTally, error) {
+	conc := max(1, w.cfg.LaunchConcurrency)
 	todo := make(chan db.TaskClaimPendingRow, launchChunk)
 	results := make(chan taskLaunch, conc)
 	var stopped atomic.Bool // a launch was refused (429) or failed for the phase
@@ -143,13 +142,13 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	}()
 
 	// The claimer.
-	limit := ratelimit.Limit{Rate: w.deps.Config.FlyLaunchRate, Burst: w.deps.Config.FlyLaunchBurst}
+	limit := ratelimit.Limit{Rate: w.cfg.LaunchRate, Burst: w.cfg.LaunchBurst}
 	var claimErr error
 	var rateLimited time.Duration
 	started := time.Now()
 	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil && time.Since(started) < launchRoundBudget; {
 		want := min(pcfg.BatchSize-claimed, launchChunk)
-		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.FlyAppName, limit, want)
+		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.App, limit, want)
 		if err != nil {
 			claimErr = err
 			break
@@ -194,7 +193,7 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 // launched tasks; pending again for tasks whose launch surely made no
 // machine (429, 4xx, not attempted, or an ambiguous failure after which no
 // machine with the task's id exists).
-func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase, results []taskLaunch) (roundTally, error) {
+func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name phases.Name, pcfg Phase, results []taskLaunch) (roundTally, error) {
 	// Rows are updated in task id order, the order every other multi-task
 	// update (the callbacks' group commit) locks them in: no deadlock.
 	slices.SortFunc(results, func(a, b taskLaunch) int { return strings.Compare(a.row.ID, b.row.ID) })
@@ -274,7 +273,7 @@ func (t *taskAttempts) add(row db.TaskClaimPendingRow) {
 // recordTx is record's transaction: it records the machines and their
 // events, and releases the tasks in release that still wait for a machine
 // in the same launch attempt, which it returns.
-func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID string, name phases.Name, pcfg config.Phase,
+func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID string, name phases.Name, pcfg Phase,
 	l createdMachines, release taskAttempts) ([]string, error) {
 	q := db.New(tx)
 	var orphans []string // machines whose task ended while they were launched
@@ -311,7 +310,7 @@ func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID str
 		}
 	}
 	if len(orphans) > 0 {
-		if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, DestroyArgs{App: pcfg.FlyAppName, MachineIDs: orphans}, nil); err != nil {
+		if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, DestroyArgs{App: pcfg.App, MachineIDs: orphans}, nil); err != nil {
 			return nil, err
 		}
 	}

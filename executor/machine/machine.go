@@ -32,6 +32,7 @@ const Kind = "machine"
 // Executor runs the phases whose Spec.Executor is Kind.
 type Executor struct {
 	deps    jobs.Deps
+	cfg     Config
 	limiter *ratelimit.Limiter
 	// urls presigns the URLs machines reach storage with: they get no
 	// credentials.
@@ -48,20 +49,20 @@ var (
 	_ jobs.Router      = (*Executor)(nil)
 )
 
-// New returns the executor. presigner presigns the machines' URLs (nil:
-// deps.Store's, if it presigns).
-func New(deps jobs.Deps, presigner blob.Presigner) (*Executor, error) {
+// New returns the executor of cfg. presigner presigns the machines' URLs
+// (nil: deps.Store's, if it presigns).
+func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error) {
 	if p, ok := deps.Store.(blob.Presigner); ok && presigner == nil {
 		presigner = p
 	}
-	urls, err := batchurls.New(presigner, batchurls.BucketsOf(deps.Config))
+	urls, err := batchurls.New(presigner, deps.Settings.Buckets)
 	if err != nil {
 		return nil, fmt.Errorf("machines' URLs: %w", err)
 	}
 	if deps.Compute == nil {
 		return nil, errors.New("the machine executor needs a compute backend")
 	}
-	return &Executor{deps: deps, limiter: ratelimit.New(deps.Pool), urls: urls}, nil
+	return &Executor{deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls}, nil
 }
 
 // Kind is Kind.
@@ -79,7 +80,7 @@ func (e *Executor) Check(p phases.Phase) error {
 
 // Jobs registers the launcher and machine cleanup; both are short.
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
-	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, limiter: e.limiter, urls: e.urls})
+	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, cfg: e.cfg, limiter: e.limiter, urls: e.urls})
 	river.AddWorker(w, &DestroyWorker{deps: e.deps})
 	return jobs.Jobs{Timeout: jobs.ShortTimeout}
 }
@@ -250,7 +251,7 @@ func (e *Executor) Stop(ctx context.Context, tx jobs.Tx, batchID, reason string)
 	byApp := map[string][]string{}
 	for _, t := range ended {
 		if t.MachineID != nil {
-			app := e.deps.Config.Phases[phases.Name(t.Phase)].FlyAppName
+			app := e.cfg.Phases[phases.Name(t.Phase)].App
 			byApp[app] = append(byApp[app], *t.MachineID)
 		}
 	}

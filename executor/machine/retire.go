@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
@@ -30,7 +29,7 @@ type retired struct {
 // passed: then the launcher gives up on it (the provider keeps refusing)
 // and launches the task again, as a machine that could not be destroyed
 // for that long is most likely gone, and the task must not wait for ever.
-func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name phases.Name, pcfg config.Phase) (retired, error) {
+func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name phases.Name, pcfg Phase) (retired, error) {
 	rows, err := db.New(w.deps.Pool).TaskListRetiring(ctx, db.TaskListRetiringParams{BatchID: batchID, Phase: string(name), Max: launchChunk})
 	if err != nil || len(rows) == 0 {
 		return retired{}, err
@@ -49,7 +48,7 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := w.deps.Compute.Destroy(ctx, pcfg.FlyAppName, r.MachineID)
+			err := w.deps.Compute.Destroy(ctx, pcfg.App, r.MachineID)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -89,7 +88,7 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 		events := make([]db.BatchEventInsertManyParams, 0, len(gaveUp))
 		for _, id := range gaveUp {
 			events = append(events, jobs.NewEvent(batchID, db.EventTaskRetrying, string(name), id, map[string]any{
-				"reason": fmt.Sprintf("its last machine could not be destroyed within %s; launching anyway", w.deps.Config.TaskRetireLimit),
+				"reason": fmt.Sprintf("its last machine could not be destroyed within %s; launching anyway", w.deps.Settings.TaskRetireLimit),
 			}))
 		}
 		_, err = q.BatchEventInsertMany(ctx, events)

@@ -69,7 +69,7 @@ func (e *Executor) settleUnlaunched(ctx context.Context, client *river.Client[pg
 	if err != nil || len(rows) == 0 {
 		return err
 	}
-	app := e.deps.Config.Phases[phases.Name(phase)].FlyAppName
+	app := e.cfg.Phases[phases.Name(phase)].App
 	msg := fmt.Sprintf("no machine could be launched in %d tries", maxUnlaunched)
 	settle := db.TaskSettleUnlaunchedParams{Error: msg}
 	decide := func(id string, attempt int32, action, machineID string) {
@@ -156,12 +156,12 @@ func (e *Executor) settleUnlaunched(ctx context.Context, client *river.Client[pg
 // the phase's check is made sure to run, as any other task end does
 // (EndTasks).
 func (e *Executor) expire(ctx context.Context, client *river.Client[pgx.Tx], batchID, phase string) error {
-	app := e.deps.Config.Phases[phases.Name(phase)].FlyAppName
+	app := e.cfg.Phases[phases.Name(phase)].App
 	expired, retried := 0, 0
 	err := fanin.EndTasks(ctx, e.deps.Pool, client, fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{
-			BatchID: batchID, Phase: phase, MaxAttempts: int32(e.deps.Config.TaskMaxAttempts), RetireSeconds: e.deps.Config.TaskRetireLimit.Seconds(),
+			BatchID: batchID, Phase: phase, MaxAttempts: int32(e.deps.Settings.TaskMaxAttempts), RetireSeconds: e.deps.Settings.TaskRetireLimit.Seconds(),
 		})
 		if err != nil {
 			return false, fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)

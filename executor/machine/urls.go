@@ -59,7 +59,7 @@ func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body
 	if t.Status != string(phases.TaskProcessing) {
 		return URLsResult{}, fmt.Errorf("%w: task %s is %s", problem.ErrConflict, taskID, t.Status)
 	}
-	deadline := now.Add(e.deps.Config.Phases[phases.Name(t.Phase)].TaskTimeout)
+	deadline := now.Add(e.cfg.Phases[phases.Name(t.Phase)].TaskTimeout)
 	if t.Deadline != nil {
 		deadline = *t.Deadline
 	}

@@ -17,9 +17,10 @@ const module = "github.com/arke-institute/orchestrator"
 // layers are the packages in layer order, lowest first: a package may
 // import packages of its own layer or of one below, never of one above
 // (Go already refuses a circle). A pattern ending in "/..." names the
-// packages under a folder, that folder's own included; the first layer
-// that names a package is its layer (compute is a foundation, the
-// machine backends under it are drivers). Every package of
+// packages under a folder, that folder's own included; a package named
+// outright is in that layer, else in the layer of the closest pattern
+// (compute is a foundation, the machine backends under it are drivers;
+// a new executor's package under executor/ needs no line). Every package of
 // the module must be in one layer: a new package is placed here, where
 // docs/architecture.md's layout describes it.
 var layers = []struct {
@@ -28,7 +29,7 @@ var layers = []struct {
 }{
 	{"foundation: pure logic and the contracts, no database or network", []string{
 		"phases", "manifest", "textchunk", "words", "logcoalesce", "provider", "intakesig", "problem",
-		"sql", "blob", "compute", "worker/vips", "config",
+		"sql", "blob", "compute", "worker/vips", "setting",
 	}},
 	{"drivers: the database, storage, machines, providers, metrics, the API's client", []string{
 		"db", "locals3", "compute/...", "ocr", "embedding", "tagging", "metrics", "ratelimit", "client",
@@ -36,26 +37,33 @@ var layers = []struct {
 	}},
 	{"the fan-in protocol", []string{"fanin"}},
 	{"the pipeline's core", []string{"jobs"}},
-	{"the executors and the work they run", []string{"executor/machine", "executor/chunked/...", "executor/documents", "docindex", "search"}},
+	{"the executors and the work they run", []string{"executor/...", "docindex", "search"}},
 	{"the executors' registry", []string{"executor"}},
 	{"reads and commands of batches", []string{"status", "eventhub", "batches"}},
 	{"HTTP", []string{"api/..."}},
+	{"configuration: reads the environment into each package's settings; only commands and the harness that runs them import it", []string{"config"}},
 	{"test support", []string{"internal/..."}},
 	{"commands", []string{"cmd/...", "e2e", "examples/..."}},
 }
 
 // layerOf is the index in layers of the package at rel (module-relative),
-// or -1.
+// or -1: the layer that names it, else the one whose folder pattern
+// holds it most closely (executor/pool is an executor's package wherever
+// executor, the registry, is).
 func layerOf(rel string) int {
+	best, depth := -1, -1
 	for i, l := range layers {
 		for _, p := range l.packages {
 			dir, tree := strings.CutSuffix(p, "/...")
-			if rel == dir || tree && strings.HasPrefix(rel, dir+"/") {
+			switch {
+			case rel == p:
 				return i
+			case tree && (rel == dir || strings.HasPrefix(rel, dir+"/")) && len(dir) > depth:
+				best, depth = i, len(dir)
 			}
 		}
 	}
-	return -1
+	return best
 }
 
 // TestLayers checks the packages' imports (not their tests') against the
@@ -104,8 +112,10 @@ func relative(pkg string) string {
 // TestLayerOf checks the matching of the layer table's patterns.
 func TestLayerOf(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 0, layerOf("compute"), "the first layer naming a package is its layer")
+	require.Equal(t, 0, layerOf("compute"), "a package named outright is in that layer")
 	require.Equal(t, 1, layerOf("compute/flycompute"))
+	require.Equal(t, layerOf("executor/machine"), layerOf("executor/pool"), "a new executor needs no line")
+	require.Greater(t, layerOf("executor"), layerOf("executor/pool"), "the registry is above the executors")
 	require.Equal(t, layerOf("api"), layerOf("api/ui"))
 	require.Equal(t, -1, layerOf("apis"), "a pattern matches whole path elements")
 	require.Equal(t, -1, layerOf("nosuch"))

@@ -19,11 +19,10 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
-	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/executor/chunked"
+	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/ocr"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // Name is the engine's name, which the OCR phase's Spec.Engine gives.
@@ -38,28 +37,26 @@ type Engine struct {
 	// large one to tesseract (which reads small print poorly).
 	variants []string
 	store    blob.Store
-	cfg      *config.Config
-	settings chunked.Settings
+	cfg      Config
+	// buckets and cdnPublicURL say where refs and variants are.
+	buckets      map[phases.Bucket]string
+	cdnPublicURL string
 }
 
 var _ chunked.Engine = (*Engine)(nil)
 
-// New is the engine over the transcriber engine (nil: the one cfg asks
-// for, NewTranscriber; without one, every chunk stops with why).
-func New(cfg *config.Config, store blob.Store, engine ocr.Engine, logger *slog.Logger) *Engine {
+// New is the engine of cfg over the transcriber engine (nil: the one cfg
+// asks for, NewTranscriber; without one, every chunk stops with why),
+// reading and writing the buckets of settings in store.
+func New(cfg Config, settings jobs.Settings, store blob.Store, engine ocr.Engine, logger *slog.Logger) *Engine {
 	if engine == nil {
 		var err error
 		if engine, err = NewTranscriber(cfg); err != nil {
 			logger.Warn("the OCR phase has no engine: its chunks will stop with this error", "error", err)
 		}
 	}
-	c := cfg.OCR
-	return &Engine{engine: engine, variants: variantsFor(engine), store: store, cfg: cfg, settings: chunked.Settings{
-		Limit: ratelimit.Adaptive(cfg.OCRLimit), Timeout: c.Timeout,
-		MaxConcurrentPerAlarm: c.MaxConcurrentPerAlarm, AlarmInterval: c.AlarmInterval,
-		MaxRetriesPerRef: c.MaxRetriesPerRef, MaxGlobalRetries: c.MaxGlobalRetries,
-		MaxFailedFraction: c.MaxFailedFraction, Workers: c.Workers,
-	}}
+	return &Engine{engine: engine, variants: variantsFor(engine), store: store, cfg: cfg,
+		buckets: settings.Buckets, cdnPublicURL: settings.CDNPublicURL}
 }
 
 // Name is Name.
@@ -68,8 +65,8 @@ func (o *Engine) Name() string { return Name }
 // Provider is the transcriber's: "tesseract" or the API's host.
 func (o *Engine) Provider() string { return o.engine.Provider() }
 
-// Settings are the OCR_* settings (spec 004's).
-func (o *Engine) Settings() chunked.Settings { return o.settings }
+// Tuning is the OCR_* settings' (spec 004's).
+func (o *Engine) Tuning() chunked.Tuning { return o.cfg.Tuning }
 
 // LimitKey is the limiter bucket a batch's OCR chunk takes its tokens
 // from: "ocr:" and the provider (OCR_API_URL's host, or "tesseract"), one
@@ -77,11 +74,11 @@ func (o *Engine) Settings() chunked.Settings { return o.settings }
 // chunk as spec 004 has it ("ocr:<provider>:<batch>:<chunk>").
 func (o *Engine) LimitKey(batchID, chunkID string) string {
 	provider := "tesseract"
-	if u, err := url.Parse(o.cfg.OCR.APIURL); err == nil && o.cfg.OCR.APIURL != "" {
+	if u, err := url.Parse(o.cfg.APIURL); err == nil && o.cfg.APIURL != "" {
 		provider = u.Host
 	}
 	key := "ocr:" + provider
-	if o.cfg.OCR.LimitPerChunk {
+	if o.cfg.LimitPerChunk {
 		key += ":" + batchID + ":" + chunkID
 	}
 	return key
@@ -98,11 +95,11 @@ const (
 // NewTranscriber is the transcriber cfg asks for: an OpenAI-compatible
 // provider at OCR_API_URL, else the local tesseract command. Without
 // either, it is ocr.Unavailable, and every chunk stops with its message.
-func NewTranscriber(cfg *config.Config) (ocr.Engine, error) {
-	if cfg.OCR.APIURL != "" {
-		return ocr.NewOpenAI(ocr.OpenAIConfig{URL: cfg.OCR.APIURL, APIKey: cfg.OCR.APIKey, Model: cfg.OCR.Model, Timeout: cfg.OCR.Timeout})
+func NewTranscriber(cfg Config) (ocr.Engine, error) {
+	if cfg.APIURL != "" {
+		return ocr.NewOpenAI(ocr.OpenAIConfig{URL: cfg.APIURL, APIKey: cfg.APIKey, Model: cfg.Model, Timeout: cfg.Tuning.Timeout})
 	}
-	t, err := ocr.NewTesseract(ocr.TesseractConfig{Timeout: cfg.OCR.Timeout})
+	t, err := ocr.NewTesseract(ocr.TesseractConfig{Timeout: cfg.Tuning.Timeout})
 	if err != nil {
 		return ocr.Unavailable{Name: "tesseract", Message: "no OCR engine: OCR_API_URL is not set and " + err.Error()}, err
 	}
@@ -135,7 +132,7 @@ func storageError(what string, err error) error {
 // Process transcribes one ref's image and publishes the ref with its text;
 // the outcome's result is phases.OCRResult.
 func (o *Engine) Process(ctx context.Context, it chunked.Item) chunked.Outcome {
-	ref, err := o.read(ctx, o.cfg.R2Bucket, it.R2Key, maxRefBytes, "the ref "+it.R2Key)
+	ref, err := o.read(ctx, o.buckets[phases.StagingBucket], it.R2Key, maxRefBytes, "the ref "+it.R2Key)
 	if err != nil {
 		return chunked.Outcome{Err: err}
 	}
@@ -147,7 +144,7 @@ func (o *Engine) Process(ctx context.Context, it chunked.Item) chunked.Outcome {
 	if err != nil {
 		return chunked.Outcome{Err: err}
 	}
-	img, err := o.read(ctx, o.cfg.CDNBucket, key, maxOCRImage, fmt.Sprintf("the %s variant %s", name, key))
+	img, err := o.read(ctx, o.buckets[phases.CDNBucket], key, maxOCRImage, fmt.Sprintf("the %s variant %s", name, key))
 	if err != nil {
 		return chunked.Outcome{Err: err}
 	}
@@ -171,7 +168,7 @@ func (o *Engine) Process(ctx context.Context, it chunked.Item) chunked.Outcome {
 		return chunked.Outcome{Called: true, Err: permanent("encoding the ref: %v", err)}
 	}
 	published := ocrRefKey(it.R2Key)
-	if err := o.store.Put(ctx, o.cfg.R2Bucket, published, bytes.NewReader(body), int64(len(body)), "application/json"); err != nil {
+	if err := o.store.Put(ctx, o.buckets[phases.StagingBucket], published, bytes.NewReader(body), int64(len(body)), "application/json"); err != nil {
 		return chunked.Outcome{Called: true, Err: &ocr.Error{Class: ocr.Transient, Message: fmt.Sprintf("writing %s: %v", published, err), Err: err}}
 	}
 	result, err := json.Marshal(phases.OCRResult{TextLength: len(res.Text), RefR2Key: published, RefSize: int64(len(body))})
@@ -221,8 +218,8 @@ func (o *Engine) variant(doc map[string]json.RawMessage) (name, key string, err 
 		if !ok {
 			continue
 		}
-		prefix := o.cfg.CDNPublicURL + "/"
-		if o.cfg.CDNPublicURL == "" || !strings.HasPrefix(u, prefix) || strings.Contains(u[len(prefix):], "..") {
+		prefix := o.cdnPublicURL + "/"
+		if o.cdnPublicURL == "" || !strings.HasPrefix(u, prefix) || strings.Contains(u[len(prefix):], "..") {
 			return "", "", permanent("the %s variant's URL %q is not under CDN_PUBLIC_URL", name, u)
 		}
 		return name, strings.SplitN(u[len(prefix):], "?", 2)[0], nil

@@ -68,7 +68,7 @@ func runChild(settingsJSON string) error {
 	if err != nil {
 		return err
 	}
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger}, executor.Options{})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
 	}

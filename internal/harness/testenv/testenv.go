@@ -201,7 +201,7 @@ func New(t *testing.T, opts Options) *Env {
 	m := metrics.New(metrics.Config{Pool: pool, Logger: logger})
 	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
 	require.NoError(t, err)
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Config: cfg, Logger: logger, Metrics: m}, executor.Options{})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m}, cfg.Executors, executor.Options{})
 	require.NoError(t, err)
 	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks, Queues: opts.Queues})
 	require.NoError(t, err)
@@ -211,7 +211,7 @@ func New(t *testing.T, opts Options) *Env {
 
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
-	apiCfg := api.ConfigOf(cfg, api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
 	apiCfg.Context = apiCtx
 	var h http.Handler = api.New(apiCfg)
 	handler.Store(&h)

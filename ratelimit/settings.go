@@ -1,0 +1,41 @@
+package ratelimit
+
+import (
+	"fmt"
+
+	"github.com/arke-institute/orchestrator/setting"
+)
+
+// Settings declares an adaptive bucket's six settings, bound to dst:
+// spec 004's INITIAL_MAX_TOKENS, INITIAL_REFILL_RATE, MAX_MAX_TOKENS,
+// MAX_REFILL_RATE, MIN_MAX_TOKENS and MIN_REFILL_RATE, their names after
+// prefix (e.g. "EMBEDDINGS_" for EMBEDDINGS_INITIAL_MAX_TOKENS), with
+// DefaultAdaptive's defaults. what names the bucket in their docs.
+func Settings(dst *Adaptive, prefix, what string) []setting.Setting {
+	def := DefaultAdaptive()
+	return []setting.Setting{
+		setting.PositiveFloat(&dst.InitialMaxTokens, prefix+"INITIAL_MAX_TOKENS", def.InitialMaxTokens, what+" at start: its burst (requests)"),
+		setting.PositiveFloat(&dst.InitialRefillRate, prefix+"INITIAL_REFILL_RATE", def.InitialRefillRate, what+" at start: requests per second"),
+		setting.PositiveFloat(&dst.MaxMaxTokens, prefix+"MAX_MAX_TOKENS", def.MaxMaxTokens, "the largest burst "+what+" grows to: +1 request after 10 successes in a row"),
+		setting.PositiveFloat(&dst.MaxRefillRate, prefix+"MAX_REFILL_RATE", def.MaxRefillRate, "the highest rate "+what+" grows to: +0.5/s after 10 successes in a row"),
+		setting.PositiveFloat(&dst.MinMaxTokens, prefix+"MIN_MAX_TOKENS", def.MinMaxTokens, "the smallest burst "+what+" shrinks to (at least 1): -2 requests on a 429"),
+		setting.PositiveFloat(&dst.MinRefillRate, prefix+"MIN_REFILL_RATE", def.MinRefillRate, "the lowest rate "+what+" shrinks to: -1/s on a 429, which also backs off min(60 s, 2^n s) for the n-th 429 in a row, or the provider's `Retry-After` if longer"),
+	}
+}
+
+// Problems says what is wrong with a's values taken together, its
+// settings' names after prefix (as Settings): each initial value must lie
+// between its minimum and its maximum, and a bucket must hold a token.
+func (a Adaptive) Problems(prefix string) []string {
+	var problems []string
+	if a.MinMaxTokens < 1 {
+		problems = append(problems, fmt.Sprintf("%sMIN_MAX_TOKENS must be at least 1 (a bucket holding less never grants a token), got %v", prefix, a.MinMaxTokens))
+	}
+	if a.MinMaxTokens > a.InitialMaxTokens || a.InitialMaxTokens > a.MaxMaxTokens {
+		problems = append(problems, fmt.Sprintf("%[1]sMIN_MAX_TOKENS <= %[1]sINITIAL_MAX_TOKENS <= %[1]sMAX_MAX_TOKENS must hold, got %[2]v, %[3]v, %[4]v", prefix, a.MinMaxTokens, a.InitialMaxTokens, a.MaxMaxTokens))
+	}
+	if a.MinRefillRate > a.InitialRefillRate || a.InitialRefillRate > a.MaxRefillRate {
+		problems = append(problems, fmt.Sprintf("%[1]sMIN_REFILL_RATE <= %[1]sINITIAL_REFILL_RATE <= %[1]sMAX_REFILL_RATE must hold, got %[2]v, %[3]v, %[4]v", prefix, a.MinRefillRate, a.InitialRefillRate, a.MaxRefillRate))
+	}
+	return problems
+}
