@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/phases"
@@ -87,22 +88,22 @@ var hanging = testenv.Options{Behave: func(fakefly.Launch) fakefly.Behavior { re
 // awaitEvents polls the batch's event types until there are at least n.
 func awaitEvents(t *testing.T, env *testenv.Env, batchID string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var events []string
+	var events []string
+	// Fewer than n after the wait are returned all the same, for the
+	// caller's comparison to show.
+	eventually.Within(30*time.Second, func() bool {
 		rows, err := env.Pool.Query(context.Background(), `SELECT type FROM batch_events WHERE batch_id = $1 ORDER BY id`, batchID)
 		require.NoError(t, err)
+		events = events[:0]
 		for rows.Next() {
 			var e string
 			require.NoError(t, rows.Scan(&e))
 			events = append(events, e)
 		}
 		require.NoError(t, rows.Err())
-		if len(events) >= n || time.Now().After(deadline) {
-			return events
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(events) >= n
+	})
+	return events
 }
 
 func launched(st status.Status) bool {

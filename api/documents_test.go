@@ -13,6 +13,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/textchunk"
@@ -38,20 +39,19 @@ func postDocument(t *testing.T, env *testenv.Env, key string) (int, docindex.Doc
 
 func awaitDocument(t *testing.T, env *testenv.Env, id int64, done func(docindex.Document) bool) docindex.Document {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var doc docindex.Document
-		code, body := env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
+	var doc docindex.Document
+	var body []byte
+	if !eventually.Within(60*time.Second, func() bool {
+		var code int
+		code, body = env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
 		require.Equal(t, http.StatusOK, code, string(body))
+		doc = docindex.Document{}
 		require.NoError(t, json.Unmarshal(body, &doc))
-		if done(doc) {
-			return doc
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("document %d did not reach the awaited state: %s", id, body)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a condition
+		return done(doc)
+	}) {
+		t.Fatalf("document %d did not reach the awaited state: %s", id, body)
 	}
+	return doc
 }
 
 func ended(d docindex.Document) bool { return d.Status == "completed" || d.Status == "failed" }

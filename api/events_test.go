@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/status"
 )
@@ -272,13 +273,11 @@ func TestStreamFollowsBatchLive(t *testing.T) {
 	}
 	// The listener connects in the background: wait for it, then count.
 	var listeners int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	eventually.Within(10*time.Second, func() bool {
 		require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN batch_events'`).Scan(&listeners))
-		if listeners > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return listeners > 0
+	})
 	require.Equal(t, 1, listeners, "one listener connection serves every stream of the process")
 
 	first := r.await(5*time.Second, "the status document", func(m sseMessage) bool { return m.Event == "status" })

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/status"
 )
@@ -62,21 +63,22 @@ func errorBody(l fakefly.Launch) string {
 // batch ends, and returns its final status.
 func finishAll(t *testing.T, env *testenv.Env, id string, launches <-chan fakefly.Launch) status.Status {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case l := <-launches:
-			postCallback(t, env, l, callbackBody(l))
-			continue
-		default:
+	var st status.Status
+	if !eventually.Within(60*time.Second, func() bool {
+		for drained := false; !drained; {
+			select {
+			case l := <-launches:
+				postCallback(t, env, l, callbackBody(l))
+			default:
+				drained = true
+			}
 		}
-		st := env.Status(t, id)
-		if st.Status == "DONE" || st.Status == "ERROR" {
-			return st
-		}
-		require.False(t, time.Now().After(deadline), "batch %s did not finish: %+v", id, st)
-		time.Sleep(20 * time.Millisecond)
+		st = env.Status(t, id)
+		return st.Status == "DONE" || st.Status == "ERROR"
+	}) {
+		t.Fatalf("batch %s did not finish: %+v", id, st)
 	}
+	return st
 }
 
 // TestRetryRerunsOnlyFailedTasks: in a running phase with one task

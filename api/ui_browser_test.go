@@ -28,6 +28,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/status"
@@ -80,10 +81,9 @@ func browser(t *testing.T) (context.Context, *wire) {
 	profile, err := os.MkdirTemp("", "dashboard-chromium-")
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for os.RemoveAll(profile) != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond) // cleanup, not synchronisation
-		}
+		// Best effort: a profile left behind is only litter in the
+		// temporary directory.
+		eventually.Within(10*time.Second, func() bool { return os.RemoveAll(profile) == nil })
 	})
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
@@ -143,20 +143,17 @@ func browser(t *testing.T) (context.Context, *wire) {
 // Errors while a navigation replaces the page are retried.
 func awaitJS(ctx context.Context, t *testing.T, what, expr, want string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var got string
 	var err error
-	for time.Now().Before(deadline) {
+	if eventually.Within(30*time.Second, func() bool {
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %v", what, ctx.Err())
+		}
 		got = ""
 		err = chromedp.Run(ctx, chromedp.Evaluate(`String(`+expr+`)`, &got))
-		if err == nil && got == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %v", what, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return err == nil && got == want
+	}) {
+		return
 	}
 	var html string
 	_ = chromedp.Run(ctx, chromedp.Evaluate(`document.documentElement.outerHTML`, &html))

@@ -450,7 +450,7 @@ WHERE c.document_id = ANY($1::bigint[]) AND c.chunk_index = ANY($2::int[])
 `
 
 type DocumentChunksByKeysParams struct {
-	DocumentIds  []int64
+	DocumentIDs  []int64
 	ChunkIndexes []int32
 }
 
@@ -466,7 +466,7 @@ type DocumentChunksByKeysRow struct {
 
 // The chunks search found, with their documents' keys.
 func (q *Queries) DocumentChunksByKeys(ctx context.Context, arg DocumentChunksByKeysParams) ([]DocumentChunksByKeysRow, error) {
-	rows, err := q.db.Query(ctx, documentChunksByKeys, arg.DocumentIds, arg.ChunkIndexes)
+	rows, err := q.db.Query(ctx, documentChunksByKeys, arg.DocumentIDs, arg.ChunkIndexes)
 	if err != nil {
 		return nil, err
 	}

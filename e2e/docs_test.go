@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 )
 
@@ -199,16 +200,15 @@ func TestDocs(t *testing.T) {
 	})
 	// Up once it answers and has written .data/run.env and its banner,
 	// which ends with "Ctrl-C stops everything.".
-	for deadline := time.Now().Add(60 * time.Second); ; {
+	if !eventually.Within(60*time.Second, func() bool {
 		resp, err := http.Get("http://" + listen + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(serveLog.String(), "Ctrl-C stops everything.") {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		require.True(t, time.Now().Before(deadline), "serve did not come up:\n%s", serveLog.String())
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && strings.Contains(serveLog.String(), "Ctrl-C stops everything.")
+	}) {
+		t.Fatalf("serve did not come up:\n%s", serveLog.String())
 	}
 	_, err = os.Stat(filepath.Join(clone, ".data", "run.env"))
 	require.NoError(t, err, "serve wrote no .data/run.env")

@@ -25,6 +25,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 )
 
@@ -110,17 +111,15 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 		}
 	})
 	base := "http://" + listen
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if !eventually.Within(60*time.Second, func() bool {
 		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		require.True(t, time.Now().Before(deadline), "serve did not come up:\n%s", serveLog.String())
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("serve did not come up:\n%s", serveLog.String())
 	}
 
 	// submit uploads the folder, posts the batch and follows it to DONE.
@@ -294,18 +293,17 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	// METRICS_ADDR serves the batch's metrics, River's queue and the
 	// runtime's. The batch is counted just after it is DONE: awaited.
 	var metrics string
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	if !eventually.Within(30*time.Second, func() bool {
 		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		require.NoError(t, err)
 		b, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		require.NoError(t, resp.Body.Close())
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		if metrics = string(b); strings.Contains(metrics, `orchestrator_batches_finished_total{status="DONE"} 1`) {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "no finished batch in the metrics:\n%s", metrics)
-		time.Sleep(50 * time.Millisecond)
+		metrics = string(b)
+		return strings.Contains(metrics, `orchestrator_batches_finished_total{status="DONE"} 1`)
+	}) {
+		t.Fatalf("no finished batch in the metrics:\n%s", metrics)
 	}
 	for _, line := range []string{
 		`orchestrator_batches_started_total 1`,

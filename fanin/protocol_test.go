@@ -97,18 +97,14 @@ func TestFanInLosesNoWakeUp(t *testing.T) {
 
 		// With no sweep running, only the callbacks' own checks can move
 		// the batch on. Ten seconds is far beyond a check's latency.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			st := env.Status(t, id)
-			if st.Status != "TIFF_CONVERSION" {
-				require.Equal(t, "IMAGE_PROCESSING", st.Status, "rep %d: error %v", rep, st.Error)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rep %d: every task of TIFF_CONVERSION ended but the phase never transitioned: a lost wake-up (%+v)", rep, st.Phases)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var st status.Status
+		if !eventually.Within(10*time.Second, func() bool {
+			st = env.Status(t, id)
+			return st.Status != "TIFF_CONVERSION"
+		}) {
+			t.Fatalf("rep %d: every task of TIFF_CONVERSION ended but the phase never transitioned: a lost wake-up (%+v)", rep, st.Phases)
 		}
+		require.Equal(t, "IMAGE_PROCESSING", st.Status, "rep %d: error %v", rep, st.Error)
 	}
 }
 
@@ -270,17 +266,11 @@ func TestCheckWaitsOutOpenPhase(t *testing.T) {
 	}
 	await := func(what string, cond func(checks) bool) checks {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			c := read()
-			if cond(c) {
-				return c
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("phase checks of %s: waited for %s; last %+v", id, what, c)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var c checks
+		if !eventually.Within(30*time.Second, func() bool { c = read(); return cond(c) }) {
+			t.Fatalf("phase checks of %s: waited for %s; last %+v", id, what, c)
 		}
+		return c
 	}
 
 	post(launches[0]) // two left open: its check waits them out

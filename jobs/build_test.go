@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/status"
@@ -146,15 +147,11 @@ func TestChunkedGenerationMatchesWhole(t *testing.T) {
 	// moment after it returns.
 	var builds, attempts int
 	var state string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, 10*time.Second, "River to record the build job's end", func() bool {
 		require.NoError(t, e.Pool.QueryRow(ctx, `SELECT count(*), coalesce(max(attempt), 0), coalesce(max(state::text), '') FROM river_job
 			WHERE kind = 'phase_build' AND args->>'batch_id' = $1`, id).Scan(&builds, &attempts, &state))
-		if state != "running" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return state != "running"
+	})
 	require.Equal(t, 1, builds)
 	require.Equal(t, "completed", state)
 	require.Equal(t, 2, attempts, "the failed write is retried")
@@ -227,17 +224,15 @@ func TestResetDuringBuildThenRetry(t *testing.T) {
 
 	// The reset's jobs may still be stopping: the retry says so (409) until
 	// they have.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.True(t, 20*time.Second, "the reset's jobs to stop", func() bool {
 		code, body := e.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 		if code == http.StatusOK {
-			break
+			return true
 		}
 		require.Equal(t, http.StatusConflict, code, string(body))
 		require.Contains(t, string(body), "still stopping")
-		require.True(t, time.Now().Before(deadline), "the reset's jobs never stopped")
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	resumed := runBuildBatch(t, e, id, nil)
 	// Tasks the reset ended were retried: the counts of the phases match,
 	// and so does everything written.

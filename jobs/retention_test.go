@@ -19,6 +19,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/chunked"
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -375,16 +376,11 @@ func TestRetentionJobRunsPeriodically(t *testing.T) {
 	env := testenv.New(t, testenv.Options{Settings: map[string]string{"RETENTION_DAYS": "1", "RETENTION_INTERVAL": "200"}})
 	insertFinished(t, env.Pool, "PERIODIC", 25*time.Hour)
 	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.True(t, 30*time.Second, "the retention job to prune the batch", func() bool {
 		b, err := db.New(env.Pool).BatchGetByID(ctx, "PERIODIC")
 		require.NoError(t, err)
-		if b.PrunedAt != nil {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the retention job did not prune the batch within 30 s")
-		time.Sleep(50 * time.Millisecond)
-	}
+		return b.PrunedAt != nil
+	})
 	rows := countBatchRows(t, env.Pool, "PERIODIC")
 	require.Equal(t, int64(1), rows.Events, "only batch.pruned is left")
 	var kinds int

@@ -135,6 +135,8 @@ func TestAdaptiveConcurrentTakers(t *testing.T) {
 				if g.Granted {
 					granted.Add(1)
 				} else {
+					// A refused taker waits as long as it is told, as a
+					// snoozed job would: part of what is measured.
 					time.Sleep(min(g.Wait, time.Until(stop)))
 				}
 			}

@@ -66,7 +66,7 @@ func (x *Index) Search(ctx context.Context, query string, k int) ([]Result, erro
 	for i, m := range matches {
 		docIDs[i], idxs[i] = chunkKey(m.Index)
 	}
-	rows, err := db.New(x.pool).DocumentChunksByKeys(ctx, db.DocumentChunksByKeysParams{DocumentIds: docIDs, ChunkIndexes: idxs})
+	rows, err := db.New(x.pool).DocumentChunksByKeys(ctx, db.DocumentChunksByKeysParams{DocumentIDs: docIDs, ChunkIndexes: idxs})
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 )
 
@@ -148,13 +149,12 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, string(body))
 	require.JSONEq(t, `{"batch_id": "01K8RNKN488RQCG3YGG72QBZS5", "status": "PENDING"}`, string(body))
 
-	deadline := time.Now().Add(30 * time.Second)
 	var st struct {
 		Status   string         `json:"status"`
 		Progress map[string]int `json:"progress"`
 		Error    *string        `json:"error"`
 	}
-	for {
+	eventually.True(t, 30*time.Second, "the batch to leave PENDING", func() bool {
 		req, err := http.NewRequest(http.MethodGet, base+"/status/01K8RNKN488RQCG3YGG72QBZS5", nil)
 		require.NoError(t, err)
 		req.SetBasicAuth("reader", strings.TrimSpace(string(readToken)))
@@ -162,11 +162,8 @@ func TestServeOnEmbeddedDefaults(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
 		resp.Body.Close()
-		if st.Status != "PENDING" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.Status != "PENDING"
+	})
 	require.Equal(t, "PDF_PAGES", st.Status, "error: %v", st.Error)
 	require.Equal(t, map[string]int{"tasks_total": 1, "tasks_completed": 0, "tasks_failed": 0}, st.Progress)
 }
@@ -182,22 +179,19 @@ func freeAddr(t *testing.T) string {
 // awaitOK polls url until it answers 200, failing fast if serve exits.
 func awaitOK(t *testing.T, served <-chan error, url string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.True(t, 60*time.Second, url+" to answer 200", func() bool {
 		select {
 		case err := <-served:
 			t.Fatalf("serve exited before answering: %v", err)
 		default:
 		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s did not answer 200 within 60s", url)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 func init() {

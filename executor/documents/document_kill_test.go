@@ -16,6 +16,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/reports"
@@ -213,20 +214,19 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 // awaitDocument polls a document's status until it has ended, within limit.
 func awaitDocument(t *testing.T, env *testenv.Env, id int64, limit time.Duration) docindex.Document {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		code, body := env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
+	var doc docindex.Document
+	var body []byte
+	if !eventually.Within(limit, func() bool {
+		var code int
+		code, body = env.Do(t, http.MethodGet, fmt.Sprintf("/documents/%d", id), nil)
 		require.Equal(t, http.StatusOK, code, string(body))
-		var doc docindex.Document
+		doc = docindex.Document{}
 		require.NoError(t, json.Unmarshal(body, &doc))
-		if doc.Status == "completed" || doc.Status == "failed" {
-			return doc
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("document %d has not ended within %s: %s", id, limit, body)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval of a condition
+		return doc.Status == "completed" || doc.Status == "failed"
+	}) {
+		t.Fatalf("document %d has not ended within %s: %s", id, limit, body)
 	}
+	return doc
 }
 
 // counterValue is the value of the counter name with labels in reg, 0 if

@@ -5,5 +5,6 @@
 // services with health checks, and gives the orchestrator only settings
 // that config.Load reads, the required ones included;
 // scripts/check-dockerfiles.sh checks the Dockerfiles' packages and build
-// commands), and the packages' imports against their layer order (layers_test.go).
+// commands), the packages' imports against their layer order (layers_test.go),
+// and the order of the named queries in sql/queries (queries_test.go).
 package repocheck

@@ -8,6 +8,10 @@ WHERE id IN (SELECT e.id FROM batch_events e WHERE e.batch_id = @batch_id ORDER 
 INSERT INTO batch_events (batch_id, type, phase, task_id, data)
 VALUES (@batch_id, @type, @phase, @task_id, @data);
 
+-- name: BatchEventInsertMany :copyfrom
+INSERT INTO batch_events (batch_id, type, phase, task_id, data)
+VALUES (@batch_id, @type, @phase, @task_id, @data);
+
 -- BatchEventLastID is the id of a batch's latest event, 0 when it has none:
 -- where a live stream's shared reads begin.
 -- name: BatchEventLastID :one
@@ -21,10 +25,6 @@ SELECT * FROM batch_events
 WHERE batch_id = @batch_id AND id > @after_id
 ORDER BY id
 LIMIT @max;
-
--- name: BatchEventInsertMany :copyfrom
-INSERT INTO batch_events (batch_id, type, phase, task_id, data)
-VALUES (@batch_id, @type, @phase, @task_id, @data);
 
 -- BatchEventPhaseSpans is when each phase of a batch first started and last
 -- completed (NULL while it runs), in the order the phases started: the

@@ -1,13 +1,11 @@
--- BatchListStalled is the sweep's backstop: running batches not touched
--- for a while. Their phase's executor makes sure its work has its jobs; a
--- phase with no open work should have transitioned; one whose generation
--- is still being written (build_from set) should have its writer.
--- name: BatchListStalled :many
-SELECT b.id, b.phase::text AS phase, b.generation, b.build_from
-FROM batches b
-WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < @before
-ORDER BY b.updated_at, b.id
-LIMIT @max;
+-- BatchBuildAdvance records that the generation is written up to the input
+-- file at ordinal cursor (NULL: all of it, the build is over).
+-- name: BatchBuildAdvance :exec
+UPDATE batches
+SET build_cursor = sqlc.narg(cursor)::integer,
+    build_from = CASE WHEN sqlc.narg(cursor)::integer IS NULL THEN NULL ELSE build_from END,
+    updated_at = clock_timestamp()
+WHERE id = @id;
 
 -- name: BatchGetByID :one
 SELECT * FROM batches WHERE id = $1;
@@ -35,6 +33,14 @@ INSERT INTO batches (id, uploader, queue_message)
 VALUES (@id, @uploader, @queue_message)
 ON CONFLICT (id) DO NOTHING
 RETURNING *;
+
+-- BatchLaunchOutage records a transient launch failure of the batch's
+-- phase: it returns how long the run of such failures has lasted, which
+-- starts now if none was running.
+-- name: BatchLaunchOutage :one
+UPDATE batches SET launch_outage_since = coalesce(launch_outage_since, clock_timestamp()), updated_at = clock_timestamp()
+WHERE id = @id
+RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::bigint AS lasted_ms;
 
 -- BatchList pages through batches newest first, by (started_at, id), with
 -- optional filters. The cursor is the (started_at, id) of the last row of
@@ -69,6 +75,41 @@ WHERE completed_at < @cutoff::timestamptz AND pruned_at IS NULL
 ORDER BY completed_at, id
 LIMIT @max;
 
+-- BatchListStalled is the sweep's backstop: running batches not touched
+-- for a while. Their phase's executor makes sure its work has its jobs; a
+-- phase with no open work should have transitioned; one whose generation
+-- is still being written (build_from set) should have its writer.
+-- name: BatchListStalled :many
+SELECT b.id, b.phase::text AS phase, b.generation, b.build_from
+FROM batches b
+WHERE b.completed_at IS NULL AND b.phase IS NOT NULL AND b.status = b.phase AND b.updated_at < @before
+ORDER BY b.updated_at, b.id
+LIMIT @max;
+
+-- BatchListStalledPending lists PENDING batches untouched since @before:
+-- each should have a batch_start job, which the sweep's backstop makes
+-- sure of (a unique insert: an existing one is kept).
+-- name: BatchListStalledPending :many
+SELECT b.id FROM batches b
+WHERE b.status = 'PENDING' AND b.completed_at IS NULL AND b.updated_at < @before
+ORDER BY b.updated_at, b.id
+LIMIT @max;
+
+-- BatchLockExclusive and BatchLockSharedMany are the fan-in guard; package
+-- fanin owns the protocol and says why it makes a lost wake-up
+-- impossible. Every transaction that ends work of a batch holds the
+-- shared lock while it updates it and makes sure a phase_check is
+-- pending; phase_check holds the exclusive lock while it counts open work
+-- and transitions. The key is batch_lock_key (migration 00007).
+-- name: BatchLockExclusive :exec
+SELECT pg_advisory_xact_lock(batch_lock_key(@id::text));
+
+-- BatchLockSharedMany takes the shared lock of several batches (duplicates
+-- allowed), in id order so that no two callers wait on each other.
+-- name: BatchLockSharedMany :exec
+SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
+FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;
+
 -- BatchPhaseRetry counts one more phase-level failure and returns the count.
 -- name: BatchPhaseRetry :one
 UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
@@ -78,14 +119,6 @@ RETURNING phase_retry_count;
 -- name: BatchPhaseRetryReset :exec
 UPDATE batches SET phase_retry_count = 0, launch_outage_since = NULL
 WHERE id = @id AND (phase_retry_count <> 0 OR launch_outage_since IS NOT NULL);
-
--- BatchLaunchOutage records a transient launch failure of the batch's
--- phase: it returns how long the run of such failures has lasted, which
--- starts now if none was running.
--- name: BatchLaunchOutage :one
-UPDATE batches SET launch_outage_since = coalesce(launch_outage_since, clock_timestamp()), updated_at = clock_timestamp()
-WHERE id = @id
-RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::bigint AS lasted_ms;
 
 -- BatchPruneBegin marks a batch as being pruned, if it still may be (as
 -- BatchListPrunable; the row lock orders it with an admin retry, which
@@ -104,15 +137,6 @@ RETURNING b.id, b.status, b.generation;
 -- name: BatchPruneEnd :exec
 UPDATE batches SET pruned_at = clock_timestamp() WHERE id = @id AND pruned_counts IS NOT NULL;
 
--- BatchResume puts a batch in ERROR back to work, in @status (the phase it
--- failed in, or PENDING when it failed before its first phase), for an admin
--- retry. Any other batch is left as it is (no row is returned).
--- name: BatchResume :one
-UPDATE batches
-SET status = @status, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
-WHERE id = @id AND status = 'ERROR'
-RETURNING *;
-
 -- BatchReopen takes a DONE batch back to work for an admin retry of what
 -- failed (jobs.ResumeBatch), in the transaction that moves it into the
 -- phase it resumes in; its delivery to ingest is to be made again.
@@ -121,6 +145,15 @@ UPDATE batches
 SET status = 'PENDING', error = NULL, completed_at = NULL, phase_retry_count = 0,
     ingest_status = 'none', ingest_attempts = 0, ingest_last_error = NULL, ingest_delivered_at = NULL, updated_at = clock_timestamp()
 WHERE id = @id AND status = 'DONE'
+RETURNING *;
+
+-- BatchResume puts a batch in ERROR back to work, in @status (the phase it
+-- failed in, or PENDING when it failed before its first phase), for an admin
+-- retry. Any other batch is left as it is (no row is returned).
+-- name: BatchResume :one
+UPDATE batches
+SET status = @status, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
+WHERE id = @id AND status = 'ERROR'
 RETURNING *;
 
 -- BatchRetryTouch marks a running batch as changed by an admin retry.
@@ -165,40 +198,7 @@ SET status = @phase, phase = @phase, generation = @generation, phase_retry_count
 WHERE id = @id AND status NOT IN ('DONE', 'ERROR')
 RETURNING *;
 
--- BatchBuildAdvance records that the generation is written up to the input
--- file at ordinal cursor (NULL: all of it, the build is over).
--- name: BatchBuildAdvance :exec
-UPDATE batches
-SET build_cursor = sqlc.narg(cursor)::integer,
-    build_from = CASE WHEN sqlc.narg(cursor)::integer IS NULL THEN NULL ELSE build_from END,
-    updated_at = clock_timestamp()
-WHERE id = @id;
-
 -- BatchTouch marks the batches the backstop looked at, so its next runs
 -- look at the others first (it takes the least recently touched).
 -- name: BatchTouch :exec
 UPDATE batches SET updated_at = clock_timestamp() WHERE id = ANY(@ids::text[]);
-
--- BatchLockExclusive and BatchLockSharedMany are the fan-in guard; package
--- fanin owns the protocol and says why it makes a lost wake-up
--- impossible. Every transaction that ends work of a batch holds the
--- shared lock while it updates it and makes sure a phase_check is
--- pending; phase_check holds the exclusive lock while it counts open work
--- and transitions. The key is batch_lock_key (migration 00007).
--- name: BatchLockExclusive :exec
-SELECT pg_advisory_xact_lock(batch_lock_key(@id::text));
-
--- BatchLockSharedMany takes the shared lock of several batches (duplicates
--- allowed), in id order so that no two callers wait on each other.
--- name: BatchLockSharedMany :exec
-SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
-FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;
-
--- BatchListStalledPending lists PENDING batches untouched since @before:
--- each should have a batch_start job, which the sweep's backstop makes
--- sure of (a unique insert: an existing one is kept).
--- name: BatchListStalledPending :many
-SELECT b.id FROM batches b
-WHERE b.status = 'PENDING' AND b.completed_at IS NULL AND b.updated_at < @before
-ORDER BY b.updated_at, b.id
-LIMIT @max;

@@ -23,6 +23,42 @@ DELETE FROM chunk_items
 WHERE (batch_id, phase, chunk_id, item_index) IN (
     SELECT i.batch_id, i.phase, i.chunk_id, i.item_index FROM chunk_items i WHERE i.batch_id = @batch_id LIMIT @max);
 
+-- ChunkItemDropUnfinished removes a DONE batch's items that were neither
+-- done nor skipped (failed, or left pending by a chunk that stopped), and
+-- uncounts them in their chunks: an admin retry reruns them as items of
+-- new chunks (jobs.ResumeBatch). It returns the items' keys.
+-- name: ChunkItemDropUnfinished :many
+WITH items AS (
+    DELETE FROM chunk_items ci
+    WHERE ci.batch_id = @batch_id AND ci.status NOT IN ('done', 'skipped')
+    RETURNING ci.phase, ci.chunk_id, ci.status, ci.r2_key
+), per_chunk AS (
+    SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
+    FROM items i GROUP BY i.phase, i.chunk_id
+), counted AS (
+    UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
+    FROM per_chunk
+    WHERE c.batch_id = @batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
+)
+SELECT i.phase, i.r2_key FROM items i;
+
+-- name: ChunkItemGroupResults :many
+-- ChunkItemGroupResults is a chunk's outcome per directory group (spec
+-- 004's per-PI results): its items by state, and the failed ones with the
+-- file names and errors.
+SELECT ci.directory_path,
+    count(*) AS total,
+    count(*) FILTER (WHERE ci.status = 'done') AS completed,
+    count(*) FILTER (WHERE ci.status = 'error') AS failed,
+    count(*) FILTER (WHERE ci.status = 'skipped') AS skipped,
+    coalesce(jsonb_agg(jsonb_build_object('filename', f.file_name, 'error', ci.error) ORDER BY ci.item_index)
+        FILTER (WHERE ci.status = 'error'), '[]')::jsonb AS failed_refs
+FROM chunk_items ci
+LEFT JOIN files f ON f.id = ci.file_id
+WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id
+GROUP BY ci.directory_path
+ORDER BY min(ci.item_index);
+
 -- name: ChunkItemInsertMany :copyfrom
 INSERT INTO chunk_items (batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, error)
 VALUES (@batch_id, @phase, @chunk_id, @item_index, @directory_path, @file_id, @r2_key, @status, sqlc.narg(error));
@@ -37,6 +73,57 @@ WHERE batch_id = @batch_id AND phase = @phase
     AND (chunk_id, item_index) > (@after_chunk_id::text, @after_item_index::int)
 ORDER BY chunk_id, item_index
 LIMIT @max_items;
+
+-- name: ChunkItemListFailedByBatchPhase :many
+-- ChunkItemListFailedByBatchPhase is the first max_per_chunk failed items
+-- of each chunk of a batch's phase, with their files' logical paths (the
+-- r2_key when the file row is gone), for the dashboard. Only the narrow
+-- columns are read.
+SELECT ci.chunk_id, coalesce(f.logical_path, ci.r2_key)::text AS logical_path, coalesce(ci.error, '')::text AS error
+FROM (
+    SELECT c.chunk_id, c.item_index, c.file_id, c.r2_key, c.error,
+        row_number() OVER (PARTITION BY c.chunk_id ORDER BY c.item_index) AS n
+    FROM chunk_items c
+    WHERE c.batch_id = @batch_id AND c.phase = @phase AND c.status = 'error'
+) ci
+LEFT JOIN files f ON f.id = ci.file_id
+WHERE ci.n <= @max_per_chunk::bigint
+ORDER BY ci.chunk_id, ci.item_index;
+
+-- name: ChunkItemProgress :one
+-- ChunkItemProgress is what is left of a chunk: its pending and processing
+-- items, and when the first pending item may be claimed (NULL: now).
+SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+    count(*) FILTER (WHERE status = 'processing') AS processing,
+    coalesce(min(coalesce(not_before, now())) FILTER (WHERE status = 'pending'), now())::timestamptz AS next_due,
+    now()::timestamptz AS now
+FROM chunk_items
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND status IN ('pending', 'processing');
+
+-- name: ChunkItemReleaseClaims :execrows
+-- ChunkItemReleaseClaims puts back the items of a chunk left processing by
+-- a run of its job that ended without settling them (a crash, a timeout):
+-- only one run of a chunk's job is under way at a time, so at the start of
+-- a run every processing item is such a leftover. No retry is used.
+UPDATE chunk_items SET status = 'pending', updated_at = now()
+WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND status = 'processing';
+
+-- name: ChunkItemRequeueFailed :many
+-- ChunkItemRequeueFailed puts a batch phase's failed items back to pending
+-- with their retries restored, reopens their chunks (uncounting the
+-- failures) and returns the chunks reopened. An admin's retry; the caller
+-- holds the batch's exclusive fan-in lock.
+WITH items AS (
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, updated_at = now()
+    WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.status = 'error'
+    RETURNING ci.batch_id, ci.phase, ci.chunk_id
+), per_chunk AS (
+    SELECT i.batch_id, i.phase, i.chunk_id, count(*) AS n FROM items i GROUP BY i.batch_id, i.phase, i.chunk_id
+)
+UPDATE chunks c SET failed = c.failed - per_chunk.n, state = 'PROCESSING', error = NULL, finished_at = NULL
+FROM per_chunk
+WHERE c.batch_id = per_chunk.batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
+RETURNING c.chunk_id, per_chunk.n::int AS requeued;
 
 -- name: ChunkItemSetDone :execrows
 -- ChunkItemSetDone records a processing item's outcome (its engine's
@@ -89,90 +176,3 @@ WITH item AS (
 )
 UPDATE chunks c SET skipped = c.skipped + 1
 FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_id = item.chunk_id;
-
--- name: ChunkItemReleaseClaims :execrows
--- ChunkItemReleaseClaims puts back the items of a chunk left processing by
--- a run of its job that ended without settling them (a crash, a timeout):
--- only one run of a chunk's job is under way at a time, so at the start of
--- a run every processing item is such a leftover. No retry is used.
-UPDATE chunk_items SET status = 'pending', updated_at = now()
-WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND status = 'processing';
-
--- name: ChunkItemProgress :one
--- ChunkItemProgress is what is left of a chunk: its pending and processing
--- items, and when the first pending item may be claimed (NULL: now).
-SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-    count(*) FILTER (WHERE status = 'processing') AS processing,
-    coalesce(min(coalesce(not_before, now())) FILTER (WHERE status = 'pending'), now())::timestamptz AS next_due,
-    now()::timestamptz AS now
-FROM chunk_items
-WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND status IN ('pending', 'processing');
-
--- name: ChunkItemGroupResults :many
--- ChunkItemGroupResults is a chunk's outcome per directory group (spec
--- 004's per-PI results): its items by state, and the failed ones with the
--- file names and errors.
-SELECT ci.directory_path,
-    count(*) AS total,
-    count(*) FILTER (WHERE ci.status = 'done') AS completed,
-    count(*) FILTER (WHERE ci.status = 'error') AS failed,
-    count(*) FILTER (WHERE ci.status = 'skipped') AS skipped,
-    coalesce(jsonb_agg(jsonb_build_object('filename', f.file_name, 'error', ci.error) ORDER BY ci.item_index)
-        FILTER (WHERE ci.status = 'error'), '[]')::jsonb AS failed_refs
-FROM chunk_items ci
-LEFT JOIN files f ON f.id = ci.file_id
-WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id
-GROUP BY ci.directory_path
-ORDER BY min(ci.item_index);
-
--- name: ChunkItemRequeueFailed :many
--- ChunkItemRequeueFailed puts a batch phase's failed items back to pending
--- with their retries restored, reopens their chunks (uncounting the
--- failures) and returns the chunks reopened. An admin's retry; the caller
--- holds the batch's exclusive fan-in lock.
-WITH items AS (
-    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, updated_at = now()
-    WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.status = 'error'
-    RETURNING ci.batch_id, ci.phase, ci.chunk_id
-), per_chunk AS (
-    SELECT i.batch_id, i.phase, i.chunk_id, count(*) AS n FROM items i GROUP BY i.batch_id, i.phase, i.chunk_id
-)
-UPDATE chunks c SET failed = c.failed - per_chunk.n, state = 'PROCESSING', error = NULL, finished_at = NULL
-FROM per_chunk
-WHERE c.batch_id = per_chunk.batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
-RETURNING c.chunk_id, per_chunk.n::int AS requeued;
-
--- name: ChunkItemListFailedByBatchPhase :many
--- ChunkItemListFailedByBatchPhase is the first max_per_chunk failed items
--- of each chunk of a batch's phase, with their files' logical paths (the
--- r2_key when the file row is gone), for the dashboard. Only the narrow
--- columns are read.
-SELECT ci.chunk_id, coalesce(f.logical_path, ci.r2_key)::text AS logical_path, coalesce(ci.error, '')::text AS error
-FROM (
-    SELECT c.chunk_id, c.item_index, c.file_id, c.r2_key, c.error,
-        row_number() OVER (PARTITION BY c.chunk_id ORDER BY c.item_index) AS n
-    FROM chunk_items c
-    WHERE c.batch_id = @batch_id AND c.phase = @phase AND c.status = 'error'
-) ci
-LEFT JOIN files f ON f.id = ci.file_id
-WHERE ci.n <= @max_per_chunk::bigint
-ORDER BY ci.chunk_id, ci.item_index;
-
--- ChunkItemDropUnfinished removes a DONE batch's items that were neither
--- done nor skipped (failed, or left pending by a chunk that stopped), and
--- uncounts them in their chunks: an admin retry reruns them as items of
--- new chunks (jobs.ResumeBatch). It returns the items' keys.
--- name: ChunkItemDropUnfinished :many
-WITH items AS (
-    DELETE FROM chunk_items ci
-    WHERE ci.batch_id = @batch_id AND ci.status NOT IN ('done', 'skipped')
-    RETURNING ci.phase, ci.chunk_id, ci.status, ci.r2_key
-), per_chunk AS (
-    SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
-    FROM items i GROUP BY i.phase, i.chunk_id
-), counted AS (
-    UPDATE chunks c SET total_refs = c.total_refs - per_chunk.n, failed = c.failed - per_chunk.failed
-    FROM per_chunk
-    WHERE c.batch_id = @batch_id AND c.phase = per_chunk.phase AND c.chunk_id = per_chunk.chunk_id
-)
-SELECT i.phase, i.r2_key FROM items i;

@@ -1,48 +1,118 @@
--- name: DocumentLockKey :exec
--- Serialises the versions of one key: two requests for a key at once make
--- one version.
-SELECT pg_advisory_xact_lock(hashtextextended('document:' || @r2_key::text, 0));
+-- name: DocumentBatchHasOpen :one
+-- Whether a document of the batch's files of generation is still running:
+-- the DOCUMENT_INDEXING phase's open "tasks".
+SELECT EXISTS (
+    SELECT 1 FROM documents d JOIN files f ON f.id = d.file_id
+    WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+      AND d.status IN ('not_started', 'processing')
+);
 
--- name: DocumentLatest :one
-SELECT * FROM documents WHERE r2_key = @r2_key ORDER BY version DESC LIMIT 1;
+-- name: DocumentBatchListAbandoned :many
+-- The running documents of a batch's phase (generation) whose step job
+-- River has given up on (discarded: its attempts spent, or cancelled):
+-- no run will end them, so the sweep fails them. A document whose job is
+-- missing altogether is not here: its job is enqueued again
+-- (EnsureDocumentJobs).
+SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
+JOIN files f ON f.id = d.file_id
+JOIN LATERAL (
+    SELECT r.id, r.state FROM river_job r
+    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
+    ORDER BY r.id DESC LIMIT 1
+) j ON true
+WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+  AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
+ORDER BY d.id;
 
--- name: DocumentInsert :one
-INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
-VALUES (@r2_key, COALESCE((SELECT max(version) FROM documents WHERE r2_key = @r2_key), 0) + 1,
-        @etag, @size_bytes, @batch_id, @file_id)
-RETURNING *;
+-- name: DocumentBatchListFailedKeys :many
+-- The keys of a batch's failed documents, whose files an admin retry of
+-- the DONE batch reruns (jobs.ResumeBatch).
+SELECT r2_key FROM documents WHERE batch_id = @batch_id AND status = 'failed';
 
--- name: DocumentGet :one
-SELECT * FROM documents WHERE id = @id;
+-- name: DocumentBatchListOpen :many
+-- The running documents of a batch's phase (generation), for the sweep's
+-- backstop and a retry to make sure each has its job.
+SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
+WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+  AND d.status IN ('not_started', 'processing')
+ORDER BY d.id;
 
--- name: DocumentGetForUpdate :one
-SELECT * FROM documents WHERE id = @id FOR NO KEY UPDATE;
+-- name: DocumentBatchResume :many
+-- The batch's failed documents of these keys, for its DOCUMENT_INDEXING
+-- phase run again after an admin retry of the DONE batch: each now indexes
+-- the file given (of the phase's generation), from the step that failed
+-- (from download when its source changed), with its retries anew, as
+-- DocumentRetry resumes one.
+UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL,
+    file_id = k.file_id, source = k.source,
+    current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
+    updated_at = now()
+FROM (SELECT unnest(@r2_keys::text[]) AS r2_key, unnest(@file_ids::bigint[]) AS file_id,
+             unnest(@sources::jsonb[]) AS source) k
+WHERE d.batch_id = @batch_id AND d.status = 'failed' AND d.r2_key = k.r2_key
+    AND d.version = (SELECT max(l.version) FROM documents l WHERE l.r2_key = d.r2_key)
+RETURNING d.id, d.resumes, d.r2_key;
 
--- name: DocumentStart :exec
-UPDATE documents SET status = 'processing', started_at = COALESCE(started_at, now()), updated_at = now()
-WHERE id = @id;
+-- name: DocumentBatchRetryFailed :many
+-- The failed documents of a batch's phase (generation) resume from the
+-- step that failed, with their retries anew: an admin retry of the batch.
+UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+FROM files f
+WHERE f.id = d.file_id AND d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
+    AND d.status = 'failed'
+RETURNING d.id, d.resumes;
 
--- name: DocumentDownloaded :exec
--- The download step's outcome: the content's hash and its chunks' count;
--- the next step is embeddings.
-UPDATE documents SET content_sha256 = @content_sha256, size_bytes = @size_bytes, total_chunks = @total_chunks,
-    processed_chunks = 0, current_step = 'embeddings', updated_at = now()
-WHERE id = @id;
+-- name: DocumentBatchSummary :one
+-- A batch's documents by status, for its status document. A batch has one
+-- document per key: a phase run again after an admin retry of the DONE
+-- batch resumes its failed documents (DocumentBatchResume) rather than
+-- making new ones, and its completed ones' files are not indexed again.
+SELECT count(*)::int AS total,
+       count(*) FILTER (WHERE status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed
+FROM documents d
+WHERE d.batch_id = @batch_id;
 
--- name: DocumentCurrentBySHA :one
--- The key's current version, if its content hashes as sha.
-SELECT * FROM documents WHERE r2_key = @r2_key AND current AND content_sha256 = @content_sha256;
-
--- name: DocumentChunksMove :exec
--- Moves the chunks of one version to another (unchanged content).
-UPDATE document_chunks SET document_id = @to_id WHERE document_id = @from_id;
-
--- name: DocumentSetStep :exec
-UPDATE documents SET current_step = @current_step, updated_at = now() WHERE id = @id;
+-- name: DocumentBatchSummaryMany :many
+-- DocumentBatchSummary for several batches at once (status, the
+-- dashboard's listing).
+SELECT d.batch_id::text AS batch_id, count(*)::int AS total,
+       count(*) FILTER (WHERE status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE status = 'failed')::int AS failed
+FROM documents d
+WHERE d.batch_id = ANY(@batch_ids::text[])
+GROUP BY d.batch_id;
 
 -- name: DocumentChunkInsertMany :copyfrom
 INSERT INTO document_chunks (document_id, chunk_index, text, heading, tokens, first_page, last_page)
 VALUES (@document_id, @chunk_index, @text, @heading, @tokens, @first_page, @last_page);
+
+-- name: DocumentChunkList :many
+-- The first chunks of a document for the dashboard, each with the start of
+-- its text, and how many chunks it has.
+SELECT chunk_index, heading, tokens, status, tags, left(text, @excerpt_chars::int)::text AS excerpt,
+    count(*) OVER () AS total
+FROM document_chunks
+WHERE document_id = @document_id
+ORDER BY chunk_index
+LIMIT @max;
+
+-- name: DocumentChunkSetEmbedding :exec
+UPDATE document_chunks SET embedding = @embedding::real[], status = 'embedding_done'
+WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'pending';
+
+-- name: DocumentChunkSetTags :exec
+UPDATE document_chunks SET tags = @tags::text[], status = 'tags_done'
+WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'embedding_done';
+
+-- name: DocumentChunkTags :many
+SELECT chunk_index, text, tags FROM document_chunks WHERE document_id = @document_id ORDER BY chunk_index;
+
+-- name: DocumentChunksByKeys :many
+-- The chunks search found, with their documents' keys.
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE c.document_id = ANY(@document_ids::bigint[]) AND c.chunk_index = ANY(@chunk_indexes::int[]);
 
 -- name: DocumentChunksDelete :exec
 DELETE FROM document_chunks WHERE document_id = @document_id;
@@ -53,29 +123,12 @@ SELECT chunk_index, text, heading FROM document_chunks
 WHERE document_id = @document_id AND status = @status
 ORDER BY chunk_index LIMIT @max_chunks;
 
--- name: DocumentChunkSetEmbedding :exec
-UPDATE document_chunks SET embedding = @embedding::real[], status = 'embedding_done'
-WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'pending';
+-- name: DocumentChunksMove :exec
+-- Moves the chunks of one version to another (unchanged content).
+UPDATE document_chunks SET document_id = @to_id WHERE document_id = @from_id;
 
--- name: DocumentChunkSetTags :exec
-UPDATE document_chunks SET tags = @tags::text[], status = 'tags_done'
-WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'embedding_done';
-
--- name: DocumentCountProcessed :exec
--- processed_chunks counts the chunks done with the current step.
-UPDATE documents SET processed_chunks = (
-    SELECT count(*) FROM document_chunks c WHERE c.document_id = @id AND c.status = ANY(@done::text[])
-), updated_at = now()
-WHERE id = @id;
-
--- name: DocumentChunkTags :many
-SELECT chunk_index, text, tags FROM document_chunks WHERE document_id = @document_id ORDER BY chunk_index;
-
--- name: DocumentSetTags :exec
-UPDATE documents SET document_tags = @document_tags::text[], current_step = 'store', updated_at = now() WHERE id = @id;
-
--- name: DocumentUncurrent :exec
-UPDATE documents SET current = false, updated_at = now() WHERE r2_key = @r2_key AND current AND id <> @id;
+-- name: DocumentChunksStored :exec
+UPDATE document_chunks SET status = 'stored' WHERE document_id = @document_id;
 
 -- name: DocumentComplete :exec
 -- The store step: the version becomes the key's current one, its chunks
@@ -84,8 +137,87 @@ UPDATE documents SET status = 'completed', current = true, processed_chunks = to
     completed_at = now(), updated_at = now()
 WHERE id = @id;
 
--- name: DocumentChunksStored :exec
-UPDATE document_chunks SET status = 'stored' WHERE document_id = @document_id;
+-- name: DocumentCountProcessed :exec
+-- processed_chunks counts the chunks done with the current step.
+UPDATE documents SET processed_chunks = (
+    SELECT count(*) FROM document_chunks c WHERE c.document_id = @id AND c.status = ANY(@done::text[])
+), updated_at = now()
+WHERE id = @id;
+
+-- name: DocumentCurrentBySHA :one
+-- The key's current version, if its content hashes as sha.
+SELECT * FROM documents WHERE r2_key = @r2_key AND current AND content_sha256 = @content_sha256;
+
+-- name: DocumentCurrentIDs :many
+SELECT id FROM documents WHERE current;
+
+-- name: DocumentDownloaded :exec
+-- The download step's outcome: the content's hash and its chunks' count;
+-- the next step is embeddings.
+UPDATE documents SET content_sha256 = @content_sha256, size_bytes = @size_bytes, total_chunks = @total_chunks,
+    processed_chunks = 0, current_step = 'embeddings', updated_at = now()
+WHERE id = @id;
+
+-- name: DocumentGet :one
+SELECT * FROM documents WHERE id = @id;
+
+-- name: DocumentGetForUpdate :one
+SELECT * FROM documents WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: DocumentInsert :one
+INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
+VALUES (@r2_key, COALESCE((SELECT max(version) FROM documents WHERE r2_key = @r2_key), 0) + 1,
+        @etag, @size_bytes, @batch_id, @file_id)
+RETURNING *;
+
+-- name: DocumentInsertBatch :many
+-- The documents of a batch's DOCUMENT_INDEXING phase, one per indexed
+-- file. A batch's keys lie under its own staging prefix, and the batch's
+-- transitions are serialised by its fan-in lock, so no other request
+-- makes versions of these keys meanwhile (DocumentLockKey is not needed;
+-- thousands of advisory locks in one transaction would fill the lock
+-- table). Each key appears once in a call.
+INSERT INTO documents (r2_key, version, batch_id, file_id, source)
+SELECT k.r2_key, COALESCE((SELECT max(version) FROM documents d WHERE d.r2_key = k.r2_key), 0) + 1,
+       @batch_id::text, k.file_id, k.source
+FROM (SELECT unnest(@r2_keys::text[]) AS r2_key, unnest(@file_ids::bigint[]) AS file_id,
+             unnest(@sources::jsonb[]) AS source) k
+RETURNING id;
+
+-- name: DocumentLatest :one
+SELECT * FROM documents WHERE r2_key = @r2_key ORDER BY version DESC LIMIT 1;
+
+-- name: DocumentList :many
+SELECT * FROM documents ORDER BY id DESC LIMIT @max_rows;
+
+-- name: DocumentListAbandoned :many
+-- Up to @max documents posted through the API (no batch) that are still
+-- running while their step job River has given up on (discarded or
+-- cancelled): no run will end them, so the sweep fails them.
+SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
+JOIN LATERAL (
+    SELECT r.id, r.state FROM river_job r
+    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
+    ORDER BY r.id DESC LIMIT 1
+) j ON true
+WHERE d.batch_id IS NULL AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
+ORDER BY d.id
+LIMIT @max;
+
+-- name: DocumentListPage :many
+-- A page of the dashboard's listing, newest first, optionally of one
+-- status: before_id is the last id of the previous page (keyset paging,
+-- so documents added meanwhile never shift the pages after it).
+SELECT * FROM documents
+WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
+    AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
+ORDER BY id DESC
+LIMIT @max;
+
+-- name: DocumentLockKey :exec
+-- Serialises the versions of one key: two requests for a key at once make
+-- one version.
+SELECT pg_advisory_xact_lock(hashtextextended('document:' || @r2_key::text, 0));
 
 -- name: DocumentRecordError :one
 -- Appends an error to the history; with fail the document ends failed.
@@ -122,147 +254,15 @@ SELECT d.id, c.chunk_index, c.embedding
 FROM documents d JOIN document_chunks c ON c.document_id = d.id
 WHERE d.current AND d.id = ANY(@ids::bigint[]) AND c.embedding IS NOT NULL;
 
--- name: DocumentChunksByKeys :many
--- The chunks search found, with their documents' keys.
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
-FROM document_chunks c JOIN documents d ON d.id = c.document_id
-WHERE c.document_id = ANY(@document_ids::bigint[]) AND c.chunk_index = ANY(@chunk_indexes::int[]);
+-- name: DocumentSetStep :exec
+UPDATE documents SET current_step = @current_step, updated_at = now() WHERE id = @id;
 
--- name: DocumentCurrentIDs :many
-SELECT id FROM documents WHERE current;
+-- name: DocumentSetTags :exec
+UPDATE documents SET document_tags = @document_tags::text[], current_step = 'store', updated_at = now() WHERE id = @id;
 
--- name: DocumentList :many
-SELECT * FROM documents ORDER BY id DESC LIMIT @max_rows;
+-- name: DocumentStart :exec
+UPDATE documents SET status = 'processing', started_at = COALESCE(started_at, now()), updated_at = now()
+WHERE id = @id;
 
--- name: DocumentInsertBatch :many
--- The documents of a batch's DOCUMENT_INDEXING phase, one per indexed
--- file. A batch's keys lie under its own staging prefix, and the batch's
--- transitions are serialised by its fan-in lock, so no other request
--- makes versions of these keys meanwhile (DocumentLockKey is not needed;
--- thousands of advisory locks in one transaction would fill the lock
--- table). Each key appears once in a call.
-INSERT INTO documents (r2_key, version, batch_id, file_id, source)
-SELECT k.r2_key, COALESCE((SELECT max(version) FROM documents d WHERE d.r2_key = k.r2_key), 0) + 1,
-       @batch_id::text, k.file_id, k.source
-FROM (SELECT unnest(@r2_keys::text[]) AS r2_key, unnest(@file_ids::bigint[]) AS file_id,
-             unnest(@sources::jsonb[]) AS source) k
-RETURNING id;
-
--- name: DocumentBatchHasOpen :one
--- Whether a document of the batch's files of generation is still running:
--- the DOCUMENT_INDEXING phase's open "tasks".
-SELECT EXISTS (
-    SELECT 1 FROM documents d JOIN files f ON f.id = d.file_id
-    WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
-      AND d.status IN ('not_started', 'processing')
-);
-
--- name: DocumentBatchListFailedKeys :many
--- The keys of a batch's failed documents, whose files an admin retry of
--- the DONE batch reruns (jobs.ResumeBatch).
-SELECT r2_key FROM documents WHERE batch_id = @batch_id AND status = 'failed';
-
--- name: DocumentBatchListOpen :many
--- The running documents of a batch's phase (generation), for the sweep's
--- backstop and a retry to make sure each has its job.
-SELECT d.id, d.resumes FROM documents d JOIN files f ON f.id = d.file_id
-WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
-  AND d.status IN ('not_started', 'processing')
-ORDER BY d.id;
-
--- name: DocumentBatchSummaryMany :many
--- DocumentBatchSummary for several batches at once (status, the
--- dashboard's listing).
-SELECT d.batch_id::text AS batch_id, count(*)::int AS total,
-       count(*) FILTER (WHERE status = 'completed')::int AS completed,
-       count(*) FILTER (WHERE status = 'failed')::int AS failed
-FROM documents d
-WHERE d.batch_id = ANY(@batch_ids::text[])
-GROUP BY d.batch_id;
-
--- name: DocumentBatchSummary :one
--- A batch's documents by status, for its status document. A batch has one
--- document per key: a phase run again after an admin retry of the DONE
--- batch resumes its failed documents (DocumentBatchResume) rather than
--- making new ones, and its completed ones' files are not indexed again.
-SELECT count(*)::int AS total,
-       count(*) FILTER (WHERE status = 'completed')::int AS completed,
-       count(*) FILTER (WHERE status = 'failed')::int AS failed
-FROM documents d
-WHERE d.batch_id = @batch_id;
-
--- name: DocumentBatchResume :many
--- The batch's failed documents of these keys, for its DOCUMENT_INDEXING
--- phase run again after an admin retry of the DONE batch: each now indexes
--- the file given (of the phase's generation), from the step that failed
--- (from download when its source changed), with its retries anew, as
--- DocumentRetry resumes one.
-UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL,
-    file_id = k.file_id, source = k.source,
-    current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
-    updated_at = now()
-FROM (SELECT unnest(@r2_keys::text[]) AS r2_key, unnest(@file_ids::bigint[]) AS file_id,
-             unnest(@sources::jsonb[]) AS source) k
-WHERE d.batch_id = @batch_id AND d.status = 'failed' AND d.r2_key = k.r2_key
-    AND d.version = (SELECT max(l.version) FROM documents l WHERE l.r2_key = d.r2_key)
-RETURNING d.id, d.resumes, d.r2_key;
-
--- name: DocumentBatchRetryFailed :many
--- The failed documents of a batch's phase (generation) resume from the
--- step that failed, with their retries anew: an admin retry of the batch.
-UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
-FROM files f
-WHERE f.id = d.file_id AND d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
-    AND d.status = 'failed'
-RETURNING d.id, d.resumes;
-
--- name: DocumentBatchListAbandoned :many
--- The running documents of a batch's phase (generation) whose step job
--- River has given up on (discarded: its attempts spent, or cancelled):
--- no run will end them, so the sweep fails them. A document whose job is
--- missing altogether is not here: its job is enqueued again
--- (EnsureDocumentJobs).
-SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
-JOIN files f ON f.id = d.file_id
-JOIN LATERAL (
-    SELECT r.id, r.state FROM river_job r
-    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
-    ORDER BY r.id DESC LIMIT 1
-) j ON true
-WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
-  AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
-ORDER BY d.id;
-
--- name: DocumentListAbandoned :many
--- Up to @max documents posted through the API (no batch) that are still
--- running while their step job River has given up on (discarded or
--- cancelled): no run will end them, so the sweep fails them.
-SELECT d.id, d.resumes, j.state::text AS job_state, j.id AS job_id FROM documents d
-JOIN LATERAL (
-    SELECT r.id, r.state FROM river_job r
-    WHERE r.kind = 'document_step' AND r.args @> jsonb_build_object('document_id', d.id)
-    ORDER BY r.id DESC LIMIT 1
-) j ON true
-WHERE d.batch_id IS NULL AND d.status IN ('not_started', 'processing') AND j.state IN ('discarded', 'cancelled')
-ORDER BY d.id
-LIMIT @max;
-
--- name: DocumentListPage :many
--- A page of the dashboard's listing, newest first, optionally of one
--- status: before_id is the last id of the previous page (keyset paging,
--- so documents added meanwhile never shift the pages after it).
-SELECT * FROM documents
-WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
-    AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
-ORDER BY id DESC
-LIMIT @max;
-
--- name: DocumentChunkList :many
--- The first chunks of a document for the dashboard, each with the start of
--- its text, and how many chunks it has.
-SELECT chunk_index, heading, tokens, status, tags, left(text, @excerpt_chars::int)::text AS excerpt,
-    count(*) OVER () AS total
-FROM document_chunks
-WHERE document_id = @document_id
-ORDER BY chunk_index
-LIMIT @max;
+-- name: DocumentUncurrent :exec
+UPDATE documents SET current = false, updated_at = now() WHERE r2_key = @r2_key AND current AND id <> @id;

@@ -1,3 +1,14 @@
+-- FileCountByBatchGeneration is the number of files of a generation.
+-- name: FileCountByBatchGeneration :one
+SELECT count(*)::bigint FROM files
+WHERE batch_id = @batch_id AND generation = @generation;
+
+-- FileDeleteOtherGenerations deletes up to max files of a batch that are
+-- not of generation keep (retention: the final generation stays).
+-- name: FileDeleteOtherGenerations :execrows
+DELETE FROM files
+WHERE id IN (SELECT f.id FROM files f WHERE f.batch_id = @batch_id AND f.generation <> @keep LIMIT @max);
+
 -- FileInsertMany writes a whole generation with COPY: a generation can hold
 -- 100,000 rows.
 -- name: FileInsertMany :copyfrom
@@ -10,17 +21,6 @@ INSERT INTO files (
     @logical_path, @file_name, @file_size, @content_type, @cid, @processing_config,
     @preprocessor_tags
 );
-
--- FileCountByBatchGeneration is the number of files of a generation.
--- name: FileCountByBatchGeneration :one
-SELECT count(*)::bigint FROM files
-WHERE batch_id = @batch_id AND generation = @generation;
-
--- FileDeleteOtherGenerations deletes up to max files of a batch that are
--- not of generation keep (retention: the final generation stays).
--- name: FileDeleteOtherGenerations :execrows
-DELETE FROM files
-WHERE id IN (SELECT f.id FROM files f WHERE f.batch_id = @batch_id AND f.generation <> @keep LIMIT @max);
 
 -- name: FileListByBatchGeneration :many
 SELECT * FROM files
@@ -35,6 +35,22 @@ ORDER BY ordinal;
 SELECT id FROM files
 WHERE batch_id = @batch_id AND generation = @generation AND ordinal >= @min_ordinal::integer
 ORDER BY ordinal;
+
+-- FileListWithThumbnail is a page of a generation for the dashboard, with
+-- whether each file has a thumbnail (FileThumbnailURL) and the
+-- generation's size.
+-- name: FileListWithThumbnail :many
+SELECT f.id, f.logical_path, f.file_size, f.content_type,
+    EXISTS (
+        SELECT 1 FROM tasks t
+        WHERE t.file_id = f.parent_id AND t.status = 'completed'
+            AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+    ) AS has_thumbnail,
+    count(*) OVER () AS total
+FROM files f
+WHERE f.batch_id = @batch_id AND f.generation = @generation
+ORDER BY f.ordinal
+LIMIT @max;
 
 -- FileMarkKept marks the files of a DONE batch's final generation for
 -- an admin retry (jobs.ResumeBatch): a file whose key is among the keys
@@ -55,22 +71,6 @@ WITH marked AS (
     RETURNING f.kept
 )
 SELECT count(*) FILTER (WHERE NOT marked.kept)::int AS rerun FROM marked;
-
--- FileListWithThumbnail is a page of a generation for the dashboard, with
--- whether each file has a thumbnail (FileThumbnailURL) and the
--- generation's size.
--- name: FileListWithThumbnail :many
-SELECT f.id, f.logical_path, f.file_size, f.content_type,
-    EXISTS (
-        SELECT 1 FROM tasks t
-        WHERE t.file_id = f.parent_id AND t.status = 'completed'
-            AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
-    ) AS has_thumbnail,
-    count(*) OVER () AS total
-FROM files f
-WHERE f.batch_id = @batch_id AND f.generation = @generation
-ORDER BY f.ordinal
-LIMIT @max;
 
 -- FileThumbnailURL is the URL of a file's thumbnail variant: the one the
 -- completed task on its parent (the image it was made from) reported.

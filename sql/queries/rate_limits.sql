@@ -39,6 +39,12 @@ SELECT sqlc.embed(rate_limits), clock_timestamp()::timestamptz AS now
 FROM rate_limits WHERE key = @key
 FOR UPDATE;
 
+-- RateLimitListByKeys reads buckets by key with the database's clock, as
+-- RateLimitGet reads one.
+-- name: RateLimitListByKeys :many
+SELECT sqlc.embed(rate_limits), clock_timestamp()::timestamptz AS now
+FROM rate_limits WHERE key = ANY(@keys::text[]);
+
 -- RateLimitTake refills the bucket for the time elapsed (at @rate tokens per
 -- second, up to @burst), takes up to @want whole tokens, and returns how many
 -- it took and how many (fractional) are left. The row lock serialises
@@ -56,9 +62,3 @@ SET tokens = took.avail - took.granted, updated_at = clock_timestamp()
 FROM took
 WHERE r.key = took.key
 RETURNING took.granted::int AS granted, (took.avail - took.granted)::float8 AS remaining;
-
--- RateLimitListByKeys reads buckets by key with the database's clock, as
--- RateLimitGet reads one.
--- name: RateLimitListByKeys :many
-SELECT sqlc.embed(rate_limits), clock_timestamp()::timestamptz AS now
-FROM rate_limits WHERE key = ANY(@keys::text[]);

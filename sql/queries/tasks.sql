@@ -1,3 +1,13 @@
+-- PhaseOpenCount is how many tasks of a phase are pending or processing,
+-- from the counters (task_counts), while the batch is in that phase; no row
+-- otherwise. The fan-in reads it without any lock, to wait out a phase that
+-- is far from its end (PhaseCheckWorker).
+-- name: PhaseOpenCount :one
+SELECT coalesce((SELECT sum(c.n) FROM task_counts c
+    WHERE c.batch_id = b.id AND c.phase = b.status AND c.status IN ('pending', 'processing')), 0)::bigint AS open
+FROM batches b
+WHERE b.id = @batch_id AND b.status = @phase::text;
+
 -- TaskClaimPending moves up to @max pending tasks of a phase to processing
 -- for launch. Each gets a fresh random callback token: only its SHA-256 is
 -- stored, and the token itself is returned once, for the machine's env; the
@@ -106,27 +116,10 @@ SELECT c.batch_id, c.phase, c.status, c.n AS count
 FROM task_counts c
 WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0;
 
--- TaskHasOpen asks whether any task of a phase is still pending or
--- processing: the fan-in's question. It reads the counters (task_counts),
--- which the statements that change tasks update in their own transaction,
--- so under the batch's exclusive lock they are as exact as the tasks.
--- Asking the tasks instead walked the index entries of every task claimed
--- or ended since the last vacuum.
--- name: TaskHasOpen :one
-SELECT EXISTS (
-    SELECT 1 FROM task_counts
-    WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing') AND n > 0
-);
-
--- PhaseOpenCount is how many tasks of a phase are pending or processing,
--- from the counters (task_counts), while the batch is in that phase; no row
--- otherwise. The fan-in reads it without any lock, to wait out a phase that
--- is far from its end (PhaseCheckWorker).
--- name: PhaseOpenCount :one
-SELECT coalesce((SELECT sum(c.n) FROM task_counts c
-    WHERE c.batch_id = b.id AND c.phase = b.status AND c.status IN ('pending', 'processing')), 0)::bigint AS open
-FROM batches b
-WHERE b.id = @batch_id AND b.status = @phase::text;
+-- TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
+-- are gone (they are all zero then).
+-- name: TaskCountDeleteByBatch :execrows
+DELETE FROM task_counts WHERE batch_id = @batch_id AND n = 0;
 
 -- TaskCountPending is how many tasks of a phase wait for a launch, from the
 -- counters (task_counts).
@@ -140,10 +133,16 @@ WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
 DELETE FROM tasks
 WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = @batch_id LIMIT @max);
 
--- TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
--- are gone (they are all zero then).
--- name: TaskCountDeleteByBatch :execrows
-DELETE FROM task_counts WHERE batch_id = @batch_id AND n = 0;
+-- TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
+-- admin retry reruns as new tasks of the files they failed on
+-- (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
+-- task's phase and its file's key.
+-- name: TaskDeleteFailedByBatch :many
+WITH d AS (
+    DELETE FROM tasks t WHERE t.batch_id = @batch_id::text AND t.status = 'failed'
+    RETURNING t.id, t.phase, t.file_id
+)
+SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id;
 
 -- TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
 -- It compares with now(), not clock_timestamp(): a stable value is a range
@@ -172,6 +171,130 @@ SET status = CASE WHEN failures + 1 < @max_attempts::int THEN 'pending' ELSE 'fa
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing' AND deadline < clock_timestamp()
     AND machine_id IS NOT NULL
 RETURNING id, machine_id, error, failures, (status = 'pending')::bool AS retry;
+
+-- TaskFailOpenByBatch ends every open task of a batch (admin reset).
+-- name: TaskFailOpenByBatch :many
+UPDATE tasks
+SET status = 'failed', ended_by = 'reset', error = @error,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
+RETURNING id, phase, machine_id;
+
+-- TaskGetForURLs reads what answering a worker's request for presigned
+-- URLs needs: the task's batch, phase and state, its token and deadline.
+-- name: TaskGetForURLs :one
+SELECT id, batch_id, phase, status, token_hash, deadline
+FROM tasks
+WHERE id = @id;
+
+-- TaskHasOpen asks whether any task of a phase is still pending or
+-- processing: the fan-in's question. It reads the counters (task_counts),
+-- which the statements that change tasks update in their own transaction,
+-- so under the batch's exclusive lock they are as exact as the tasks.
+-- Asking the tasks instead walked the index entries of every task claimed
+-- or ended since the last vacuum.
+-- name: TaskHasOpen :one
+SELECT EXISTS (
+    SELECT 1 FROM task_counts
+    WHERE batch_id = @batch_id AND phase = @phase AND status IN ('pending', 'processing') AND n > 0
+);
+
+-- name: TaskInsertMany :copyfrom
+INSERT INTO tasks (id, batch_id, phase, file_id)
+VALUES (@id, @batch_id, @phase, @file_id);
+
+-- TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
+-- no recorded machine: the launcher died, or could not tell whether its
+-- launch made one, between claiming and recording them.
+-- name: TaskListExpiredUnlaunched :many
+SELECT id, attempt, unlaunched FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
+    AND machine_id IS NULL AND deadline < clock_timestamp();
+
+-- TaskListFailedByBatch lists a batch's failed tasks with their files'
+-- paths, oldest failure first, at most max of them.
+-- name: TaskListFailedByBatch :many
+SELECT t.id, t.phase, coalesce(f.logical_path, '')::text AS logical_path, coalesce(t.error, '')::text AS error, t.finished_at
+FROM tasks t LEFT JOIN files f ON f.id = t.file_id
+WHERE t.batch_id = @batch_id AND t.status = 'failed'
+ORDER BY t.finished_at NULLS LAST, t.id
+LIMIT @max;
+
+-- TaskListForCallbacks reads what authenticating and classifying a group
+-- of callbacks needs.
+-- name: TaskListForCallbacks :many
+SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hashes
+FROM tasks
+WHERE id = ANY(@ids::text[]);
+
+-- TaskListRetiring lists up to @max tasks of a phase waiting to be retried
+-- whose last attempt's machine is still recorded: the launcher destroys it
+-- before the task is claimed again (deadline: when to give up waiting for
+-- the destruction).
+-- name: TaskListRetiring :many
+SELECT id, attempt, machine_id::text AS machine_id, coalesce(deadline < clock_timestamp(), true)::bool AS overdue
+FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending' AND ended_by = 'retry' AND machine_id IS NOT NULL
+ORDER BY id
+LIMIT @max;
+
+-- TaskRelease returns claimed tasks whose launch certainly did not create a
+-- machine to pending, forgetting their token: each only while it is still
+-- in the launch attempt given (a task the sweep released and another
+-- launcher claimed meanwhile is that launcher's).
+-- name: TaskRelease :many
+UPDATE tasks t
+SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
+FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
+RETURNING t.id;
+
+-- TaskReleaseRetired makes tasks whose last attempt's machine is gone (or
+-- given up on) launchable again, each while it is still waiting in the
+-- attempt given. Their token joins the superseded ones.
+-- name: TaskReleaseRetired :many
+UPDATE tasks t
+SET machine_id = NULL, superseded_token_hashes = array_append(t.superseded_token_hashes, t.token_hash), token_hash = NULL, deadline = NULL,
+    launched_at = NULL, updated_at = clock_timestamp()
+FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'pending' AND t.ended_by = 'retry' AND t.machine_id IS NOT NULL
+RETURNING t.id;
+
+-- TaskRequeueFailed returns the failed tasks of a phase to pending for an
+-- admin retry, forgetting their last launch (token, machine, deadline,
+-- outcome) so the launcher claims them afresh; completed tasks are not
+-- touched. A late callback of the failed launch no longer authenticates.
+-- The tasks get TASK_MAX_ATTEMPTS attempts (and maxUnlaunched launches
+-- without a machine) afresh.
+-- name: TaskRequeueFailed :many
+UPDATE tasks
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
+    result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
+RETURNING id;
+
+-- TaskSetMachines records launched machines, for tasks still in the same
+-- launch attempt (a callback may already have ended the task: a fast worker
+-- can beat this bookkeeping). It returns how each task ended so far, so the
+-- caller can destroy machines whose task was reset or timed out meanwhile.
+-- It locks the rows first, explicitly in byte order of their ids: ordering
+-- the input alone (as TaskCompleteMany does) keeps that order only while
+-- the join is a nested loop, and for a large claim on a generic plan the
+-- planner may hash the input and scan the table instead.
+-- name: TaskSetMachines :many
+WITH u AS (
+    SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
+), locked AS MATERIALIZED (
+    SELECT t.id FROM tasks t
+    WHERE t.id = ANY(@ids::text[])
+    ORDER BY t.id COLLATE "C"
+    FOR NO KEY UPDATE
+)
+UPDATE tasks t
+SET machine_id = u.machine_id, updated_at = clock_timestamp()
+FROM u JOIN locked l ON l.id = u.id
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
+RETURNING t.id, t.ended_by;
 
 -- TaskSettleUnlaunched settles, in one statement, expired tasks whose
 -- machine was never recorded, each as the sweep decided (@actions):
@@ -213,126 +336,3 @@ SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_i
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
 RETURNING t.id, u.action::text AS action;
-
--- TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
--- no recorded machine: the launcher died, or could not tell whether its
--- launch made one, between claiming and recording them.
--- name: TaskListExpiredUnlaunched :many
-SELECT id, attempt, unlaunched FROM tasks
-WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
-    AND machine_id IS NULL AND deadline < clock_timestamp();
-
--- TaskFailOpenByBatch ends every open task of a batch (admin reset).
--- name: TaskFailOpenByBatch :many
-UPDATE tasks
-SET status = 'failed', ended_by = 'reset', error = @error,
-    finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
-RETURNING id, phase, machine_id;
-
--- TaskGetForURLs reads what answering a worker's request for presigned
--- URLs needs: the task's batch, phase and state, its token and deadline.
--- name: TaskGetForURLs :one
-SELECT id, batch_id, phase, status, token_hash, deadline
-FROM tasks
-WHERE id = @id;
-
--- TaskListFailedByBatch lists a batch's failed tasks with their files'
--- paths, oldest failure first, at most max of them.
--- name: TaskListFailedByBatch :many
-SELECT t.id, t.phase, coalesce(f.logical_path, '')::text AS logical_path, coalesce(t.error, '')::text AS error, t.finished_at
-FROM tasks t LEFT JOIN files f ON f.id = t.file_id
-WHERE t.batch_id = @batch_id AND t.status = 'failed'
-ORDER BY t.finished_at NULLS LAST, t.id
-LIMIT @max;
-
--- TaskListForCallbacks reads what authenticating and classifying a group
--- of callbacks needs.
--- name: TaskListForCallbacks :many
-SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hashes
-FROM tasks
-WHERE id = ANY(@ids::text[]);
-
--- name: TaskInsertMany :copyfrom
-INSERT INTO tasks (id, batch_id, phase, file_id)
-VALUES (@id, @batch_id, @phase, @file_id);
-
--- TaskRelease returns claimed tasks whose launch certainly did not create a
--- machine to pending, forgetting their token: each only while it is still
--- in the launch attempt given (a task the sweep released and another
--- launcher claimed meanwhile is that launcher's).
--- name: TaskRelease :many
-UPDATE tasks t
-SET status = 'pending', token_hash = NULL, deadline = NULL, launched_at = NULL, updated_at = clock_timestamp()
-FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
-WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
-RETURNING t.id;
-
--- TaskRequeueFailed returns the failed tasks of a phase to pending for an
--- admin retry, forgetting their last launch (token, machine, deadline,
--- outcome) so the launcher claims them afresh; completed tasks are not
--- touched. A late callback of the failed launch no longer authenticates.
--- The tasks get TASK_MAX_ATTEMPTS attempts (and maxUnlaunched launches
--- without a machine) afresh.
--- name: TaskRequeueFailed :many
-UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
-    result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
-WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
-RETURNING id;
-
--- TaskSetMachines records launched machines, for tasks still in the same
--- launch attempt (a callback may already have ended the task: a fast worker
--- can beat this bookkeeping). It returns how each task ended so far, so the
--- caller can destroy machines whose task was reset or timed out meanwhile.
--- It locks the rows first, explicitly in byte order of their ids: ordering
--- the input alone (as TaskCompleteMany does) keeps that order only while
--- the join is a nested loop, and for a large claim on a generic plan the
--- planner may hash the input and scan the table instead.
--- name: TaskSetMachines :many
-WITH u AS (
-    SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt, unnest(@machine_ids::text[]) AS machine_id
-), locked AS MATERIALIZED (
-    SELECT t.id FROM tasks t
-    WHERE t.id = ANY(@ids::text[])
-    ORDER BY t.id COLLATE "C"
-    FOR NO KEY UPDATE
-)
-UPDATE tasks t
-SET machine_id = u.machine_id, updated_at = clock_timestamp()
-FROM u JOIN locked l ON l.id = u.id
-WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
-RETURNING t.id, t.ended_by;
-
--- TaskListRetiring lists up to @max tasks of a phase waiting to be retried
--- whose last attempt's machine is still recorded: the launcher destroys it
--- before the task is claimed again (deadline: when to give up waiting for
--- the destruction).
--- name: TaskListRetiring :many
-SELECT id, attempt, machine_id::text AS machine_id, coalesce(deadline < clock_timestamp(), true)::bool AS overdue
-FROM tasks
-WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending' AND ended_by = 'retry' AND machine_id IS NOT NULL
-ORDER BY id
-LIMIT @max;
-
--- TaskReleaseRetired makes tasks whose last attempt's machine is gone (or
--- given up on) launchable again, each while it is still waiting in the
--- attempt given. Their token joins the superseded ones.
--- name: TaskReleaseRetired :many
-UPDATE tasks t
-SET machine_id = NULL, superseded_token_hashes = array_append(t.superseded_token_hashes, t.token_hash), token_hash = NULL, deadline = NULL,
-    launched_at = NULL, updated_at = clock_timestamp()
-FROM (SELECT unnest(@ids::text[]) AS id, unnest(@attempts::int[]) AS attempt) u
-WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'pending' AND t.ended_by = 'retry' AND t.machine_id IS NOT NULL
-RETURNING t.id;
-
--- TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
--- admin retry reruns as new tasks of the files they failed on
--- (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
--- task's phase and its file's key.
--- name: TaskDeleteFailedByBatch :many
-WITH d AS (
-    DELETE FROM tasks t WHERE t.batch_id = @batch_id::text AND t.status = 'failed'
-    RETURNING t.id, t.phase, t.file_id
-)
-SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id;

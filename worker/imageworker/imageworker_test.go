@@ -7,13 +7,13 @@ import (
 	"image/color"
 	"image/jpeg"
 	"log/slog"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/harness/s3test"
+	"github.com/arke-institute/orchestrator/internal/harness/workertest"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 	"github.com/arke-institute/orchestrator/worker/imageworker"
@@ -21,12 +21,7 @@ import (
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-func TestMain(m *testing.M) {
-	if err := vips.Startup(vips.Config{Concurrency: 2}); err != nil {
-		panic(err)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { workertest.Main(m) }
 
 type env struct {
 	store blob.Store

@@ -9,7 +9,6 @@ import (
 	"image/jpeg"
 	"io"
 	"log/slog"
-	"os"
 	"path"
 	"sync"
 	"testing"
@@ -18,19 +17,14 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/harness/s3test"
+	"github.com/arke-institute/orchestrator/internal/harness/workertest"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 	"github.com/arke-institute/orchestrator/worker/pdfworker"
 	"github.com/arke-institute/orchestrator/worker/samples"
-	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-func TestMain(m *testing.M) {
-	if err := vips.Startup(vips.Config{Concurrency: 2}); err != nil {
-		panic(err)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { workertest.Main(m, "pdfinfo", "pdftotext") }
 
 // typedStore is the test's real S3 store, remembering the content type of
 // each upload (blob.Store has no way to read it back).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/harness/s3test"
+	"github.com/arke-institute/orchestrator/internal/harness/workertest"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 	"github.com/arke-institute/orchestrator/worker/samples"
@@ -23,12 +24,7 @@ import (
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-func TestMain(m *testing.M) {
-	if err := vips.Startup(vips.Config{Concurrency: 2}); err != nil {
-		panic(err)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { workertest.Main(m) }
 
 // env is one test's bucket and a configuration pointing at it.
 type env struct {

@@ -8,16 +8,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/internal/harness/workertest"
 	"github.com/arke-institute/orchestrator/worker/samples"
 	"github.com/arke-institute/orchestrator/worker/vips"
 )
 
-func TestMain(m *testing.M) {
-	if err := vips.Startup(vips.Config{Concurrency: 2}); err != nil {
-		panic(err)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { workertest.Main(m) }
 
 const w, h = 64, 48
 

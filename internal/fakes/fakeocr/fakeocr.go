@@ -62,6 +62,10 @@ type Options struct {
 	// Requests); later ones keep everything else. 0 means
 	// DefaultImageLimit, negative means no limit.
 	ImageLimit int
+	// Now is the clock the capacity's bucket refills by (time.Now if nil):
+	// a test of the refill moves its own clock on instead of sleeping. It
+	// is called concurrently and must be safe for that.
+	Now func() time.Time
 }
 
 // Request is one chat-completions request as the fake decoded it from the
@@ -153,7 +157,10 @@ func New(tb TB, opts Options) *Server {
 	if opts.ImageLimit == 0 {
 		opts.ImageLimit = DefaultImageLimit
 	}
-	s := &Server{Key: opts.Key, opts: opts, tokens: float64(opts.Burst), last: time.Now()}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{Key: opts.Key, opts: opts, tokens: float64(opts.Burst), last: opts.Now()}
 	s.counts.ByStatus = map[int]int{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
@@ -247,7 +254,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "Invalid API key", "authentication_error")
 		return
 	}
-	if ok, wait := s.take(time.Now()); !ok {
+	if ok, wait := s.take(s.opts.Now()); !ok {
 		s.record(Request{}, http.StatusTooManyRequests, func(c *Counts) { c.RateLimited++ })
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
 		writeError(w, http.StatusTooManyRequests, "Rate limit exceeded", "rate_limit_error")

@@ -23,10 +23,46 @@ func engine(t *testing.T, fake *fakeocr.Server) *ocr.OpenAI {
 	return e
 }
 
+// clock is a test's hand-moved time for the fake's bucket.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestCapacityIsATokenBucket: with the clock stopped, the burst passes and
+// the rest are refused; as the clock moves on, the bucket refills at the
+// rate, never past the burst.
 func TestCapacityIsATokenBucket(t *testing.T) {
 	t.Parallel()
-	fake := fakeocr.New(t, fakeocr.Options{Rate: 20, Burst: 5})
+	clk := &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	fake := fakeocr.New(t, fakeocr.Options{Rate: 20, Burst: 5, Now: clk.Now})
 	e := engine(t, fake)
+	// transcribe makes n calls one after another and counts those that
+	// passed, requiring the others to be refused for capacity.
+	transcribe := func(n int) int {
+		passed := 0
+		for range n {
+			_, err := e.Transcribe(t.Context(), ocr.Image{Data: png})
+			if err == nil {
+				passed++
+				continue
+			}
+			require.Equal(t, ocr.RateLimited, ocr.ClassOf(err), "%v", err)
+		}
+		return passed
+	}
 
 	var wg sync.WaitGroup
 	for range 10 {
@@ -35,15 +71,14 @@ func TestCapacityIsATokenBucket(t *testing.T) {
 	wg.Wait()
 	c := fake.Counts()
 	require.Equal(t, 10, c.Requests)
-	require.GreaterOrEqual(t, c.OK, 5, "the burst passes")
-	require.Equal(t, 10, c.OK+c.RateLimited)
+	require.Equal(t, 5, c.OK, "the burst passes")
+	require.Equal(t, 5, c.RateLimited)
 	require.Equal(t, c.RateLimited, c.ByStatus[http.StatusTooManyRequests])
 
-	time.Sleep(300 * time.Millisecond) // 20/s refills the 5-token burst in 250 ms
-	for range 5 {
-		_, err := e.Transcribe(t.Context(), ocr.Image{Data: png})
-		require.NoError(t, err)
-	}
+	clk.advance(100 * time.Millisecond)
+	require.Equal(t, 2, transcribe(3), "20/s refills 2 tokens in 100 ms")
+	clk.advance(time.Second)
+	require.Equal(t, 5, transcribe(7), "a second refills the bucket up to its burst, no further")
 }
 
 func TestBehaveSeesTheDecodedRequest(t *testing.T) {

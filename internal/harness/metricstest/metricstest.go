@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 )
 
 // Value is the value of name's series with exactly labels (nil for none): a
@@ -77,26 +79,23 @@ func S(name string, value float64, labels ...string) Series {
 	return Series{Name: name, Labels: m, Value: value}
 }
 
-// Await waits until every series has its value, failing after 30 s, then
-// checks them all again: some are counted just after what a test can see
-// (a commit, an answer), and counters must not have gone past their value
-// meanwhile.
+// Await waits until every series has its value, all in one pass, and
+// fails after 30 s: some are counted just after what a test can see (a
+// commit, an answer), and a counter must not have gone past its value
+// while another caught up.
 func Await(tb testing.TB, reg prometheus.Gatherer, want ...Series) {
 	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, w := range want {
-		for {
-			got := Value(tb, reg, w.Name, w.Labels)
-			if got == w.Value {
-				break
+	var miss Series
+	var got float64
+	if !eventually.Within(30*time.Second, func() bool {
+		for _, w := range want {
+			if got = Value(tb, reg, w.Name, w.Labels); got != w.Value {
+				miss = w
+				return false
 			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("%s%v is %v, want %v", w.Name, w.Labels, got, w.Value)
-			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
-	for _, w := range want {
-		require.Equal(tb, w.Value, Value(tb, reg, w.Name, w.Labels), "%s%v", w.Name, w.Labels)
+		return true
+	}) {
+		tb.Fatalf("%s%v is %v, want %v", miss.Name, miss.Labels, got, miss.Value)
 	}
 }
