@@ -14,11 +14,13 @@ import (
 
 // Who may do what (docs/security.md):
 //   - the admin token (ADMIN_TOKEN): the admin routes, River UI, the
-//     dashboard with its controls, and every read;
-//   - the read token (READ_TOKEN): status, listings, events, streams, the
-//     OpenAPI document and the dashboard without its controls;
+//     dashboard with its controls, the document writes and every read;
+//   - the read token (READ_TOKEN): status, listings, events, streams,
+//     documents and their search, the OpenAPI document and the dashboard
+//     without its controls;
 //   - the ingest token (INGEST_TOKEN) or a signature keyed by
-//     INGEST_SIGNING_SECRET: intake (POST /batches), and nothing else;
+//     INGEST_SIGNING_SECRET: intake (POST /batches) and the document
+//     writes (POST /documents, POST /documents/:id/retry), nothing else;
 //   - a task's callback token: that task's callback and its upload URLs.
 //
 // Programs send `Authorization: Bearer <token>`; browsers log in with basic

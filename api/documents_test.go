@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
@@ -68,13 +69,13 @@ func TestDocumentsIndexAndSearch(t *testing.T) {
 		env.PutObject(t, key, []byte(text))
 		code, doc := postDocument(t, env, key)
 		require.Equal(t, http.StatusAccepted, code)
-		require.Equal(t, "queued", doc.Status)
+		require.Equal(t, docindex.Queued, doc.Status)
 		require.Equal(t, "Document queued for processing", doc.Message)
 		ids[key] = doc.ID
 	}
 	for key, id := range ids {
 		doc := awaitDocument(t, env, id, ended)
-		require.Equal(t, "completed", doc.Status, "%s: %+v", key, doc.Errors)
+		require.Equal(t, db.DocumentCompleted, doc.Status, "%s: %+v", key, doc.Errors)
 		require.Equal(t, "store", doc.CurrentStep)
 		require.Positive(t, doc.Progress.TotalChunks)
 		require.Equal(t, doc.Progress.TotalChunks, doc.Progress.ProcessedChunks)
@@ -104,14 +105,14 @@ func TestDocumentsIndexAndSearch(t *testing.T) {
 	code, doc := postDocument(t, env, "documents/bees.txt")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, ids["documents/bees.txt"], doc.ID)
-	require.Equal(t, "completed", doc.Status)
+	require.Equal(t, db.DocumentCompleted, doc.Status)
 
 	// Changed: a new version, which replaces the old in search.
 	env.PutObject(t, "documents/bees.txt", []byte("Wasps build paper nests and hunt caterpillars in the garden."))
 	code, doc = postDocument(t, env, "documents/bees.txt")
 	require.Equal(t, http.StatusAccepted, code)
 	require.EqualValues(t, 2, doc.Version)
-	require.Equal(t, "completed", awaitDocument(t, env, doc.ID, ended).Status)
+	require.Equal(t, db.DocumentCompleted, awaitDocument(t, env, doc.ID, ended).Status)
 	res := search("paper nests of wasps")
 	require.Equal(t, "documents/bees.txt", res[0].R2Key)
 	require.Equal(t, doc.ID, res[0].DocumentID)
@@ -144,7 +145,7 @@ func TestSearchResultsSayTheirPages(t *testing.T) {
 	for _, key := range []string{"documents/minutes.txt", "documents/plain.txt"} {
 		code, doc := postDocument(t, env, key)
 		require.Equal(t, http.StatusAccepted, code)
-		require.Equal(t, "completed", awaitDocument(t, env, doc.ID, ended).Status)
+		require.Equal(t, db.DocumentCompleted, awaitDocument(t, env, doc.ID, ended).Status)
 	}
 	code, body := env.Do(t, http.MethodGet, "/documents/search?k=10&q=council+voted+to+repair+the+lighthouse+lamp", nil)
 	require.Equal(t, http.StatusOK, code, string(body))
@@ -201,7 +202,7 @@ func TestDocumentRefusals(t *testing.T) {
 	code, doc := postDocument(t, env, "documents/latin1.txt")
 	require.Equal(t, http.StatusAccepted, code)
 	doc = awaitDocument(t, env, doc.ID, ended)
-	require.Equal(t, "failed", doc.Status)
+	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 1)
 	require.Equal(t, "download", doc.Errors[0].Step)
 	require.Equal(t, "document s3://"+env.Bucket+"/documents/latin1.txt is not UTF-8 text", doc.Errors[0].Error)
@@ -259,28 +260,28 @@ func TestDocumentProviderFaults(t *testing.T) {
 	flaky, throttled, refused, doomed := post("flaky"), post("throttled"), post("refused"), post("doomed")
 
 	doc := awaitDocument(t, env, flaky, ended)
-	require.Equal(t, "completed", doc.Status, "%+v", doc.Errors)
+	require.Equal(t, db.DocumentCompleted, doc.Status, "%+v", doc.Errors)
 	require.Len(t, doc.Errors, 2, "each transient failure is in the history")
 	require.Equal(t, "embeddings", doc.Errors[0].Step)
 	require.NotEmpty(t, doc.DocumentTags, "tagged by the provider")
 
 	doc = awaitDocument(t, env, throttled, ended)
-	require.Equal(t, "completed", doc.Status)
+	require.Equal(t, db.DocumentCompleted, doc.Status)
 	require.Empty(t, doc.Errors, "a 429 is back-pressure, not a failure")
 
 	doc = awaitDocument(t, env, refused, ended)
-	require.Equal(t, "failed", doc.Status)
+	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 1, "a refused key is not retried")
 	require.Contains(t, doc.Errors[0].Error, "bad key")
 
 	doc = awaitDocument(t, env, doomed, ended)
-	require.Equal(t, "failed", doc.Status)
+	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 4, "three retries, then failed")
 	require.Equal(t, "embeddings", doc.CurrentStep)
 
 	code, body := env.Do(t, http.MethodPost, fmt.Sprintf("/documents/%d/retry", doomed), nil)
 	require.Equal(t, http.StatusOK, code, string(body))
 	doc = awaitDocument(t, env, doomed, ended)
-	require.Equal(t, "completed", doc.Status, "resumed at embeddings, the provider healthy again")
+	require.Equal(t, db.DocumentCompleted, doc.Status, "resumed at embeddings, the provider healthy again")
 	require.Len(t, doc.Errors, 4, "the history is kept")
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
@@ -359,7 +360,7 @@ func TestDashboardDocumentsInBrowser(t *testing.T) {
 	for _, key := range []string{"documents/lighthouse.md", "documents/bread.md"} {
 		env.PutObject(t, key, []byte(corpus[key]))
 		_, doc := postDocument(t, env, key)
-		require.Equal(t, "completed", awaitDocument(t, env, doc.ID, ended).Status)
+		require.Equal(t, db.DocumentCompleted, awaitDocument(t, env, doc.ID, ended).Status)
 		ids[key] = doc.ID
 	}
 	lighthouse := strconv.FormatInt(ids["documents/lighthouse.md"], 10)

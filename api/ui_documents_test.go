@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 )
@@ -60,7 +61,7 @@ func TestDashboardDocuments(t *testing.T) {
 	for key, id := range ids {
 		done[key] = awaitDocument(t, env, id, ended)
 	}
-	require.Equal(t, "failed", done["documents/latin1.txt"].Status)
+	require.Equal(t, db.DocumentFailed, done["documents/latin1.txt"].Status)
 	failed := ids["documents/latin1.txt"]
 	admin := func(method, path string, set func(*http.Request)) (*http.Response, string) {
 		return uiRequest(t, env, method, path, "admin", testenv.AdminToken, set)
@@ -219,7 +220,7 @@ func TestDashboardDocuments(t *testing.T) {
 	// After the refusals above: the document has not moved.
 	t.Run("Retry", func(t *testing.T) {
 		doc := awaitDocument(t, env, failed, ended)
-		require.Equal(t, "failed", doc.Status, "refused posts changed nothing")
+		require.Equal(t, db.DocumentFailed, doc.Status, "refused posts changed nothing")
 		require.Len(t, doc.Errors, 1)
 
 		resp, body := admin(http.MethodPost, page+"/retry", func(r *http.Request) {

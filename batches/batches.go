@@ -41,8 +41,8 @@ func New(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], executors *jobs.
 	return &Commands{pool: pool, river: riverClient, executors: executors, status: reader, logger: logger, metrics: m}
 }
 
-// Accepted is the answer to a batch submission.
-type Accepted struct {
+// Receipt is the answer to a batch submission.
+type Receipt struct {
 	BatchID string `json:"batch_id"`
 	Status  string `json:"status"`
 	// Created is false when the batch was already known (a repeat delivery):
@@ -54,8 +54,8 @@ type Accepted struct {
 // batch.created event and a unique batch_start job. Submitting the same
 // batch_id again changes nothing and reports the batch's current status, so
 // upstream redeliveries are harmless.
-func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []byte) (Accepted, error) {
-	var out Accepted
+func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []byte) (Receipt, error) {
+	var out Receipt
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		b, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: msg.BatchID, Uploader: msg.Uploader, QueueMessage: raw})
@@ -64,7 +64,7 @@ func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []
 			if err != nil {
 				return fmt.Errorf("reading existing batch %s: %w", msg.BatchID, err)
 			}
-			out = Accepted{BatchID: existing.ID, Status: existing.Status}
+			out = Receipt{BatchID: existing.ID, Status: existing.Status}
 			return nil
 		}
 		var pgErr *pgconn.PgError
@@ -83,11 +83,11 @@ func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []
 		if _, err := c.river.InsertTx(ctx, tx, jobs.BatchStartArgs{BatchID: b.ID}, nil); err != nil {
 			return fmt.Errorf("enqueueing batch_start for %s: %w", b.ID, err)
 		}
-		out = Accepted{BatchID: b.ID, Status: b.Status, Created: true}
+		out = Receipt{BatchID: b.ID, Status: b.Status, Created: true}
 		return nil
 	})
 	if err != nil {
-		return Accepted{}, err
+		return Receipt{}, err
 	}
 	if out.Created {
 		c.metrics.BatchStarted()

@@ -116,17 +116,17 @@ func (c *Client) Health(ctx context.Context) error {
 // orchestrator, whose manifest must be in the staging bucket already. A
 // batch the orchestrator knew already is not an error (see
 // Accepted.Created).
-func (c *Client) Submit(ctx context.Context, msg manifest.QueueMessage) (Accepted, error) {
+func (c *Client) Submit(ctx context.Context, msg manifest.QueueMessage) (Receipt, error) {
 	resp, data, err := c.do(ctx, http.MethodPost, "/batches", msg, asIngest)
 	if err != nil {
-		return Accepted{}, err
+		return Receipt{}, err
 	}
 	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
-		return Accepted{}, newError(resp, data)
+		return Receipt{}, newError(resp, data)
 	}
-	var acc Accepted
+	var acc Receipt
 	if json.Unmarshal(data, &acc) != nil || acc.Status == "" {
-		return Accepted{}, fmt.Errorf("the orchestrator answered %s without a status: %s", resp.Status, bytes.TrimSpace(data))
+		return Receipt{}, fmt.Errorf("the orchestrator answered %s without a status: %s", resp.Status, bytes.TrimSpace(data))
 	}
 	acc.Created = resp.StatusCode == http.StatusAccepted
 	return acc, nil

@@ -76,7 +76,7 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		msg := queueMessage(t, env, "DOCS", manifest.FileInfo{FileName: "notes.txt", FileSize: 5, ContentType: "text/plain"})
 		acc, err := c.Submit(ctx, msg)
 		require.NoError(t, err)
-		require.Equal(t, client.Accepted{BatchID: "DOCS", Status: client.StatusPending, Created: true}, acc)
+		require.Equal(t, client.Receipt{BatchID: "DOCS", Status: client.StatusPending, Created: true}, acc)
 
 		st, err := c.Await(ctx, "DOCS", 10*time.Millisecond, func(st client.Status) bool { return st.Ingest.Status == client.IngestDelivered })
 		require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestClientAgainstOrchestrator(t *testing.T) {
 		// A redelivery changes nothing and says so.
 		acc, err = c.Submit(ctx, msg)
 		require.NoError(t, err)
-		require.Equal(t, client.Accepted{BatchID: "DOCS", Status: client.StatusDone, Created: false}, acc)
+		require.Equal(t, client.Receipt{BatchID: "DOCS", Status: client.StatusDone, Created: false}, acc)
 
 		_, err = c.Reset(ctx, "DOCS")
 		_ = requireAPIError(t, err, http.StatusConflict, "conflict: batch DOCS is DONE; there is nothing to reset")
@@ -281,7 +281,7 @@ func TestRequests(t *testing.T) {
 
 	acc, err := c.Submit(ctx, manifest.QueueMessage{BatchID: "a/b", Metadata: map[string]any{}})
 	require.NoError(t, err)
-	require.Equal(t, client.Accepted{BatchID: "a/b", Status: "PENDING", Created: true}, acc)
+	require.Equal(t, client.Receipt{BatchID: "a/b", Status: "PENDING", Created: true}, acc)
 	r := api.last()
 	require.Equal(t, "POST /orch/batches", r.Method+" "+r.URL.EscapedPath())
 	require.Equal(t, "application/json", r.Header.Get("Content-Type"))

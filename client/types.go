@@ -20,8 +20,8 @@ const (
 	IngestFailed    = "failed" // gave up; see Ingest.LastError
 )
 
-// Accepted is the answer to Submit.
-type Accepted struct {
+// Receipt is the answer to Submit.
+type Receipt struct {
 	BatchID string `json:"batch_id"`
 	// Status is PENDING for a new batch, the current status for one the
 	// orchestrator knew already.
@@ -54,15 +54,15 @@ type Status struct {
 	Ingest Ingest `json:"ingest"`
 	// Pruned is set once retention (RETENTION_DAYS) removed the batch's
 	// processing details; Phases and Progress are then as they were.
-	Pruned *Pruned `json:"pruned,omitempty"`
+	Pruned *Pruning `json:"pruned,omitempty"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`
 }
 
-// Pruned says that retention removed a batch's processing details (tasks,
+// Pruning says that retention removed a batch's processing details (tasks,
 // chunks, events, intermediate files).
-type Pruned struct {
+type Pruning struct {
 	// At is when the removal ended; nil while it is going on.
 	At *time.Time `json:"at"`
 	// Note says what is gone, for people.

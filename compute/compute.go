@@ -89,8 +89,8 @@ func (m Machine) Ended() bool {
 	return false
 }
 
-// Fenced is what FindByTask found for one launch attempt of a task.
-type Fenced struct {
+// AttemptMachines is what FindByTask found for one launch attempt of a task.
+type AttemptMachines struct {
 	// Current are the attempt's machines that have not ended, newest first:
 	// keep the first, destroy the others (duplicates of one launch).
 	Current []Machine
@@ -108,8 +108,8 @@ type Fenced struct {
 // cannot be the task's), while those of earlier attempts are only dropped
 // once they are being destroyed. Ties in CreatedAt (Fly reports seconds)
 // go to the machine listed later, as backends list in launch order.
-func Fence(found []Machine, attempt int) Fenced {
-	var f Fenced
+func Fence(found []Machine, attempt int) AttemptMachines {
+	var f AttemptMachines
 	for i := len(found) - 1; i >= 0; i-- {
 		m := found[i]
 		switch {

@@ -214,7 +214,7 @@ type ChunkItemInsertManyParams struct {
 	DirectoryPath string
 	FileID        int64
 	R2Key         string
-	Status        string
+	Status        ItemStatus
 	Error         *string
 }
 

@@ -264,7 +264,7 @@ WHERE batch_id = $3 AND phase = $4 AND chunk_id = $5 AND state NOT IN ('DONE', '
 `
 
 type ChunkSetStateParams struct {
-	State   string
+	State   ChunkState
 	Error   *string
 	BatchID string
 	Phase   string

@@ -152,7 +152,7 @@ func TestChunkItemSettle(t *testing.T) {
 
 	chunk, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: "b1", Phase: "OCR", ChunkID: "0"})
 	require.NoError(t, err)
-	require.Equal(t, "PENDING", chunk.State)
+	require.Equal(t, db.ChunkPending, chunk.State)
 	require.Equal(t, [4]int32{6, 1, 1, 2}, [4]int32{chunk.TotalRefs, chunk.Completed, chunk.Failed, chunk.Skipped})
 
 	_, err = pool.Exec(ctx, `UPDATE chunks SET state = 'DONE' WHERE batch_id = 'b1'`)
@@ -193,7 +193,7 @@ func TestChunkSetStateAndList(t *testing.T) {
 	}
 	require.Equal(t, []string{"0/0", "0/1", "0/2", "10/0", "9/0"}, got)
 
-	set := func(state string, errMsg *string) int64 {
+	set := func(state db.ChunkState, errMsg *string) int64 {
 		n, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: "b1", Phase: "OCR", ChunkID: "0", State: state, Error: errMsg})
 		require.NoError(t, err)
 		return n
@@ -209,7 +209,7 @@ func TestChunkSetStateAndList(t *testing.T) {
 	require.Equal(t, int64(0), set("PROCESSING", nil), "a terminal chunk stays terminal")
 	c, err = q.ChunkGet(ctx, db.ChunkGetParams{BatchID: "b1", Phase: "OCR", ChunkID: "0"})
 	require.NoError(t, err)
-	require.Equal(t, "ERROR", c.State)
+	require.Equal(t, db.ChunkError, c.State)
 	require.NotNil(t, c.FinishedAt)
 	require.Equal(t, &msg, c.Error)
 	require.GreaterOrEqual(t, c.ProcessingTimeMs, int64(0))

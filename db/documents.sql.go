@@ -345,7 +345,7 @@ type DocumentChunkListRow struct {
 	ChunkIndex int32
 	Heading    string
 	Tokens     int32
-	Status     string
+	Status     DocumentChunkStatus
 	Tags       []string
 	Excerpt    string
 	Total      int64
@@ -510,7 +510,7 @@ ORDER BY chunk_index LIMIT $3
 
 type DocumentChunksInStatusParams struct {
 	DocumentID int64
-	Status     string
+	Status     DocumentChunkStatus
 	MaxChunks  int32
 }
 

@@ -46,7 +46,7 @@ type Chunk struct {
 	BatchID          string
 	Phase            string
 	ChunkID          string
-	State            string
+	State            ChunkState
 	TotalRefs        int32
 	Completed        int32
 	Failed           int32
@@ -67,7 +67,7 @@ type ChunkItem struct {
 	DirectoryPath string
 	FileID        int64
 	R2Key         string
-	Status        string
+	Status        ItemStatus
 	RetryCount    int32
 	Error         *string
 	TextLength    *int32
@@ -83,7 +83,7 @@ type Document struct {
 	ID              int64
 	R2Key           string
 	Version         int32
-	Status          string
+	Status          DocumentStatus
 	CurrentStep     string
 	Etag            *string
 	SizeBytes       *int64
@@ -114,7 +114,7 @@ type DocumentChunk struct {
 	Tokens     int32
 	Embedding  []float32
 	Tags       []string
-	Status     string
+	Status     DocumentChunkStatus
 	FirstPage  int32
 	LastPage   int32
 }

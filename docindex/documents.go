@@ -38,18 +38,22 @@ func NewDocuments(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], store b
 	return &Documents{pool: pool, river: riverClient, store: store, bucket: bucket, prefix: prefix, logger: logger}
 }
 
+// Queued is the status spec 003 answers a new version with: asked for,
+// its steps not yet started. It is no stored status (db.DocumentStatus).
+const Queued db.DocumentStatus = "queued"
+
 // Document is spec 003's status of a document, with our identity fields;
 // the JSON names are spec 003's (camelCase).
 type Document struct {
-	ID           int64            `json:"id"`
-	R2Key        string           `json:"r2Key"`
-	Version      int32            `json:"version"`
-	Status       string           `json:"status"`
-	CurrentStep  string           `json:"currentStep"`
-	Progress     DocumentProgress `json:"progress"`
-	Errors       []DocumentError  `json:"errors"`
-	Timing       DocumentTiming   `json:"timing"`
-	DocumentTags []string         `json:"documentTags"`
+	ID           int64             `json:"id"`
+	R2Key        string            `json:"r2Key"`
+	Version      int32             `json:"version"`
+	Status       db.DocumentStatus `json:"status"`
+	CurrentStep  string            `json:"currentStep"`
+	Progress     DocumentProgress  `json:"progress"`
+	Errors       []DocumentError   `json:"errors"`
+	Timing       DocumentTiming    `json:"timing"`
+	DocumentTags []string          `json:"documentTags"`
 	// Message says what a submission did (POST /documents only).
 	Message string `json:"message,omitempty"`
 }
@@ -86,7 +90,7 @@ func DocumentOf(d db.Document) Document {
 	}
 	if d.TotalChunks > 0 {
 		out.Progress.Percentage = int(math.Round(100 * float64(d.ProcessedChunks) / float64(d.TotalChunks)))
-	} else if d.Status == "completed" {
+	} else if d.Status == db.DocumentCompleted {
 		out.Progress.Percentage = 100
 	}
 	_ = json.Unmarshal(d.Errors, &out.Errors)
@@ -125,10 +129,10 @@ func (d *Documents) Create(ctx context.Context, r2Key string) (doc Document, cre
 		}
 		latest, err := q.DocumentLatest(ctx, r2Key)
 		switch {
-		case err == nil && (latest.Status == "not_started" || latest.Status == "processing"):
+		case err == nil && latest.Status.Open():
 			doc = DocumentOf(latest)
 			return nil
-		case err == nil && latest.Status == "completed" && etag != nil && latest.Etag != nil && *latest.Etag == *etag:
+		case err == nil && latest.Status == db.DocumentCompleted && etag != nil && latest.Etag != nil && *latest.Etag == *etag:
 			doc = DocumentOf(latest)
 			return nil
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
@@ -148,10 +152,10 @@ func (d *Documents) Create(ctx context.Context, r2Key string) (doc Document, cre
 		return Document{}, false, err
 	}
 	if created {
-		doc.Status, doc.Message = "queued", "Document queued for processing"
+		doc.Status, doc.Message = Queued, "Document queued for processing"
 		d.logger.Info("document queued", "document_id", doc.ID, "r2_key", r2Key, "version", doc.Version)
 	} else {
-		doc.Message = "Document already " + map[bool]string{true: "processed", false: "being processed"}[doc.Status == "completed"]
+		doc.Message = "Document already " + map[bool]string{true: "processed", false: "being processed"}[doc.Status == db.DocumentCompleted]
 	}
 	return doc, created, nil
 }

@@ -47,8 +47,8 @@ func TestDocumentStepGivesUpOnLastAttempt(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		maxAttempts int
-		want        string
-	}{{"EarlierAttempt", 2, "processing"}, {"LastAttempt", 1, "failed"}} {
+		want        db.DocumentStatus
+	}{{"EarlierAttempt", 2, db.DocumentProcessing}, {"LastAttempt", 1, db.DocumentFailed}} {
 		var id int64
 		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO documents (r2_key, version, status, current_step)
 			VALUES ($1, 1, 'processing', 'embeddings') RETURNING id`, "documents/"+tc.name+".md").Scan(&id))

@@ -202,7 +202,7 @@ func (w *DocumentStepWorker) Fail(ctx context.Context, client *river.Client[pgx.
 		if err != nil {
 			return false, err
 		}
-		if cur.Status != "not_started" && cur.Status != "processing" || resumes >= 0 && cur.Resumes != resumes {
+		if !cur.Status.Open() || resumes >= 0 && cur.Resumes != resumes {
 			return false, nil
 		}
 		failed, err = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: id, Error: reason, Fail: true})
@@ -236,10 +236,10 @@ func (w *DocumentStepWorker) work(ctx context.Context, job *river.Job[DocumentSt
 	if err != nil {
 		return err
 	}
-	if doc.Status == "completed" || doc.Status == "failed" {
+	if !doc.Status.Open() {
 		return nil
 	}
-	if doc.Status == "not_started" {
+	if doc.Status == db.DocumentNotStarted {
 		if err := q.DocumentStart(ctx, id); err != nil {
 			return err
 		}
@@ -480,7 +480,7 @@ func adoptChunks(ctx context.Context, q *db.Queries, prev, doc db.Document, size
 // embed embeds the next EmbeddingsBatch chunks, or moves on to tags.
 func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 	doc, q := run.doc, db.New(w.deps.Pool)
-	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: "pending", MaxChunks: EmbeddingsBatch})
+	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: db.DocumentChunkPending, MaxChunks: EmbeddingsBatch})
 	if err != nil {
 		return err
 	}
@@ -505,7 +505,7 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 	if err != nil {
 		return err
 	}
-	return w.commitChunks(ctx, run, []string{"embedding_done", "tags_done", "stored"}, func(q *db.Queries) error {
+	return w.commitChunks(ctx, run, statuses(db.DocumentChunkEmbeddingDone, db.DocumentChunkTagsDone, db.DocumentChunkStored), func(q *db.Queries) error {
 		for i, r := range rows {
 			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Embedding: vectors[i]}); err != nil {
 				return err
@@ -519,7 +519,7 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 // from its chunks, and moves on to store.
 func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 	doc, q := run.doc, db.New(w.deps.Pool)
-	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: "embedding_done", MaxChunks: TagsBatch})
+	rows, err := q.DocumentChunksInStatus(ctx, db.DocumentChunksInStatusParams{DocumentID: doc.ID, Status: db.DocumentChunkEmbeddingDone, MaxChunks: TagsBatch})
 	if err != nil {
 		return err
 	}
@@ -559,7 +559,7 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 	if err != nil {
 		return err
 	}
-	return w.commitChunks(ctx, run, []string{"tags_done", "stored"}, func(q *db.Queries) error {
+	return w.commitChunks(ctx, run, statuses(db.DocumentChunkTagsDone, db.DocumentChunkStored), func(q *db.Queries) error {
 		for i, r := range rows {
 			t := tags[i]
 			if t == nil {
@@ -594,6 +594,15 @@ func (w *DocumentStepWorker) commitChunks(ctx context.Context, run *stepRun, don
 		}
 		return q.DocumentCountProcessed(ctx, db.DocumentCountProcessedParams{ID: run.doc.ID, Done: done})
 	})
+}
+
+// statuses are chunk statuses as the queries take them.
+func statuses(ss ...db.DocumentChunkStatus) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
 }
 
 // store makes the version its key's current one, in one transaction: its

@@ -81,12 +81,13 @@ type Config struct {
 }
 
 // DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
-// callbacks at the rates the bench measures.
+// callbacks at the rates make bench measures (BENCHMARKS.md).
 const DefaultMaxQueued = 50000
 
 // DefaultCommitters is Config.Committers unless set (CALLBACK_COMMITTERS):
-// on 2 cores one committer, whose groups grow while it commits, commits
-// the most callbacks a second (larger groups, fewer commits).
+// one committer, whose groups grow while it commits, makes larger groups
+// and fewer commits than several (docs/architecture.md, How fast, has the
+// figures).
 const DefaultCommitters = 1
 
 // DefaultTaskRetireLimit is Config.TaskRetireLimit unless set
@@ -490,9 +491,9 @@ func retryAlone(err error) bool {
 // the locks, so that its snapshot is taken under them.
 var groupStatements = [...]string{db.BatchLockSharedManySQL, db.TaskCompleteManySQL, db.PhaseCheckPendingManySQL}
 
-// groupApplied is what a group's pipeline read: the tasks it ended, and
+// groupResult is what a group's pipeline read: the tasks it ended, and
 // whether each phase concerned has an unfinished fan-in check.
-type groupApplied struct {
+type groupResult struct {
 	ended   []db.TaskCompleteManyRow
 	pending map[PhaseRef]bool
 }
@@ -504,12 +505,12 @@ type groupApplied struct {
 // COMMIT, as soon as it is known: on every path but a panic. When the
 // group fails before anything was sent, the previous group is committed
 // alone.
-func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyParams, refs []PhaseRef, commitPrev func(error)) (applied groupApplied, err error) {
-	unsent := func(err error) (groupApplied, error) {
+func sendGroup(ctx context.Context, conn *pgx.Conn, params db.TaskCompleteManyParams, refs []PhaseRef, commitPrev func(error)) (applied groupResult, err error) {
+	unsent := func(err error) (groupResult, error) {
 		if commitPrev != nil {
 			commitPrev((&pipelinedTx{conn: conn}).Commit(ctx))
 		}
-		return groupApplied{}, err
+		return groupResult{}, err
 	}
 	var stmts [len(groupStatements)]*pgconn.StatementDescription
 	for i, sql := range groupStatements {

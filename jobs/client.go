@@ -121,10 +121,9 @@ func (b BuildSizes) withDefaults() BuildSizes {
 // notified of. River notifies a queue of inserted jobs at most once per
 // FetchCooldown (100 ms) per process, so while callbacks insert phase_check
 // jobs, the phase_launch that a transition inserts right after is often not
-// notified at all: with River's default of 1 s it then waited up to a
-// second (measured: 0.7-0.9 s of each TIFF_CONVERSION -> IMAGE_PROCESSING
-// transition of a 1,000-file batch). A fetch that finds nothing is one
-// cheap index probe.
+// notified at all: with River's default of 1 s each transition then
+// waited up to a second (docs/architecture.md, How fast, has the figure).
+// A fetch that finds nothing is one cheap index probe.
 const DefaultFetchPollInterval = 100 * time.Millisecond
 
 // NewClient builds the River client with every worker registered: the

@@ -62,7 +62,7 @@ type Executor interface {
 	// admin retry of a batch in it (stopped: the batch was in ERROR, and
 	// resumes in this phase). The caller holds the batch's exclusive lock
 	// and makes sure of the phase's check afterwards.
-	Retry(ctx context.Context, tx Tx, at PhaseAt, stopped bool) (Retried, error)
+	Retry(ctx context.Context, tx Tx, at PhaseAt, stopped bool) (RetryOutcome, error)
 	// Rerun prepares a DONE batch's new pass (ResumeBatch): it drops the
 	// batch's failed work of this kind (a later Enter makes it anew) and
 	// names the files it failed on. The caller holds the exclusive lock.
@@ -80,7 +80,7 @@ type Executor interface {
 	// Prune removes a finished batch's rows of this kind, each statement
 	// at most rows rows (retention; DeleteInSteps), and says what it
 	// removed.
-	Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (Removed, error)
+	Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (Removal, error)
 }
 
 // Tx is a transaction of the pipeline: the database's, and the River
@@ -155,8 +155,8 @@ type PhaseProgress struct {
 // Open is the work not yet ended.
 func (p PhaseProgress) Open() int64 { return p.TasksPending + p.TasksProcessing }
 
-// Retried is what an executor's Retry put back.
-type Retried struct {
+// RetryOutcome is what an executor's Retry put back.
+type RetryOutcome struct {
 	// Count is the work put back; 0 is nothing to retry.
 	Count int
 	// Data goes into the admin.retry event (e.g. {"tasks_requeued": 3}).
@@ -176,9 +176,9 @@ type Rerun struct {
 	Counts map[string]any
 }
 
-// Removed is what an executor's Prune removed: rows by table, and the
+// Removal is what an executor's Prune removed: rows by table, and the
 // delete statements it took.
-type Removed struct {
+type Removal struct {
 	Rows       map[string]int64
 	Statements int
 }

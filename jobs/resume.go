@@ -13,8 +13,8 @@ import (
 // failed: there is nothing to rerun.
 var ErrNothingToResume = errors.New("nothing failed")
 
-// Resumed is what ResumeBatch reruns.
-type Resumed struct {
+// Resumption is what ResumeBatch reruns.
+type Resumption struct {
 	// Phase is the phase the batch resumed in: the first with work.
 	Phase string `json:"phase"`
 	// Files are the files of the final generation rerun: those whose work
@@ -41,17 +41,17 @@ type Resumed struct {
 // b under it; tx commits the change, with a batch.resumed event. With
 // nothing to rerun it returns ErrNothingToResume, and tx must be rolled
 // back.
-func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumed, error) {
+func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumption, error) {
 	q := tx.Queries()
 	if phases.BatchStatus(b.Status) != phases.BatchDone {
-		return Resumed{}, fmt.Errorf("resuming batch %s: it is %s, not DONE", b.ID, b.Status)
+		return Resumption{}, fmt.Errorf("resuming batch %s: it is %s, not DONE", b.ID, b.Status)
 	}
-	out := Resumed{Work: map[string]any{}}
+	out := Resumption{Work: map[string]any{}}
 	var keys []string
 	for _, e := range x.All() {
 		r, err := e.Rerun(ctx, tx, b.ID)
 		if err != nil {
-			return Resumed{}, fmt.Errorf("finding the failed %s work of batch %s: %w", e.Kind(), b.ID, err)
+			return Resumption{}, fmt.Errorf("finding the failed %s work of batch %s: %w", e.Kind(), b.ID, err)
 		}
 		keys = append(keys, r.Keys...)
 		for k, v := range r.Counts {
@@ -60,38 +60,38 @@ func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumed,
 	}
 	rerun, err := q.FileMarkKept(ctx, db.FileMarkKeptParams{BatchID: b.ID, Generation: b.Generation, FailedKeys: keys})
 	if err != nil {
-		return Resumed{}, fmt.Errorf("marking the files of batch %s to rerun: %w", b.ID, err)
+		return Resumption{}, fmt.Errorf("marking the files of batch %s to rerun: %w", b.ID, err)
 	}
 	if rerun == 0 {
-		return Resumed{}, ErrNothingToResume
+		return Resumption{}, ErrNothingToResume
 	}
 	out.Files = int(rerun)
 	if _, err := q.BatchReopen(ctx, b.ID); err != nil {
-		return Resumed{}, fmt.Errorf("reopening batch %s: %w", b.ID, err)
+		return Resumption{}, fmt.Errorf("reopening batch %s: %w", b.ID, err)
 	}
 	rows, err := q.FileListByBatchGeneration(ctx, db.FileListByBatchGenerationParams{BatchID: b.ID, Generation: b.Generation})
 	if err != nil {
-		return Resumed{}, fmt.Errorf("reading generation %d of batch %s: %w", b.Generation, b.ID, err)
+		return Resumption{}, fmt.Errorf("reading generation %d of batch %s: %w", b.Generation, b.ID, err)
 	}
 	files := make([]phases.File, len(rows))
 	configs := map[string]phases.ProcessingConfig{}
 	for i, r := range rows {
 		if files[i], err = fileFromRow(r, configs); err != nil {
-			return Resumed{}, err
+			return Resumption{}, err
 		}
 	}
 	finished, err := enterNextPhase(ctx, tx, Deps{Executors: x}, b.ID, phases.First(), b.Generation, files)
 	if err != nil {
-		return Resumed{}, err
+		return Resumption{}, err
 	}
 	if finished != nil {
 		// No phase works on what failed: the pass would only deliver the
 		// same manifest again.
-		return Resumed{}, ErrNothingToResume
+		return Resumption{}, ErrNothingToResume
 	}
 	now, err := q.BatchGetByID(ctx, b.ID)
 	if err != nil {
-		return Resumed{}, err
+		return Resumption{}, err
 	}
 	out.Phase = now.Status
 	data := map[string]any{"phase": out.Phase, "files": out.Files}
@@ -99,7 +99,7 @@ func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumed,
 		data[k] = v
 	}
 	if err := q.EventRecord(ctx, db.Event{BatchID: b.ID, Type: db.EventBatchResumed, Phase: out.Phase, Data: data}); err != nil {
-		return Resumed{}, err
+		return Resumption{}, err
 	}
 	return out, nil
 }

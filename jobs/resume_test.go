@@ -308,7 +308,7 @@ func TestAbandonedDocumentFails(t *testing.T) {
 	require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 1, Failed: 1}, testenv.DocumentsOf(st))
 	doc, err := db.New(env.Pool).DocumentGet(ctx, docID)
 	require.NoError(t, err)
-	require.Equal(t, "failed", doc.Status)
+	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Contains(t, string(doc.Errors), "was cancelled by River")
 	final := manifestFiles(t, env.AwaitIngest(t, 1)[0].Body)
 	require.Zero(t, final["/stuck.txt"].DocumentID)
@@ -357,7 +357,7 @@ func TestAbandonedAPIDocumentFails(t *testing.T) {
 	require.Contains(t, string(doc.Errors), fmt.Sprintf("step job %d was cancelled by River", jobID))
 	other, err := q.DocumentGet(ctx, slow)
 	require.NoError(t, err)
-	require.Equal(t, "processing", other.Status, "a document whose job still runs is not failed")
+	require.Equal(t, db.DocumentProcessing, other.Status, "a document whose job still runs is not failed")
 }
 
 // TestRetryDoneBatchRerunsFailedOCR: a DONE batch whose provider refused

@@ -170,10 +170,10 @@ func Names(groups []Group) []string {
 	return out
 }
 
-// expected is a parse error: what the value must be.
-type expected string
+// expectation is a parse error: what the value must be.
+type expectation string
 
-func (e expected) Error() string { return string(e) }
+func (e expectation) Error() string { return string(e) }
 
 // String declares a text setting.
 func String(dst *string, name, def, doc string) Setting {
@@ -214,7 +214,7 @@ func OneOf(dst *string, name, def string, allowed []string, doc string) Setting 
 				return nil
 			}
 		}
-		return expected("one of " + strings.Join(allowed, ", "))
+		return expectation("one of " + strings.Join(allowed, ", "))
 	}
 	return s
 }
@@ -241,7 +241,7 @@ func Int64(dst *int64, name string, def, lo, hi int64, doc string) Setting {
 		parse: func(v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < lo || n > hi {
-				return expected(fmt.Sprintf("a whole number from %d to %d", lo, hi))
+				return expectation(fmt.Sprintf("a whole number from %d to %d", lo, hi))
 			}
 			*dst = n
 			return nil
@@ -266,7 +266,7 @@ func positive(s Setting) Setting {
 	parse := s.parse
 	s.parse = func(v string) error {
 		if parse(v) != nil {
-			return expected("a positive integer")
+			return expectation("a positive integer")
 		}
 		return nil
 	}
@@ -280,7 +280,7 @@ func PositiveFloat(dst *float64, name string, def float64, doc string) Setting {
 		parse: func(v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f > 0) || math.IsInf(f, 0) { // !(f > 0) refuses NaN too
-				return expected("a positive number")
+				return expectation("a positive number")
 			}
 			*dst = f
 			return nil
@@ -295,7 +295,7 @@ func Fraction(dst *float64, name string, def float64, doc string) Setting {
 		parse: func(v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f >= 0 && f <= 1) {
-				return expected("a number from 0 to 1")
+				return expectation("a number from 0 to 1")
 			}
 			*dst = f
 			return nil
@@ -314,7 +314,7 @@ func Bool(dst *bool, name string, def bool, doc string) Setting {
 			case "0", "false", "no", "off":
 				*dst = false
 			default:
-				return expected("true or false")
+				return expectation("true or false")
 			}
 			return nil
 		},
@@ -335,7 +335,7 @@ func Millis(dst *time.Duration, name string, def time.Duration, doc string) Sett
 				*dst = d
 				return nil
 			}
-			return expected("a positive number of milliseconds")
+			return expectation("a positive number of milliseconds")
 		},
 		show: func() string { return strconv.FormatInt(dst.Milliseconds(), 10) }}
 }

@@ -60,7 +60,7 @@ type Status struct {
 	Ingest Ingest `json:"ingest"`
 	// Pruned is set once retention removed the batch's processing
 	// details; Phases and Progress are then as they were when it began.
-	Pruned *Pruned `json:"pruned,omitempty"`
+	Pruned *Pruning `json:"pruned,omitempty"`
 }
 
 // HasFailures reports whether the batch has failed work an admin retry
@@ -102,7 +102,7 @@ func (r *Reader) Status(ctx context.Context, batchID string) (Status, error) {
 		Ingest: Ingest{Status: b.IngestStatus, Attempts: b.IngestAttempts, LastError: b.IngestLastError, DeliveredAt: b.IngestDeliveredAt},
 	}
 	if b.PrunedCounts != nil {
-		st.Pruned = &Pruned{At: b.PrunedAt, Note: r.PrunedNote()}
+		st.Pruned = &Pruning{At: b.PrunedAt, Note: r.PrunedNote()}
 	}
 	if st.Phases == nil {
 		st.Phases = []PhaseProgress{}
@@ -147,10 +147,10 @@ func (r *Reader) progress(ctx context.Context, q *db.Queries, batches []db.Batch
 	return out, nil
 }
 
-// Pruned says that retention (RETENTION_DAYS) removed a batch's processing
+// Pruning says that retention (RETENTION_DAYS) removed a batch's processing
 // details: its tasks, chunks, events and intermediate file generations.
 // Its status, final files, final manifest and documents remain.
-type Pruned struct {
+type Pruning struct {
 	// At is when the removal ended; null while it is going on.
 	At *time.Time `json:"at"`
 	// Note says what is gone, for people.

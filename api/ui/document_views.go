@@ -27,7 +27,13 @@ const (
 
 // DocumentStatuses lists spec 003's document statuses, in processing
 // order.
-func DocumentStatuses() []string { return []string{"not_started", "processing", "completed", "failed"} }
+func DocumentStatuses() []string {
+	var out []string
+	for _, s := range db.DocumentStatuses() {
+		out = append(out, string(s))
+	}
+	return out
+}
 
 // DocumentFilter selects documents for documentList. Zero fields do
 // not filter.
@@ -109,7 +115,7 @@ type DocumentChunkSummary struct {
 	Index   int32
 	Heading string
 	Tokens  int32
-	Status  string
+	Status  db.DocumentChunkStatus
 	Tags    []string
 	Excerpt string
 	// Cut is true when Excerpt is not the whole text.

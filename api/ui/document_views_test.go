@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/problem"
 )
@@ -59,7 +60,7 @@ func TestDashboardDocuments(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, page.Documents, n/3)
 		for _, d := range page.Documents {
-			require.Equal(t, "failed", d.Status)
+			require.Equal(t, db.DocumentFailed, d.Status)
 		}
 		require.Nil(t, page.NextCursor)
 	})

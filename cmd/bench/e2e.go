@@ -456,10 +456,10 @@ func collect(ctx context.Context, dbURL, batchID string, start time.Time, counts
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	tiff, image := byPhase["TIFF_CONVERSION"], byPhase["IMAGE_PROCESSING"]
+	tiff, image := byPhase[string(phases.TIFFConversion)], byPhase[string(phases.ImageProcessing)]
 	wantTIFF := r.files / 10
 	if tiff.tasks != wantTIFF || image.tasks != r.files || len(byPhase) != 2 {
-		return fmt.Errorf("tasks per phase %v, want %d TIFF_CONVERSION and %d IMAGE_PROCESSING", byPhase, wantTIFF, r.files)
+		return fmt.Errorf("tasks per phase %v, want %d %s and %d %s", byPhase, wantTIFF, phases.TIFFConversion, r.files, phases.ImageProcessing)
 	}
 	for name, p := range byPhase {
 		if p.completed != p.tasks || p.machines != p.tasks || p.relaunched != 0 {

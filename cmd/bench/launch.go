@@ -24,6 +24,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // The launch part measures what presigning the machines' URLs costs a
@@ -116,7 +117,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 	settings := map[string]string{
 		"R2_ENDPOINT": "http://127.0.0.1:1", "R2_ACCESS_KEY_ID": "bench-key", "R2_SECRET_ACCESS_KEY": "bench-secret",
 		"FLY_LAUNCH_RATE": "100000", "FLY_LAUNCH_BURST": "100000",
-		"BATCH_SIZE_IMAGE_PROCESSING": fmt.Sprint(tasks), "CDN_PUBLIC_URL": "https://cdn.bench",
+		"BATCH_SIZE_" + string(phases.ImageProcessing): fmt.Sprint(tasks), "CDN_PUBLIC_URL": "https://cdn.bench",
 	}
 	var backendImpl compute.Backend = instantBackend{}
 	if backend == "fakefly" {
@@ -153,7 +154,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 	if err != nil {
 		return run, err
 	}
-	const batchID, phase = "BENCHLAUNCH", "IMAGE_PROCESSING"
+	const batchID, phase = "BENCHLAUNCH", string(phases.ImageProcessing)
 	if err := seedPending(ctx, pool, batchID, phase, tasks); err != nil {
 		return run, err
 	}

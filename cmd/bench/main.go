@@ -68,6 +68,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // allParts are the parts of the benchmark, in the order they run.
@@ -453,7 +454,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 
-	const batchID, phase = "BENCH", "TIFF_CONVERSION"
+	const batchID, phase = "BENCH", string(phases.TIFFConversion)
 	ids, err := seedPhase(ctx, pool, batchID, phase, tasks)
 	if err != nil {
 		return run, err

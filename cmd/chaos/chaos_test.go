@@ -161,8 +161,8 @@ func TestTimelines(t *testing.T) {
 	_, err = pool.Exec(ctx, `INSERT INTO batch_events (batch_id, type, task_id, data, created_at) VALUES
 		('B', 'task.launched', 't1', '{"machine_id": "m1"}', $1), ('B', 'task.timed_out', 't1', '{}', $2)`, at(1), at(20))
 	require.NoError(t, err)
-	l := &load{label: "chaos", w: &world{tmp: t.TempDir(), logf: t.Logf}, res: newRunResult("chaos", options{})}
-	l.res.faultLog = []stamped{{at: at(5), what: "driver: Postgres stopped (immediate) for 10s"}, {at: at(300), what: "driver: far away"}}
+	l := &loadRun{label: "chaos", w: &world{tmp: t.TempDir(), logf: t.Logf}, res: newRunResult("chaos", options{})}
+	l.res.faultLog = []timelineLine{{at: at(5), what: "driver: Postgres stopped (immediate) for 10s"}, {at: at(300), what: "driver: far away"}}
 	l.res.suspects = []taskRow{{id: "t1", batchID: "B", phase: "TIFF_CONVERSION", status: "failed", err: "Task timed out after 19.0s", inputKey: "k"}}
 	l.res.faultedLaunches = map[string][]string{"t1": {"1:hang"}}
 	report := fakefly.Report{

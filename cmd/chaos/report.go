@@ -31,7 +31,7 @@ type runResult struct {
 	// ("2:hang").
 	faultedLaunches map[string][]string
 	// faultLog is the driver's faults, in order, for timelines.
-	faultLog []stamped
+	faultLog []timelineLine
 	// suspects are the tasks lost or failed with every machine faulty.
 	suspects []taskRow
 	resumes  []time.Duration
@@ -47,11 +47,11 @@ type runResult struct {
 	callback503, callback500            int
 	callbackFinal                       map[int]int // final answer of each callback post
 	goroutines, conns                   int
-	checks                              []check
+	checks                              []assertion
 }
 
-// check is one assertion's outcome.
-type check struct {
+// assertion is one check's outcome.
+type assertion struct {
 	name   string
 	ok     bool
 	detail string
@@ -124,7 +124,7 @@ func (r *runResult) addStranded(n int) {
 }
 
 func (r *runResult) check(name string, ok bool, detail string) {
-	r.checks = append(r.checks, check{name: name, ok: ok, detail: detail})
+	r.checks = append(r.checks, assertion{name: name, ok: ok, detail: detail})
 }
 
 // failed names the checks that failed.

@@ -21,6 +21,7 @@ import (
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // The orchestrators' credentials.
@@ -124,8 +125,8 @@ func (p *proc) goroutines() (int, error) {
 	return 0, fmt.Errorf("%s: no go_goroutines in its metrics", p.name)
 }
 
-// load is one run's moving parts.
-type load struct {
+// loadRun is one run's moving parts.
+type loadRun struct {
 	w      *world
 	label  string
 	chaos  bool
@@ -141,7 +142,7 @@ type load struct {
 // run takes the load through a fresh database, a fresh fake Machines API
 // and two fresh orchestrators, with faults when chaos is set.
 func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, error) {
-	l := &load{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts)}
+	l := &loadRun{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts)}
 	var err error
 	if l.dbURL, err = w.createDatabase(ctx, "chaos_"+label); err != nil {
 		return nil, err
@@ -239,7 +240,7 @@ func (w *world) createDatabase(ctx context.Context, name string) (string, error)
 
 // startProcs starts the two orchestrators, one after the other (the first
 // applies the migrations).
-func (l *load) startProcs(ctx context.Context) error {
+func (l *loadRun) startProcs(ctx context.Context) error {
 	timeout := strconv.FormatInt(l.w.opts.taskTimeout.Milliseconds(), 10)
 	for i := range l.procs {
 		addr, err := freeAddr()
@@ -261,10 +262,14 @@ func (l *load) startProcs(ctx context.Context) error {
 			"FLY_API_TOKEN=" + flyToken, "FLY_FLAPS_BASE_URL=" + l.fly.URL,
 			"FLY_LAUNCH_RATE=1000", "FLY_LAUNCH_BURST=1000",
 			"ADMIN_TOKEN=" + adminToken, "READ_TOKEN=" + readToken, "INGEST_TOKEN=" + ingestToken,
-			"SWEEP_INTERVAL=1000", "ALARM_DELAY_TIFF_CONVERSION=200", "ALARM_DELAY_IMAGE_PROCESSING=200", "ALARM_DELAY_PDF_PAGES=200",
-			"TASK_TIMEOUT_TIFF_CONVERSION=" + timeout, "TASK_TIMEOUT_IMAGE_PROCESSING=" + timeout, "TASK_TIMEOUT_PDF_PAGES=" + timeout,
-			"TASK_MAX_ATTEMPTS=" + strconv.Itoa(taskMaxAttempts),
+			"SWEEP_INTERVAL=1000", "TASK_MAX_ATTEMPTS=" + strconv.Itoa(taskMaxAttempts),
 			"LOG_FORMAT=json", "LOG_LEVEL=warn",
+		}
+		// Every machine phase launches quickly and times out soon.
+		for _, ph := range phases.All() {
+			if s := ph.Spec(); s.Worker != "" {
+				p.env = append(p.env, "ALARM_DELAY_"+string(s.Name)+"=200", "TASK_TIMEOUT_"+string(s.Name)+"="+timeout)
+			}
 		}
 		if err := p.start(); err != nil {
 			return err
@@ -279,7 +284,7 @@ func (l *load) startProcs(ctx context.Context) error {
 
 // upload writes every batch's manifest (the fake machines never read the
 // files themselves, so only the manifest is stored).
-func (l *load) upload(ctx context.Context) error {
+func (l *loadRun) upload(ctx context.Context) error {
 	for i := range l.w.opts.batches {
 		id := ulid.Make().String()
 		prefix := "staging/" + id + "/"
@@ -307,7 +312,7 @@ func (l *load) upload(ctx context.Context) error {
 
 // submit posts every batch, alternating between the two orchestrators,
 // -spread apart, so that faults meet batches in every phase.
-func (l *load) submit(ctx context.Context) error {
+func (l *loadRun) submit(ctx context.Context) error {
 	now := time.Now().UTC()
 	for i, id := range l.ids {
 		if i > 0 {
@@ -329,7 +334,7 @@ func (l *load) submit(ctx context.Context) error {
 	return nil
 }
 
-func (l *load) totalBytes() int64 {
+func (l *loadRun) totalBytes() int64 {
 	var n int64
 	for j := range l.w.opts.files {
 		n += 1000 + int64(j)
@@ -338,7 +343,7 @@ func (l *load) totalBytes() int64 {
 }
 
 // awaitEnded waits until every batch is DONE or ERROR.
-func (l *load) awaitEnded(ctx context.Context, start time.Time) error {
+func (l *loadRun) awaitEnded(ctx context.Context, start time.Time) error {
 	pool, err := dbPool(ctx, l.dbURL)
 	if err != nil {
 		return err
@@ -370,7 +375,7 @@ func (l *load) awaitEnded(ctx context.Context, start time.Time) error {
 
 // inject injects the driver's faults until ctx ends: each kind once, in
 // a random order (then it closes firstRound), then at random.
-func (l *load) inject(ctx context.Context, firstRound chan<- struct{}) {
+func (l *loadRun) inject(ctx context.Context, firstRound chan<- struct{}) {
 	kinds := l.w.opts.kinds
 	if len(kinds) == 0 {
 		close(firstRound)
@@ -404,7 +409,7 @@ func (l *load) inject(ctx context.Context, firstRound chan<- struct{}) {
 
 // fault injects one fault; kills and Postgres outages are over when it
 // returns.
-func (l *load) fault(ctx context.Context, kind string) error {
+func (l *loadRun) fault(ctx context.Context, kind string) error {
 	secs := strconv.FormatFloat(l.w.opts.outage.Seconds(), 'f', -1, 64)
 	switch kind {
 	case faultKill:
@@ -444,7 +449,7 @@ func (l *load) fault(ctx context.Context, kind string) error {
 
 // measureResume records how long the jobs a killed process was running
 // (running since before the kill) took to run again: River rescues them.
-func (l *load) measureResume(ctx context.Context, killedAt time.Time) {
+func (l *loadRun) measureResume(ctx context.Context, killedAt time.Time) {
 	pool, err := dbPool(ctx, l.dbURL)
 	if err != nil {
 		l.res.addResume(-1)
@@ -475,7 +480,7 @@ func (l *load) measureResume(ctx context.Context, killedAt time.Time) {
 }
 
 // collect reads the outcome of the run and checks it.
-func (l *load) collect(ctx context.Context) error {
+func (l *loadRun) collect(ctx context.Context) error {
 	// The deliveries of the last batches may still be on their way.
 	_ = retry(ctx, 2*time.Minute, func() error {
 		for _, id := range l.ids {

@@ -17,16 +17,16 @@ import (
 
 // note logs a driver fault and keeps it, with its time, for the
 // timelines of suspect tasks.
-func (l *load) note(format string, args ...any) {
+func (l *loadRun) note(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.w.logf("%s: %s", l.label, msg)
 	l.res.mu.Lock()
 	defer l.res.mu.Unlock()
-	l.res.faultLog = append(l.res.faultLog, stamped{at: time.Now(), what: "driver: " + msg})
+	l.res.faultLog = append(l.res.faultLog, timelineLine{at: time.Now(), what: "driver: " + msg})
 }
 
-// stamped is one line of a timeline.
-type stamped struct {
+// timelineLine is one line of a timeline.
+type timelineLine struct {
 	at   time.Time
 	what string
 }
@@ -36,7 +36,7 @@ type stamped struct {
 // and callbacks, the orchestrator's events, and the driver's faults
 // around it. They go to <label>-suspects.txt in the run's folder, and the
 // first one to the log, so a failed run says why without a replay.
-func (l *load) writeTimelines(ctx context.Context, pool *pgxpool.Pool, report fakefly.Report) error {
+func (l *loadRun) writeTimelines(ctx context.Context, pool *pgxpool.Pool, report fakefly.Report) error {
 	suspects := l.res.suspects
 	if len(suspects) == 0 {
 		return nil
@@ -45,7 +45,7 @@ func (l *load) writeTimelines(ctx context.Context, pool *pgxpool.Pool, report fa
 	for i, t := range suspects {
 		ids[i] = t.id
 	}
-	events := map[string][]stamped{}
+	events := map[string][]timelineLine{}
 	rows, err := pool.Query(ctx, `SELECT task_id, type, created_at, data::text FROM batch_events
 		WHERE task_id = ANY($1) ORDER BY id`, ids)
 	if err != nil {
@@ -57,7 +57,7 @@ func (l *load) writeTimelines(ctx context.Context, pool *pgxpool.Pool, report fa
 		if err := rows.Scan(&id, &typ, &at, &data); err != nil {
 			return err
 		}
-		events[id] = append(events[id], stamped{at: at, what: "event " + typ + " " + data})
+		events[id] = append(events[id], timelineLine{at: at, what: "event " + typ + " " + data})
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -73,17 +73,17 @@ func (l *load) writeTimelines(ctx context.Context, pool *pgxpool.Pool, report fa
 	}
 	defer f.Close()
 	for i, t := range suspects {
-		var lines []stamped
+		var lines []timelineLine
 		for _, x := range report.LaunchLog[t.id] {
 			what := fmt.Sprintf("fake: launch #%d answered %d", x.Attempt, x.Status)
 			if x.MachineID != "" {
 				what += " machine " + x.MachineID
 			}
-			lines = append(lines, stamped{at: x.At, what: what})
+			lines = append(lines, timelineLine{at: x.At, what: what})
 		}
 		for _, c := range callbacks[t.id] {
-			lines = append(lines, stamped{at: c.Queued, what: fmt.Sprintf("fake: %s ready to call back (%s after launch)", c.MachineID, c.Queued.Sub(c.Launched).Round(time.Millisecond))},
-				stamped{at: c.Answered, what: fmt.Sprintf("fake: %s callback (%s) answered %d after %d posts, posting began %s after ready %s",
+			lines = append(lines, timelineLine{at: c.Queued, what: fmt.Sprintf("fake: %s ready to call back (%s after launch)", c.MachineID, c.Queued.Sub(c.Launched).Round(time.Millisecond))},
+				timelineLine{at: c.Answered, what: fmt.Sprintf("fake: %s callback (%s) answered %d after %d posts, posting began %s after ready %s",
 					c.MachineID, c.Outcome, c.Status, c.Attempts, c.Posted.Sub(c.Queued).Round(time.Millisecond), c.Err)})
 		}
 		lines = append(lines, events[t.id]...)
@@ -111,7 +111,7 @@ func (l *load) writeTimelines(ctx context.Context, pool *pgxpool.Pool, report fa
 }
 
 // timeSpan is the first and last time among lines (zero times left out).
-func timeSpan(lines []stamped) (first, last time.Time) {
+func timeSpan(lines []timelineLine) (first, last time.Time) {
 	for _, x := range lines {
 		if x.at.IsZero() {
 			continue

@@ -232,9 +232,9 @@ type bannerToken struct {
 
 // tokenUses says what each token opens, for the banner.
 var tokenUses = map[string]string{
-	"ADMIN_TOKEN":  `admin routes, River UI, the dashboard (browser user "admin")`,
-	"READ_TOKEN":   `status, events, the dashboard without controls (user "reader")`,
-	"INGEST_TOKEN": "intake, POST /batches (submit)",
+	"ADMIN_TOKEN":  `admin routes, River UI, the dashboard (browser user "admin"), every read`,
+	"READ_TOKEN":   `status, events, documents, the dashboard without controls (user "reader")`,
+	"INGEST_TOKEN": "intake, POST /batches (submit), and POST /documents",
 }
 
 func (nb newcomerBanner) write(w io.Writer) {

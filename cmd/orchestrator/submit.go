@@ -601,7 +601,7 @@ func (s *submitter) uploadFile(ctx context.Context, key string, f localFile) err
 
 // post hands the batch to the orchestrator, whose answer says whether it
 // knew the batch already.
-func (s *submitter) post(ctx context.Context, msg manifest.QueueMessage) (client.Accepted, error) {
+func (s *submitter) post(ctx context.Context, msg manifest.QueueMessage) (client.Receipt, error) {
 	acc, err := s.opts.api.Submit(ctx, msg)
 	var apiErr *client.Error
 	var urlErr *url.Error

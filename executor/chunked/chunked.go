@@ -172,10 +172,10 @@ func (e *Executor) Enter(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files
 		for i, it := range c.Items {
 			item := db.ChunkItemInsertManyParams{
 				BatchID: batchID, Phase: string(name), ChunkID: c.ID, ItemIndex: int32(i),
-				DirectoryPath: it.Ref.DirectoryPath, FileID: it.Ref.ID, R2Key: it.Ref.R2Key, Status: string(ItemPending),
+				DirectoryPath: it.Ref.DirectoryPath, FileID: it.Ref.ID, R2Key: it.Ref.R2Key, Status: db.ItemPending,
 			}
 			if it.SkipReason != "" {
-				item.Status, item.Error = string(ItemSkipped), &it.SkipReason
+				item.Status, item.Error = db.ItemSkipped, &it.SkipReason
 				row.Skipped++
 			}
 			items = append(items, item)
@@ -267,15 +267,15 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 // Retry puts the phase's failed items back to pending with their retries
 // restored, reopens chunks that stopped early (a provider that refused
 // the key), and makes sure every open chunk has its job.
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.Retried, error) {
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
 	q := tx.Queries()
 	requeued, err := q.ChunkItemRequeueFailed(ctx, db.ChunkItemRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name()})
 	if err != nil {
-		return jobs.Retried{}, fmt.Errorf("requeueing failed items of %s: %w", at.BatchID, err)
+		return jobs.RetryOutcome{}, fmt.Errorf("requeueing failed items of %s: %w", at.BatchID, err)
 	}
 	reopened, err := q.ChunkReopen(ctx, db.ChunkReopenParams{BatchID: at.BatchID, Phase: at.Name()})
 	if err != nil {
-		return jobs.Retried{}, fmt.Errorf("reopening chunks of %s: %w", at.BatchID, err)
+		return jobs.RetryOutcome{}, fmt.Errorf("reopening chunks of %s: %w", at.BatchID, err)
 	}
 	items := 0
 	perChunk := map[string]int32{}
@@ -285,9 +285,9 @@ func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopp
 	}
 	enqueued, err := e.ensureJobs(ctx, tx.Tx, tx.River, at.BatchID, at.Phase)
 	if err != nil {
-		return jobs.Retried{}, err
+		return jobs.RetryOutcome{}, err
 	}
-	out := jobs.Retried{Count: len(requeued) + int(reopened),
+	out := jobs.RetryOutcome{Count: len(requeued) + int(reopened),
 		Data: map[string]any{"items_requeued": items, "chunks_reopened": int(reopened) + len(requeued)}}
 	if enqueued > 0 {
 		e.deps.Logger.Info("a retry enqueued chunk jobs", "batch_id", at.BatchID, "phase", at.Name(), "chunks", enqueued)
@@ -344,8 +344,8 @@ const (
 )
 
 // Prune removes the batch's items, then its chunks.
-func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removed, error) {
-	out := jobs.Removed{Rows: map[string]int64{}}
+func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removal, error) {
+	out := jobs.Removal{Rows: map[string]int64{}}
 	for _, s := range []struct {
 		table string
 		del   func() (int64, error)

@@ -76,21 +76,3 @@ type Outcome struct {
 	// as its task's result.
 	Result json.RawMessage
 }
-
-// ItemStatus is the state of one item of a chunk, as stored (spec 004).
-// Only ItemDone changes the file list.
-type ItemStatus string
-
-// The item states.
-const (
-	// ItemPending waits for a chunk job to claim it.
-	ItemPending ItemStatus = "pending"
-	// ItemProcessing is claimed by a chunk job.
-	ItemProcessing ItemStatus = "processing"
-	// ItemDone has its outcome recorded.
-	ItemDone ItemStatus = "done"
-	// ItemSkipped needs no processing (e.g. a PDF page with a text layer).
-	ItemSkipped ItemStatus = "skipped"
-	// ItemError failed for good.
-	ItemError ItemStatus = "error"
-)

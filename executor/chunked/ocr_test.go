@@ -99,7 +99,7 @@ func TestOCRPhaseEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, chunks, 2)
 	require.Equal(t, []int32{3, 1, 0}, []int32{chunks[0].TotalRefs, chunks[0].Failed, chunks[0].Skipped})
-	require.Equal(t, "DONE", chunks[0].State, "1 of 3 failed is under OCR_MAX_FAILED_FRACTION")
+	require.Equal(t, db.ChunkDone, chunks[0].State, "1 of 3 failed is under OCR_MAX_FAILED_FRACTION")
 	var events []struct {
 		Type string
 		Data chunked.ChunkCallback
@@ -138,7 +138,7 @@ func TestOCRPhaseEndToEnd(t *testing.T) {
 	var cs chunked.ChunkStatus
 	require.NoError(t, json.Unmarshal(body, &cs))
 	require.Equal(t, "done", cs.Status)
-	require.Equal(t, "DONE", cs.Phase)
+	require.Equal(t, db.ChunkDone, cs.Phase)
 	require.Equal(t, chunked.ChunkProgress{TotalRefs: 3, Completed: 2, Failed: 1}, cs.Progress)
 	require.Equal(t, "ocr:"+strings.TrimPrefix(strings.TrimSuffix(fake.URL, "/v1"), "http://"), cs.RateLimiter.Key)
 	require.Positive(t, cs.RateLimiter.RPS)
@@ -166,7 +166,7 @@ func TestOCRChunkFailsWhenMostItemsFail(t *testing.T) {
 	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 1, ChunksError: 1, RefsTotal: 3, RefsDone: 1, RefsFailed: 2}, testenv.OCROf(st))
 	c, err := db.New(env.Pool).ChunkGet(context.Background(), db.ChunkGetParams{BatchID: id, Phase: string(phases.OCR), ChunkID: "0"})
 	require.NoError(t, err)
-	require.Equal(t, "ERROR", c.State)
+	require.Equal(t, db.ChunkError, c.State)
 	require.Contains(t, *c.Error, "2 of 3 refs failed")
 	final := env.Delivered(t)
 	require.Contains(t, final["/a/p000.jpg.ref.json"].PreprocessorTags, phases.TagOCR)
@@ -186,7 +186,7 @@ func TestOCRBadKeyStopsTheChunk(t *testing.T) {
 	require.Equal(t, "DONE", st.Status)
 	c, err := db.New(env.Pool).ChunkGet(context.Background(), db.ChunkGetParams{BatchID: id, Phase: string(phases.OCR), ChunkID: "0"})
 	require.NoError(t, err)
-	require.Equal(t, "ERROR", c.State)
+	require.Equal(t, db.ChunkError, c.State)
 	require.Contains(t, *c.Error, "refused the request")
 	require.Equal(t, int32(0), c.Failed, "no item is blamed for the key")
 	require.Equal(t, 1, fake.Counts().Unauthorized, "the chunk stopped at the first 401")
@@ -221,11 +221,11 @@ func TestOCRRefWithoutVariant(t *testing.T) {
 		BatchID: id, Phase: string(phases.OCR), AfterChunkID: "", AfterItemIndex: -1, MaxItems: 10})
 	require.NoError(t, err)
 	require.Len(t, items, 3)
-	require.Equal(t, "error", items[0].Status)
+	require.Equal(t, db.ItemError, items[0].Status)
 	require.Contains(t, *items[0].Error, "the medium variant variants/"+id+"/a/p000.jpg/medium.jpg is missing")
-	require.Equal(t, "error", items[1].Status)
+	require.Equal(t, db.ItemError, items[1].Status)
 	require.Contains(t, *items[1].Error, `the medium variant's URL "https://evil.example/x.jpg" is not under CDN_PUBLIC_URL`)
-	require.Equal(t, "done", items[2].Status)
+	require.Equal(t, db.ItemDone, items[2].Status)
 }
 
 // TestOCRTwoProcessesShareTheProvider: a few hundred refs in 30 chunks,
@@ -302,7 +302,7 @@ func TestOCRAdminRetryRequeuesFailedItems(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, string(body))
 	c, err := q.ChunkGet(context.Background(), db.ChunkGetParams{BatchID: id, Phase: string(phases.OCR), ChunkID: "0"})
 	require.NoError(t, err)
-	require.NotEqual(t, "ERROR", c.State, "the retry reopened the chunk")
+	require.NotEqual(t, db.ChunkError, c.State, "the retry reopened the chunk")
 	require.Equal(t, int32(0), c.Failed)
 	close(release)
 

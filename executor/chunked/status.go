@@ -28,7 +28,7 @@ type ChunkStatus struct {
 	ChunkID string `json:"chunk_id"`
 	// Phase is the chunk's state: PENDING, FETCHING, PROCESSING,
 	// PUBLISHING, DONE or ERROR (spec 004 calls it phase).
-	Phase string `json:"phase"`
+	Phase db.ChunkState `json:"phase"`
 	// Status is processing, done or error.
 	Status      string           `json:"status"`
 	Progress    ChunkProgress    `json:"progress"`
@@ -80,9 +80,9 @@ func (e *Executor) ChunkStatus(ctx context.Context, batchID, chunkID string) (Ch
 		Progress: Progress(c),
 	}
 	switch c.State {
-	case chunkDone:
+	case db.ChunkDone:
 		st.Status = "done"
-	case chunkError:
+	case db.ChunkError:
 		st.Status = "error"
 	}
 	eng := e.engineOf(c.Phase)

@@ -39,7 +39,7 @@ type phaseView struct {
 // chunkView is one chunk on the page, with the first of its failed items.
 type chunkView struct {
 	ID            string
-	State         string
+	State         db.ChunkState
 	Progress      ChunkProgress
 	Error         *string
 	GlobalRetries int32
@@ -87,9 +87,9 @@ func (e *Executor) view(ctx context.Context, q *db.Queries, batchID, phase strin
 		p := &v.Progress
 		p.Detail["chunks_total"]++
 		switch c.State {
-		case chunkDone:
+		case db.ChunkDone:
 			p.Detail["chunks_done"]++
-		case chunkError:
+		case db.ChunkError:
 			p.Detail["chunks_error"]++
 		}
 		p.TasksTotal += int64(c.TotalRefs)

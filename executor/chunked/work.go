@@ -128,7 +128,7 @@ func (r chunkRun) work(ctx context.Context) error {
 	if batch.Status != phase {
 		return nil // reset or failed: the chunk waits for a retry to enqueue it again
 	}
-	if chunk.State == chunkPending {
+	if chunk.State == db.ChunkPending {
 		if err := r.start(ctx); err != nil {
 			return err
 		}
@@ -214,17 +214,8 @@ func jitter(wait, least time.Duration) time.Duration {
 	return max(wait, least) + time.Duration(rand.Int64N(int64(least)/2+1))
 }
 
-// The chunk states (spec 004's chunk phase).
-const (
-	chunkPending    = "PENDING"
-	chunkFetching   = "FETCHING"
-	chunkProcessing = "PROCESSING"
-	chunkPublishing = "PUBLISHING"
-	chunkDone       = "DONE"
-	chunkError      = "ERROR"
-)
-
-func chunkTerminal(state string) bool { return state == chunkDone || state == chunkError }
+// chunkTerminal reports whether a chunk in state has ended.
+func chunkTerminal(state db.ChunkState) bool { return state == db.ChunkDone || state == db.ChunkError }
 
 // start moves a new chunk through FETCHING (its items are rows already:
 // nothing to fetch; each item's ref is read as it is processed) to
@@ -233,7 +224,7 @@ func (r chunkRun) start(ctx context.Context) error {
 	batchID, phase, chunkID := r.params()
 	return pgx.BeginFunc(ctx, r.w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		for _, state := range []string{chunkFetching, chunkProcessing} {
+		for _, state := range []db.ChunkState{db.ChunkFetching, db.ChunkProcessing} {
 			if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: state}); err != nil {
 				return fmt.Errorf("starting chunk %s: %w", chunkID, err)
 			}
@@ -333,7 +324,7 @@ func (r chunkRun) finish(ctx context.Context, stopWith string) error {
 	batchID, phase, chunkID := r.params()
 	w := r.w
 	q := db.New(w.deps.Pool)
-	if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: chunkPublishing}); err != nil {
+	if _, err := q.ChunkSetState(ctx, db.ChunkSetStateParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, State: db.ChunkPublishing}); err != nil {
 		return err
 	}
 	chunk, err := q.ChunkGet(ctx, db.ChunkGetParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
@@ -344,12 +335,12 @@ func (r chunkRun) finish(ctx context.Context, stopWith string) error {
 	if err != nil {
 		return err
 	}
-	state, errMsg := chunkDone, stopWith
+	state, errMsg := db.ChunkDone, stopWith
 	if limit := r.cfg.MaxFailedFraction; errMsg == "" && chunk.TotalRefs > 0 && float64(chunk.Failed) > limit*float64(chunk.TotalRefs) {
 		errMsg = fmt.Sprintf("%d of %d refs failed (more than %s %g)", chunk.Failed, chunk.TotalRefs, failedFractionSetting(phase), limit)
 	}
 	if errMsg != "" {
-		state = chunkError
+		state = db.ChunkError
 	}
 	body := chunkCallback(chunk, groups, errMsg)
 	return fanin.EndTasks(ctx, w.deps.Pool, river.ClientFromContext[pgx.Tx](ctx), fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
@@ -362,7 +353,7 @@ func (r chunkRun) finish(ctx context.Context, stopWith string) error {
 			return false, err
 		}
 		typ := db.EventChunkCompleted
-		if state == chunkError {
+		if state == db.ChunkError {
 			typ = db.EventChunkFailed
 		}
 		body.Summary.ProcessingTimeMS = time.Since(derefTime(chunk.StartedAt)).Milliseconds()

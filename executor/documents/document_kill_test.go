@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
@@ -107,7 +108,7 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 	// Another process takes over.
 	env.StartClient(t, jobs.ClientConfig{})
 	doc = awaitDocument(t, env, doc.ID, 3*time.Minute)
-	require.Equal(t, "completed", doc.Status, "%+v", doc.Errors)
+	require.Equal(t, db.DocumentCompleted, doc.Status, "%+v", doc.Errors)
 	t.Logf("resumed and completed %s after the kill", time.Since(killedAt).Round(time.Second))
 	require.Empty(t, doc.Errors, "a killed process is no failure of the document")
 	require.EqualValues(t, killDocChunks, doc.Progress.TotalChunks)

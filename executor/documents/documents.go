@@ -177,21 +177,21 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 
 // Retry resumes the phase's failed documents from the step that failed,
 // and makes sure every running one has its step job.
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.Retried, error) {
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
 	rows, err := tx.Queries().DocumentBatchRetryFailed(ctx, db.DocumentBatchRetryFailedParams{BatchID: &at.BatchID, Generation: at.Generation})
 	if err != nil {
-		return jobs.Retried{}, fmt.Errorf("resuming the failed documents of %s: %w", at.BatchID, err)
+		return jobs.RetryOutcome{}, fmt.Errorf("resuming the failed documents of %s: %w", at.BatchID, err)
 	}
 	// The resumed documents' jobs (their args carry the new resume count),
 	// and any a reset left missing.
 	enqueued, err := docindex.EnsureJobs(ctx, tx.Tx, tx.River, at.BatchID, at.Generation)
 	if err != nil {
-		return jobs.Retried{}, err
+		return jobs.RetryOutcome{}, err
 	}
 	if enqueued > len(rows) {
 		e.deps.Logger.Warn("a retry re-enqueued lost document jobs", "batch_id", at.BatchID, "documents", enqueued-len(rows))
 	}
-	return jobs.Retried{Count: len(rows), Data: map[string]any{"documents_resumed": len(rows)}}, nil
+	return jobs.RetryOutcome{Count: len(rows), Data: map[string]any{"documents_resumed": len(rows)}}, nil
 }
 
 // Rerun names the files of the batch's failed documents; the documents
@@ -233,6 +233,6 @@ func (e *Executor) Stop(context.Context, jobs.Tx, string, string) (int, error) {
 
 // Prune keeps a batch's documents: they are the search index, and
 // retention keeps a batch's final files and documents.
-func (e *Executor) Prune(context.Context, *db.Queries, string, int32) (jobs.Removed, error) {
-	return jobs.Removed{}, nil
+func (e *Executor) Prune(context.Context, *db.Queries, string, int32) (jobs.Removal, error) {
+	return jobs.Removal{}, nil
 }

@@ -85,7 +85,7 @@ func TestDocumentIndexingPhase(t *testing.T) {
 	q := db.New(env.Pool)
 	pdf, err := q.DocumentGet(context.Background(), final["/docs/report.pdf"].DocumentID)
 	require.NoError(t, err)
-	require.Equal(t, "completed", pdf.Status)
+	require.Equal(t, db.DocumentCompleted, pdf.Status)
 	require.Equal(t, final["/docs/report.pdf"].R2Key, pdf.R2Key)
 	require.Equal(t, id, *pdf.BatchID)
 	text := documentChunksText(t, env, pdf.ID)
@@ -108,7 +108,7 @@ func TestDocumentIndexingPhase(t *testing.T) {
 		}
 		require.NotContains(t, d.R2Key, "/plain/", "describe off: no document")
 	}
-	require.Equal(t, "failed", failed.Status)
+	require.Equal(t, db.DocumentFailed, failed.Status)
 	require.Contains(t, string(failed.Errors), "not UTF-8")
 
 	// A batch's documents time their steps as any other: the PDF's each

@@ -237,7 +237,7 @@ func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name pha
 	err := retryDeadlock(func() error {
 		return pgx.BeginFunc(recCtx, w.deps.Pool, func(tx pgx.Tx) error {
 			var err error
-			released, err = w.recordTx(recCtx, tx, batchID, name, pcfg, createdMachines{launchedIDs, attempts, machineIDs}, release)
+			released, err = w.recordTx(recCtx, tx, batchID, name, pcfg, machineCreations{launchedIDs, attempts, machineIDs}, release)
 			return err
 		})
 	})
@@ -252,8 +252,8 @@ func (w *PhaseLaunchWorker) record(ctx context.Context, batchID string, name pha
 	return out, err
 }
 
-// createdMachines lists the tasks of a round whose machines were created.
-type createdMachines struct {
+// machineCreations lists the tasks of a round whose machines were created.
+type machineCreations struct {
 	ids        []string
 	attempts   []int32
 	machineIDs []string
@@ -274,7 +274,7 @@ func (t *taskAttempts) add(row db.TaskClaimPendingRow) {
 // events, and releases the tasks in release that still wait for a machine
 // in the same launch attempt, which it returns.
 func (w *PhaseLaunchWorker) recordTx(ctx context.Context, tx pgx.Tx, batchID string, name phases.Name, pcfg Phase,
-	l createdMachines, release taskAttempts) ([]string, error) {
+	l machineCreations, release taskAttempts) ([]string, error) {
 	q := db.New(tx)
 	var orphans []string // machines whose task ended while they were launched
 	if len(l.ids) > 0 {

@@ -192,17 +192,17 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 // TASK_MAX_ATTEMPTS attempts afresh, and enqueues the launcher: also for
 // a stopped batch with none failed, whose launcher the stop cancelled
 // while its generation was being written (its tasks come as it goes on).
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.Retried, error) {
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
 	requeued, err := tx.Queries().TaskRequeueFailed(ctx, db.TaskRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name()})
 	if err != nil {
-		return jobs.Retried{}, fmt.Errorf("requeueing failed tasks of %s: %w", at.BatchID, err)
+		return jobs.RetryOutcome{}, fmt.Errorf("requeueing failed tasks of %s: %w", at.BatchID, err)
 	}
-	out := jobs.Retried{Count: len(requeued), Data: map[string]any{"tasks_requeued": len(requeued)}}
+	out := jobs.RetryOutcome{Count: len(requeued), Data: map[string]any{"tasks_requeued": len(requeued)}}
 	if len(requeued) == 0 && !stopped {
 		return out, nil
 	}
 	if _, err := tx.River.InsertTx(ctx, tx.Tx, PhaseLaunchArgs{BatchID: at.BatchID, Phase: at.Name()}, nil); err != nil {
-		return jobs.Retried{}, fmt.Errorf("enqueueing phase_launch for %s %s: %w", at.BatchID, at.Name(), err)
+		return jobs.RetryOutcome{}, fmt.Errorf("enqueueing phase_launch for %s %s: %w", at.BatchID, at.Name(), err)
 	}
 	for _, id := range requeued {
 		out.Events = append(out.Events, db.Event{BatchID: at.BatchID, Type: db.EventTaskRequeued, Phase: at.Name(), TaskID: id}.Row())
@@ -270,11 +270,11 @@ const (
 )
 
 // Prune removes the batch's tasks, then its counters.
-func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removed, error) {
+func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removal, error) {
 	n, statements, err := jobs.DeleteInSteps(rows, func() (int64, error) {
 		return q.TaskDeleteByBatch(ctx, db.TaskDeleteByBatchParams{BatchID: batchID, Max: rows})
 	})
-	out := jobs.Removed{Rows: map[string]int64{TableTasks: n}, Statements: statements}
+	out := jobs.Removal{Rows: map[string]int64{TableTasks: n}, Statements: statements}
 	if err != nil {
 		return out, err
 	}

@@ -15,8 +15,8 @@ import (
 // retireConcurrency bounds the destroy requests one launcher run sends.
 const retireConcurrency = 8
 
-// retired is what one retirement pass came to.
-type retired struct {
+// retirement is what one retirement pass came to.
+type retirement struct {
 	released int // tasks launchable again
 	waiting  int // tasks whose machine could not be destroyed yet
 }
@@ -29,10 +29,10 @@ type retired struct {
 // passed: then the launcher gives up on it (the provider keeps refusing)
 // and launches the task again, as a machine that could not be destroyed
 // for that long is most likely gone, and the task must not wait for ever.
-func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name phases.Name, pcfg Phase) (retired, error) {
+func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name phases.Name, pcfg Phase) (retirement, error) {
 	rows, err := db.New(w.deps.Pool).TaskListRetiring(ctx, db.TaskListRetiringParams{BatchID: batchID, Phase: string(name), Max: launchChunk})
 	if err != nil || len(rows) == 0 {
-		return retired{}, err
+		return retirement{}, err
 	}
 	var (
 		mu       sync.Mutex
@@ -40,7 +40,7 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 		sem      = make(chan struct{}, retireConcurrency)
 		release  taskAttempts
 		gaveUp   []string
-		out      retired
+		out      retirement
 		firstErr error
 	)
 	for _, r := range rows {

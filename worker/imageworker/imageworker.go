@@ -186,8 +186,8 @@ func cdnURL(base, key string) string {
 	return base + "/" + strings.Join(segs, "/")
 }
 
-// encoded is an image's variants, encoded in the order of the sizes.
-type encoded struct {
+// variantSet is an image's variants, encoded in the order of the sizes.
+type variantSet struct {
 	mediaType     string
 	width, height int // the original's, as displayed (EXIF orientation applied)
 	variants      [][]byte
@@ -196,7 +196,7 @@ type encoded struct {
 // makeVariants decodes the image once, shrunk on load to the largest
 // variant size, keeps that in memory and derives the smaller variants
 // from it.
-func makeVariants(file string, size int64, variants []worker.Variant, quality int) (*encoded, error) {
+func makeVariants(file string, size int64, variants []worker.Variant, quality int) (*variantSet, error) {
 	if size == 0 {
 		return nil, fmt.Errorf("the file is empty")
 	}
@@ -214,7 +214,7 @@ func makeVariants(file string, size int64, variants []worker.Variant, quality in
 	if err != nil {
 		return nil, err
 	}
-	out := &encoded{mediaType: mediaType, width: hdr.Width(), height: hdr.Height()}
+	out := &variantSet{mediaType: mediaType, width: hdr.Width(), height: hdr.Height()}
 	if o := hdr.Orientation(); o >= 5 && o <= 8 {
 		out.width, out.height = out.height, out.width
 	}

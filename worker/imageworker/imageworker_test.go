@@ -63,7 +63,7 @@ func (e *env) get(t *testing.T, bucket, key string) []byte {
 }
 
 // encoded makes the test pattern in a format (".jpg", ".png[...]").
-func encoded(t *testing.T, w, h int, suffix string, with func(*vips.Image) *vips.Image) []byte {
+func variantSet(t *testing.T, w, h int, suffix string, with func(*vips.Image) *vips.Image) []byte {
 	t.Helper()
 	im, err := samples.Image(w, h, 1)
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func requireColour(t *testing.T, want samples.Colour, c color.Color, msg string)
 func TestProcessJPEG(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	original := encoded(t, 2000, 1000, ".jpg[Q=95]", nil)
+	original := variantSet(t, 2000, 1000, ".jpg[Q=95]", nil)
 	in := worker.Input{Key: "staging/01BATCH/photos/view.jpg", CID: "bafyview", ContentType: "image/jpeg", FileName: "view.jpg"}
 	res, err := e.process(t, in, original)
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestSmallPNGNotEnlarged(t *testing.T) {
 		require.NoError(t, err)
 		return out
 	}
-	original := encoded(t, 300, 150, ".png", withAlpha)
+	original := variantSet(t, 300, 150, ".png", withAlpha)
 	res, err := e.process(t, worker.Input{Key: "staging/01BATCH/logo.png"}, original)
 	require.NoError(t, err)
 
@@ -195,7 +195,7 @@ func TestOrientationApplied(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	// Stored 400x200 with EXIF orientation 6: displayed 200x400.
-	rotated := encoded(t, 400, 200, ".jpg", func(im *vips.Image) *vips.Image {
+	rotated := variantSet(t, 400, 200, ".jpg", func(im *vips.Image) *vips.Image {
 		out, err := im.WithInt("orientation", 6)
 		require.NoError(t, err)
 		return out
@@ -210,7 +210,7 @@ func TestOrientationApplied(t *testing.T) {
 func TestEscapedURLs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	res, err := e.process(t, worker.Input{Key: "staging/01BATCH/My Photos/été #1.jpg"}, encoded(t, 40, 20, ".jpg", nil))
+	res, err := e.process(t, worker.Input{Key: "staging/01BATCH/My Photos/été #1.jpg"}, variantSet(t, 40, 20, ".jpg", nil))
 	require.NoError(t, err)
 	require.Equal(t, e.cfg.CDNPublicURL+"/variants/01BATCH/My%20Photos/%C3%A9t%C3%A9%20%231.jpg/large.jpg", res.RefData.URL)
 	e.get(t, e.cfg.CDNBucket, "variants/01BATCH/My Photos/été #1.jpg/large.jpg")
@@ -228,7 +228,7 @@ func TestUnsupportedInput(t *testing.T) {
 
 	// A truncated JPEG is shown as browsers show it: the missing part
 	// grey. The original is archived as it is.
-	jpg := encoded(t, 400, 300, ".jpg", nil)
+	jpg := variantSet(t, 400, 300, ".jpg", nil)
 	_, err = e.process(t, worker.Input{Key: "staging/01BATCH/cut.jpg"}, jpg[:len(jpg)/3])
 	require.NoError(t, err)
 }
