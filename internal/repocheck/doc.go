@@ -5,6 +5,8 @@
 // services with health checks, and gives the orchestrator only settings
 // that config.Load reads, the required ones included;
 // scripts/check-dockerfiles.sh checks the Dockerfiles' packages and build
-// commands), the packages' imports against their layer order (layers_test.go),
-// and the order of the named queries in sql/queries (queries_test.go).
+// commands), the packages' imports against their layer order
+// (layers_test.go), the order of the named queries in sql/queries
+// (queries_test.go), and the docs' links against the files and headings
+// they name (links_test.go).
 package repocheck
