@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -358,13 +357,11 @@ func (env *e2eEnv) documentSearch(ctx context.Context, opts documentsOptions, r 
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, stop, err := serveAPI(ctx, cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: env.store, Logger: logger})
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: env.store, Logger: logger}))}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	defer srv.Close()
+	defer stop()
 
 	search := func(q string) (time.Duration, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/documents/search?k=10&q="+url.QueryEscape(q), nil)

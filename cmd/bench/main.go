@@ -446,13 +446,11 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 		return run, err
 	}
 	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // the run is over; a slow stop changes no figure
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, stop, err := serveAPI(ctx, cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Logger: logger})
 	if err != nil {
 		return run, err
 	}
-	srv := &http.Server{Handler: api.New(api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Logger: logger}))}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	defer srv.Close()
+	defer stop()
 
 	const batchID, phase = "BENCH", string(phases.TIFFConversion)
 	ids, err := seedPhase(ctx, pool, batchID, phase, tasks)
@@ -866,4 +864,20 @@ func (r *results) targets() string {
 		return ""
 	}
 	return "\n## Against the targets\n\n| figure | target | this run | |\n| --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n"
+}
+
+// serveAPI serves the API of s and p on a port of its own until stop,
+// which also ends the API's background work (River UI's caches), so that
+// none of it outlives the run's database pool.
+func serveAPI(ctx context.Context, s api.Settings, p api.Parts) (net.Listener, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	apiCtx, cancel := context.WithCancel(ctx)
+	cfg := api.ConfigOf(s, p)
+	cfg.Context = apiCtx
+	srv := &http.Server{Handler: api.New(cfg)}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	return ln, func() { _ = srv.Close(); cancel() }, nil
 }
