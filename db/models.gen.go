@@ -145,6 +145,30 @@ type IntakeSignature struct {
 	SeenAt    time.Time
 }
 
+type Pool struct {
+	ID        int64
+	Phase     string
+	BatchID   *string
+	App       string
+	CreatedAt time.Time
+	ClosedAt  *time.Time
+}
+
+type PoolMachine struct {
+	ID          int64
+	PoolID      int64
+	App         string
+	MachineID   *string
+	TokenHash   []byte
+	CreatedAt   time.Time
+	SeenAt      *time.Time
+	BusySince   *time.Time
+	EndedAt     *time.Time
+	EndedReason *string
+	Tasks       int32
+	BusyMs      int64
+}
+
 type RateLimit struct {
 	Key                  string
 	Tokens               float64
@@ -185,6 +209,8 @@ type Task struct {
 	Failures              int32
 	SupersededTokenHashes [][]byte
 	Unlaunched            int32
+	PoolMachineID         *int64
+	LeaseUntil            *time.Time
 }
 
 type TaskCount struct {

@@ -324,13 +324,18 @@ func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]
 }
 
 const taskCountDeleteByBatch = `-- name: TaskCountDeleteByBatch :execrows
-DELETE FROM task_counts WHERE batch_id = $1 AND n = 0
+DELETE FROM task_counts WHERE batch_id = $1 AND phase = ANY($2::text[]) AND n = 0
 `
 
-// TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
-// are gone (they are all zero then).
-func (q *Queries) TaskCountDeleteByBatch(ctx context.Context, batchID string) (int64, error) {
-	result, err := q.db.Exec(ctx, taskCountDeleteByBatch, batchID)
+type TaskCountDeleteByBatchParams struct {
+	BatchID string
+	Phases  []string
+}
+
+// TaskCountDeleteByBatch deletes a batch's task counters of @phases, once
+// their tasks are gone (they are all zero then).
+func (q *Queries) TaskCountDeleteByBatch(ctx context.Context, arg TaskCountDeleteByBatchParams) (int64, error) {
+	result, err := q.db.Exec(ctx, taskCountDeleteByBatch, arg.BatchID, arg.Phases)
 	if err != nil {
 		return 0, err
 	}
@@ -358,18 +363,20 @@ func (q *Queries) TaskCountPending(ctx context.Context, arg TaskCountPendingPara
 
 const taskDeleteByBatch = `-- name: TaskDeleteByBatch :execrows
 DELETE FROM tasks
-WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = $1 LIMIT $2)
+WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = $1 AND t.phase = ANY($2::text[]) LIMIT $3)
 `
 
 type TaskDeleteByBatchParams struct {
 	BatchID string
+	Phases  []string
 	Max     int32
 }
 
-// TaskDeleteByBatch deletes up to max of a batch's tasks (retention: one
-// short statement at a time). The triggers count them out of task_counts.
+// TaskDeleteByBatch deletes up to max of a batch's tasks of @phases
+// (retention: one short statement at a time). The triggers count them out
+// of task_counts.
 func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchParams) (int64, error) {
-	result, err := q.db.Exec(ctx, taskDeleteByBatch, arg.BatchID, arg.Max)
+	result, err := q.db.Exec(ctx, taskDeleteByBatch, arg.BatchID, arg.Phases, arg.Max)
 	if err != nil {
 		return 0, err
 	}
@@ -378,11 +385,16 @@ func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchPa
 
 const taskDeleteFailedByBatch = `-- name: TaskDeleteFailedByBatch :many
 WITH d AS (
-    DELETE FROM tasks t WHERE t.batch_id = $1::text AND t.status = 'failed'
+    DELETE FROM tasks t WHERE t.batch_id = $1::text AND t.phase = ANY($2::text[]) AND t.status = 'failed'
     RETURNING t.id, t.phase, t.file_id
 )
 SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id
 `
+
+type TaskDeleteFailedByBatchParams struct {
+	BatchID string
+	Phases  []string
+}
 
 type TaskDeleteFailedByBatchRow struct {
 	ID    string
@@ -390,12 +402,12 @@ type TaskDeleteFailedByBatchRow struct {
 	R2Key string
 }
 
-// TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
-// admin retry reruns as new tasks of the files they failed on
+// TaskDeleteFailedByBatch removes a DONE batch's failed tasks of @phases,
+// which an admin retry reruns as new tasks of the files they failed on
 // (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
 // task's phase and its file's key.
-func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, batchID string) ([]TaskDeleteFailedByBatchRow, error) {
-	rows, err := q.db.Query(ctx, taskDeleteFailedByBatch, batchID)
+func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, arg TaskDeleteFailedByBatchParams) ([]TaskDeleteFailedByBatchRow, error) {
+	rows, err := q.db.Query(ctx, taskDeleteFailedByBatch, arg.BatchID, arg.Phases)
 	if err != nil {
 		return nil, err
 	}
@@ -415,22 +427,32 @@ func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, batchID string) (
 }
 
 const taskExpiredGroups = `-- name: TaskExpiredGroups :many
-SELECT DISTINCT batch_id, phase FROM tasks
-WHERE status = 'processing' AND deadline < now()
-LIMIT $1
+SELECT DISTINCT batch_id, phase FROM (
+    SELECT batch_id, phase FROM tasks WHERE status = 'processing' AND deadline < now()
+    UNION ALL
+    SELECT batch_id, phase FROM tasks WHERE status = 'processing' AND lease_until IS NOT NULL AND lease_until < now()
+) expired
+WHERE phase = ANY($1::text[])
+LIMIT $2
 `
+
+type TaskExpiredGroupsParams struct {
+	Phases []string
+	Max    int32
+}
 
 type TaskExpiredGroupsRow struct {
 	BatchID string
 	Phase   string
 }
 
-// TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
-// It compares with now(), not clock_timestamp(): a stable value is a range
-// condition on tasks_deadline_idx, a volatile one made every sweep read the
-// whole index.
-func (q *Queries) TaskExpiredGroups(ctx context.Context, max int32) ([]TaskExpiredGroupsRow, error) {
-	rows, err := q.db.Query(ctx, taskExpiredGroups, max)
+// TaskExpiredGroups finds (batch, phase) pairs of @phases with tasks past
+// their deadline, or whose lease's heartbeats stopped (lease_until). It
+// compares with now(), not clock_timestamp(): a stable value is a range
+// condition on tasks_deadline_idx and tasks_lease_idx, a volatile one made
+// every sweep read the whole index.
+func (q *Queries) TaskExpiredGroups(ctx context.Context, arg TaskExpiredGroupsParams) ([]TaskExpiredGroupsRow, error) {
+	rows, err := q.db.Query(ctx, taskExpiredGroups, arg.Phases, arg.Max)
 	if err != nil {
 		return nil, err
 	}
@@ -456,38 +478,48 @@ SET status = CASE WHEN failures + 1 < $1::int THEN 'pending' ELSE 'failed' END,
     failures = failures + 1,
     deadline = CASE WHEN failures + 1 < $1::int THEN clock_timestamp() + make_interval(secs => $2::float8) ELSE deadline END,
     finished_at = CASE WHEN failures + 1 < $1::int THEN NULL ELSE clock_timestamp() END,
+    lease_until = NULL,
     updated_at = clock_timestamp(),
-    error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
-WHERE batch_id = $3 AND phase = $4 AND status = 'processing' AND deadline < clock_timestamp()
-    AND machine_id IS NOT NULL
-RETURNING id, machine_id, error, failures, (status = 'pending')::bool AS retry
+    error = CASE WHEN deadline >= clock_timestamp()
+        THEN 'Lease lost: no heartbeat from its machine for ' || round((extract(epoch FROM clock_timestamp() - lease_until) + $3::float8)::numeric, 1)::text || 's'
+        ELSE 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's' END
+WHERE batch_id = $4 AND phase = $5 AND status = 'processing'
+    AND (deadline < clock_timestamp() OR lease_until < clock_timestamp())
+    AND (machine_id IS NOT NULL OR pool_machine_id IS NOT NULL)
+RETURNING id, machine_id, pool_machine_id, error, failures, (status = 'pending')::bool AS retry
 `
 
 type TaskFailExpiredParams struct {
 	MaxAttempts   int32
 	RetireSeconds float64
+	LeaseSeconds  float64
 	BatchID       string
 	Phase         string
 }
 
 type TaskFailExpiredRow struct {
-	ID        string
-	MachineID *string
-	Error     *string
-	Failures  int32
-	Retry     bool
+	ID            string
+	MachineID     *string
+	PoolMachineID *int64
+	Error         *string
+	Failures      int32
+	Retry         bool
 }
 
 // TaskFailExpired ends the processing tasks of a phase that are past their
-// deadline, with the message of spec 000: a task with attempts left
-// (@max_attempts) goes back to pending to be retried once its machine is
-// retired (ended_by 'retry', its token kept so that a late success of this
-// attempt still counts; deadline: until @retire_seconds from now), the
-// others fail. retry says which.
+// deadline, with the message of spec 000, or whose lease's heartbeats
+// stopped (lease_until: its pool machine died): a task with attempts left
+// (@max_attempts) goes back to pending to be retried (ended_by 'retry',
+// its token kept so that a late success of this attempt still counts; a
+// machine task's deadline: until @retire_seconds from now, as its launcher
+// retires its machine first), the others fail. retry says which. Only
+// tasks with a machine: a launch that made none is the sweep's to settle
+// (TaskSettleUnlaunched).
 func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams) ([]TaskFailExpiredRow, error) {
 	rows, err := q.db.Query(ctx, taskFailExpired,
 		arg.MaxAttempts,
 		arg.RetireSeconds,
+		arg.LeaseSeconds,
 		arg.BatchID,
 		arg.Phase,
 	)
@@ -501,6 +533,7 @@ func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams
 		if err := rows.Scan(
 			&i.ID,
 			&i.MachineID,
+			&i.PoolMachineID,
 			&i.Error,
 			&i.Failures,
 			&i.Retry,
@@ -517,26 +550,29 @@ func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams
 
 const taskFailOpenByBatch = `-- name: TaskFailOpenByBatch :many
 UPDATE tasks
-SET status = 'failed', ended_by = 'reset', error = $1,
+SET status = 'failed', ended_by = 'reset', error = $1, lease_until = NULL,
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE batch_id = $2 AND status IN ('pending', 'processing')
-RETURNING id, phase, machine_id
+WHERE batch_id = $2 AND phase = ANY($3::text[]) AND status IN ('pending', 'processing')
+RETURNING id, phase, machine_id, pool_machine_id
 `
 
 type TaskFailOpenByBatchParams struct {
 	Error   *string
 	BatchID string
+	Phases  []string
 }
 
 type TaskFailOpenByBatchRow struct {
-	ID        string
-	Phase     string
-	MachineID *string
+	ID            string
+	Phase         string
+	MachineID     *string
+	PoolMachineID *int64
 }
 
-// TaskFailOpenByBatch ends every open task of a batch (admin reset).
+// TaskFailOpenByBatch ends every open task of a batch's @phases (admin
+// reset).
 func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBatchParams) ([]TaskFailOpenByBatchRow, error) {
-	rows, err := q.db.Query(ctx, taskFailOpenByBatch, arg.Error, arg.BatchID)
+	rows, err := q.db.Query(ctx, taskFailOpenByBatch, arg.Error, arg.BatchID, arg.Phases)
 	if err != nil {
 		return nil, err
 	}
@@ -544,7 +580,12 @@ func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBat
 	var items []TaskFailOpenByBatchRow
 	for rows.Next() {
 		var i TaskFailOpenByBatchRow
-		if err := rows.Scan(&i.ID, &i.Phase, &i.MachineID); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Phase,
+			&i.MachineID,
+			&i.PoolMachineID,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -661,13 +702,14 @@ func (q *Queries) TaskListExpiredUnlaunched(ctx context.Context, arg TaskListExp
 const taskListFailedByBatch = `-- name: TaskListFailedByBatch :many
 SELECT t.id, t.phase, coalesce(f.logical_path, '')::text AS logical_path, coalesce(t.error, '')::text AS error, t.finished_at
 FROM tasks t LEFT JOIN files f ON f.id = t.file_id
-WHERE t.batch_id = $1 AND t.status = 'failed'
+WHERE t.batch_id = $1 AND t.phase = ANY($2::text[]) AND t.status = 'failed'
 ORDER BY t.finished_at NULLS LAST, t.id
-LIMIT $2
+LIMIT $3
 `
 
 type TaskListFailedByBatchParams struct {
 	BatchID string
+	Phases  []string
 	Max     int32
 }
 
@@ -679,10 +721,10 @@ type TaskListFailedByBatchRow struct {
 	FinishedAt  *time.Time
 }
 
-// TaskListFailedByBatch lists a batch's failed tasks with their files'
-// paths, oldest failure first, at most max of them.
+// TaskListFailedByBatch lists a batch's failed tasks of @phases with
+// their files' paths, oldest failure first, at most max of them.
 func (q *Queries) TaskListFailedByBatch(ctx context.Context, arg TaskListFailedByBatchParams) ([]TaskListFailedByBatchRow, error) {
-	rows, err := q.db.Query(ctx, taskListFailedByBatch, arg.BatchID, arg.Max)
+	rows, err := q.db.Query(ctx, taskListFailedByBatch, arg.BatchID, arg.Phases, arg.Max)
 	if err != nil {
 		return nil, err
 	}

@@ -187,6 +187,24 @@ type Removal struct {
 type Executors struct {
 	byKind map[string]Executor
 	kinds  []string // in registration order
+	// chosen are the phases whose executor is not their spec's (Choose).
+	chosen map[phases.Name]string
+}
+
+// Choose runs each phase of kinds on the kind given instead of its spec's
+// Executor (e.g. EXECUTOR_TIFF_CONVERSION=pool). It is called before the
+// executors are made, which ask PhasesOf.
+func (x *Executors) Choose(kinds map[phases.Name]string) { x.chosen = kinds }
+
+// KindOf is the kind of executor phase p runs on: the one chosen for it,
+// else its spec's.
+func (x *Executors) KindOf(p phases.Phase) string {
+	if x != nil {
+		if k, ok := x.chosen[p.Spec().Name]; ok {
+			return k
+		}
+	}
+	return p.Spec().Executor
 }
 
 // Register registers the executor kinds (package executor does, once).
@@ -208,9 +226,9 @@ func (x *Executors) Register(es ...Executor) error {
 	}
 	for _, p := range phases.All() {
 		s := p.Spec()
-		e, ok := x.byKind[s.Executor]
+		e, ok := x.byKind[x.KindOf(p)]
 		if !ok {
-			problems = append(problems, fmt.Sprintf("phase %s runs on executor %q, which is not registered (registered: %s)", s.Name, s.Executor, strings.Join(x.kinds, ", ")))
+			problems = append(problems, fmt.Sprintf("phase %s runs on executor %q, which is not registered (registered: %s)", s.Name, x.KindOf(p), strings.Join(x.kinds, ", ")))
 			continue
 		}
 		if err := e.Check(p); err != nil {
@@ -243,7 +261,7 @@ func (x *Executors) Of(name string) (Executor, phases.Phase, bool) {
 	if !ok || x == nil {
 		return nil, nil, false
 	}
-	e, ok := x.byKind[p.Spec().Executor]
+	e, ok := x.byKind[x.KindOf(p)]
 	return e, p, ok
 }
 
@@ -296,19 +314,29 @@ func (x *Executors) Stop(ctx context.Context, tx Tx, batchID, reason string) (in
 	return ended, nil
 }
 
-// PhasesOf are the registered phases whose executor is kind.
-func PhasesOf(kind string) []phases.Phase {
+// PhasesOf are the registered phases that run on kind.
+func (x *Executors) PhasesOf(kind string) []phases.Phase {
 	var out []phases.Phase
 	for _, p := range phases.All() {
-		if p.Spec().Executor == kind {
+		if x.KindOf(p) == kind {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
+// PhaseNamesOf are the names of PhasesOf(kind), as the tasks' rows store
+// them.
+func (x *Executors) PhaseNamesOf(kind string) []string {
+	var out []string
+	for _, p := range x.PhasesOf(kind) {
+		out = append(out, string(p.Spec().Name))
+	}
+	return out
+}
+
 // executor is phase p's executor.
-func (x *Executors) executor(p phases.Phase) Executor { return x.byKind[p.Spec().Executor] }
+func (x *Executors) executor(p phases.Phase) Executor { return x.byKind[x.KindOf(p)] }
 
 // OpenCounter is an executor that can count a phase's open work cheaply
 // and without a lock, so that a fan-in check can wait out a phase far from

@@ -17,7 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/executor/chunked"
-	"github.com/arke-institute/orchestrator/executor/machine"
+	"github.com/arke-institute/orchestrator/executor/tasks"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
@@ -170,8 +170,8 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	// Bounded: every table went 3 rows a statement (plus the statement
 	// that found fewer).
 	for table, n := range map[string]int64{
-		machine.TableTasks:      old.Tasks + errored.Tasks,
-		machine.TableTaskCounts: old.TaskCounts + errored.TaskCounts,
+		tasks.TableTasks:        old.Tasks + errored.Tasks,
+		tasks.TableTaskCounts:   old.TaskCounts + errored.TaskCounts,
 		jobs.TableBatchEvents:   old.Events + errored.Events,
 		jobs.TableFiles:         old.Files - old.FinalFiles + errored.Files - errored.FinalFiles,
 		chunked.TableChunkItems: old.ChunkItems,

@@ -83,7 +83,7 @@ func (e *Executor) Check(p phases.Phase) error {
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
 	river.AddWorker(w, &ChunkWorker{deps: e.deps, limiter: e.limiter, engines: e.engines})
 	out := jobs.Jobs{Queues: map[string]river.QueueConfig{}, Timeout: jobs.ShortTimeout}
-	for _, p := range jobs.PhasesOf(Kind) {
+	for _, p := range e.deps.Executors.PhasesOf(Kind) {
 		st := e.engines[p.Spec().Engine].Tuning()
 		out.Queues[Queue(p.Spec().Name)] = river.QueueConfig{MaxWorkers: st.Workers}
 		out.Timeout = min(out.Timeout, runTimeout(st.Timeout))
@@ -111,11 +111,14 @@ func (a ChunkArgs) InsertOpts() river.InsertOpts {
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: fanin.UniqueUnfinished}}
 }
 
-// Queues are the River queues of the chunked phases' chunk jobs.
+// Queues are the River queues of the chunked phases' chunk jobs: of the
+// phases whose spec runs on this kind (no setting moves a phase onto it).
 func Queues() []string {
 	var out []string
-	for _, p := range jobs.PhasesOf(Kind) {
-		out = append(out, Queue(p.Spec().Name))
+	for _, p := range phases.All() {
+		if p.Spec().Executor == Kind {
+			out = append(out, Queue(p.Spec().Name))
+		}
 	}
 	return out
 }
@@ -308,7 +311,7 @@ func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string) (jobs.
 		return jobs.Rerun{}, fmt.Errorf("removing the unfinished items of batch %s: %w", batchID, err)
 	}
 	out := jobs.Rerun{Counts: map[string]any{}}
-	for _, p := range jobs.PhasesOf(Kind) {
+	for _, p := range e.deps.Executors.PhasesOf(Kind) {
 		out.Counts[p.Spec().Engine+"_items"] = 0
 	}
 	for _, r := range rows {

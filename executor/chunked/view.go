@@ -58,7 +58,7 @@ type itemFailure struct {
 func (e *Executor) Views(ctx context.Context, batchID string) ([]jobs.View, error) {
 	q := db.New(e.deps.Pool)
 	var out []jobs.View
-	for _, p := range jobs.PhasesOf(Kind) {
+	for _, p := range e.deps.Executors.PhasesOf(Kind) {
 		phase := string(p.Spec().Name)
 		chunks, err := q.ChunkListByBatchPhase(ctx, db.ChunkListByBatchPhaseParams{BatchID: batchID, Phase: phase})
 		if err != nil {

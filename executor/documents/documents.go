@@ -42,7 +42,7 @@ var (
 
 // New returns the executor over the document pipeline's providers.
 func New(deps jobs.Deps, cfg docindex.Config, providers docindex.Providers) (*Executor, error) {
-	ps := jobs.PhasesOf(Kind)
+	ps := deps.Executors.PhasesOf(Kind)
 	if len(ps) > 1 {
 		return nil, errors.New("the documents executor runs one phase: documents name their batch, not their phase")
 	}
@@ -157,7 +157,7 @@ func (e *Executor) Outcomes() jobs.Outcomes {
 // Progress counts the batches' documents (those of their latest run): a
 // running one is neither completed nor failed.
 func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (map[string][]jobs.PhaseProgress, error) {
-	ps := jobs.PhasesOf(Kind)
+	ps := e.deps.Executors.PhasesOf(Kind)
 	if len(ps) == 0 {
 		return nil, nil
 	}

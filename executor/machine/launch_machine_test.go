@@ -39,7 +39,7 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 	require.NoError(t, err)
 	w := &PhaseLaunchWorker{deps: jobs.Deps{Settings: settings}, cfg: cfg, urls: urls}
 
-	for _, p := range jobs.PhasesOf(Kind) {
+	for _, p := range (&jobs.Executors{}).PhasesOf(Kind) {
 		spec := p.Spec()
 		t.Run(string(spec.Name), func(t *testing.T) {
 			t.Parallel()

@@ -11,15 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/oklog/ulid/v2"
 	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor/tasks"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
@@ -29,8 +28,11 @@ import (
 // Kind is the executor's name in phases.Spec.Executor.
 const Kind = "machine"
 
-// Executor runs the phases whose Spec.Executor is Kind.
+// Executor runs the phases whose executor is Kind. Its tasks are the
+// task table's (tasks.Table): how they are written, counted, put back,
+// expired, stopped and pruned; a launcher of machines is its own.
 type Executor struct {
+	tasks.Table
 	deps    jobs.Deps
 	cfg     Config
 	limiter *ratelimit.Limiter
@@ -62,7 +64,7 @@ func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error
 	if deps.Compute == nil {
 		return nil, errors.New("the machine executor needs a compute backend")
 	}
-	return &Executor{deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls}, nil
+	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls}, nil
 }
 
 // Kind is Kind.
@@ -88,7 +90,7 @@ func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
 // Enter writes a pending task for each file of the phase's work and
 // enqueues the phase's launcher.
 func (e *Executor) Enter(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files []phases.File) (map[string]any, error) {
-	n, err := insertTasks(ctx, tx, at, files)
+	n, err := e.Insert(ctx, tx, at, files)
 	if err != nil {
 		return nil, err
 	}
@@ -101,90 +103,7 @@ func (e *Executor) Enter(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files
 // Extend writes the tasks of a part of the phase's generation; the
 // launcher, waiting while the generation is being written, claims them.
 func (e *Executor) Extend(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files []phases.File) (int, error) {
-	return insertTasks(ctx, tx, at, files)
-}
-
-// insertTasks writes a pending task of the phase for each file of its
-// work. Like db.TaskInsertMany, but each row is made as COPY asks for it
-// rather than all of them first.
-func insertTasks(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, files []phases.File) (int, error) {
-	work := phases.Work(at.Phase, files)
-	name, prefix := at.Name(), phases.TaskIDPrefix(at.Phase.Spec().Name)
-	i := -1
-	tasks := pgx.CopyFromFunc(func() ([]any, error) {
-		if i++; i >= len(work) {
-			return nil, nil
-		}
-		return []any{prefix + "_" + strings.ToLower(ulid.Make().String()), at.BatchID, name, work[i].ID}, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, []string{"id", "batch_id", "phase", "file_id"}, tasks); err != nil {
-		return 0, fmt.Errorf("inserting %d %s tasks: %w", len(work), name, err)
-	}
-	return len(work), nil
-}
-
-// HasOpen asks the task counters (task_counts), which the statements that
-// change tasks update in their own transaction: under the batch's
-// exclusive lock they are as exact as the tasks.
-func (e *Executor) HasOpen(ctx context.Context, q *db.Queries, at jobs.PhaseAt) (bool, error) {
-	return q.TaskHasOpen(ctx, db.TaskHasOpenParams{BatchID: at.BatchID, Phase: at.Name()})
-}
-
-// OpenCount is how many tasks of the phase are open, while the batch is
-// in it (0 otherwise), from the counters.
-func (e *Executor) OpenCount(ctx context.Context, q *db.Queries, ref fanin.PhaseRef) (int64, error) {
-	n, err := q.PhaseOpenCount(ctx, db.PhaseOpenCountParams{BatchID: ref.BatchID, Phase: ref.Phase})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	return n, err
-}
-
-// Outcomes joins each file's task of the phase: its status and its
-// worker's success callback body. Were a file to have two tasks, the
-// first by id decides.
-func (e *Executor) Outcomes() jobs.Outcomes {
-	return jobs.Outcomes{
-		Join: "LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3",
-		ID:   "t.id", Status: "t.status", Result: "t.result", Order: "t.id",
-	}
-}
-
-// Progress counts the batches' tasks per phase and status, from the
-// counters.
-func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (map[string][]jobs.PhaseProgress, error) {
-	rows, err := q.TaskCountByBatches(ctx, batchIDs)
-	if err != nil {
-		return nil, err
-	}
-	type key struct{ batch, phase string }
-	byPhase := map[key]*jobs.PhaseProgress{}
-	var order []key
-	for _, r := range rows {
-		k := key{r.BatchID, r.Phase}
-		p := byPhase[k]
-		if p == nil {
-			p = &jobs.PhaseProgress{Phase: r.Phase, Executor: Kind, Unit: "tasks"}
-			byPhase[k] = p
-			order = append(order, k)
-		}
-		p.TasksTotal += r.Count
-		switch phases.TaskStatus(r.Status) {
-		case phases.TaskPending:
-			p.TasksPending += r.Count
-		case phases.TaskProcessing:
-			p.TasksProcessing += r.Count
-		case phases.TaskCompleted:
-			p.TasksCompleted += r.Count
-		case phases.TaskFailed:
-			p.TasksFailed += r.Count
-		}
-	}
-	out := map[string][]jobs.PhaseProgress{}
-	for _, k := range order {
-		out[k.batch] = append(out[k.batch], *byPhase[k])
-	}
-	return out, nil
+	return e.Insert(ctx, tx, at, files)
 }
 
 // Retry puts the phase's failed tasks back to pending, forgetting their
@@ -193,37 +112,13 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 // a stopped batch with none failed, whose launcher the stop cancelled
 // while its generation was being written (its tasks come as it goes on).
 func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
-	requeued, err := tx.Queries().TaskRequeueFailed(ctx, db.TaskRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name()})
-	if err != nil {
-		return jobs.RetryOutcome{}, fmt.Errorf("requeueing failed tasks of %s: %w", at.BatchID, err)
-	}
-	out := jobs.RetryOutcome{Count: len(requeued), Data: map[string]any{"tasks_requeued": len(requeued)}}
-	if len(requeued) == 0 && !stopped {
-		return out, nil
+	out, err := e.Requeue(ctx, tx, at)
+	if err != nil || out.Count == 0 && !stopped {
+		return out, err
 	}
 	if _, err := tx.River.InsertTx(ctx, tx.Tx, PhaseLaunchArgs{BatchID: at.BatchID, Phase: at.Name()}, nil); err != nil {
 		return jobs.RetryOutcome{}, fmt.Errorf("enqueueing phase_launch for %s %s: %w", at.BatchID, at.Name(), err)
 	}
-	for _, id := range requeued {
-		out.Events = append(out.Events, db.Event{BatchID: at.BatchID, Type: db.EventTaskRequeued, Phase: at.Name(), TaskID: id}.Row())
-	}
-	return out, nil
-}
-
-// Rerun drops the batch's failed tasks (a new pass makes new ones for the
-// files they failed on).
-func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string) (jobs.Rerun, error) {
-	rows, err := tx.Queries().TaskDeleteFailedByBatch(ctx, batchID)
-	if err != nil {
-		return jobs.Rerun{}, fmt.Errorf("removing the failed tasks of batch %s: %w", batchID, err)
-	}
-	byPhase := map[string]int{}
-	out := jobs.Rerun{Keys: make([]string, 0, len(rows))}
-	for _, r := range rows {
-		byPhase[r.Phase]++
-		out.Keys = append(out.Keys, r.R2Key)
-	}
-	out.Counts = map[string]any{"tasks": byPhase}
 	return out, nil
 }
 
@@ -244,9 +139,9 @@ func (e *Executor) Backstop(ctx context.Context, at jobs.PhaseAt) error {
 // machines still running for destruction. Late callbacks for those tasks
 // then get 409.
 func (e *Executor) Stop(ctx context.Context, tx jobs.Tx, batchID, reason string) (int, error) {
-	ended, err := tx.Queries().TaskFailOpenByBatch(ctx, db.TaskFailOpenByBatchParams{BatchID: batchID, Error: &reason})
+	ended, err := e.End(ctx, tx, batchID, reason)
 	if err != nil {
-		return 0, fmt.Errorf("ending open tasks of %s: %w", batchID, err)
+		return 0, err
 	}
 	byApp := map[string][]string{}
 	for _, t := range ended {
@@ -261,26 +156,6 @@ func (e *Executor) Stop(ctx context.Context, tx jobs.Tx, batchID, reason string)
 		}
 	}
 	return len(ended), nil
-}
-
-// The tables Prune removes rows from, as PruneResult.Removed names them.
-const (
-	TableTasks      = "tasks"
-	TableTaskCounts = "task_counts"
-)
-
-// Prune removes the batch's tasks, then its counters.
-func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removal, error) {
-	n, statements, err := jobs.DeleteInSteps(rows, func() (int64, error) {
-		return q.TaskDeleteByBatch(ctx, db.TaskDeleteByBatchParams{BatchID: batchID, Max: rows})
-	})
-	out := jobs.Removal{Rows: map[string]int64{TableTasks: n}, Statements: statements}
-	if err != nil {
-		return out, err
-	}
-	counts, err := q.TaskCountDeleteByBatch(ctx, batchID)
-	out.Rows[TableTaskCounts] = counts
-	return out, err
 }
 
 // Requeued enqueues the launchers of phases whose tasks callbacks put

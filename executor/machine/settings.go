@@ -74,18 +74,20 @@ type Phase struct {
 // its machines (phases.Spec.SharedEnv).
 var sharedSettings = []string{"ARCHIVE_BUCKET", "CDN_BUCKET", "CDN_PUBLIC_URL"}
 
-// Settings declares the machine executor's settings into c: the launch
-// settings, and a group per phase it runs (the phases of its kind in
-// phases' registry).
+// Settings declares the settings of machines into c: the launch
+// settings, and a group per phase whose work runs on machines (a phase
+// with a worker program, on this executor or a pool's, which launches
+// the same machines).
 func Settings(c *Config) []setting.Group {
 	return settingsOf(c, specsOf(phases.All()))
 }
 
-// specsOf are the specs of the machine phases among ps.
+// specsOf are the specs of the phases among ps whose work runs on
+// machines: those with a worker program.
 func specsOf(ps []phases.Phase) []phases.Spec {
 	var out []phases.Spec
 	for _, p := range ps {
-		if s := p.Spec(); s.Executor == Kind {
+		if s := p.Spec(); s.Worker != "" {
 			out = append(out, s)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/arke-institute/orchestrator/setting"
 )
 
-// TestSettingsOnlyMachinePhases: only the phases of the machine kind get
+// TestSettingsOnlyMachinePhases: only the phases with a worker program get
 // Fly and launch settings: a chunked phase runs no machines, so none is
 // read for it, and it never shares an app.
 func TestSettingsOnlyMachinePhases(t *testing.T) {
@@ -18,8 +18,8 @@ func TestSettingsOnlyMachinePhases(t *testing.T) {
 	names := setting.Names(Settings(&c))
 	for _, p := range phases.All() {
 		s := p.Spec()
-		require.Equal(t, s.Executor == Kind, contains(names, "FLY_"+s.Short+"_APP_NAME"), s.Name)
-		require.Equal(t, s.Executor == Kind, contains(names, "BATCH_SIZE_"+string(s.Name)), s.Name)
+		require.Equal(t, s.Worker != "", contains(names, "FLY_"+s.Short+"_APP_NAME"), s.Name)
+		require.Equal(t, s.Worker != "", contains(names, "BATCH_SIZE_"+string(s.Name)), s.Name)
 	}
 	require.NoError(t, setting.Load(func(k string) (string, bool) { return "", false }, Settings(&c)))
 	require.Len(t, c.Phases, len(specsOf(phases.All())))

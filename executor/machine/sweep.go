@@ -9,6 +9,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor/tasks"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -22,9 +23,9 @@ func (e *Executor) Sweep(ctx context.Context, client *river.Client[pgx.Tx], grac
 	if grace {
 		return nil
 	}
-	groups, err := db.New(e.deps.Pool).TaskExpiredGroups(ctx, jobs.SweepGroupsPerRun)
+	groups, err := e.ExpiredGroups(ctx)
 	if err != nil {
-		return fmt.Errorf("finding expired tasks: %w", err)
+		return err
 	}
 	for _, g := range groups {
 		if err := e.settleUnlaunched(ctx, client, g.BatchID, g.Phase); err != nil {
@@ -149,75 +150,32 @@ func (e *Executor) settleUnlaunched(ctx context.Context, client *river.Client[pg
 	return err
 }
 
-// expire ends the expired tasks of one (batch, phase) with "Task timed out
-// after Ns": a task with attempts left (TASK_MAX_ATTEMPTS) goes back to
-// pending and its launcher retires its machine before launching it again
-// (retire); the others fail, their machines are queued for destruction and
-// the phase's check is made sure to run, as any other task end does
-// (EndTasks).
+// expire ends the expired tasks of one (batch, phase) (tasks.Expire): a
+// task to be retried waits for its launcher to retire its machine before
+// it is launched again (retire); the machines of the others are queued
+// for destruction.
 func (e *Executor) expire(ctx context.Context, client *river.Client[pgx.Tx], batchID, phase string) error {
-	app := e.cfg.Phases[phases.Name(phase)].App
-	expired, retried := 0, 0
-	err := fanin.EndTasks(ctx, e.deps.Pool, client, fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
-		q := db.New(tx)
-		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{
-			BatchID: batchID, Phase: phase, MaxAttempts: int32(e.deps.Settings.TaskMaxAttempts), RetireSeconds: e.deps.Settings.TaskRetireLimit.Seconds(),
-		})
-		if err != nil {
-			return false, fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)
-		}
-		if len(rows) == 0 {
-			return false, nil
-		}
-		events := make([]db.BatchEventInsertManyParams, 0, len(rows))
+	return e.Expire(ctx, client, batchID, phase, tasks.Expiry{Then: func(tx jobs.Tx, rows []db.TaskFailExpiredRow) error {
 		var machines []string
+		retried := false
 		for _, r := range rows {
-			data := map[string]any{"error": deref(r.Error), "failed_attempts": r.Failures}
-			if r.MachineID != nil {
-				data["machine_id"] = *r.MachineID
-			}
-			events = append(events, jobs.NewEvent(batchID, db.EventTaskTimedOut, phase, r.ID, data))
-			if r.Retry {
-				retried++
-				events = append(events, jobs.NewEvent(batchID, db.EventTaskRetrying, phase, r.ID, map[string]any{
-					"reason": "timed out", "error": deref(r.Error), "failed_attempts": r.Failures,
-				}))
-				continue // its launcher destroys the machine first
-			}
-			expired++
-			if r.MachineID != nil {
+			switch {
+			case r.Retry:
+				retried = true // its launcher destroys the machine first
+			case r.MachineID != nil:
 				machines = append(machines, *r.MachineID)
 			}
 		}
-		if _, err := q.BatchEventInsertMany(ctx, events); err != nil {
-			return false, err
-		}
 		if len(machines) > 0 {
-			if _, err := client.InsertTx(ctx, tx, DestroyArgs{App: app, MachineIDs: machines}, nil); err != nil {
-				return false, err
+			if _, err := tx.River.InsertTx(ctx, tx.Tx, DestroyArgs{App: e.cfg.Phases[phases.Name(phase)].App, MachineIDs: machines}, nil); err != nil {
+				return err
 			}
 		}
-		if retried > 0 {
-			if _, err := client.InsertTx(ctx, tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
-				return false, err
+		if retried {
+			if _, err := tx.River.InsertTx(ctx, tx.Tx, PhaseLaunchArgs{BatchID: batchID, Phase: phase}, nil); err != nil {
+				return err
 			}
 		}
-		return expired > 0, nil
-	})
-	if err == nil && expired > 0 {
-		e.deps.Metrics.TasksFinished(phase, metrics.TaskTimedOut, expired)
-		e.deps.Logger.Warn("tasks timed out", "batch_id", batchID, "phase", phase, "count", expired)
-	}
-	if err == nil && retried > 0 {
-		e.deps.Metrics.TasksRetried(phase, metrics.RetryTimeout, retried)
-		e.deps.Logger.Warn("timed-out tasks to be retried", "batch_id", batchID, "phase", phase, "count", retried)
-	}
-	return err
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+		return nil
+	}})
 }

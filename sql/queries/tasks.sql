@@ -116,10 +116,10 @@ SELECT c.batch_id, c.phase, c.status, c.n AS count
 FROM task_counts c
 WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0;
 
--- TaskCountDeleteByBatch deletes a batch's task counters, once its tasks
--- are gone (they are all zero then).
+-- TaskCountDeleteByBatch deletes a batch's task counters of @phases, once
+-- their tasks are gone (they are all zero then).
 -- name: TaskCountDeleteByBatch :execrows
-DELETE FROM task_counts WHERE batch_id = @batch_id AND n = 0;
+DELETE FROM task_counts WHERE batch_id = @batch_id AND phase = ANY(@phases::text[]) AND n = 0;
 
 -- TaskCountPending is how many tasks of a phase wait for a launch, from the
 -- counters (task_counts).
@@ -127,38 +127,47 @@ DELETE FROM task_counts WHERE batch_id = @batch_id AND n = 0;
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
 
--- TaskDeleteByBatch deletes up to max of a batch's tasks (retention: one
--- short statement at a time). The triggers count them out of task_counts.
+-- TaskDeleteByBatch deletes up to max of a batch's tasks of @phases
+-- (retention: one short statement at a time). The triggers count them out
+-- of task_counts.
 -- name: TaskDeleteByBatch :execrows
 DELETE FROM tasks
-WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = @batch_id LIMIT @max);
+WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = @batch_id AND t.phase = ANY(@phases::text[]) LIMIT @max);
 
--- TaskDeleteFailedByBatch removes a DONE batch's failed tasks, which an
--- admin retry reruns as new tasks of the files they failed on
+-- TaskDeleteFailedByBatch removes a DONE batch's failed tasks of @phases,
+-- which an admin retry reruns as new tasks of the files they failed on
 -- (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
 -- task's phase and its file's key.
 -- name: TaskDeleteFailedByBatch :many
 WITH d AS (
-    DELETE FROM tasks t WHERE t.batch_id = @batch_id::text AND t.status = 'failed'
+    DELETE FROM tasks t WHERE t.batch_id = @batch_id::text AND t.phase = ANY(@phases::text[]) AND t.status = 'failed'
     RETURNING t.id, t.phase, t.file_id
 )
 SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id;
 
--- TaskExpiredGroups finds (batch, phase) pairs with tasks past their deadline.
--- It compares with now(), not clock_timestamp(): a stable value is a range
--- condition on tasks_deadline_idx, a volatile one made every sweep read the
--- whole index.
+-- TaskExpiredGroups finds (batch, phase) pairs of @phases with tasks past
+-- their deadline, or whose lease's heartbeats stopped (lease_until). It
+-- compares with now(), not clock_timestamp(): a stable value is a range
+-- condition on tasks_deadline_idx and tasks_lease_idx, a volatile one made
+-- every sweep read the whole index.
 -- name: TaskExpiredGroups :many
-SELECT DISTINCT batch_id, phase FROM tasks
-WHERE status = 'processing' AND deadline < now()
+SELECT DISTINCT batch_id, phase FROM (
+    SELECT batch_id, phase FROM tasks WHERE status = 'processing' AND deadline < now()
+    UNION ALL
+    SELECT batch_id, phase FROM tasks WHERE status = 'processing' AND lease_until IS NOT NULL AND lease_until < now()
+) expired
+WHERE phase = ANY(@phases::text[])
 LIMIT @max;
 
 -- TaskFailExpired ends the processing tasks of a phase that are past their
--- deadline, with the message of spec 000: a task with attempts left
--- (@max_attempts) goes back to pending to be retried once its machine is
--- retired (ended_by 'retry', its token kept so that a late success of this
--- attempt still counts; deadline: until @retire_seconds from now), the
--- others fail. retry says which.
+-- deadline, with the message of spec 000, or whose lease's heartbeats
+-- stopped (lease_until: its pool machine died): a task with attempts left
+-- (@max_attempts) goes back to pending to be retried (ended_by 'retry',
+-- its token kept so that a late success of this attempt still counts; a
+-- machine task's deadline: until @retire_seconds from now, as its launcher
+-- retires its machine first), the others fail. retry says which. Only
+-- tasks with a machine: a launch that made none is the sweep's to settle
+-- (TaskSettleUnlaunched).
 -- name: TaskFailExpired :many
 UPDATE tasks
 SET status = CASE WHEN failures + 1 < @max_attempts::int THEN 'pending' ELSE 'failed' END,
@@ -166,19 +175,24 @@ SET status = CASE WHEN failures + 1 < @max_attempts::int THEN 'pending' ELSE 'fa
     failures = failures + 1,
     deadline = CASE WHEN failures + 1 < @max_attempts::int THEN clock_timestamp() + make_interval(secs => @retire_seconds::float8) ELSE deadline END,
     finished_at = CASE WHEN failures + 1 < @max_attempts::int THEN NULL ELSE clock_timestamp() END,
+    lease_until = NULL,
     updated_at = clock_timestamp(),
-    error = 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's'
-WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing' AND deadline < clock_timestamp()
-    AND machine_id IS NOT NULL
-RETURNING id, machine_id, error, failures, (status = 'pending')::bool AS retry;
+    error = CASE WHEN deadline >= clock_timestamp()
+        THEN 'Lease lost: no heartbeat from its machine for ' || round((extract(epoch FROM clock_timestamp() - lease_until) + @lease_seconds::float8)::numeric, 1)::text || 's'
+        ELSE 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's' END
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
+    AND (deadline < clock_timestamp() OR lease_until < clock_timestamp())
+    AND (machine_id IS NOT NULL OR pool_machine_id IS NOT NULL)
+RETURNING id, machine_id, pool_machine_id, error, failures, (status = 'pending')::bool AS retry;
 
--- TaskFailOpenByBatch ends every open task of a batch (admin reset).
+-- TaskFailOpenByBatch ends every open task of a batch's @phases (admin
+-- reset).
 -- name: TaskFailOpenByBatch :many
 UPDATE tasks
-SET status = 'failed', ended_by = 'reset', error = @error,
+SET status = 'failed', ended_by = 'reset', error = @error, lease_until = NULL,
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
-WHERE batch_id = @batch_id AND status IN ('pending', 'processing')
-RETURNING id, phase, machine_id;
+WHERE batch_id = @batch_id AND phase = ANY(@phases::text[]) AND status IN ('pending', 'processing')
+RETURNING id, phase, machine_id, pool_machine_id;
 
 -- TaskGetForURLs reads what answering a worker's request for presigned
 -- URLs needs: the task's batch, phase and state, its token and deadline.
@@ -211,12 +225,12 @@ SELECT id, attempt, unlaunched FROM tasks
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
     AND machine_id IS NULL AND deadline < clock_timestamp();
 
--- TaskListFailedByBatch lists a batch's failed tasks with their files'
--- paths, oldest failure first, at most max of them.
+-- TaskListFailedByBatch lists a batch's failed tasks of @phases with
+-- their files' paths, oldest failure first, at most max of them.
 -- name: TaskListFailedByBatch :many
 SELECT t.id, t.phase, coalesce(f.logical_path, '')::text AS logical_path, coalesce(t.error, '')::text AS error, t.finished_at
 FROM tasks t LEFT JOIN files f ON f.id = t.file_id
-WHERE t.batch_id = @batch_id AND t.status = 'failed'
+WHERE t.batch_id = @batch_id AND t.phase = ANY(@phases::text[]) AND t.status = 'failed'
 ORDER BY t.finished_at NULLS LAST, t.id
 LIMIT @max;
 
