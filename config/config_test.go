@@ -13,6 +13,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/chunked"
 	"github.com/arke-institute/orchestrator/executor/chunked/ocrrefs"
 	"github.com/arke-institute/orchestrator/executor/machine"
+	"github.com/arke-institute/orchestrator/executor/pool"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
@@ -176,8 +177,9 @@ func TestPhasesFromRegistry(t *testing.T) {
 	require.NoError(t, err)
 	for _, p := range phases.All() {
 		spec := p.Spec()
-		switch spec.Executor {
-		case machine.Kind:
+		switch {
+		case spec.Worker != "":
+			require.Equal(t, spec.Executor, c.Executors.Kinds[spec.Name], "%s runs on its spec's executor by default", spec.Name)
 			pc, ok := c.Executors.Machine.Phases[spec.Name]
 			require.True(t, ok, spec.Name)
 			require.Equal(t, spec.Defaults.FlyAppName, pc.App)
@@ -193,7 +195,14 @@ func TestPhasesFromRegistry(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "app-x", c2.Executors.Machine.Phases[spec.Name].App)
 			require.Equal(t, 1234*time.Millisecond, c2.Executors.Machine.Phases[spec.Name].TaskTimeout)
-		case chunked.Kind:
+			for _, kind := range []string{machine.Kind, pool.Kind} {
+				c3, err := Load(lookup(map[string]string{"EXECUTOR_" + string(spec.Name): kind}))
+				require.NoError(t, err)
+				require.Equal(t, kind, c3.Executors.Kinds[spec.Name])
+			}
+			_, err = Load(lookup(map[string]string{"EXECUTOR_" + string(spec.Name): "chunked"}))
+			require.ErrorContains(t, err, "EXECUTOR_"+string(spec.Name))
+		case spec.Executor == chunked.Kind:
 			require.Equal(t, spec.Defaults.ChunkSize, c.Executors.Chunked.ChunkSize[spec.Name])
 			c2, err := Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "3"}))
 			require.NoError(t, err)
@@ -201,7 +210,7 @@ func TestPhasesFromRegistry(t *testing.T) {
 			_, err = Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "0"}))
 			require.ErrorContains(t, err, spec.Short+"_CHUNK_SIZE must be a whole number")
 		}
-		if spec.Executor != machine.Kind {
+		if spec.Worker == "" {
 			_, ok := c.Executors.Machine.Phases[spec.Name]
 			require.False(t, ok, "%s runs no machines", spec.Name)
 		}

@@ -58,21 +58,21 @@ func (q *Queries) PoolBatches(ctx context.Context, arg PoolBatchesParams) ([]Poo
 
 const poolClose = `-- name: PoolClose :many
 WITH closed AS (
-    UPDATE pools SET closed_at = clock_timestamp()
-    WHERE batch_id = $2 AND closed_at IS NULL AND phase <> $3::text
-    RETURNING id
+    UPDATE pools pl SET closed_at = clock_timestamp()
+    WHERE pl.id = $2 AND pl.closed_at IS NULL
+    RETURNING pl.id
 )
 UPDATE pool_machines m
-SET ended_at = clock_timestamp(), ended_reason = $1::text, busy_since = NULL
+SET ended_at = clock_timestamp(), ended_reason = $1::text,
+    busy_ms = m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0), busy_since = NULL
 FROM closed
 WHERE m.pool_id = closed.id AND m.ended_at IS NULL
 RETURNING m.id, m.app, m.machine_id
 `
 
 type PoolCloseParams struct {
-	Reason    string
-	BatchID   *string
-	KeepPhase string
+	Reason string
+	ID     int64
 }
 
 type PoolCloseRow struct {
@@ -81,11 +81,10 @@ type PoolCloseRow struct {
 	MachineID *string
 }
 
-// PoolClose closes a batch's pools but that of keep_phase (all of them
-// when it is empty): their machines' credentials lease nothing more, and
-// their live machines end. It returns the machines to destroy.
+// PoolClose closes a pool: its machines' credentials lease nothing more,
+// and its live machines end. It returns those, to destroy.
 func (q *Queries) PoolClose(ctx context.Context, arg PoolCloseParams) ([]PoolCloseRow, error) {
-	rows, err := q.db.Query(ctx, poolClose, arg.Reason, arg.BatchID, arg.KeepPhase)
+	rows, err := q.db.Query(ctx, poolClose, arg.Reason, arg.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +92,53 @@ func (q *Queries) PoolClose(ctx context.Context, arg PoolCloseParams) ([]PoolClo
 	var items []PoolCloseRow
 	for rows.Next() {
 		var i PoolCloseRow
+		if err := rows.Scan(&i.ID, &i.App, &i.MachineID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const poolCloseByBatch = `-- name: PoolCloseByBatch :many
+WITH closed AS (
+    UPDATE pools pl SET closed_at = clock_timestamp()
+    WHERE pl.batch_id = $2 AND pl.closed_at IS NULL
+    RETURNING pl.id
+)
+UPDATE pool_machines m
+SET ended_at = clock_timestamp(), ended_reason = $1::text,
+    busy_ms = m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0), busy_since = NULL
+FROM closed
+WHERE m.pool_id = closed.id AND m.ended_at IS NULL
+RETURNING m.id, m.app, m.machine_id
+`
+
+type PoolCloseByBatchParams struct {
+	Reason  string
+	BatchID *string
+}
+
+type PoolCloseByBatchRow struct {
+	ID        int64
+	App       string
+	MachineID *string
+}
+
+// PoolCloseByBatch closes the pools of a batch (PoolClose), e.g. on a
+// reset: a shared pool serves other batches and stays open.
+func (q *Queries) PoolCloseByBatch(ctx context.Context, arg PoolCloseByBatchParams) ([]PoolCloseByBatchRow, error) {
+	rows, err := q.db.Query(ctx, poolCloseByBatch, arg.Reason, arg.BatchID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolCloseByBatchRow
+	for rows.Next() {
+		var i PoolCloseByBatchRow
 		if err := rows.Scan(&i.ID, &i.App, &i.MachineID); err != nil {
 			return nil, err
 		}
@@ -321,15 +367,21 @@ func (q *Queries) PoolMachineEnd(ctx context.Context, arg PoolMachineEndParams) 
 
 const poolMachineIdle = `-- name: PoolMachineIdle :exec
 UPDATE pool_machines
-SET seen_at = clock_timestamp(),
+SET seen_at = clock_timestamp(), machine_id = coalesce(machine_id, $1::text),
     busy_ms = busy_ms + coalesce((extract(epoch FROM clock_timestamp() - busy_since) * 1000)::bigint, 0), busy_since = NULL
-WHERE id = $1
+WHERE id = $2
 `
 
+type PoolMachineIdleParams struct {
+	MachineID *string
+	ID        int64
+}
+
 // PoolMachineIdle records that a pool machine asks for work: it is no
-// longer busy (the time it was is added) and was seen now.
-func (q *Queries) PoolMachineIdle(ctx context.Context, id int64) error {
-	_, err := q.db.Exec(ctx, poolMachineIdle, id)
+// longer busy (the time it was is added), was seen now, and has the
+// provider's id it says, if it had none yet.
+func (q *Queries) PoolMachineIdle(ctx context.Context, arg PoolMachineIdleParams) error {
+	_, err := q.db.Exec(ctx, poolMachineIdle, arg.MachineID, arg.ID)
 	return err
 }
 
@@ -362,31 +414,53 @@ type PoolMachineLaunchedParams struct {
 	ID        int64
 }
 
-// PoolMachineLaunched records the provider's id of a launched pool machine;
-// PoolMachineLost ends one whose launch made none.
+// PoolMachineLaunched records the provider's id of a launched pool
+// machine.
 func (q *Queries) PoolMachineLaunched(ctx context.Context, arg PoolMachineLaunchedParams) error {
 	_, err := q.db.Exec(ctx, poolMachineLaunched, arg.MachineID, arg.ID)
 	return err
 }
 
-const poolMachineLost = `-- name: PoolMachineLost :execrows
+const poolMachineLose = `-- name: PoolMachineLose :many
 UPDATE pool_machines
 SET ended_at = clock_timestamp(), ended_reason = $1::text,
     busy_ms = busy_ms + coalesce((extract(epoch FROM clock_timestamp() - busy_since) * 1000)::bigint, 0), busy_since = NULL
 WHERE id = ANY($2::bigint[]) AND ended_at IS NULL
+RETURNING id, app, machine_id
 `
 
-type PoolMachineLostParams struct {
+type PoolMachineLoseParams struct {
 	Reason string
 	IDs    []int64
 }
 
-func (q *Queries) PoolMachineLost(ctx context.Context, arg PoolMachineLostParams) (int64, error) {
-	result, err := q.db.Exec(ctx, poolMachineLost, arg.Reason, arg.IDs)
+type PoolMachineLoseRow struct {
+	ID        int64
+	App       string
+	MachineID *string
+}
+
+// PoolMachineLose ends pool machines given up: their launch made none, they
+// stopped calling, or their lease was taken back. It returns those it
+// ended, to destroy.
+func (q *Queries) PoolMachineLose(ctx context.Context, arg PoolMachineLoseParams) ([]PoolMachineLoseRow, error) {
+	rows, err := q.db.Query(ctx, poolMachineLose, arg.Reason, arg.IDs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []PoolMachineLoseRow
+	for rows.Next() {
+		var i PoolMachineLoseRow
+		if err := rows.Scan(&i.ID, &i.App, &i.MachineID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const poolMachineStale = `-- name: PoolMachineStale :many
@@ -573,7 +647,7 @@ SELECT p.id, p.phase, p.batch_id, p.app, p.created_at, p.closed_at,
     coalesce(sum(m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0)), 0)::bigint AS busy_ms,
     coalesce(sum((extract(epoch FROM coalesce(m.ended_at, clock_timestamp()) - m.created_at) * 1000)::bigint), 0)::bigint AS live_ms
 FROM pools p LEFT JOIN pool_machines m ON m.pool_id = p.id
-WHERE p.batch_id = ANY($1::text[])
+WHERE p.batch_id = ANY($1::text[]) OR (p.batch_id IS NULL AND p.closed_at IS NULL)
 GROUP BY p.id
 ORDER BY p.id
 `
@@ -594,9 +668,9 @@ type PoolSummaryRow struct {
 	LiveMs    int64
 }
 
-// PoolSummary sums each pool of batches (their own, and shared pools of
-// their phases) for status and the dashboard: machines by state, tasks
-// leased, and busy and live time.
+// PoolSummary sums pools for status and the dashboard: those of batches,
+// and the open shared pools: machines by state, tasks leased, and busy
+// and live time.
 func (q *Queries) PoolSummary(ctx context.Context, batchIds []string) ([]PoolSummaryRow, error) {
 	rows, err := q.db.Query(ctx, poolSummary, batchIds)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -59,68 +60,30 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// TestSampleBatchThroughRealWorkers takes the sample batch through the
+// built binaries and real workers, its machine phases on pools (the
+// default) and on a machine per task.
 func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds both binaries and runs real workers (about 20 s); make test runs it")
+		t.Skip("builds both binaries and runs real workers (about 40 s); make test runs it")
 	}
 	orchestrator, worker := bins(t)
+	for _, kind := range []string{"pool", "machine"} {
+		t.Run(kind, func(t *testing.T) { sampleBatch(t, orchestrator, worker, kind) })
+	}
+}
+
+// sampleBatch is the sample batch with the machine phases on executor kind.
+func sampleBatch(t *testing.T, orchestrator, worker, kind string) {
 	sample, err := filepath.Abs(filepath.Join(repoRoot, "examples/sample-batch"))
 	require.NoError(t, err)
 	// The runner starts this script, which keeps each machine's environment
 	// (what a Fly machine gets) before it becomes the worker.
 	envDir := t.TempDir()
 	recorder := filepath.Join(t.TempDir(), "worker")
-	require.NoError(t, os.WriteFile(recorder, []byte("#!/bin/sh\nenv > '"+envDir+"'/\"$TASK_ID.env\"\nexec '"+worker+"' \"$@\"\n"), 0o755))
-	_, dbURL := dbtest.NewEmpty(t)
-	listen, s3Addr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	dataDir := t.TempDir()
-	env := append(os.Environ(),
-		"DATABASE_URL="+dbURL,
-		"LISTEN_ADDR="+listen,
-		"METRICS_ADDR="+metricsAddr,
-		"LOCAL_S3_DIR="+t.TempDir(),
-		"LOCAL_DATA_DIR="+dataDir,
-		"LOCAL_S3_ADDR="+s3Addr,
-		"LOCAL_WORKER_BIN="+recorder,
-		"LOG_FORMAT=text",
-		"ALARM_DELAY_TIFF_CONVERSION=200",
-		"ALARM_DELAY_PDF_PAGES=200",
-		"ALARM_DELAY_IMAGE_PROCESSING=200",
-		"SWEEP_INTERVAL=500",
-	)
-	for _, k := range []string{"R2_ACCOUNT_ID", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "FLY_API_TOKEN", "WORKER_URL", "ORCHESTRATOR_URL", "CDN_PUBLIC_URL"} {
-		env = append(env, k+"=")
-	}
-
-	var serveLog syncbuf.Buffer // written by exec's copiers while we read it
-	serve := exec.Command(orchestrator, "serve")
-	serve.Env = env
-	serve.Stdout, serve.Stderr = &serveLog, &serveLog
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() {
-		_ = serve.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- serve.Wait() }()
-		select {
-		case <-done: //nolint:errcheck // interrupted: its exit status says nothing new
-		case <-time.After(30 * time.Second):
-			_ = serve.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("serve log:\n%s", serveLog.String())
-		}
-	})
-	base := "http://" + listen
-	if !eventually.Within(60*time.Second, func() bool {
-		resp, err := http.Get(base + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}) {
-		t.Fatalf("serve did not come up:\n%s", serveLog.String())
-	}
+	require.NoError(t, os.WriteFile(recorder, []byte("#!/bin/sh\nenv > '"+envDir+"'/\"${TASK_ID:-$FLY_MACHINE_ID}.env\"\nexec '"+worker+"' \"$@\"\n"), 0o755))
+	srv := serve(t, orchestrator, recorder, "EXECUTOR_TIFF_CONVERSION="+kind, "EXECUTOR_PDF_PAGES="+kind, "EXECUTOR_IMAGE_PROCESSING="+kind)
+	base, env, s3Addr, dataDir, serveLog := srv.base, srv.env, srv.s3Addr, srv.dataDir, srv.log
 
 	// submit uploads the folder, posts the batch and follows it to DONE.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -292,19 +255,7 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 
 	// METRICS_ADDR serves the batch's metrics, River's queue and the
 	// runtime's. The batch is counted just after it is DONE: awaited.
-	var metrics string
-	if !eventually.Within(30*time.Second, func() bool {
-		resp, err := http.Get("http://" + metricsAddr + "/metrics")
-		require.NoError(t, err)
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.NoError(t, resp.Body.Close())
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		metrics = string(b)
-		return strings.Contains(metrics, `orchestrator_batches_finished_total{status="DONE"} 1`)
-	}) {
-		t.Fatalf("no finished batch in the metrics:\n%s", metrics)
-	}
+	metrics := srv.metricsWhen(t, `orchestrator_batches_finished_total{status="DONE"} 1`)
 	for _, line := range []string{
 		`orchestrator_batches_started_total 1`,
 		`orchestrator_tasks_finished_total{outcome="completed",phase="TIFF_CONVERSION"} 6`,
@@ -332,9 +283,33 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	}
 
 	// Every machine did its work with presigned URLs alone: no storage
-	// credentials or endpoint in its environment.
+	// credentials or endpoint in its environment. A pool machine has its
+	// pool credential only: each task's URLs and token came with its
+	// lease.
 	envs, err := filepath.Glob(filepath.Join(envDir, "*.env"))
 	require.NoError(t, err)
+	if kind == "pool" {
+		require.NotEmpty(t, envs)
+		require.LessOrEqual(t, len(envs), 3*runtime.NumCPU(), "at most a pool's machines per phase (POOL_SIZE capped at LOCAL_MAX_MACHINES locally)")
+		for _, f := range envs {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			for _, k := range []string{"R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "CALLBACK_TOKEN", "INPUT_URL", "TASK_ID="} {
+				require.NotContains(t, string(b), k, f)
+			}
+			require.NotContains(t, string(b), "localsecret", f)
+			require.Contains(t, string(b), "POOL_TOKEN=", f)
+			require.Contains(t, string(b), "POOL_LEASE_URL="+base+"/pools/", f)
+		}
+		for _, line := range []string{
+			`orchestrator_pool_leases_total{phase="TIFF_CONVERSION"} 6`,
+			`orchestrator_pool_leases_total{phase="PDF_PAGES"} 2`,
+			`orchestrator_pool_leases_total{phase="IMAGE_PROCESSING"} 14`,
+		} {
+			require.Contains(t, metrics, line)
+		}
+		return
+	}
 	require.Len(t, envs, 6+2+14, "one machine per TIFF, PDF and image task")
 	for _, f := range envs {
 		b, err := os.ReadFile(f)
@@ -378,6 +353,93 @@ func TestSampleBatchThroughRealWorkers(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(found), "\n")
 	require.GreaterOrEqual(t, len(lines), 2, found)
 	require.Contains(t, lines[1], "documents/lighthouse.md", "the lighthouse document ranks first:\n%s", found)
+}
+
+// server is an `orchestrator serve` of the built binary on its embedded
+// defaults, against a fresh database.
+type server struct {
+	base, s3Addr, metricsAddr, dataDir string
+	// env is serve's environment, which the CLI commands get too.
+	env []string
+	log *syncbuf.Buffer
+}
+
+// serve starts `orchestrator serve` with worker as the local runner's
+// worker program and the settings extra, and waits for it to answer.
+func serve(t *testing.T, orchestrator, worker string, extra ...string) *server {
+	t.Helper()
+	_, dbURL := dbtest.NewEmpty(t)
+	listen, s3Addr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	dataDir := t.TempDir()
+	env := append(os.Environ(),
+		"DATABASE_URL="+dbURL,
+		"LISTEN_ADDR="+listen,
+		"METRICS_ADDR="+metricsAddr,
+		"LOCAL_S3_DIR="+t.TempDir(),
+		"LOCAL_DATA_DIR="+dataDir,
+		"LOCAL_S3_ADDR="+s3Addr,
+		"LOCAL_WORKER_BIN="+worker,
+		"LOG_FORMAT=text",
+		"ALARM_DELAY_TIFF_CONVERSION=200",
+		"ALARM_DELAY_PDF_PAGES=200",
+		"ALARM_DELAY_IMAGE_PROCESSING=200",
+		"SWEEP_INTERVAL=500",
+	)
+	for _, k := range []string{"R2_ACCOUNT_ID", "R2_ENDPOINT", "R2_ACCESS_KEY_ID", "R2_SECRET_ACCESS_KEY", "FLY_API_TOKEN", "WORKER_URL", "ORCHESTRATOR_URL", "CDN_PUBLIC_URL"} {
+		env = append(env, k+"=")
+	}
+	env = append(env, extra...)
+
+	serveLog := &syncbuf.Buffer{} // written by exec's copiers while we read it
+	cmd := exec.Command(orchestrator, "serve")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = serveLog, serveLog
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done: //nolint:errcheck // interrupted: its exit status says nothing new
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("serve log:\n%s", serveLog.String())
+		}
+	})
+	base := "http://" + listen
+	if !eventually.Within(60*time.Second, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("serve did not come up:\n%s", serveLog.String())
+	}
+	return &server{base: base, s3Addr: s3Addr, metricsAddr: metricsAddr, dataDir: dataDir, env: env, log: serveLog}
+}
+
+// metricsWhen is what METRICS_ADDR serves once it contains line (a batch
+// is counted just after it is DONE: awaited).
+func (s *server) metricsWhen(t *testing.T, line string) string {
+	t.Helper()
+	var metrics string
+	if !eventually.Within(30*time.Second, func() bool {
+		resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		metrics = string(b)
+		return strings.Contains(metrics, line)
+	}) {
+		t.Fatalf("no %s in the metrics:\n%s", line, metrics)
+	}
+	return metrics
 }
 
 func unescape(t *testing.T, s string) string {

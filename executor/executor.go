@@ -3,6 +3,7 @@
 package executor
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/arke-institute/orchestrator/blob"
@@ -11,15 +12,21 @@ import (
 	"github.com/arke-institute/orchestrator/executor/chunked/ocrrefs"
 	"github.com/arke-institute/orchestrator/executor/documents"
 	"github.com/arke-institute/orchestrator/executor/machine"
+	"github.com/arke-institute/orchestrator/executor/pool"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/ocr"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/setting"
 )
 
 // Config is the executors' configuration, each kind's own.
 type Config struct {
+	// Kinds are the executor kinds of the phases with a worker program
+	// (EXECUTOR_<PHASE>: pool or machine).
+	Kinds   map[phases.Name]string
 	Machine machine.Config
+	Pool    pool.Config
 	Chunked chunked.Config
 	// OCR is the OCR engine's, of the chunked OCR phase.
 	OCR ocrrefs.Config
@@ -41,8 +48,40 @@ func Settings(c *Config) []setting.Group {
 		Settings: ratelimit.Settings(&c.ProviderLimit, "", "a provider's bucket"),
 		Check:    func() []string { return c.ProviderLimit.Problems("") },
 	}
-	return slices.Concat(machine.Settings(&c.Machine), chunked.Settings(&c.Chunked), ocrrefs.Settings(&c.OCR),
-		docindex.Settings(&c.Documents), []setting.Group{limit})
+	return slices.Concat(kindSettings(c), machine.Settings(&c.Machine), pool.Settings(&c.Pool), chunked.Settings(&c.Chunked),
+		ocrrefs.Settings(&c.OCR), docindex.Settings(&c.Documents), []setting.Group{limit})
+}
+
+// kindSettings declares EXECUTOR_<PHASE> for each phase that can run on
+// more than one kind: a phase with a worker program runs on machines, a
+// machine per task or a pool's.
+func kindSettings(c *Config) []setting.Group {
+	g := setting.Group{
+		Title: "Executors",
+		Doc: "How each phase with a worker program runs its tasks: `pool` (a few machines per phase lease its tasks one after another: " +
+			"Fly creates about one machine a second, so a large batch needs pools) or `machine` (a machine of its own per task: " +
+			"the strongest isolation between files, at one machine creation per task). See [Pools](architecture.md#pools).",
+	}
+	kinds := map[phases.Name]*string{}
+	for _, p := range phases.All() {
+		s := p.Spec()
+		if s.Worker == "" {
+			continue
+		}
+		kinds[s.Name] = new(string)
+		if k, ok := c.Kinds[s.Name]; ok {
+			*kinds[s.Name] = k // the declaration shows c's value
+		}
+		g.Settings = append(g.Settings, setting.OneOf(kinds[s.Name], "EXECUTOR_"+string(s.Name), s.Executor, []string{pool.Kind, machine.Kind},
+			fmt.Sprintf("the executor of the `%s` phase's tasks", s.Name)))
+	}
+	g.Finish = func() {
+		c.Kinds = make(map[phases.Name]string, len(kinds))
+		for name, k := range kinds {
+			c.Kinds[name] = *k
+		}
+	}
+	return []setting.Group{g}
 }
 
 // Missing names the settings the executors lack to serve (a provider's
@@ -84,6 +123,7 @@ func CheckQueues(names []string) error { return jobs.CheckQueues(Queues(), names
 // them in deps.Executors, which it sets; the deps it returns carry them.
 func Register(deps jobs.Deps, cfg Config, opts Options) (jobs.Deps, error) {
 	x := &jobs.Executors{}
+	x.Choose(cfg.Kinds)
 	deps.Executors = x
 	cfg = cfg.WithLimits()
 	providers := opts.Documents
@@ -98,6 +138,10 @@ func Register(deps jobs.Deps, cfg Config, opts Options) (jobs.Deps, error) {
 	if err != nil {
 		return deps, err
 	}
+	pl, err := pool.New(deps, cfg.Pool, cfg.Machine, opts.Presigner)
+	if err != nil {
+		return deps, err
+	}
 	d, err := documents.New(deps, cfg.Documents, *providers)
 	if err != nil {
 		return deps, err
@@ -105,6 +149,7 @@ func Register(deps jobs.Deps, cfg Config, opts Options) (jobs.Deps, error) {
 	ocrEngine := ocrrefs.New(cfg.OCR, deps.Settings, deps.Store, opts.OCR, deps.Logger)
 	return deps, x.Register(
 		m,
+		pl,
 		chunked.New(deps, cfg.Chunked, ocrEngine),
 		d,
 	)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/phases"
@@ -55,6 +56,14 @@ func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumpti
 		}
 		keys = append(keys, r.Keys...)
 		for k, v := range r.Counts {
+			// Two kinds may count the same work (the tasks of the phases
+			// each runs): their counts by phase add up.
+			if m, ok := v.(map[string]int); ok {
+				if prev, ok := out.Work[k].(map[string]int); ok {
+					maps.Copy(prev, m)
+					continue
+				}
+			}
 			out.Work[k] = v
 		}
 	}

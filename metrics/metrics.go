@@ -148,6 +148,8 @@ type Metrics struct {
 	documentsFinished *prometheus.CounterVec
 	documentDuration  *prometheus.HistogramVec
 	retentionRemoved  *prometheus.CounterVec
+	poolLeases        *prometheus.CounterVec
+	poolLaunches      *prometheus.CounterVec
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -287,7 +289,15 @@ func New(cfg Config) *Metrics {
 		Name: "orchestrator_retention_removed_total",
 		Help: "Rows (by table) and staging objects (table staging_objects) that retention removed with finished batches' processing state.",
 	}, []string{"table"})
-	m.reg.MustRegister(m.retentionRemoved)
+	m.poolLeases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_pool_leases_total",
+		Help: "Tasks leased to pool machines, by phase.",
+	}, []string{"phase"})
+	m.poolLaunches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_pool_machines_launched_total",
+		Help: "Pool machines launched, by phase.",
+	}, []string{"phase"})
+	m.reg.MustRegister(m.retentionRemoved, m.poolLeases, m.poolLaunches)
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {
@@ -480,14 +490,16 @@ func (m *Metrics) IngestAttempted(failed bool) {
 	}
 }
 
-// queueCollector reports how many River jobs are in each (queue, state), by
-// asking the database at scrape time.
+// queueCollector reports how many River jobs are in each (queue, state),
+// and how many pool machines of each app are in each state, by asking the
+// database at scrape time.
 type queueCollector struct {
-	pool    *pgxpool.Pool
-	timeout time.Duration
-	logger  *slog.Logger
-	depth   *prometheus.Desc
-	errors  prometheus.Counter
+	pool     *pgxpool.Pool
+	timeout  time.Duration
+	logger   *slog.Logger
+	depth    *prometheus.Desc
+	machines *prometheus.Desc
+	errors   prometheus.Counter
 }
 
 func newQueueCollector(pool *pgxpool.Pool, timeout time.Duration, logger *slog.Logger) *queueCollector {
@@ -495,9 +507,11 @@ func newQueueCollector(pool *pgxpool.Pool, timeout time.Duration, logger *slog.L
 		pool: pool, timeout: timeout, logger: logger,
 		depth: prometheus.NewDesc("orchestrator_river_jobs",
 			"River jobs by queue and state, read from river_job at scrape time.", []string{"queue", "state"}, nil),
+		machines: prometheus.NewDesc("orchestrator_pool_machines",
+			"Live pool machines by app and state (starting: launched, not yet heard from; busy: holding a lease; idle), read at scrape time.", []string{"app", "state"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orchestrator_river_jobs_scrape_errors_total",
-			Help: "Scrapes whose River queue depth query failed or timed out (orchestrator_river_jobs is then left out).",
+			Help: "Scrapes whose River queue depth or pool machines query failed or timed out (orchestrator_river_jobs or orchestrator_pool_machines is then left out).",
 		}),
 	}
 }
@@ -505,12 +519,17 @@ func newQueueCollector(pool *pgxpool.Pool, timeout time.Duration, logger *slog.L
 // Describe implements prometheus.Collector.
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
+	ch <- c.machines
 	c.errors.Describe(ch)
 }
 
 // queueDepthSQL counts jobs by queue and state. Completed jobs are kept for
 // a day, so this scans what River keeps; the timeout bounds it.
 const queueDepthSQL = `SELECT queue, state::text, count(*) FROM river_job GROUP BY 1, 2`
+
+// poolMachinesSQL counts the live pool machines by app and state.
+const poolMachinesSQL = `SELECT app, CASE WHEN seen_at IS NULL THEN 'starting' WHEN busy_since IS NOT NULL THEN 'busy' ELSE 'idle' END, count(*)
+FROM pool_machines WHERE ended_at IS NULL GROUP BY 1, 2`
 
 // Collect implements prometheus.Collector. A query that fails or takes
 // longer than the timeout leaves the depth out of this scrape (and counts
@@ -519,28 +538,8 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	defer func() { ch <- c.errors }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	rows, err := c.pool.Query(ctx, queueDepthSQL)
+	counts, err := c.count(ctx, queueDepthSQL)
 	if err != nil {
-		c.failed(err)
-		return
-	}
-	counts := map[string]map[string]int64{}
-	var (
-		queue, state string
-		n            int64
-	)
-	for rows.Next() {
-		if err := rows.Scan(&queue, &state, &n); err != nil {
-			rows.Close()
-			c.failed(err)
-			return
-		}
-		if counts[queue] == nil {
-			counts[queue] = map[string]int64{}
-		}
-		counts[queue][state] = n
-	}
-	if err := rows.Err(); err != nil {
 		c.failed(err)
 		return
 	}
@@ -553,11 +552,65 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(n), queue, s)
 		}
 	}
+	machines, err := c.count(ctx, poolMachinesSQL)
+	if err != nil {
+		c.failed(err)
+		return
+	}
+	for app, byState := range machines {
+		for _, s := range poolMachineStates {
+			ch <- prometheus.MustNewConstMetric(c.machines, prometheus.GaugeValue, float64(byState[s]), app, s)
+		}
+	}
+}
+
+// poolMachineStates are the states of orchestrator_pool_machines.
+var poolMachineStates = []string{"starting", "busy", "idle"}
+
+// count runs a query of (key, state, count) rows into counts by key and
+// state.
+func (c *queueCollector) count(ctx context.Context, sql string) (map[string]map[string]int64, error) {
+	rows, err := c.pool.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	counts := map[string]map[string]int64{}
+	var (
+		key, state string
+		n          int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&key, &state, &n); err != nil {
+			return nil, err
+		}
+		if counts[key] == nil {
+			counts[key] = map[string]int64{}
+		}
+		counts[key][state] = n
+	}
+	return counts, rows.Err()
 }
 
 func (c *queueCollector) failed(err error) {
 	c.errors.Inc()
-	c.logger.Warn("reading River queue depth for metrics", "error", err, "timeout_ms", c.timeout.Milliseconds())
+	c.logger.Warn("reading River queue depth and pool machines for metrics", "error", err, "timeout_ms", c.timeout.Milliseconds())
+}
+
+// PoolLeased counts a task of phase leased to a pool machine.
+func (m *Metrics) PoolLeased(phase string) {
+	if m == nil {
+		return
+	}
+	m.poolLeases.WithLabelValues(phase).Inc()
+}
+
+// PoolMachinesLaunched counts n pool machines of phase launched.
+func (m *Metrics) PoolMachinesLaunched(phase string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.poolLaunches.WithLabelValues(phase).Add(float64(n))
 }
 
 // RetentionRemoved counts n rows of table (or staging objects, table

@@ -36,7 +36,7 @@ func (imageProcessing) Spec() Spec {
 		TaskPrefix: "image",
 		Short:      "IMAGE",
 		Title:      "image processing",
-		Executor:   "machine",
+		Executor:   "pool",
 		Worker:     "image",
 		Defaults: Defaults{
 			FlyAppName:       "arke-image-processor",

@@ -102,7 +102,7 @@ func (pdfPages) Spec() Spec {
 		TaskPrefix: "pdf",
 		Short:      "PDF",
 		Title:      "PDF splitting into page JPEGs and text",
-		Executor:   "machine",
+		Executor:   "pool",
 		Worker:     "pdf",
 		Defaults: Defaults{
 			FlyAppName:       "arke-pdf-worker",

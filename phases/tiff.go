@@ -49,7 +49,7 @@ func (tiffConversion) Spec() Spec {
 		TaskPrefix: "tiff",
 		Short:      "TIFF",
 		Title:      "TIFF conversion",
-		Executor:   "machine",
+		Executor:   "pool",
 		Worker:     "tiff",
 		Defaults: Defaults{
 			FlyAppName:       "arke-tiff-worker",

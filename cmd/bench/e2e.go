@@ -77,8 +77,22 @@ var e2eSettings = func() map[string]string {
 		s["BATCH_SIZE_"+string(spec.Name)] = "1000000"
 		s["FLY_"+spec.Short+"_APP_NAME"] = "bench-" + spec.Worker + "-worker"
 	}
+	maps.Copy(s, perTaskMachines())
 	return s
 }()
+
+// perTaskMachines are the settings that run every phase with a worker
+// program on a machine per task (the parts that measure the launcher and
+// the callback path of per-task machines; the pools part compares).
+func perTaskMachines() map[string]string {
+	s := map[string]string{}
+	for _, p := range phases.All() {
+		if spec := p.Spec(); spec.Worker != "" {
+			s["EXECUTOR_"+string(spec.Name)] = "machine"
+		}
+	}
+	return s
+}
 
 const (
 	benchStaging  = "bench-staging"
@@ -243,9 +257,10 @@ type orchestratorRun struct {
 }
 
 // startRun creates database dbName afresh and starts bin on it, against a
-// fake Machines API whose machines behave as behave says. Its settings are
-// the bench's addresses and credentials, e2eSettings, then settings.
-func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, behave func(fakefly.Launch) fakefly.Behavior,
+// fake Machines API of fly's options (its token is the bench's). Its
+// settings are the bench's addresses and credentials, e2eSettings, then
+// settings.
+func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, fly fakefly.Options,
 	settings map[string]string) (r *orchestratorRun, err error) {
 	r = &orchestratorRun{label: label}
 	defer func() {
@@ -261,7 +276,8 @@ func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, beha
 	})
 	r.tb = &benchTB{}
 	r.cleanups = append(r.cleanups, r.tb.close)
-	r.fly = fakefly.New(r.tb, fakefly.Options{Token: benchFlyToken, Behave: behave, DetailLimit: 1})
+	fly.Token, fly.DetailLimit = benchFlyToken, 1
+	r.fly = fakefly.New(r.tb, fly)
 
 	addr, err := freePort()
 	if err != nil {
@@ -389,7 +405,7 @@ func (r *orchestratorRun) finish(ctx context.Context, env *e2eEnv) (peakRSS int6
 // orchestrator process.
 func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, error) {
 	r := e2eRun{files: n}
-	run, err := env.startRun(ctx, bin, fmt.Sprintf("bench_e2e_%d_%d", n, i), fmt.Sprintf("%d-%d", n, i), fakefly.Succeed, env.opts.settings)
+	run, err := env.startRun(ctx, bin, fmt.Sprintf("bench_e2e_%d_%d", n, i), fmt.Sprintf("%d-%d", n, i), fakefly.Options{Behave: fakefly.Succeed}, env.opts.settings)
 	if err != nil {
 		return r, err
 	}

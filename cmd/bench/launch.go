@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -119,6 +120,7 @@ func launchOnce(ctx context.Context, admin *pgx.Conn, base, backend, mode string
 		"FLY_LAUNCH_RATE": "100000", "FLY_LAUNCH_BURST": "100000",
 		"BATCH_SIZE_" + string(phases.ImageProcessing): fmt.Sprint(tasks), "CDN_PUBLIC_URL": "https://cdn.bench",
 	}
+	maps.Copy(settings, perTaskMachines())
 	var backendImpl compute.Backend = instantBackend{}
 	if backend == "fakefly" {
 		fly := fakefly.New(tb, fakefly.Options{Token: benchFlyToken, DetailLimit: 1,

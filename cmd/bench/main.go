@@ -72,7 +72,7 @@ import (
 )
 
 // allParts are the parts of the benchmark, in the order they run.
-var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch", "documents"}
+var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch", "documents", "pools"}
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
@@ -98,6 +98,8 @@ func main() {
 	docChunks := flag.Int("doc-chunks", 20, "documents: chunks a document makes (sections of about 450 tokens)")
 	searchChunks := flag.Int("search-chunks", 100000, "documents: chunks stored for search")
 	searches := flag.Int("searches", 200, "documents: searches timed")
+	poolsPerTask := flag.Int("pools-per-task-files", 100, "pools: files of the per-task run (its time is projected to the pooled runs' tasks; 0 skips it)")
+	poolsSizes := flag.String("pools-sizes", "1000,10000", "pools: files of each pooled run; the first is compared with the per-task run")
 	flag.Parse()
 	base := os.Getenv("BENCH_DATABASE_URL")
 	if base == "" {
@@ -120,6 +122,15 @@ func main() {
 		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
 		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}, launchTasks: *launchTasks,
 		docOpts: documentsOptions{docs: *docCount, chunks: *docChunks, searchChunks: *searchChunks, searches: *searches}}
+	for _, f := range strings.Split(*poolsSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 10 {
+			fmt.Fprintf(os.Stderr, "bench: -pools-sizes: %q is not a number of files of at least 10\n", f)
+			os.Exit(2)
+		}
+		r.poolsOpts.pooledFiles = append(r.poolsOpts.pooledFiles, n)
+	}
+	r.poolsOpts.perTaskFiles = *poolsPerTask
 	launchBackends = nil
 	for _, b := range strings.Split(*launchWith, ",") {
 		if b = strings.TrimSpace(b); b != "fakefly" && b != "instant" {
@@ -220,6 +231,9 @@ type results struct {
 
 	docOpts   documentsOptions
 	documents documentsRun
+
+	poolsOpts poolsOptions
+	pools     []poolsRun
 }
 
 // ingestRun is one callback-ingest run's figures.
@@ -282,7 +296,7 @@ func run(ctx context.Context, base string, r *results) error {
 	// The e2e and ocr parts build the orchestrator first: building is
 	// CPU-heavy and must not overlap a measurement, and it needs the working
 	// directory that the S3 server later changes.
-	if (r.has("e2e") || r.has("ocr")) && r.e2eOpts.orchestrator == "" {
+	if (r.has("e2e") || r.has("ocr") || r.has("pools")) && r.e2eOpts.orchestrator == "" {
 		fmt.Fprintln(os.Stderr, "building the orchestrator...")
 		bin, cleanup, err := buildOrchestrator(ctx)
 		if err != nil {
@@ -338,6 +352,12 @@ func run(ctx context.Context, base string, r *results) error {
 	if r.has("documents") {
 		if r.documents, err = benchDocuments(ctx, admin, base, r.docOpts); err != nil {
 			return fmt.Errorf("documents: %w", err)
+		}
+	}
+	if r.has("pools") {
+		bin, _, _ := strings.Cut(r.e2eOpts.orchestrator, ",")
+		if r.pools, err = benchPools(ctx, admin, base, bin, r.e2eOpts, r.poolsOpts); err != nil {
+			return fmt.Errorf("pools: %w", err)
 		}
 	}
 	return nil
@@ -422,11 +442,10 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	if err := db.Migrate(ctx, pool, logger); err != nil {
 		return run, err
 	}
-	cfg, err := config.Load(func(k string) (string, bool) {
-		v, ok := map[string]string{"R2_ENDPOINT": "http://127.0.0.1:1", "R2_ACCESS_KEY_ID": "x", "R2_SECRET_ACCESS_KEY": "x",
-			"FLY_LAUNCH_RATE": "100000", "FLY_LAUNCH_BURST": "100000"}[k]
-		return v, ok
-	})
+	settings := map[string]string{"R2_ENDPOINT": "http://127.0.0.1:1", "R2_ACCESS_KEY_ID": "x", "R2_SECRET_ACCESS_KEY": "x",
+		"FLY_LAUNCH_RATE": "100000", "FLY_LAUNCH_BURST": "100000"}
+	maps.Copy(settings, perTaskMachines())
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := settings[k]; return v, ok })
 	if err != nil {
 		return run, err
 	}
@@ -710,6 +729,9 @@ func (r *results) table() string {
 	if r.has("documents") {
 		b.WriteString(documentsTable(r.documents))
 	}
+	if r.has("pools") {
+		b.WriteString(poolsTable(r.pools))
+	}
 	return b.String()
 }
 
@@ -771,6 +793,9 @@ Parts run: %s.
 	}
 	if r.has("documents") {
 		b.WriteString(documentsMarkdown(r.documents))
+	}
+	if r.has("pools") {
+		b.WriteString(poolsMarkdown(r.poolsOpts))
 	}
 	b.WriteString(r.targets())
 	b.WriteString(`
@@ -859,6 +884,9 @@ func (r *results) targets() string {
 	}
 	if r.has("documents") {
 		documentsTargets(r.documents, row)
+	}
+	if r.has("pools") {
+		poolsTargets(r.pools, row)
 	}
 	if len(rows) == 0 {
 		return ""

@@ -25,6 +25,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/config"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
 	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -153,7 +154,7 @@ func (env *e2eEnv) ocrOnce(ctx context.Context, bin string, mode ocrMode, opts o
 	maps.Copy(settings, opts.settings)
 	maps.Copy(settings, mode.settings)
 	name := strings.ReplaceAll(mode.name, "-", "_")
-	run, err := env.startRun(ctx, bin, "bench_ocr_"+name, "ocr-"+mode.name, behave, settings)
+	run, err := env.startRun(ctx, bin, "bench_ocr_"+name, "ocr-"+mode.name, fakefly.Options{Behave: behave}, settings)
 	if err != nil {
 		return r, err
 	}

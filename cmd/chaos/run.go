@@ -265,10 +265,12 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 			"SWEEP_INTERVAL=1000", "TASK_MAX_ATTEMPTS=" + strconv.Itoa(taskMaxAttempts),
 			"LOG_FORMAT=json", "LOG_LEVEL=warn",
 		}
-		// Every machine phase launches quickly and times out soon.
+		// Every machine phase runs a machine per task (the faults and
+		// checks are per-task machines'), launches quickly and times out
+		// soon.
 		for _, ph := range phases.All() {
 			if s := ph.Spec(); s.Worker != "" {
-				p.env = append(p.env, "ALARM_DELAY_"+string(s.Name)+"=200", "TASK_TIMEOUT_"+string(s.Name)+"="+timeout)
+				p.env = append(p.env, "EXECUTOR_"+string(s.Name)+"=machine", "ALARM_DELAY_"+string(s.Name)+"=200", "TASK_TIMEOUT_"+string(s.Name)+"="+timeout)
 			}
 		}
 		if err := p.start(); err != nil {

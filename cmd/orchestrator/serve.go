@@ -364,6 +364,15 @@ func openCompute(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 			commands[cfg.Executors.Machine.Phases[spec.Name].App] = []string{bin, spec.Worker}
 		}
 	}
+	// A pool's machines are local processes, at most LocalMaxMachines at a
+	// time: a larger pool would only queue machines that find its work
+	// done when they start.
+	for name, size := range cfg.Executors.Pool.Size {
+		if size > cfg.LocalMaxMachines {
+			cfg.Executors.Pool.Size[name] = cfg.LocalMaxMachines
+			logger.Info("pool size capped at the local machines", "phase", string(name), "pool_size", cfg.LocalMaxMachines, "local_max_machines", cfg.LocalMaxMachines)
+		}
+	}
 	b, err := localcompute.New(localcompute.Config{
 		Commands:      commands,
 		MaxConcurrent: cfg.LocalMaxMachines,

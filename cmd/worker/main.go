@@ -1,7 +1,8 @@
-// Command worker is the program the orchestrator's machines run, one
-// process per task: on Fly.io (one image per kind, Dockerfile.<kind>-worker)
-// and as a local subprocess in development. It processes one file, POSTs
-// one callback and exits.
+// Command worker is the program the orchestrator's machines run: on Fly.io
+// (one image per kind, Dockerfile.<kind>-worker) and as a local subprocess
+// in development. A machine of one task processes its file, POSTs one
+// callback and exits; a pool machine (POOL_LEASE_URL set) leases task
+// after task, runs each the same way, and exits when its pool is done.
 //
 // Usage:
 //
@@ -21,6 +22,11 @@
 //	LOG_FORMAT         json (default) or text, on stderr
 //	VIPS_CONCURRENCY   libvips threads; default: the CPUs, at most 4
 //	TMPDIR             where the input is downloaded
+//
+// A pool machine's environment is POOL_LEASE_URL, POOL_TOKEN (its pool
+// credential), POOL_IDLE_SECONDS and CALLBACK_RETRY_WINDOW; each leased
+// task brings its own variables above, and the worker heartbeats at
+// CALLBACK_URL/heartbeat while it works.
 //
 // Exit status: 0 once a callback is delivered, whether it reports success
 // or an error (and when the orchestrator answers 409: it no longer wants
@@ -117,9 +123,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage())
 		return 2
 	}
+	base := newLogger(getenv, stderr).With("worker", prog.kind, "phase", prog.phase)
+	pool, pooled, err := worker.PoolFromEnv(getenv)
+	switch {
+	case err != nil:
+		base.Error("cannot lease tasks", "error", err.Error())
+		return 2
+	case pooled:
+		return runPool(ctx, prog, pool, getenv, base)
+	}
+	return runTask(ctx, prog, getenv, base)
+}
+
+// runPool is a pool machine's life: it leases task after task and runs
+// each as a machine of its own would (runTask), until its pool is done
+// or it has been idle for POOL_IDLE_SECONDS. Exit status: 0 then; 1 when
+// the orchestrator could not be reached.
+func runPool(ctx context.Context, prog program, pool worker.Pool, getenv func(string) string, base *slog.Logger) int {
+	log := base.With("pool_machine", getenv("FLY_MACHINE_ID"))
+	pool.Logger = log
+	log.Info("pool machine starting", "idle", pool.Idle.String())
+	n, err := pool.Run(ctx, getenv, func(ctx context.Context, getenv func(string) string) {
+		runTask(ctx, prog, getenv, base)
+	})
+	if err != nil {
+		log.Error("pool machine stopped", "tasks", n, "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+// runTask runs one task from its environment and reports it (worker.Run).
+// Exit status: 0 once a callback is delivered; 1 when none could be; 2
+// when there is nothing to report to.
+func runTask(ctx context.Context, prog program, getenv func(string) string, base *slog.Logger) int {
 	kind := worker.Kind(prog.kind)
-	log := newLogger(getenv, stderr).With("worker", prog.kind,
-		"task_id", getenv("TASK_ID"), "batch_id", getenv("BATCH_ID"), "phase", prog.phase)
+	log := base.With("task_id", getenv("TASK_ID"), "batch_id", getenv("BATCH_ID"))
 	cfg, envErr := worker.ParseEnv(kind, getenv)
 	if !cfg.Callback.Complete() {
 		log.Error("cannot report to the orchestrator", "error", envErr.Error())

@@ -231,8 +231,9 @@ func (b *Backend) Launch(_ context.Context, spec compute.MachineSpec) (compute.M
 		return compute.Machine{}, compute.Permanent(errors.New("local machine runner is shut down"), 0)
 	}
 	b.next++
+	id := fmt.Sprintf("local-%s-%d", b.run, b.next)
 	m := &machine{
-		id:      fmt.Sprintf("local-%s-%d", b.run, b.next),
+		id:      id,
 		app:     spec.App,
 		taskID:  spec.TaskID,
 		batchID: spec.BatchID,
@@ -240,7 +241,7 @@ func (b *Backend) Launch(_ context.Context, spec compute.MachineSpec) (compute.M
 		attempt: spec.Attempt,
 		created: time.Now(),
 		argv:    argv,
-		env:     b.environ(spec.Env),
+		env:     b.environ(spec.Env, id),
 		state:   StateCreated,
 	}
 	if b.running < b.max {
@@ -350,10 +351,12 @@ func (b *Backend) Close() error {
 }
 
 // environ is a worker's whole environment: the pass-through variables, then
-// BaseEnv, then the spec's Env, later ones winning, sorted by name.
-func (b *Backend) environ(specEnv map[string]string) []string {
+// BaseEnv, then the spec's Env, later ones winning, and FLY_MACHINE_ID,
+// sorted by name.
+func (b *Backend) environ(specEnv map[string]string, machineID string) []string {
 	env := maps.Clone(b.baseEnv)
 	maps.Copy(env, specEnv)
+	env["FLY_MACHINE_ID"] = machineID // as Fly sets it in its machines
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k])

@@ -305,7 +305,8 @@ func requireProcessGone(t *testing.T, pid int) {
 }
 
 // TestEnvironmentContract: the worker gets exactly the pass-through
-// variables, BaseEnv and the spec's Env (which wins), in Dir, and none of
+// variables, BaseEnv, the spec's Env (which wins) and its machine's id as
+// FLY_MACHINE_ID, in Dir, and none of
 // the orchestrator's secrets; its output is logged with the task's ids and
 // no environment value; the finished machine is forgotten.
 func TestEnvironmentContract(t *testing.T) {
@@ -338,7 +339,7 @@ func TestEnvironmentContract(t *testing.T) {
 		return ok
 	}, 30*time.Second, 5*time.Millisecond, "the worker's callback")
 
-	want := []string{workerEnv + "=1", "SHARED=from-spec", "GORACE=atexit_sleep_ms=0"}
+	want := []string{workerEnv + "=1", "SHARED=from-spec", "GORACE=atexit_sleep_ms=0", "FLY_MACHINE_ID=" + m.ID}
 	for _, k := range localcompute.PassThroughEnv {
 		if v, ok := os.LookupEnv(k); ok {
 			want = append(want, k+"="+v)

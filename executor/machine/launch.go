@@ -112,84 +112,107 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 	}
 }
 
-// phaseError counts a phase-level launch failure, retried with exponential
-// backoff (2, 4, 8, 16 s ... capped at ALARM_DELAY_ERROR_RETRY, with
-// jitter). A permanent failure (the provider rejected the request) counts
-// toward MAX_RETRY_ATTEMPTS; a transient one (an outage: 5xx, timeouts,
-// no capacity) does not, and only the outage's length counts: the batch
-// goes to ERROR once it has lasted LAUNCH_OUTAGE_BUDGET. Running tasks go
-// on meanwhile.
+// phaseError counts a phase-level launch failure (LaunchFailure); when
+// it ends the batch, the launcher's job ends with it.
 func (w *PhaseLaunchWorker) phaseError(ctx context.Context, job *river.Job[PhaseLaunchArgs], pcfg Phase, cause error) error {
 	args := job.Args
-	transient := transientLaunchError(cause)
-	var (
-		retryErr error
-		failed   *db.Batch // the batch, if it went to ERROR
-		ended    int       // its open tasks ended with it
-	)
+	var out LaunchFailureOutcome
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		var (
-			count  int32
-			lasted time.Duration
-			msg    string // the batch's error, if this failure ends it
-		)
-		if transient {
-			ms, err := q.BatchLaunchOutage(ctx, args.BatchID)
-			if err != nil {
-				return err
-			}
-			// The backoff's count: how many of the cap's doublings the
-			// outage has lasted, so that it stays capped.
-			lasted = time.Duration(ms) * time.Millisecond
-			count = int32(min(20, 1+lasted/time.Second))
-			if lasted >= w.cfg.OutageBudget {
-				msg = fmt.Sprintf("Launching %s machines failed transiently for %s (LAUNCH_OUTAGE_BUDGET %s): %v",
-					args.Phase, lasted.Round(time.Second), w.cfg.OutageBudget, cause)
-			}
-		} else {
-			var err error
-			if count, err = q.BatchPhaseRetry(ctx, args.BatchID); err != nil {
-				return err
-			}
-			if int(count) >= w.cfg.MaxRetryAttempts {
-				msg = fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, args.Phase, cause)
-			}
+		var err error
+		ptx := jobs.Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}
+		if out, err = LaunchFailure(ctx, ptx, w.deps, w.cfg, args.BatchID, args.Phase, cause); err != nil {
+			return err
 		}
-		if msg != "" {
-			var err error
-			ptx := jobs.Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}
-			if failed, ended, err = jobs.FailBatch(ctx, ptx, w.deps, args.BatchID, args.Phase, msg); err != nil {
-				return err
-			}
+		if out.Failed != nil {
 			_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-			return err
 		}
-		delay := jobs.Backoff(int(count), w.cfg.ErrorRetryCap)
-		data := map[string]any{"delay_ms": delay.Milliseconds(), "error": cause.Error(), "transient": transient}
-		if transient {
-			data["outage_ms"] = lasted.Milliseconds()
-			data["outage_budget_ms"] = w.cfg.OutageBudget.Milliseconds()
-		} else {
-			data["retry"] = count
-			data["max_retries"] = w.cfg.MaxRetryAttempts
-		}
-		if err := q.EventRecord(ctx, db.Event{BatchID: args.BatchID, Type: db.EventPhaseRetry, Phase: args.Phase, Data: data}); err != nil {
-			return err
-		}
-		retryErr = river.JobSnooze(delay)
-		return nil
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.App, "transient", transient)
-	if retryErr != nil {
-		w.deps.Metrics.PhaseRetried(args.Phase)
+	w.deps.Logger.Warn("launch failed", "batch_id", args.BatchID, "phase", args.Phase, "error", cause, "app", pcfg.App, "transient", transientLaunchError(cause))
+	out.Report(w.deps, args.Phase)
+	if out.Failed != nil {
+		return nil
 	}
-	w.deps.Metrics.TasksFinished(args.Phase, metrics.TaskCancelled, ended)
-	w.deps.BatchFinished(failed)
-	return retryErr
+	return river.JobSnooze(out.Delay)
+}
+
+// LaunchFailureOutcome is what LaunchFailure made of a failed launch.
+type LaunchFailureOutcome struct {
+	// Failed is the batch, if the failure put it in ERROR, and Ended its
+	// open tasks that ended with it.
+	Failed *db.Batch
+	Ended  int
+	// Delay is how long to wait before launching again, if it did not.
+	Delay time.Duration
+}
+
+// Report counts the outcome in the metrics.
+func (o LaunchFailureOutcome) Report(deps jobs.Deps, phase string) {
+	if o.Failed == nil {
+		deps.Metrics.PhaseRetried(phase)
+	}
+	deps.Metrics.TasksFinished(phase, metrics.TaskCancelled, o.Ended)
+	deps.BatchFinished(o.Failed)
+}
+
+// LaunchFailure counts a failure to launch a batch's machines of a phase,
+// in tx: it is retried with exponential backoff (2, 4, 8, 16 s ... capped
+// at ALARM_DELAY_ERROR_RETRY, with jitter). A permanent failure (the
+// provider rejected the request) counts toward MAX_RETRY_ATTEMPTS; a
+// transient one (an outage: 5xx, timeouts, no capacity) does not, and
+// only the outage's length counts: the batch goes to ERROR once it has
+// lasted LAUNCH_OUTAGE_BUDGET. Running tasks go on meanwhile. The
+// phase.retry event says which.
+func LaunchFailure(ctx context.Context, tx jobs.Tx, deps jobs.Deps, cfg Config, batchID, phase string, cause error) (LaunchFailureOutcome, error) {
+	q := db.New(tx)
+	transient := transientLaunchError(cause)
+	var (
+		count  int32
+		lasted time.Duration
+		msg    string // the batch's error, if this failure ends it
+	)
+	if transient {
+		ms, err := q.BatchLaunchOutage(ctx, batchID)
+		if err != nil {
+			return LaunchFailureOutcome{}, err
+		}
+		// The backoff's count: how many of the cap's doublings the outage
+		// has lasted, so that it stays capped.
+		lasted = time.Duration(ms) * time.Millisecond
+		count = int32(min(20, 1+lasted/time.Second))
+		if lasted >= cfg.OutageBudget {
+			msg = fmt.Sprintf("Launching %s machines failed transiently for %s (LAUNCH_OUTAGE_BUDGET %s): %v",
+				phase, lasted.Round(time.Second), cfg.OutageBudget, cause)
+		}
+	} else {
+		var err error
+		if count, err = q.BatchPhaseRetry(ctx, batchID); err != nil {
+			return LaunchFailureOutcome{}, err
+		}
+		if int(count) >= cfg.MaxRetryAttempts {
+			msg = fmt.Sprintf("Failed after %d retries: launching %s machines: %v", count, phase, cause)
+		}
+	}
+	if msg != "" {
+		failed, ended, err := jobs.FailBatch(ctx, tx, deps, batchID, phase, msg)
+		return LaunchFailureOutcome{Failed: failed, Ended: ended}, err
+	}
+	delay := jobs.Backoff(int(count), cfg.ErrorRetryCap)
+	data := map[string]any{"delay_ms": delay.Milliseconds(), "error": cause.Error(), "transient": transient}
+	if transient {
+		data["outage_ms"] = lasted.Milliseconds()
+		data["outage_budget_ms"] = cfg.OutageBudget.Milliseconds()
+	} else {
+		data["retry"] = count
+		data["max_retries"] = cfg.MaxRetryAttempts
+	}
+	if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseRetry, Phase: phase, Data: data}); err != nil {
+		return LaunchFailureOutcome{}, err
+	}
+	return LaunchFailureOutcome{Delay: delay}, nil
 }
 
 // transientLaunchError tells an outage (the provider answered 5xx, 408 or

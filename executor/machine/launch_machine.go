@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
@@ -92,54 +89,11 @@ type unresolvedLaunch struct{ err error }
 func (e *unresolvedLaunch) Error() string { return e.err.Error() }
 func (e *unresolvedLaunch) Unwrap() error { return e.err }
 
-// machineSpec is the machine of spec 000 §4.3 for one task. The machine
-// gets no storage credentials: presigned URLs for its input and planned
-// outputs (batchurls.Signer.Env), valid until the task's deadline plus
-// batchurls.Margin.
+// machineSpec is the machine of spec 000 §4.3 for one task: its
+// environment is the task's (TaskEnv).
 func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
-	s := w.deps.Settings
-	p, known := phases.Get(name)
-	var shared []string
-	if known {
-		shared = p.Spec().SharedEnv
-	}
-	// Sized for every variable, INPUT_URL and OUTPUT_URLS included: a
-	// launch builds no map twice.
-	env := make(map[string]string, 12+len(pcfg.Env)+len(shared))
-	env["TASK_ID"] = row.ID
-	env["BATCH_ID"] = batchID
-	env["INPUT_R2_KEY"] = row.R2Key
-	env["INPUT_FILE_NAME"] = row.FileName
-	env["INPUT_CONTENT_TYPE"] = row.ContentType
-	env["R2_BUCKET"] = s.StagingBucket()
-	env["CALLBACK_URL"] = s.CallbackURL + "/callback/" + batchID + "/" + row.ID
-	env["CALLBACK_TOKEN"] = row.Token
-	env["CALLBACK_RETRY_WINDOW"] = strconv.FormatInt(w.cfg.CallbackRetryWindow.Milliseconds(), 10)
-	if row.CID != nil {
-		env["INPUT_CID"] = *row.CID
-	}
-	maps.Copy(env, pcfg.Env)
-	if known {
-		for _, k := range shared {
-			env[k] = sharedValue(s, k)
-		}
-		// The task's deadline was set at its claim, just before (the
-		// timeout scaled by the input's size).
-		now := time.Now()
-		deadline := now.Add(pcfg.TaskTimeout)
-		if row.Deadline != nil {
-			// Two seconds more: the signature's date and TTL are whole
-			// seconds, and the URLs must not expire before the deadline
-			// plus the margin.
-			deadline = row.Deadline.Add(2 * time.Second)
-		}
-		err := w.urls.Env(context.Background(), env, batchID, p, row.R2Key, batchurls.TTL(now, deadline))
-		if err != nil {
-			// A worker without its URLs asks for them, and reports
-			// why it cannot have them.
-			w.deps.Logger.Error("presigning a machine's URLs", "batch_id", batchID, "task_id", row.ID, "phase", string(name), "error", err)
-		}
-	}
+	env := TaskEnv(w.deps, w.cfg, w.urls, Task{ID: row.ID, BatchID: batchID, Phase: name, R2Key: row.R2Key, FileName: row.FileName,
+		ContentType: row.ContentType, CID: row.CID, Token: row.Token, Deadline: row.Deadline})
 	return compute.MachineSpec{
 		App: pcfg.App, Image: pcfg.Image, Region: w.cfg.Region,
 		Name:   fmt.Sprintf("%s-a%d", strings.ReplaceAll(row.ID, "_", "-"), row.Attempt),

@@ -19,7 +19,6 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
-	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // launchChunk is how many tasks one launch round claims at most: enough to
@@ -142,13 +141,13 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	}()
 
 	// The claimer.
-	limit := ratelimit.Limit{Rate: w.cfg.LaunchRate, Burst: w.cfg.LaunchBurst}
+	limit := w.cfg.LaunchLimit()
 	var claimErr error
 	var rateLimited time.Duration
 	started := time.Now()
 	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil && time.Since(started) < launchRoundBudget; {
 		want := min(pcfg.BatchSize-claimed, launchChunk)
-		granted, wait, err := w.limiter.Take(ctx, "fly-launch:"+pcfg.App, limit, want)
+		granted, wait, err := w.limiter.Take(ctx, LaunchKey(pcfg.App), limit, want)
 		if err != nil {
 			claimErr = err
 			break

@@ -70,9 +70,13 @@ func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error
 // Kind is Kind.
 func (e *Executor) Kind() string { return Kind }
 
-// Check refuses a phase without a worker program, Fly app, image, guest
-// or launch pacing: its machines could not be launched.
-func (e *Executor) Check(p phases.Phase) error {
+// Check refuses a phase whose machines could not be launched (CheckPhase).
+func (e *Executor) Check(p phases.Phase) error { return CheckPhase(p) }
+
+// CheckPhase refuses a phase without a worker program, Fly app, image,
+// guest or launch pacing: its machines could not be launched, whether a
+// machine per task or a pool's.
+func CheckPhase(p phases.Phase) error {
 	s, d := p.Spec(), p.Spec().Defaults
 	if s.Worker == "" || d.FlyAppName == "" || d.WorkerImage == "" || d.BatchSize <= 0 || d.AlarmDelay <= 0 || d.TaskTimeout <= 0 || d.Guest.MemoryMB <= 0 {
 		return errors.New("a machine phase needs a worker, a Fly app, an image, a guest and launch defaults (batch size, alarm delay, task timeout)")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/setting"
 )
 
@@ -43,6 +44,16 @@ type Config struct {
 	// (CALLBACK_RETRY_WINDOW; passed to the machines).
 	CallbackRetryWindow time.Duration
 }
+
+// LaunchLimit is the launch rate limit of each app (FLY_LAUNCH_RATE,
+// FLY_LAUNCH_BURST), which every launch of its machines takes from: a
+// machine per task's, or a pool's.
+func (c Config) LaunchLimit() ratelimit.Limit {
+	return ratelimit.Limit{Rate: c.LaunchRate, Burst: c.LaunchBurst}
+}
+
+// LaunchKey is the limiter bucket of app's launches.
+func LaunchKey(app string) string { return "fly-launch:" + app }
 
 // Phase is a machine phase's configuration: its registered defaults
 // (phases.Spec) with the environment's overrides.

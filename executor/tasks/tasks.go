@@ -144,6 +144,9 @@ func (t Table) Requeue(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt) (jobs.R
 // Rerun drops the batch's failed tasks of the kind's phases (a new pass
 // makes new ones for the files they failed on).
 func (t Table) Rerun(ctx context.Context, tx jobs.Tx, batchID string) (jobs.Rerun, error) {
+	if len(t.phases()) == 0 {
+		return jobs.Rerun{}, nil
+	}
 	rows, err := tx.Queries().TaskDeleteFailedByBatch(ctx, db.TaskDeleteFailedByBatchParams{BatchID: batchID, Phases: t.phases()})
 	if err != nil {
 		return jobs.Rerun{}, fmt.Errorf("removing the failed tasks of batch %s: %w", batchID, err)
@@ -179,6 +182,9 @@ const (
 // counters.
 func (t Table) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removal, error) {
 	ps := t.phases()
+	if len(ps) == 0 {
+		return jobs.Removal{}, nil // none of the phases runs on this kind
+	}
 	n, statements, err := jobs.DeleteInSteps(rows, func() (int64, error) {
 		return q.TaskDeleteByBatch(ctx, db.TaskDeleteByBatchParams{BatchID: batchID, Phases: ps, Max: rows})
 	})

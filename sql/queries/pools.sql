@@ -12,17 +12,32 @@ WHERE b.status = @phase::text AND (sqlc.narg('batch_id')::text IS NULL OR b.id =
 ORDER BY processing, b.started_at, b.id
 LIMIT @max;
 
--- PoolClose closes a batch's pools but that of keep_phase (all of them
--- when it is empty): their machines' credentials lease nothing more, and
--- their live machines end. It returns the machines to destroy.
+-- PoolClose closes a pool: its machines' credentials lease nothing more,
+-- and its live machines end. It returns those, to destroy.
 -- name: PoolClose :many
 WITH closed AS (
-    UPDATE pools SET closed_at = clock_timestamp()
-    WHERE batch_id = @batch_id AND closed_at IS NULL AND phase <> @keep_phase::text
-    RETURNING id
+    UPDATE pools pl SET closed_at = clock_timestamp()
+    WHERE pl.id = @id AND pl.closed_at IS NULL
+    RETURNING pl.id
 )
 UPDATE pool_machines m
-SET ended_at = clock_timestamp(), ended_reason = @reason::text, busy_since = NULL
+SET ended_at = clock_timestamp(), ended_reason = @reason::text,
+    busy_ms = m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0), busy_since = NULL
+FROM closed
+WHERE m.pool_id = closed.id AND m.ended_at IS NULL
+RETURNING m.id, m.app, m.machine_id;
+
+-- PoolCloseByBatch closes the pools of a batch (PoolClose), e.g. on a
+-- reset: a shared pool serves other batches and stays open.
+-- name: PoolCloseByBatch :many
+WITH closed AS (
+    UPDATE pools pl SET closed_at = clock_timestamp()
+    WHERE pl.batch_id = @batch_id AND pl.closed_at IS NULL
+    RETURNING pl.id
+)
+UPDATE pool_machines m
+SET ended_at = clock_timestamp(), ended_reason = @reason::text,
+    busy_ms = m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0), busy_since = NULL
 FROM closed
 WHERE m.pool_id = closed.id AND m.ended_at IS NULL
 RETURNING m.id, m.app, m.machine_id;
@@ -106,10 +121,11 @@ SET ended_at = clock_timestamp(), ended_reason = @reason::text, seen_at = clock_
 WHERE id = @id AND ended_at IS NULL;
 
 -- PoolMachineIdle records that a pool machine asks for work: it is no
--- longer busy (the time it was is added) and was seen now.
+-- longer busy (the time it was is added), was seen now, and has the
+-- provider's id it says, if it had none yet.
 -- name: PoolMachineIdle :exec
 UPDATE pool_machines
-SET seen_at = clock_timestamp(),
+SET seen_at = clock_timestamp(), machine_id = coalesce(machine_id, sqlc.narg('machine_id')::text),
     busy_ms = busy_ms + coalesce((extract(epoch FROM clock_timestamp() - busy_since) * 1000)::bigint, 0), busy_since = NULL
 WHERE id = @id;
 
@@ -119,16 +135,20 @@ WHERE id = @id;
 INSERT INTO pool_machines (pool_id, app, token_hash) VALUES (@pool_id, @app, @token_hash)
 RETURNING id;
 
--- PoolMachineLaunched records the provider's id of a launched pool machine;
--- PoolMachineLost ends one whose launch made none.
+-- PoolMachineLaunched records the provider's id of a launched pool
+-- machine.
 -- name: PoolMachineLaunched :exec
 UPDATE pool_machines SET machine_id = @machine_id WHERE id = @id;
 
--- name: PoolMachineLost :execrows
+-- PoolMachineLose ends pool machines given up: their launch made none, they
+-- stopped calling, or their lease was taken back. It returns those it
+-- ended, to destroy.
+-- name: PoolMachineLose :many
 UPDATE pool_machines
 SET ended_at = clock_timestamp(), ended_reason = @reason::text,
     busy_ms = busy_ms + coalesce((extract(epoch FROM clock_timestamp() - busy_since) * 1000)::bigint, 0), busy_since = NULL
-WHERE id = ANY(@ids::bigint[]) AND ended_at IS NULL;
+WHERE id = ANY(@ids::bigint[]) AND ended_at IS NULL
+RETURNING id, app, machine_id;
 
 -- PoolMachineStale lists a pool's live machines not heard from since
 -- seen_before (a machine that never called is judged by its launch,
@@ -172,9 +192,9 @@ SELECT
 FROM pools p
 WHERE p.id = @id;
 
--- PoolSummary sums each pool of batches (their own, and shared pools of
--- their phases) for status and the dashboard: machines by state, tasks
--- leased, and busy and live time.
+-- PoolSummary sums pools for status and the dashboard: those of batches,
+-- and the open shared pools: machines by state, tasks leased, and busy
+-- and live time.
 -- name: PoolSummary :many
 SELECT p.id, p.phase, p.batch_id, p.app, p.created_at, p.closed_at,
     count(m.id) FILTER (WHERE m.ended_at IS NULL AND m.seen_at IS NULL)::bigint AS starting,
@@ -185,6 +205,6 @@ SELECT p.id, p.phase, p.batch_id, p.app, p.created_at, p.closed_at,
     coalesce(sum(m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0)), 0)::bigint AS busy_ms,
     coalesce(sum((extract(epoch FROM coalesce(m.ended_at, clock_timestamp()) - m.created_at) * 1000)::bigint), 0)::bigint AS live_ms
 FROM pools p LEFT JOIN pool_machines m ON m.pool_id = p.id
-WHERE p.batch_id = ANY(@batch_ids::text[])
+WHERE p.batch_id = ANY(@batch_ids::text[]) OR (p.batch_id IS NULL AND p.closed_at IS NULL)
 GROUP BY p.id
 ORDER BY p.id;

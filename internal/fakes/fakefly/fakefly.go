@@ -93,6 +93,11 @@ type Options struct {
 	// (network errors, 5xx, 429) with backoff for this long, as real
 	// workers do through a Postgres restart, instead of 5 quick tries.
 	CallbackRetryWindow time.Duration
+	// CreateRate and CreateBurst, when set, enforce Fly's limit on
+	// machine creations per app (about 1 a second, bursts of 3): a launch
+	// over it is answered 429 with the Retry-After of the next token.
+	CreateRate  float64
+	CreateBurst int
 }
 
 // Launch is one launch request as the fake received it, decoded from the
@@ -124,6 +129,9 @@ type Launch struct {
 	MachineID string
 	// At is when the request came.
 	At time.Time
+	// PoolMachine is, for a task a pool machine leased (Behave's second
+	// kind of call, see pool.go), that machine's id.
+	PoolMachine string
 }
 
 // Behavior is what the fake does for one launch request.
@@ -191,6 +199,10 @@ type Counts struct {
 	AutoDestroyed    int // exited with auto_destroy
 	Callbacks        int // callback posts finished, duplicates included
 	CallbacksPending int // workers that have not yet called back or exited
+	Leases           int // tasks pool machines leased
+	Heartbeats       int // heartbeats pool machines posted
+	Crashed          int // pool machines that exited mid-task without a callback
+	CreateLimited    int // launches answered 429 by CreateRate
 }
 
 // Server is a running fake. Its methods are safe for concurrent use.
@@ -226,6 +238,41 @@ type Server struct {
 	idBase          uint64
 	queue           []*job
 	faults          faults // faults.go
+	// creates is each app's bucket of machine creations (CreateRate).
+	creates map[string]*createBucket
+}
+
+// createBucket is an app's token bucket of machine creations.
+type createBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// takeCreate takes a creation of app from its bucket (CreateRate,
+// CreateBurst). When none is left it says how long until one is.
+func (s *Server) takeCreate(app string) (time.Duration, bool) {
+	rate, burst := s.opts.CreateRate, float64(max(s.opts.CreateBurst, 1))
+	if rate <= 0 {
+		return 0, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.creates == nil {
+		s.creates = map[string]*createBucket{}
+	}
+	now := time.Now()
+	b := s.creates[app]
+	if b == nil {
+		b = &createBucket{tokens: burst, last: now}
+		s.creates[app] = b
+	}
+	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
+	b.last = now
+	if b.tokens < 1 {
+		return time.Duration((1 - b.tokens) / rate * float64(time.Second)), false
+	}
+	b.tokens--
+	return 0, true
 }
 
 type appState struct {
@@ -637,6 +684,13 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if wait, ok := s.takeCreate(app); !ok {
+		s.mu.Lock()
+		s.counts.CreateLimited++
+		s.mu.Unlock()
+		answer(http.StatusTooManyRequests, nil, "rate limit exceeded: machine creations of this app", wait)
+		return
+	}
 	var bh Behavior
 	if s.opts.Behave != nil {
 		bh = s.opts.Behave(l)
@@ -657,7 +711,15 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.create(l, req.SkipLaunch)
-	if !req.SkipLaunch && !bh.Hang {
+	pool := cfg.Env["POOL_LEASE_URL"] != ""
+	if pool && !req.SkipLaunch && !bh.Hang { // a hung pool machine never leases
+		s.mu.Lock()
+		s.counts.CallbacksPending++
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.runPool(l, m.id)
+	}
+	if !pool && !req.SkipLaunch && !bh.Hang {
 		s.schedule(&job{
 			launched: time.Now(), app: app, machineID: m.id, taskID: l.TaskID, batchID: l.BatchID,
 			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"],

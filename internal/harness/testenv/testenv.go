@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,9 +130,28 @@ var testSettings = func() map[string]string {
 	}
 	for _, p := range phases.All() {
 		s["ALARM_DELAY_"+string(p.Spec().Name)] = "100"
+		// The tests of the fake Machines API's per-task machines: a test
+		// of pools asks for them (PoolSettings).
+		if p.Spec().Worker != "" {
+			s["EXECUTOR_"+string(p.Spec().Name)] = "machine"
+		}
 	}
 	return s
 }()
+
+// PoolSettings are settings that run every phase with a worker program on
+// pools of size machines, merged with more (which win).
+func PoolSettings(size int, more map[string]string) map[string]string {
+	s := map[string]string{}
+	for _, p := range phases.All() {
+		if p.Spec().Worker != "" {
+			s["EXECUTOR_"+string(p.Spec().Name)] = "pool"
+			s["POOL_SIZE_"+string(p.Spec().Name)] = strconv.Itoa(size)
+		}
+	}
+	maps.Copy(s, more)
+	return s
+}
 
 // New starts an orchestrator for the test and stops it when the test ends.
 func New(t *testing.T, opts Options) *Env {

@@ -1,0 +1,200 @@
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor/machine"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/problem"
+)
+
+// Lease answers a pool machine's request for work (POST
+// /pools/:poolId/lease, with its POOL_TOKEN): one of
+//   - a task: its worker's environment (the same as a machine of its own
+//     gets: ids, input, presigned URLs, callback URL and token) and how
+//     often to heartbeat while working on it;
+//   - done: the pool has no task left, pending or leased: the machine
+//     exits, and its credential leases nothing more;
+//   - neither (an empty answer after LeasePoll): tasks are leased to other
+//     machines and may come back; lease again.
+type Lease struct {
+	Task *LeasedTask `json:"task,omitempty"`
+	Done bool        `json:"done,omitempty"`
+}
+
+// LeasedTask is a task leased to a pool machine.
+type LeasedTask struct {
+	// Env is the task's worker environment (machine.TaskEnv).
+	Env map[string]string `json:"env"`
+	// HeartbeatMS is how often the worker heartbeats while it works
+	// (POST CALLBACK_URL/heartbeat); a lease without one for three times
+	// as long is taken back.
+	HeartbeatMS int64 `json:"heartbeat_ms"`
+}
+
+// LeaseRequest is what a pool machine may say of itself when it asks for
+// work.
+type LeaseRequest struct {
+	// MachineID is the provider's id of the machine (FLY_MACHINE_ID).
+	MachineID string `json:"machine_id"`
+}
+
+// LeasePoll is how long a lease request waits for a task before it is
+// answered empty.
+const LeasePoll = 20 * time.Second
+
+// leaseRetry is how often a waiting lease request looks again.
+const leaseRetry = 250 * time.Millisecond
+
+// batchesPerLease bounds the batches one lease attempt tries, fairest
+// first.
+const batchesPerLease = 8
+
+// Refusals of the lease and heartbeat routes.
+var (
+	errUnknownPool   = problem.ErrNotFound
+	errPoolToken     = fmt.Errorf("%w: missing, wrong or ended pool credential (POOL_TOKEN)", problem.ErrUnauthorized)
+	errNoCredentials = fmt.Errorf("%w: missing bearer token", problem.ErrUnauthorized)
+)
+
+// Lease leases the next task of a pool to the machine whose credential is
+// token, waiting up to LeasePoll for one (see Lease).
+func (e *Executor) Lease(ctx context.Context, poolID int64, token string, body []byte) (Lease, error) {
+	if token == "" {
+		return Lease{}, errNoCredentials
+	}
+	var req LeaseRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			return Lease{}, &problem.InputError{Msg: "invalid lease request: " + err.Error()}
+		}
+	}
+	sum := sha256.Sum256([]byte(token))
+	q := db.New(e.deps.Pool)
+	m, err := q.PoolMachineByToken(ctx, sum[:])
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), err == nil && m.PoolID != poolID:
+		return Lease{}, errPoolToken
+	case err != nil:
+		return Lease{}, err
+	}
+	if err := q.PoolMachineIdle(ctx, db.PoolMachineIdleParams{ID: m.ID, MachineID: nonEmpty(req.MachineID)}); err != nil {
+		return Lease{}, err
+	}
+	if m.MachineID == nil {
+		m.MachineID = nonEmpty(req.MachineID)
+	}
+	if m.ClosedAt != nil {
+		return e.done(ctx, q, m.ID, "its pool closed")
+	}
+	phase := phases.Name(m.Phase)
+	deadline := time.Now().Add(LeasePoll)
+	for {
+		task, err := e.leaseOne(ctx, m, phase)
+		if err != nil || task != nil {
+			return Lease{Task: task}, err
+		}
+		st, err := q.PoolState(ctx, m.PoolID)
+		if err != nil {
+			return Lease{}, err
+		}
+		if st.ClosedAt != nil || st.Pending+st.Processing == 0 {
+			return e.done(ctx, q, m.ID, "its pool had no task left")
+		}
+		if time.Now().Add(leaseRetry).After(deadline) {
+			return Lease{}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Lease{}, ctx.Err()
+		case <-time.After(leaseRetry):
+		}
+	}
+}
+
+// done ends the machine and tells it so.
+func (e *Executor) done(ctx context.Context, q *db.Queries, id int64, reason string) (Lease, error) {
+	if err := q.PoolMachineEnd(ctx, db.PoolMachineEndParams{ID: id, Reason: reason}); err != nil {
+		return Lease{}, err
+	}
+	return Lease{Done: true}, nil
+}
+
+// leaseOne leases a task of the fairest batch that has one, or none.
+func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, phase phases.Name) (*LeasedTask, error) {
+	q := db.New(e.deps.Pool)
+	batches, err := q.PoolBatches(ctx, db.PoolBatchesParams{Phase: string(phase), BatchID: m.BatchID, Max: batchesPerLease})
+	if err != nil {
+		return nil, err
+	}
+	pcfg := e.machines.Phases[phase]
+	for _, b := range batches {
+		var row db.PoolLeaseRow
+		err := pgx.BeginFunc(ctx, e.deps.Pool, func(tx pgx.Tx) error {
+			var err error
+			row, err = db.New(tx).PoolLease(ctx, db.PoolLeaseParams{
+				BatchID: b.ID, Phase: string(phase), MachineID: m.MachineID, PoolMachineID: &m.ID,
+				TimeoutSeconds: pcfg.TaskTimeout.Seconds(), SecondsPerGb: pcfg.TaskTimeoutPerGB.Seconds(),
+				LeaseSeconds: leaseFor(pcfg.TaskTimeout).Seconds(),
+			})
+			if err != nil {
+				return err
+			}
+			return db.New(tx).PoolMachineBusy(ctx, m.ID)
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // taken meanwhile by another machine
+		}
+		if err != nil {
+			return nil, fmt.Errorf("leasing a %s task of %s: %w", phase, b.ID, err)
+		}
+		e.deps.Metrics.PoolLeased(string(phase))
+		env := machine.TaskEnv(e.deps, e.machines, e.urls, machine.Task{ID: row.ID, BatchID: b.ID, Phase: phase, R2Key: row.R2Key,
+			FileName: row.FileName, ContentType: row.ContentType, CID: row.CID, Token: row.Token, Deadline: row.Deadline})
+		return &LeasedTask{Env: env, HeartbeatMS: heartbeatEvery(pcfg.TaskTimeout).Milliseconds()}, nil
+	}
+	return nil, nil
+}
+
+// HeartbeatAnswer is the answer to a heartbeat: until when the lease
+// holds.
+type HeartbeatAnswer struct {
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+// Heartbeat extends the lease of a task a pool machine works on (POST
+// CALLBACK_URL/heartbeat, with the task's callback token). 409 when the
+// task is no longer leased under that token (it ended, or its lease was
+// taken back: the worker's result is not wanted).
+func (e *Executor) Heartbeat(ctx context.Context, batchID, taskID, token string) (HeartbeatAnswer, error) {
+	if token == "" {
+		return HeartbeatAnswer{}, errNoCredentials
+	}
+	phase := phases.OfTask(taskID)
+	sum := sha256.Sum256([]byte(token))
+	until, err := db.New(e.deps.Pool).PoolHeartbeat(ctx, db.PoolHeartbeatParams{ID: taskID, BatchID: batchID, TokenHash: sum[:],
+		LeaseSeconds: leaseFor(e.machines.Phases[phase].TaskTimeout).Seconds()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return HeartbeatAnswer{}, fmt.Errorf("%w: task %s is not leased under this token", problem.ErrConflict, taskID)
+	}
+	if err != nil || until == nil {
+		return HeartbeatAnswer{}, err
+	}
+	return HeartbeatAnswer{LeaseUntil: *until}, nil
+}
+
+// nonEmpty is s, or nil when it is empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
