@@ -17,9 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/api"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
 	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/status"
 )
@@ -271,4 +273,32 @@ func TestDashboardOCRSection(t *testing.T) {
 	}
 	require.NotContains(t, body, ocrRefusal, "the provider's markup is text")
 	require.Equal(t, 1, strings.Count(body, `<span class="path">`), "one failed item")
+}
+
+// TestDashboardPoolSection: a batch whose TIFFs run on a pool shows the
+// pool on its page: its machines by state, the tasks leased, leases per
+// machine.
+func TestDashboardPoolSection(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{
+		Settings: testenv.PoolSettings(2, nil),
+		Behave: func(l fakefly.Launch) fakefly.Behavior {
+			if l.PoolMachine != "" {
+				return fakefly.Behavior{Hang: true} // each machine holds its first task
+			}
+			return fakefly.Succeed(l)
+		},
+	})
+	const id = "01KDASHBOARD0POOL0SECTION1"
+	env.Submit(t, id, testenv.Tiffs(4))
+	env.AwaitStatus(t, id, func(st status.Status) bool {
+		p, ok := testenv.PhaseOf(st, phases.TIFFConversion)
+		return ok && p.Detail["machines_busy"] == 2
+	})
+	code, raw := env.DoAuth(t, http.MethodGet, "/ui/batches/"+id, testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, string(raw))
+	body := string(raw)
+	require.Contains(t, body, `<table class="pools">`)
+	require.Regexp(t, `<tr><td>\d+</td><td class="phase-name">TIFF_CONVERSION</td><td>0</td><td>2</td><td>0</td><td>2</td><td>2</td><td>[0-9.]+</td><td>1</td>`, body,
+		"no machine starting, 2 busy, none idle; 2 launched, 2 leases, 1 task per machine")
 }

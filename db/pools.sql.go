@@ -59,7 +59,7 @@ func (q *Queries) PoolBatches(ctx context.Context, arg PoolBatchesParams) ([]Poo
 const poolClose = `-- name: PoolClose :many
 WITH closed AS (
     UPDATE pools pl SET closed_at = clock_timestamp()
-    WHERE pl.id = $2 AND pl.closed_at IS NULL
+    WHERE (pl.id = $2::bigint OR pl.batch_id = $3::text) AND pl.closed_at IS NULL
     RETURNING pl.id
 )
 UPDATE pool_machines m
@@ -71,8 +71,9 @@ RETURNING m.id, m.app, m.machine_id
 `
 
 type PoolCloseParams struct {
-	Reason string
-	ID     int64
+	Reason  string
+	ID      *int64
+	BatchID *string
 }
 
 type PoolCloseRow struct {
@@ -81,10 +82,12 @@ type PoolCloseRow struct {
 	MachineID *string
 }
 
-// PoolClose closes a pool: its machines' credentials lease nothing more,
-// and its live machines end. It returns those, to destroy.
+// PoolClose closes a pool (by its id), or the pools of a batch (by
+// batch id, e.g. on a reset: a shared pool serves other batches and stays
+// open): their machines' credentials lease nothing more, and their live
+// machines end. It returns those, to destroy.
 func (q *Queries) PoolClose(ctx context.Context, arg PoolCloseParams) ([]PoolCloseRow, error) {
-	rows, err := q.db.Query(ctx, poolClose, arg.Reason, arg.ID)
+	rows, err := q.db.Query(ctx, poolClose, arg.Reason, arg.ID, arg.BatchID)
 	if err != nil {
 		return nil, err
 	}
@@ -92,53 +95,6 @@ func (q *Queries) PoolClose(ctx context.Context, arg PoolCloseParams) ([]PoolClo
 	var items []PoolCloseRow
 	for rows.Next() {
 		var i PoolCloseRow
-		if err := rows.Scan(&i.ID, &i.App, &i.MachineID); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const poolCloseByBatch = `-- name: PoolCloseByBatch :many
-WITH closed AS (
-    UPDATE pools pl SET closed_at = clock_timestamp()
-    WHERE pl.batch_id = $2 AND pl.closed_at IS NULL
-    RETURNING pl.id
-)
-UPDATE pool_machines m
-SET ended_at = clock_timestamp(), ended_reason = $1::text,
-    busy_ms = m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0), busy_since = NULL
-FROM closed
-WHERE m.pool_id = closed.id AND m.ended_at IS NULL
-RETURNING m.id, m.app, m.machine_id
-`
-
-type PoolCloseByBatchParams struct {
-	Reason  string
-	BatchID *string
-}
-
-type PoolCloseByBatchRow struct {
-	ID        int64
-	App       string
-	MachineID *string
-}
-
-// PoolCloseByBatch closes the pools of a batch (PoolClose), e.g. on a
-// reset: a shared pool serves other batches and stays open.
-func (q *Queries) PoolCloseByBatch(ctx context.Context, arg PoolCloseByBatchParams) ([]PoolCloseByBatchRow, error) {
-	rows, err := q.db.Query(ctx, poolCloseByBatch, arg.Reason, arg.BatchID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PoolCloseByBatchRow
-	for rows.Next() {
-		var i PoolCloseByBatchRow
 		if err := rows.Scan(&i.ID, &i.App, &i.MachineID); err != nil {
 			return nil, err
 		}

@@ -197,7 +197,7 @@ func (e *Executor) Stop(ctx context.Context, tx jobs.Tx, batchID, reason string)
 	if err != nil {
 		return 0, err
 	}
-	closed, err := tx.Queries().PoolCloseByBatch(ctx, db.PoolCloseByBatchParams{BatchID: &batchID, Reason: "batch stopped: " + reason})
+	closed, err := tx.Queries().PoolClose(ctx, db.PoolCloseParams{BatchID: &batchID, Reason: "batch stopped: " + reason})
 	if err != nil {
 		return 0, fmt.Errorf("closing the pools of %s: %w", batchID, err)
 	}

@@ -157,7 +157,7 @@ func (w *ScaleWorker) settle(ctx context.Context, pool db.Pool) error {
 	}
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	return pgx.BeginFunc(ctx, w.e.deps.Pool, func(tx pgx.Tx) error {
-		closed, err := db.New(tx).PoolClose(ctx, db.PoolCloseParams{ID: pool.ID, Reason: "its batch left the phase"})
+		closed, err := db.New(tx).PoolClose(ctx, db.PoolCloseParams{ID: &pool.ID, Reason: "its batch left the phase"})
 		if err != nil {
 			return err
 		}

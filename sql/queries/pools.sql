@@ -12,27 +12,14 @@ WHERE b.status = @phase::text AND (sqlc.narg('batch_id')::text IS NULL OR b.id =
 ORDER BY processing, b.started_at, b.id
 LIMIT @max;
 
--- PoolClose closes a pool: its machines' credentials lease nothing more,
--- and its live machines end. It returns those, to destroy.
+-- PoolClose closes a pool (by its id), or the pools of a batch (by
+-- batch id, e.g. on a reset: a shared pool serves other batches and stays
+-- open): their machines' credentials lease nothing more, and their live
+-- machines end. It returns those, to destroy.
 -- name: PoolClose :many
 WITH closed AS (
     UPDATE pools pl SET closed_at = clock_timestamp()
-    WHERE pl.id = @id AND pl.closed_at IS NULL
-    RETURNING pl.id
-)
-UPDATE pool_machines m
-SET ended_at = clock_timestamp(), ended_reason = @reason::text,
-    busy_ms = m.busy_ms + coalesce((extract(epoch FROM clock_timestamp() - m.busy_since) * 1000)::bigint, 0), busy_since = NULL
-FROM closed
-WHERE m.pool_id = closed.id AND m.ended_at IS NULL
-RETURNING m.id, m.app, m.machine_id;
-
--- PoolCloseByBatch closes the pools of a batch (PoolClose), e.g. on a
--- reset: a shared pool serves other batches and stays open.
--- name: PoolCloseByBatch :many
-WITH closed AS (
-    UPDATE pools pl SET closed_at = clock_timestamp()
-    WHERE pl.batch_id = @batch_id AND pl.closed_at IS NULL
+    WHERE (pl.id = sqlc.narg('id')::bigint OR pl.batch_id = sqlc.narg('batch_id')::text) AND pl.closed_at IS NULL
     RETURNING pl.id
 )
 UPDATE pool_machines m
