@@ -361,8 +361,9 @@ func (q *Queries) PoolMachineInsert(ctx context.Context, arg PoolMachineInsertPa
 	return id, err
 }
 
-const poolMachineLaunched = `-- name: PoolMachineLaunched :exec
+const poolMachineLaunched = `-- name: PoolMachineLaunched :one
 UPDATE pool_machines SET machine_id = $1 WHERE id = $2
+RETURNING (ended_at IS NOT NULL)::bool AS ended
 `
 
 type PoolMachineLaunchedParams struct {
@@ -372,9 +373,11 @@ type PoolMachineLaunchedParams struct {
 
 // PoolMachineLaunched records the provider's id of a launched pool
 // machine.
-func (q *Queries) PoolMachineLaunched(ctx context.Context, arg PoolMachineLaunchedParams) error {
-	_, err := q.db.Exec(ctx, poolMachineLaunched, arg.MachineID, arg.ID)
-	return err
+func (q *Queries) PoolMachineLaunched(ctx context.Context, arg PoolMachineLaunchedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, poolMachineLaunched, arg.MachineID, arg.ID)
+	var ended bool
+	err := row.Scan(&ended)
+	return ended, err
 }
 
 const poolMachineLose = `-- name: PoolMachineLose :many

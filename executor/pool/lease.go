@@ -21,10 +21,12 @@ import (
 //   - a task: its worker's environment (the same as a machine of its own
 //     gets: ids, input, presigned URLs, callback URL and token) and how
 //     often to heartbeat while working on it;
-//   - done: the pool has no task left, pending or leased: the machine
-//     exits, and its credential leases nothing more;
-//   - neither (an empty answer after LeasePoll): tasks are leased to other
-//     machines and may come back; lease again.
+//   - done: the pool has no pending task left (or closed): the machine
+//     exits at once, and its credential leases nothing more; a task
+//     whose lease is taken back later gets a new machine from the
+//     pool's manager;
+//   - neither (an empty answer after LeasePoll): pending tasks were all
+//     taken by other machines meanwhile; lease again.
 type Lease struct {
 	Task *LeasedTask `json:"task,omitempty"`
 	Done bool        `json:"done,omitempty"`
@@ -106,8 +108,10 @@ func (e *Executor) Lease(ctx context.Context, poolID int64, token string, body [
 		if err != nil {
 			return Lease{}, err
 		}
-		if st.ClosedAt != nil || st.Pending+st.Processing == 0 {
-			return e.done(ctx, q, m.ID, "its pool had no task left")
+		if st.ClosedAt != nil || st.Pending == 0 {
+			// A task whose lease is taken back later is pending again,
+			// and the pool's manager launches a machine for it.
+			return e.done(ctx, q, m.ID, "its pool had no pending task left")
 		}
 		if time.Now().Add(leaseRetry).After(deadline) {
 			return Lease{}, nil

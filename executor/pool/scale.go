@@ -244,7 +244,14 @@ func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 		}
 		return err
 	}
-	return q.PoolMachineLaunched(ctx, db.PoolMachineLaunchedParams{ID: id, MachineID: &m.ID})
+	ended, err := q.PoolMachineLaunched(ctx, db.PoolMachineLaunchedParams{ID: id, MachineID: &m.ID})
+	if err != nil || !ended {
+		return err
+	}
+	// Its pool closed while it was being launched (a reset, its batch
+	// left the phase): nothing destroyed it, having no id yet.
+	_, err = river.ClientFromContext[pgx.Tx](ctx).Insert(ctx, machine.DestroyArgs{App: pool.App, MachineIDs: []string{m.ID}}, nil)
+	return err
 }
 
 // newToken is a pool machine's credential and its SHA-256.

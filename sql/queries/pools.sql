@@ -124,8 +124,9 @@ RETURNING id;
 
 -- PoolMachineLaunched records the provider's id of a launched pool
 -- machine.
--- name: PoolMachineLaunched :exec
-UPDATE pool_machines SET machine_id = @machine_id WHERE id = @id;
+-- name: PoolMachineLaunched :one
+UPDATE pool_machines SET machine_id = @machine_id WHERE id = @id
+RETURNING (ended_at IS NOT NULL)::bool AS ended;
 
 -- PoolMachineLose ends pool machines given up: their launch made none, they
 -- stopped calling, or their lease was taken back. It returns those it
