@@ -145,6 +145,11 @@ type IntakeSignature struct {
 	SeenAt    time.Time
 }
 
+type Listener struct {
+	ProcessID string
+	SeenAt    time.Time
+}
+
 type Pool struct {
 	ID        int64
 	Phase     string

@@ -471,6 +471,25 @@ func (q *Queries) TaskExpiredGroups(ctx context.Context, arg TaskExpiredGroupsPa
 	return items, nil
 }
 
+const taskExtendRunning = `-- name: TaskExtendRunning :execrows
+WITH by AS (SELECT make_interval(secs => $1::float8) AS d)
+UPDATE tasks t
+SET deadline = t.deadline + by.d, lease_until = t.lease_until + by.d
+FROM by
+WHERE t.status = 'processing'
+`
+
+// TaskExtendRunning moves the deadline and the lease of every processing
+// task later by the seconds given: time in which no callback could be
+// accepted (jobs.Listener) is not charged to the tasks.
+func (q *Queries) TaskExtendRunning(ctx context.Context, seconds float64) (int64, error) {
+	result, err := q.db.Exec(ctx, taskExtendRunning, seconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const taskFailExpired = `-- name: TaskFailExpired :many
 UPDATE tasks
 SET status = CASE WHEN failures + 1 < $1::int THEN 'pending' ELSE 'failed' END,

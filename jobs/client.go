@@ -80,6 +80,10 @@ type ClientConfig struct {
 	// NoSweep leaves out the periodic task_sweep, for tests that must show
 	// that no wake-up is lost without the sweep's backstop.
 	NoSweep bool
+	// Listener is this process's (its Run beats); the sweep beats with it
+	// before it times anything out, so that a silence of the fleet is made
+	// up for first. nil: the sweep does not.
+	Listener *Listener
 	// Build decides when a transition writes the next generation in
 	// chunks; zero values take the defaults.
 	Build BuildSizes
@@ -147,7 +151,7 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	build := cfg.Build.withDefaults()
 	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build, hooks: cfg.TestHooks})
-	river.AddWorker(workers, &TaskSweepWorker{deps: deps})
+	river.AddWorker(workers, &TaskSweepWorker{deps: deps, listener: cfg.Listener})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &RetentionWorker{deps: deps})
 	// River rescues no job sooner than this, and refuses a JobTimeout

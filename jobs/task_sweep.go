@@ -30,18 +30,26 @@ func (TaskSweepArgs) InsertOpts() river.InsertOpts {
 // TaskSweepWorker works TaskSweepArgs.
 type TaskSweepWorker struct {
 	Defaults[TaskSweepArgs]
-	deps Deps
+	deps     Deps
+	listener *Listener
 }
 
 // processStarted is when this process started, for SWEEP_RESTART_GRACE.
 var processStarted = time.Now()
 
-// Work runs each executor's sweep, then nudges stalled batches. Within
+// Work runs each executor's sweep, then nudges stalled batches. It first
+// beats as this process's listener, which makes up for a silence of the
+// fleet (Listener) before anything is timed out. Within
 // SWEEP_RESTART_GRACE of a start of Postgres or of this process the
 // executors' sweeps are told to time nothing out: callbacks that waited
 // out the outage are on their way, and a late success of a current
 // attempt is accepted.
 func (w *TaskSweepWorker) Work(ctx context.Context, job *river.Job[TaskSweepArgs]) error {
+	if w.listener != nil {
+		if _, err := w.listener.Beat(ctx); err != nil {
+			return err
+		}
+	}
 	grace, err := w.restartedWithin(ctx, w.deps.Settings.SweepRestartGrace)
 	if err != nil {
 		return err

@@ -119,10 +119,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	riverClient, err := jobs.NewClient(deps, jobs.ClientConfig{Queues: queues})
+	listener := &jobs.Listener{Pool: pool, ProcessID: jobs.NewProcessID(), Allowance: cfg.SweepRestartGrace, Logger: logger}
+	riverClient, err := jobs.NewClient(deps, jobs.ClientConfig{Queues: queues, Listener: listener})
 	if err != nil {
 		return err
 	}
+	go listener.Run(ctx)
 	if err := riverClient.Start(ctx); err != nil {
 		return fmt.Errorf("starting job workers: %w", err)
 	}

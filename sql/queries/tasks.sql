@@ -159,6 +159,16 @@ SELECT DISTINCT batch_id, phase FROM (
 WHERE phase = ANY(@phases::text[])
 LIMIT @max;
 
+-- TaskExtendRunning moves the deadline and the lease of every processing
+-- task later by the seconds given: time in which no callback could be
+-- accepted (jobs.Listener) is not charged to the tasks.
+-- name: TaskExtendRunning :execrows
+WITH by AS (SELECT make_interval(secs => @seconds::float8) AS d)
+UPDATE tasks t
+SET deadline = t.deadline + by.d, lease_until = t.lease_until + by.d
+FROM by
+WHERE t.status = 'processing';
+
 -- TaskFailExpired ends the processing tasks of a phase that are past their
 -- deadline, with the message of spec 000, or whose lease's heartbeats
 -- stopped (lease_until: its pool machine died): a task with attempts left

@@ -86,6 +86,9 @@ type Options struct {
 	Behave func(fakefly.Launch) fakefly.Behavior
 	// NoSweep leaves out the periodic sweep (timeouts and the backstop).
 	NoSweep bool
+	// Listen runs the process's listener (jobs.Listener), as serve does:
+	// a silence of the orchestrator moves the running tasks' deadlines.
+	Listen bool
 	// NoWorkers starts no River workers: jobs are only inserted.
 	NoWorkers bool
 	// Logger replaces the default logger, which sends warnings and errors
@@ -223,7 +226,15 @@ func New(t *testing.T, opts Options) *Env {
 	require.NoError(t, err)
 	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m}, cfg.Executors, executor.Options{})
 	require.NoError(t, err)
-	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks, Queues: opts.Queues})
+	var listener *jobs.Listener
+	if opts.Listen {
+		listener = &jobs.Listener{Pool: pool, ProcessID: jobs.NewProcessID(), Allowance: cfg.SweepRestartGrace, Logger: logger}
+		listenCtx, stopListening := context.WithCancel(context.Background())
+		t.Cleanup(stopListening)
+		go listener.Run(listenCtx)
+	}
+	client, err := jobs.NewClient(deps, jobs.ClientConfig{FetchPollInterval: 100 * time.Millisecond, NoSweep: opts.NoSweep, Build: opts.Build, TestHooks: opts.Hooks, Queues: opts.Queues,
+		Listener: listener})
 	require.NoError(t, err)
 	if !opts.NoWorkers {
 		startClient(t, client)
