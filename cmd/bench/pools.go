@@ -176,11 +176,12 @@ func poolsCollect(ctx context.Context, dbURL, batchID string, r *poolsRun) error
 		SELECT count(*), coalesce(sum(m.busy_ms), 0) / 1000.0,
 			coalesce(sum(extract(epoch FROM least(coalesce(m.ended_at, e.last), e.last) - m.created_at)), 0)::float8
 		FROM pool_machines m JOIN pools p ON p.id = m.pool_id JOIN ends e ON e.phase = p.phase
-		WHERE p.batch_id = $1`, batchID).Scan(&machines, &r.busy, &r.live); err != nil {
+		WHERE p.batch_id = $1 AND m.machine_id IS NOT NULL`, batchID).Scan(&machines, &r.busy, &r.live); err != nil {
 		return err
 	}
+	// A launch answered 429 made no machine, and its row has no id.
 	if machines != r.machines {
-		return fmt.Errorf("the pools recorded %d machines, the Machines API created %d", machines, r.machines)
+		return fmt.Errorf("the pools recorded %d launched machines, the Machines API created %d", machines, r.machines)
 	}
 	return nil
 }
