@@ -19,6 +19,17 @@ import (
 // hang: every machine runs and never calls back.
 func hang(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true} }
 
+// submitRunning submits a batch of n TIFFs and waits until all n tasks
+// are processing.
+func submitRunning(t *testing.T, env *testenv.Env, batchID string, n int) {
+	t.Helper()
+	env.Submit(t, batchID, testenv.Tiffs(n))
+	env.AwaitStatus(t, batchID, func(st status.Status) bool {
+		p, ok := testenv.PhaseOf(st, phases.TIFFConversion)
+		return ok && p.TasksProcessing == int64(n)
+	})
+}
+
 // deadlines are the processing tasks' deadlines of a batch, by task.
 func deadlines(t *testing.T, env *testenv.Env, batchID string) map[string]time.Time {
 	t.Helper()
@@ -44,11 +55,7 @@ func TestSilenceMovesDeadlines(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{Behave: hang, NoSweep: true})
 	const id = "SILENCE"
-	env.Submit(t, id, testenv.Tiffs(3))
-	env.AwaitStatus(t, id, func(st status.Status) bool {
-		p, ok := testenv.PhaseOf(st, phases.TIFFConversion)
-		return ok && p.TasksProcessing == 3
-	})
+	submitRunning(t, env, id, 3)
 	ctx := context.Background()
 	a := jobs.Listener{Pool: env.Pool, ProcessID: "a", Allowance: 10 * time.Second}
 	b := jobs.Listener{Pool: env.Pool, ProcessID: "b", Allowance: 10 * time.Second}
@@ -98,11 +105,7 @@ func TestSweepMakesUpForASilenceFirst(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{Behave: hang, Listen: true})
 	const id = "SILENCE-SWEEP"
-	env.Submit(t, id, testenv.Tiffs(2))
-	env.AwaitStatus(t, id, func(st status.Status) bool {
-		p, ok := testenv.PhaseOf(st, phases.TIFFConversion)
-		return ok && p.TasksProcessing == 2
-	})
+	submitRunning(t, env, id, 2)
 	ctx := context.Background()
 	eventually.True(t, 10*time.Second, "the listener's first beat", func() bool {
 		var n int
