@@ -889,21 +889,27 @@ func (s *Server) worker() {
 	}
 }
 
+// postCopies posts j's callback copies times (Behavior.Duplicate), each
+// recorded as a CallbackResult.
+func (s *Server) postCopies(j *job, copies int) {
+	for c := range copies {
+		res := s.post(j)
+		res.Copy = c
+		s.mu.Lock()
+		if s.opts.DetailLimit > 0 && len(s.callbacks) >= s.opts.DetailLimit {
+			res.Body = nil
+		}
+		s.callbacks = append(s.callbacks, res)
+		s.counts.Callbacks++
+		s.notify()
+		s.mu.Unlock()
+	}
+}
+
 // run is the worker program: call back (unless crashing), then exit.
 func (s *Server) run(j *job) {
 	if !j.crash && s.alive(j.app, j.machineID) {
-		for c := range j.copies {
-			res := s.post(j)
-			res.Copy = c
-			s.mu.Lock()
-			if s.opts.DetailLimit > 0 && len(s.callbacks) >= s.opts.DetailLimit {
-				res.Body = nil
-			}
-			s.callbacks = append(s.callbacks, res)
-			s.counts.Callbacks++
-			s.notify()
-			s.mu.Unlock()
-		}
+		s.postCopies(j, j.copies)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

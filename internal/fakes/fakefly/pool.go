@@ -79,18 +79,7 @@ func (s *Server) runPool(l Launch, machineID string) {
 		}
 		j := &job{launched: task.At, queued: time.Now(), app: l.App, machineID: machineID, taskID: task.TaskID, batchID: task.BatchID,
 			url: ls.Task.Env["CALLBACK_URL"], token: ls.Task.Env["CALLBACK_TOKEN"], body: body}
-		for c := range 1 + max(bh.Duplicate, 0) {
-			res := s.post(j)
-			res.Copy = c
-			s.mu.Lock()
-			if s.opts.DetailLimit > 0 && len(s.callbacks) >= s.opts.DetailLimit {
-				res.Body = nil
-			}
-			s.callbacks = append(s.callbacks, res)
-			s.counts.Callbacks++
-			s.notify()
-			s.mu.Unlock()
-		}
+		s.postCopies(j, 1+max(bh.Duplicate, 0))
 		idleSince = time.Now()
 	}
 }
