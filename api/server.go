@@ -48,7 +48,7 @@ type Config struct {
 	// hear of tasks that callbacks put back to be retried.
 	Executors *jobs.Executors
 	// Callbacks configures the group committer of workers' callbacks; its
-	// Pool, River, Requeued, Logger and Metrics are this Config's.
+	// Pool, River, Executors, Logger and Metrics are this Config's.
 	Callbacks fanin.Config
 	Pool      *pgxpool.Pool
 	Logger    *slog.Logger
@@ -153,7 +153,7 @@ func New(cfg Config) *echo.Echo {
 	cb := cfg.Callbacks
 	cb.Pool, cb.River, cb.Logger, cb.Metrics = cfg.Pool, cfg.River, cfg.Logger, cfg.Metrics
 	if cfg.Executors != nil {
-		cb.Requeued = cfg.Executors
+		cb.Executors = cfg.Executors
 	}
 	b := cfg.Backends
 	if b.Status == nil {

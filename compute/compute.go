@@ -136,6 +136,13 @@ type Backend interface {
 	// calls it after an ambiguous launch failure so that a task never gets
 	// two machines; callers pick the current attempt's with Fence.
 	FindByTask(ctx context.Context, app, taskID string) ([]Machine, error)
+	// ListByBatch returns the app's machines whose metadata batch_id is
+	// batchID, of every task, attempt and state but destroyed, in one
+	// request (one list per app filtered by metadata, not one call per
+	// task): the sweep checks running tasks' machines with it, so that a
+	// machine that stopped, failed or vanished without calling back has
+	// its task retried soon, not at its deadline.
+	ListByBatch(ctx context.Context, app, batchID string) ([]Machine, error)
 	// Destroy removes a machine, forcing it to stop if it is running (the
 	// sweep destroys machines of timed-out tasks). A machine that is already
 	// gone is not an error, so the sweep can be retried freely.

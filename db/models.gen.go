@@ -216,6 +216,9 @@ type Task struct {
 	Unlaunched            int32
 	PoolMachineID         *int64
 	LeaseUntil            *time.Time
+	Unheard               bool
+	Excused               int32
+	MachineGone           *string
 }
 
 type TaskCount struct {

@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -46,7 +47,7 @@ WITH claimed AS (
     FROM claimed
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL,
+SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL, unheard = false, machine_gone = NULL,
     superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
@@ -248,6 +249,68 @@ func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyPara
 	return items, nil
 }
 
+const taskCompleteOvertaken = `-- name: TaskCompleteOvertaken :one
+WITH old AS MATERIALIZED (
+    SELECT t.id, t.token_hash, t.machine_id, t.pool_machine_id FROM tasks t
+    WHERE t.id = $1 AND t.batch_id = $2 AND $3::bytea = ANY(t.superseded_token_hashes)
+        AND t.status <> 'completed' AND t.ended_by IS DISTINCT FROM 'reset'
+        AND EXISTS (SELECT 1 FROM batches b WHERE b.id = t.batch_id AND b.status = t.phase)
+    FOR NO KEY UPDATE OF t
+), done AS (
+    UPDATE tasks t
+    SET status = 'completed', result = $4::jsonb, error = NULL, ended_by = 'callback', lease_until = NULL,
+        token_hash = $3::bytea,
+        superseded_token_hashes = CASE WHEN old.token_hash IS NULL THEN array_remove(t.superseded_token_hashes, $3::bytea)
+            ELSE array_append(array_remove(t.superseded_token_hashes, $3::bytea), old.token_hash) END,
+        finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    FROM old
+    WHERE t.id = old.id
+    RETURNING t.id, t.batch_id, t.phase
+), events AS (
+    INSERT INTO batch_events (batch_id, type, phase, task_id, data)
+    SELECT batch_id, $5::text, phase, id, '{"overtook_a_later_attempt": true}'::jsonb FROM done
+)
+SELECT done.phase, coalesce(CASE WHEN old.pool_machine_id IS NULL THEN old.machine_id END, '')::text AS machine_id
+FROM done JOIN old ON old.id = done.id
+`
+
+type TaskCompleteOvertakenParams struct {
+	ID             string
+	BatchID        string
+	TokenHash      []byte
+	Result         json.RawMessage
+	EventCompleted string
+}
+
+type TaskCompleteOvertakenRow struct {
+	Phase     string
+	MachineID string
+}
+
+// TaskCompleteOvertaken applies a success of an earlier attempt of a task
+// (its token among the superseded ones) that arrives after the task was
+// launched again, while the task has no success yet and its phase is still
+// the batch's (the fan-in's shared lock, which the caller holds, keeps it
+// so): work is not thrown away because a later attempt was started. The
+// task completes with that attempt's result and token (its repeats are
+// then repeats), the token it had joins the superseded ones (the later
+// attempt's callbacks are told they are late), and it returns the machine
+// the task had, to be stopped (the later attempt's, or the timed-out one
+// still waiting for its destruction; none for a pool's machine, which
+// hears of it at its next heartbeat). A reset task is left alone.
+func (q *Queries) TaskCompleteOvertaken(ctx context.Context, arg TaskCompleteOvertakenParams) (TaskCompleteOvertakenRow, error) {
+	row := q.db.QueryRow(ctx, taskCompleteOvertaken,
+		arg.ID,
+		arg.BatchID,
+		arg.TokenHash,
+		arg.Result,
+		arg.EventCompleted,
+	)
+	var i TaskCompleteOvertakenRow
+	err := row.Scan(&i.Phase, &i.MachineID)
+	return i, err
+}
+
 const taskCountByBatch = `-- name: TaskCountByBatch :many
 SELECT phase, status, n AS count
 FROM task_counts
@@ -359,6 +422,38 @@ func (q *Queries) TaskCountPending(ctx context.Context, arg TaskCountPendingPara
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const taskCountProcessingGroups = `-- name: TaskCountProcessingGroups :many
+SELECT batch_id, phase FROM task_counts
+WHERE phase = ANY($1::text[]) AND status = 'processing' AND n > 0
+`
+
+type TaskCountProcessingGroupsRow struct {
+	BatchID string
+	Phase   string
+}
+
+// TaskCountProcessingGroups are the (batch, phase) pairs of @phases with
+// processing tasks, from the counters (task_counts).
+func (q *Queries) TaskCountProcessingGroups(ctx context.Context, phases []string) ([]TaskCountProcessingGroupsRow, error) {
+	rows, err := q.db.Query(ctx, taskCountProcessingGroups, phases)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCountProcessingGroupsRow
+	for rows.Next() {
+		var i TaskCountProcessingGroupsRow
+		if err := rows.Scan(&i.BatchID, &i.Phase); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const taskDeleteByBatch = `-- name: TaskDeleteByBatch :execrows
@@ -474,14 +569,17 @@ func (q *Queries) TaskExpiredGroups(ctx context.Context, arg TaskExpiredGroupsPa
 const taskExtendRunning = `-- name: TaskExtendRunning :execrows
 WITH by AS (SELECT make_interval(secs => $1::float8) AS d)
 UPDATE tasks t
-SET deadline = t.deadline + by.d, lease_until = t.lease_until + by.d
+SET deadline = t.deadline + by.d, lease_until = t.lease_until + by.d, unheard = true
 FROM by
 WHERE t.status = 'processing'
 `
 
 // TaskExtendRunning moves the deadline and the lease of every processing
 // task later by the seconds given: time in which no callback could be
-// accepted (jobs.Listener) is not charged to the tasks.
+// accepted (jobs.Listener) is not charged to the tasks. It marks them
+// unheard: should one time out all the same, its worker may have given up
+// calling back meanwhile, and the timeout costs no attempt
+// (TaskFailExpired).
 func (q *Queries) TaskExtendRunning(ctx context.Context, seconds float64) (int64, error) {
 	result, err := q.db.Exec(ctx, taskExtendRunning, seconds)
 	if err != nil {
@@ -491,25 +589,42 @@ func (q *Queries) TaskExtendRunning(ctx context.Context, seconds float64) (int64
 }
 
 const taskFailExpired = `-- name: TaskFailExpired :many
-UPDATE tasks
-SET status = CASE WHEN failures + 1 < $1::int THEN 'pending' ELSE 'failed' END,
-    ended_by = CASE WHEN failures + 1 < $1::int THEN 'retry' ELSE 'timeout' END,
-    failures = failures + 1,
-    deadline = CASE WHEN failures + 1 < $1::int THEN clock_timestamp() + make_interval(secs => $2::float8) ELSE deadline END,
-    finished_at = CASE WHEN failures + 1 < $1::int THEN NULL ELSE clock_timestamp() END,
+WITH limits AS (
+    SELECT $1::int AS max_attempts, $2::int AS max_excused,
+        $3::float8 AS retire_seconds, $4::float8 AS lease_seconds
+), decided AS MATERIALIZED (
+    SELECT d.id, d.excuse, d.excuse OR d.failures + 1 < limits.max_attempts AS retry
+    FROM (
+        SELECT x.id, x.failures, x.unheard AND x.excused < limits.max_excused AS excuse
+        FROM tasks x, limits
+        WHERE x.batch_id = $5 AND x.phase = $6 AND x.status = 'processing'
+            AND (x.deadline < clock_timestamp() OR x.lease_until < clock_timestamp())
+            AND (x.machine_id IS NOT NULL OR x.pool_machine_id IS NOT NULL)
+        ORDER BY x.id COLLATE "C"
+        FOR NO KEY UPDATE OF x
+    ) d, limits
+)
+UPDATE tasks t
+SET status = CASE WHEN decided.retry THEN 'pending' ELSE 'failed' END,
+    ended_by = CASE WHEN decided.retry THEN 'retry' ELSE 'timeout' END,
+    failures = t.failures + CASE WHEN decided.excuse THEN 0 ELSE 1 END,
+    excused = t.excused + CASE WHEN decided.excuse THEN 1 ELSE 0 END,
+    deadline = CASE WHEN decided.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
+    finished_at = CASE WHEN decided.retry THEN NULL ELSE clock_timestamp() END,
     lease_until = NULL,
     updated_at = clock_timestamp(),
-    error = CASE WHEN deadline >= clock_timestamp()
-        THEN 'Lease lost: no heartbeat from its machine for ' || round((extract(epoch FROM clock_timestamp() - lease_until) + $3::float8)::numeric, 1)::text || 's'
-        ELSE 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's' END
-WHERE batch_id = $4 AND phase = $5 AND status = 'processing'
-    AND (deadline < clock_timestamp() OR lease_until < clock_timestamp())
-    AND (machine_id IS NOT NULL OR pool_machine_id IS NOT NULL)
-RETURNING id, machine_id, pool_machine_id, error, failures, (status = 'pending')::bool AS retry
+    error = CASE WHEN t.machine_gone IS NOT NULL THEN t.machine_gone
+        WHEN t.deadline >= clock_timestamp()
+        THEN 'Lease lost: no heartbeat from its machine for ' || round((extract(epoch FROM clock_timestamp() - t.lease_until) + limits.lease_seconds)::numeric, 1)::text || 's'
+        ELSE 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(t.launched_at, t.created_at))::numeric, 1)::text || 's' END
+FROM decided, limits
+WHERE t.id = decided.id
+RETURNING t.id, t.machine_id, t.pool_machine_id, t.error, t.failures, decided.retry::bool AS retry, decided.excuse::bool AS excused
 `
 
 type TaskFailExpiredParams struct {
 	MaxAttempts   int32
+	MaxExcused    int32
 	RetireSeconds float64
 	LeaseSeconds  float64
 	BatchID       string
@@ -523,6 +638,7 @@ type TaskFailExpiredRow struct {
 	Error         *string
 	Failures      int32
 	Retry         bool
+	Excused       bool
 }
 
 // TaskFailExpired ends the processing tasks of a phase that are past their
@@ -531,12 +647,17 @@ type TaskFailExpiredRow struct {
 // (@max_attempts) goes back to pending to be retried (ended_by 'retry',
 // its token kept so that a late success of this attempt still counts; a
 // machine task's deadline: until @retire_seconds from now, as its launcher
-// retires its machine first), the others fail. retry says which. Only
-// tasks with a machine: a launch that made none is the sweep's to settle
-// (TaskSettleUnlaunched).
+// retires its machine first), the others fail. retry says which. An
+// attempt that lived through a silence of every orchestrator (unheard) is
+// excused: its worker may have given up calling back while none could
+// listen, so it is retried without counting as a failed attempt, up to
+// @max_excused times a task. Only tasks with a machine: a launch that made
+// none is the sweep's to settle (TaskSettleUnlaunched). The rows are
+// decided, and locked, first, so that RETURNING can say what was decided.
 func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams) ([]TaskFailExpiredRow, error) {
 	rows, err := q.db.Query(ctx, taskFailExpired,
 		arg.MaxAttempts,
+		arg.MaxExcused,
 		arg.RetireSeconds,
 		arg.LeaseSeconds,
 		arg.BatchID,
@@ -556,6 +677,7 @@ func (q *Queries) TaskFailExpired(ctx context.Context, arg TaskFailExpiredParams
 			&i.Error,
 			&i.Failures,
 			&i.Retry,
+			&i.Excused,
 		); err != nil {
 			return nil, err
 		}
@@ -814,6 +936,48 @@ func (q *Queries) TaskListForCallbacks(ctx context.Context, ids []string) ([]Tas
 	return items, nil
 }
 
+const taskListMachinesRunning = `-- name: TaskListMachinesRunning :many
+SELECT id, machine_id::text AS machine_id FROM tasks
+WHERE batch_id = $1 AND phase = $2 AND status = 'processing'
+    AND machine_id IS NOT NULL AND pool_machine_id IS NULL AND machine_gone IS NULL
+    AND launched_at < $3::timestamptz
+`
+
+type TaskListMachinesRunningParams struct {
+	BatchID        string
+	Phase          string
+	LaunchedBefore time.Time
+}
+
+type TaskListMachinesRunningRow struct {
+	ID        string
+	MachineID string
+}
+
+// TaskListMachinesRunning lists a phase's processing tasks with a machine
+// of their own (not a pool's) that was launched before @launched_before
+// and is not yet known to be gone, with their machines: the sweep checks
+// them against the Machines API's list of the batch's machines.
+func (q *Queries) TaskListMachinesRunning(ctx context.Context, arg TaskListMachinesRunningParams) ([]TaskListMachinesRunningRow, error) {
+	rows, err := q.db.Query(ctx, taskListMachinesRunning, arg.BatchID, arg.Phase, arg.LaunchedBefore)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListMachinesRunningRow
+	for rows.Next() {
+		var i TaskListMachinesRunningRow
+		if err := rows.Scan(&i.ID, &i.MachineID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskListRetiring = `-- name: TaskListRetiring :many
 SELECT id, attempt, machine_id::text AS machine_id, coalesce(deadline < clock_timestamp(), true)::bool AS overdue
 FROM tasks
@@ -857,6 +1021,60 @@ func (q *Queries) TaskListRetiring(ctx context.Context, arg TaskListRetiringPara
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const taskMarkMachinesGone = `-- name: TaskMarkMachinesGone :many
+WITH u AS (
+    SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS machine_id, unnest($3::text[]) AS why
+), locked AS MATERIALIZED (
+    SELECT t.id FROM tasks t
+    WHERE t.id = ANY($1::text[])
+    ORDER BY t.id COLLATE "C"
+    FOR NO KEY UPDATE
+), grace AS (SELECT make_interval(secs => $4::float8) AS d)
+UPDATE tasks t
+SET machine_gone = u.why, deadline = least(t.deadline, clock_timestamp() + grace.d), updated_at = clock_timestamp()
+FROM u JOIN locked l ON l.id = u.id, grace
+WHERE t.id = u.id AND t.machine_id = u.machine_id AND t.status = 'processing' AND t.machine_gone IS NULL
+RETURNING t.id
+`
+
+type TaskMarkMachinesGoneParams struct {
+	IDs          []string
+	MachineIDs   []string
+	Whys         []string
+	GraceSeconds float64
+}
+
+// TaskMarkMachinesGone records that running tasks' machines ended without
+// calling back (@whys says how), each while the task still runs on that
+// machine: the deadline comes within @grace_seconds, for a callback still
+// in flight, and the sweep then retries the task with that reason. It
+// locks the rows first, in byte order of their ids (as TaskCompleteMany
+// and TaskSetMachines do).
+func (q *Queries) TaskMarkMachinesGone(ctx context.Context, arg TaskMarkMachinesGoneParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, taskMarkMachinesGone,
+		arg.IDs,
+		arg.MachineIDs,
+		arg.Whys,
+		arg.GraceSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -940,7 +1158,7 @@ func (q *Queries) TaskReleaseRetired(ctx context.Context, arg TaskReleaseRetired
 
 const taskRequeueFailed = `-- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = $1 AND phase = $2 AND status = 'failed'
 RETURNING id

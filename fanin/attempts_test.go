@@ -61,7 +61,7 @@ func TestRetryableErrorRetries(t *testing.T) {
 	require.NoError(t, err)
 	dbtest.SeedProcessingTasks(t, pool, batch, 3)
 	heard := &requeueRecorder{}
-	c := New(Config{Pool: pool, River: rc, TaskMaxAttempts: 3, Requeued: heard})
+	c := New(Config{Pool: pool, River: rc, TaskMaxAttempts: 3, Executors: heard})
 	// tiff_t001 is in its last attempt.
 	_, err = pool.Exec(ctx, `UPDATE tasks SET failures = 2 WHERE id = 'tiff_t001'`)
 	require.NoError(t, err)
@@ -88,49 +88,67 @@ func TestRetryableErrorRetries(t *testing.T) {
 	require.Equal(t, 1, retrying)
 }
 
-// TestLateSuccessOfCurrentAttempt: a success that arrives after its
-// attempt timed out is taken while the attempt is still the current one
-// and the phase is open: the task waits for its machine's retirement, or
-// its last attempt timed out in a phase not yet over. Once the task has
-// been launched again, the old attempt's callback is refused (409) and
-// recorded; once the phase is over, so is a late success.
-func TestLateSuccessOfCurrentAttempt(t *testing.T) {
+// TestLateSuccessIsTaken: a success that arrives after its attempt timed
+// out is taken while the task has no success and its phase is open: the
+// task waits for its machine's retirement, its last attempt timed out in
+// a phase not yet over, or it was launched again (the earlier attempt
+// overtakes the later one, whose callbacks are then refused). Once the
+// phase is over, a late success is refused (409) and recorded.
+func TestLateSuccessIsTaken(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const batch = "LATE"
-	c, pool := newCommitter(t, batch, 4)
+	c, pool := newCommitter(t, batch, 5)
 	_, err := pool.Exec(ctx, `UPDATE tasks SET status = 'pending', ended_by = 'retry', failures = 1 WHERE id = 'tiff_t000';
 		UPDATE tasks SET status = 'failed', ended_by = 'timeout', failures = 3 WHERE id IN ('tiff_t001', 'tiff_t003');
-		UPDATE tasks SET superseded_token_hashes = ARRAY[token_hash], token_hash = sha256('new token'), attempt = 2 WHERE id = 'tiff_t002'`)
+		UPDATE tasks SET superseded_token_hashes = ARRAY[token_hash], token_hash = sha256('new token'), attempt = 2,
+			machine_id = 'later-machine' WHERE id IN ('tiff_t002', 'tiff_t004')`)
 	require.NoError(t, err)
 
 	got := applyOne(t, c, success(batch, "tiff_t000"), success(batch, "tiff_t001"), success(batch, "tiff_t002"))
 	require.Equal(t, []Outcome{
 		{Status: phases.TaskCompleted},
 		{Status: phases.TaskCompleted},
-		{Refusal: TaskEnded, Reason: "task tiff_t002 already timed out: this attempt was superseded by a new one"},
+		{Status: phases.TaskCompleted},
 	}, got)
 	require.Equal(t, "completed callback 1", taskRow(t, c, "tiff_t000"))
 	require.Equal(t, "completed callback 3", taskRow(t, c, "tiff_t001"))
-	require.Equal(t, "processing  0", taskRow(t, c, "tiff_t002"))
+	require.Equal(t, "completed callback 0", taskRow(t, c, "tiff_t002"))
 
-	// The phase ends: tiff_t003's success is now too late.
+	// The later attempt's callback is refused; the earlier one's repeat
+	// is a repeat.
+	later := withToken(success(batch, "tiff_t002"), "new token")
+	got = applyOne(t, c, later, success(batch, "tiff_t002"))
+	require.Equal(t, []Outcome{
+		{Refusal: TaskEnded, Reason: "task tiff_t002 was completed by another attempt"},
+		{Status: phases.TaskCompleted, Duplicate: true},
+	}, got)
+
+	// The phase ends: tiff_t003's and tiff_t004's successes are now too late.
 	_, err = pool.Exec(ctx, `UPDATE batches SET status = 'IMAGE_PROCESSING' WHERE id = $1`, batch)
 	require.NoError(t, err)
-	got = applyOne(t, c, success(batch, "tiff_t003"))
-	require.Equal(t, []Outcome{{Refusal: TaskEnded, Reason: "task tiff_t003 already timed out"}}, got)
+	got = applyOne(t, c, success(batch, "tiff_t003"), success(batch, "tiff_t004"))
+	require.Equal(t, []Outcome{
+		{Refusal: TaskEnded, Reason: "task tiff_t003 already timed out"},
+		{Refusal: TaskEnded, Reason: "task tiff_t004 already timed out: this attempt was superseded by a new one"},
+	}, got)
 	require.Equal(t, "failed timeout 3", taskRow(t, c, "tiff_t003"))
+	require.Equal(t, "processing  0", taskRow(t, c, "tiff_t004"))
 
 	var rejected []string
 	rows, err := pool.Query(ctx, `SELECT task_id FROM batch_events WHERE type = 'callback.rejected' ORDER BY task_id`)
 	require.NoError(t, err)
 	rejected, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Equal(t, []string{"tiff_t002", "tiff_t003"}, rejected)
+	require.Equal(t, []string{"tiff_t002", "tiff_t003", "tiff_t004"}, rejected)
 }
 
 // requeueRecorder records what executors hear of retried tasks.
 type requeueRecorder struct{ refs [][]PhaseRef }
+
+func (r *requeueRecorder) Overtaken(context.Context, pgx.Tx, *river.Client[pgx.Tx], []Overtaken) error {
+	return nil
+}
 
 func (r *requeueRecorder) Requeued(_ context.Context, _ pgx.Tx, _ *river.Client[pgx.Tx], refs []PhaseRef) error {
 	r.refs = append(r.refs, refs)

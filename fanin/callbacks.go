@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -94,6 +95,9 @@ type decision struct {
 	// this is; repeats and refusals are not applied.
 	applied bool
 	phase   string
+	// overtook is the task an earlier attempt's success completed
+	// (TaskCompleteOvertaken), when this callback did.
+	overtook *Overtaken
 }
 
 // applyGroup applies a group of callbacks in a transaction it begins on
@@ -160,8 +164,8 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 	if err := insertMissing(ctx, tx, c.river, checks, applied.pending); err != nil {
 		return tx, nil, err
 	}
-	if len(requeued) > 0 && c.requeued != nil {
-		if err := c.requeued.Requeued(ctx, tx, c.river, requeued); err != nil {
+	if len(requeued) > 0 && c.executors != nil {
+		if err := c.executors.Requeued(ctx, tx, c.river, requeued); err != nil {
 			return tx, nil, err
 		}
 	}
@@ -191,9 +195,27 @@ func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*req
 	for _, t := range now {
 		current[t.ID] = t
 	}
+	var overtaken []Overtaken
 	for _, i := range unapplied {
 		if decisions[i], err = c.explain(ctx, q, group[i], current); err != nil {
 			return tx, nil, err
+		}
+		if decisions[i].overtook != nil {
+			overtaken = append(overtaken, *decisions[i].overtook)
+		}
+	}
+	if len(overtaken) > 0 {
+		refs := make([]PhaseRef, len(overtaken))
+		for i, o := range overtaken {
+			refs[i] = o.PhaseRef
+		}
+		if err := insertMissing(ctx, tx, c.river, refs, applied.pending); err != nil {
+			return tx, nil, err
+		}
+		if c.executors != nil {
+			if err := c.executors.Overtaken(ctx, tx, c.river, overtaken); err != nil {
+				return tx, nil, err
+			}
 		}
 	}
 	return tx, decisions, nil
@@ -239,7 +261,7 @@ func (c *Committer) explain(ctx context.Context, q *db.Queries, r *request, curr
 			if subtle.ConstantTimeCompare(r.TokenHash, h) == 1 {
 				// An earlier attempt's: its machine was given up on and
 				// the task launched again.
-				return superseded(ctx, q, r, t)
+				return c.superseded(ctx, q, r, t)
 			}
 		}
 		// A task ended by a timeout or reset keeps the hash of its last
@@ -285,10 +307,28 @@ func notApplied(ctx context.Context, q *db.Queries, r *request, task db.TaskList
 	return decision{Outcome: Outcome{Refusal: TaskEnded, Reason: reason}}, nil
 }
 
-// superseded refuses, and records, a callback of an attempt that a later
-// attempt of its task has replaced.
-func superseded(ctx context.Context, q *db.Queries, r *request, task db.TaskListForCallbacksRow) (decision, error) {
+// superseded decides for a callback of an attempt that a later attempt
+// of its task has replaced. Its success is taken while the task has none
+// and its phase is open (TaskCompleteOvertaken): work is not thrown away
+// because a later attempt was started, and the later machine is stopped.
+// Anything else is refused, and recorded.
+func (c *Committer) superseded(ctx context.Context, q *db.Queries, r *request, task db.TaskListForCallbacksRow) (decision, error) {
+	if r.Status == phases.TaskCompleted && r.Invalid == "" &&
+		phases.ValidateBatchResult(phases.Name(task.Phase), r.BatchID, r.Result, c.maxOutputs) == nil {
+		row, err := q.TaskCompleteOvertaken(ctx, db.TaskCompleteOvertakenParams{ID: r.TaskID, BatchID: r.BatchID, TokenHash: r.TokenHash,
+			Result: r.Result, EventCompleted: db.EventTaskCompleted})
+		switch {
+		case err == nil:
+			o := &Overtaken{PhaseRef: PhaseRef{BatchID: r.BatchID, Phase: row.Phase}, TaskID: r.TaskID, MachineID: row.MachineID}
+			return decision{Outcome: Outcome{Status: phases.TaskCompleted}, applied: true, phase: row.Phase, overtook: o}, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return decision{}, fmt.Errorf("completing task %s with an earlier attempt's success: %w", r.TaskID, err)
+		}
+	}
 	reason := fmt.Sprintf("task %s already timed out: this attempt was superseded by a new one", r.TaskID)
+	if task.Status == string(phases.TaskCompleted) {
+		reason = fmt.Sprintf("task %s was completed by another attempt", r.TaskID)
+	}
 	if err := q.EventRecord(ctx, db.Event{BatchID: r.BatchID, Type: db.EventCallbackRejected, Phase: task.Phase, TaskID: r.TaskID,
 		Data: map[string]any{"reason": reason, "reported": string(r.Status)}}); err != nil {
 		return decision{}, err

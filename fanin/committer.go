@@ -54,9 +54,9 @@ type Config struct {
 	// River inserts the phases' fan-in checks; it need not be started.
 	// Required.
 	River *river.Client[pgx.Tx]
-	// Requeued hears of tasks a callback put back to be retried (the
-	// phases' executors: a launcher). nil: no one.
-	Requeued Requeuer
+	// Executors hear of what callbacks did to their work: tasks put back
+	// to be retried, tasks an earlier attempt completed. nil: no one.
+	Executors Executors
 	// Committers bounds the groups in flight; DefaultCommitters when not
 	// positive.
 	Committers int
@@ -94,11 +94,25 @@ const DefaultCommitters = 1
 // (TASK_RETIRE_LIMIT).
 const DefaultTaskRetireLimit = 2 * time.Minute
 
-// Requeuer hears, in a callback group's transaction, of the phases whose
-// tasks the group put back to be retried (the phases' executors: a
-// launcher to enqueue).
-type Requeuer interface {
+// Executors are the phases' executors, which hear in a callback group's
+// transaction of what the group did to their work.
+type Executors interface {
+	// Requeued: the phases whose tasks the group put back to be retried
+	// (a launcher to enqueue).
 	Requeued(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], refs []PhaseRef) error
+	// Overtaken: tasks that a success of an earlier attempt completed
+	// after they were launched again (a later machine to stop).
+	Overtaken(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], tasks []Overtaken) error
+}
+
+// Overtaken is a task that a success of an earlier attempt completed
+// after it was launched again: MachineID is the machine it had then (the
+// later attempt's, or the timed-out one waiting to be destroyed), to be
+// stopped; "" for none or a pool's.
+type Overtaken struct {
+	PhaseRef
+	TaskID    string
+	MachineID string
 }
 
 // ErrBusy refuses a callback while MaxQueued callbacks wait: the caller
@@ -110,7 +124,7 @@ var ErrBusy = errors.New("too many callbacks are waiting to be applied")
 type Committer struct {
 	pool        *pgxpool.Pool
 	river       *river.Client[pgx.Tx]
-	requeued    Requeuer
+	executors   Executors
 	committers  int
 	maxQueued   int
 	maxOutputs  int
@@ -141,7 +155,7 @@ func New(cfg Config) *Committer {
 	if cfg.MaxOutputs <= 0 {
 		cfg.MaxOutputs = phases.DefaultMaxOutputs
 	}
-	return &Committer{pool: cfg.Pool, river: cfg.River, requeued: cfg.Requeued, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
+	return &Committer{pool: cfg.Pool, river: cfg.River, executors: cfg.Executors, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
 		maxTries: max(1, cfg.TaskMaxAttempts), retireLimit: cfg.TaskRetireLimit, logger: cfg.Logger, metrics: cfg.Metrics}
 }
 

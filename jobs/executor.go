@@ -382,6 +382,33 @@ func (x *Executors) Requeued(ctx context.Context, tx pgx.Tx, client *river.Clien
 	return nil
 }
 
+// Overtaker is an executor that must hear of tasks that a success of an
+// earlier attempt completed after they were launched again, to stop the
+// machine each had (fanin.Overtaken). It is told in the callbacks'
+// transaction.
+type Overtaker interface {
+	Overtaken(ctx context.Context, tx Tx, tasks []fanin.Overtaken) error
+}
+
+// Overtaken tells the phases' executors of tasks an earlier attempt
+// completed (Overtaker), in the callbacks' transaction.
+func (x *Executors) Overtaken(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], tasks []fanin.Overtaken) error {
+	byKind := map[string][]fanin.Overtaken{}
+	for _, t := range tasks {
+		if ex, _, ok := x.Of(t.Phase); ok {
+			byKind[ex.Kind()] = append(byKind[ex.Kind()], t)
+		}
+	}
+	for kind, ts := range byKind {
+		if o, ok := x.byKind[kind].(Overtaker); ok {
+			if err := o.Overtaken(ctx, Tx{Tx: tx, River: client}, ts); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Sweeper is an executor with work for the periodic sweep (every
 // SWEEP_INTERVAL), e.g. timing out tasks past their deadline. grace is
 // set within SWEEP_RESTART_GRACE of a start of Postgres or of this

@@ -138,3 +138,50 @@ func TestSweepMakesUpForASilenceFirst(t *testing.T) {
 	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM batch_events WHERE batch_id = $1 AND type = 'task.timed_out'`, id).Scan(&timedOut))
 	require.Zero(t, timedOut)
 }
+
+// TestTimeoutAfterASilenceCostsNoAttempt: a task whose attempt lived
+// through a silence of every orchestrator and then timed out is retried
+// without counting the attempt (its worker may have given up calling back
+// while nobody could listen); the next attempt, heard throughout, counts.
+func TestTimeoutAfterASilenceCostsNoAttempt(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: hang, Settings: map[string]string{"TASK_MAX_ATTEMPTS": "1"}})
+	const id = "SILENCE-EXCUSED"
+	submitRunning(t, env, id, 1)
+	ctx := context.Background()
+	l := jobs.Listener{Pool: env.Pool, ProcessID: "x"}
+	_, err := l.Beat(ctx)
+	require.NoError(t, err)
+	_, err = env.Pool.Exec(ctx, `UPDATE listeners SET seen_at = seen_at - interval '60 seconds'`)
+	require.NoError(t, err)
+	silence, err := l.Beat(ctx)
+	require.NoError(t, err)
+	require.Positive(t, silence)
+
+	// It times out all the same: retried on a new machine, no failure counted.
+	_, err = env.Pool.Exec(ctx, `UPDATE tasks SET deadline = clock_timestamp() - interval '1 second' WHERE batch_id = $1`, id)
+	require.NoError(t, err)
+	var attempt int
+	eventually.True(t, 30*time.Second, "a second attempt", func() bool {
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT CASE WHEN status = 'processing' AND machine_id IS NOT NULL THEN attempt ELSE 0 END FROM tasks WHERE batch_id = $1`, id).Scan(&attempt))
+		return attempt == 2
+	})
+	var failures, excused int
+	var unheard bool
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT failures, excused, unheard FROM tasks WHERE batch_id = $1`, id).Scan(&failures, &excused, &unheard))
+	require.Equal(t, []int{0, 1}, []int{failures, excused})
+	require.False(t, unheard, "the new attempt has been heard throughout")
+	var reason string
+	require.NoError(t, env.Pool.QueryRow(ctx, `SELECT data->>'reason' FROM batch_events WHERE batch_id = $1 AND type = 'task.retrying'`, id).Scan(&reason))
+	require.Contains(t, reason, "not counted as an attempt")
+
+	// The second attempt times out with the orchestrator listening: with
+	// TASK_MAX_ATTEMPTS 1, the task fails.
+	_, err = env.Pool.Exec(ctx, `UPDATE tasks SET deadline = clock_timestamp() - interval '1 second' WHERE batch_id = $1 AND status = 'processing'`, id)
+	require.NoError(t, err)
+	eventually.True(t, 30*time.Second, "the task failed", func() bool {
+		var st string
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT status FROM tasks WHERE batch_id = $1`, id).Scan(&st))
+		return st == "failed"
+	})
+}

@@ -663,15 +663,41 @@ func (c *callbackConn) close() {
 
 // instantBackend accepts every launch at once: the phase after the measured
 // one launches its machines here, outside the measurement.
+// Its machines run until destroyed (instantMachines holds them, for the
+// sweep's check of running tasks' machines).
 type instantBackend struct{}
 
+// instantMachines are instantBackend's live machines, by id.
+var instantMachines sync.Map
+
 func (instantBackend) Launch(_ context.Context, s compute.MachineSpec) (compute.Machine, error) {
-	return compute.Machine{ID: "m-" + s.TaskID, App: s.App, TaskID: s.TaskID, State: "started"}, nil
+	m := compute.Machine{ID: "m-" + s.TaskID, App: s.App, TaskID: s.TaskID, Attempt: s.Attempt, State: "started"}
+	instantMachines.Store(m.ID, instantMachine{m, s.BatchID})
+	return m, nil
 }
 func (instantBackend) FindByTask(context.Context, string, string) ([]compute.Machine, error) {
 	return nil, nil
 }
-func (instantBackend) Destroy(context.Context, string, string) error { return nil }
+func (instantBackend) ListByBatch(_ context.Context, app, batchID string) ([]compute.Machine, error) {
+	var out []compute.Machine
+	instantMachines.Range(func(_, v any) bool {
+		if m := v.(instantMachine); m.App == app && m.batchID == batchID {
+			out = append(out, m.Machine)
+		}
+		return true
+	})
+	return out, nil
+}
+func (instantBackend) Destroy(_ context.Context, _, id string) error {
+	instantMachines.Delete(id)
+	return nil
+}
+
+// instantMachine is a machine of instantBackend, with its batch.
+type instantMachine struct {
+	compute.Machine
+	batchID string
+}
 
 func (r *results) table() string {
 	var b strings.Builder

@@ -229,6 +229,35 @@ func (b *Backend) FindByTask(ctx context.Context, app, taskID string) ([]compute
 	return out, nil
 }
 
+// ListByBatch lists the app's machines carrying metadata
+// batch_id=batchID, excluding destroyed ones, in one request; the filter
+// is applied by the API and again here.
+func (b *Backend) ListByBatch(ctx context.Context, app, batchID string) ([]compute.Machine, error) {
+	if err := validatePathPart("app", app); err != nil {
+		return nil, compute.Permanent(err, 0)
+	}
+	if batchID == "" {
+		return nil, compute.Permanent(errors.New("flycompute: batch id is required"), 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+
+	ms, err := b.client.List(ctx, app, "metadata."+MetadataBatchID+"="+url.QueryEscape(batchID))
+	if err != nil {
+		return nil, classify(ctx, fmt.Errorf("listing machines of batch %s: %w", batchID, err))
+	}
+	var out []compute.Machine
+	for _, m := range ms {
+		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(MetadataBatchID) != batchID {
+			continue
+		}
+		attempt, _ := strconv.Atoi(m.GetMetadataByKey(MetadataAttempt))
+		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.GetMetadataByKey(MetadataTaskID), Attempt: attempt,
+			CreatedAt: createdAt(m)})
+	}
+	return out, nil
+}
+
 // createdAt is the machine's created_at (RFC 3339), zero if absent.
 func createdAt(m *fly.Machine) time.Time {
 	t, _ := time.Parse(time.RFC3339, m.CreatedAt)

@@ -178,12 +178,22 @@ func TestFindByTask(t *testing.T) {
 	// Task ids are escaped into the documented metadata.{key} filter.
 	_, err = b.FindByTask(t.Context(), app, "a&b=c")
 	require.NoError(t, err)
+
+	// A batch's machines, of every task and attempt, in one list.
+	batch, err := b.ListByBatch(t.Context(), app, spec("x").BatchID)
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	other, err := b.ListByBatch(t.Context(), app, "another batch")
+	require.NoError(t, err)
+	require.Empty(t, other)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{
 		"metadata.task_id=task-1",
 		"metadata.task_id=task-3",
 		"metadata.task_id=a%26b%3Dc",
+		"metadata.batch_id=" + spec("x").BatchID,
+		"metadata.batch_id=another+batch",
 	}, queries)
 }
 

@@ -279,6 +279,25 @@ func (b *Backend) FindByTask(_ context.Context, app, taskID string) ([]compute.M
 	return out, nil
 }
 
+// ListByBatch implements compute.Backend: the app's queued and running
+// machines of the batch, in launch order.
+func (b *Backend) ListByBatch(_ context.Context, app, batchID string) ([]compute.Machine, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var found []*machine
+	for _, m := range b.machines {
+		if m.app == app && m.batchID == batchID {
+			found = append(found, m)
+		}
+	}
+	slices.SortFunc(found, func(x, y *machine) int { return compareIDs(x.id, y.id) })
+	out := make([]compute.Machine, 0, len(found))
+	for _, m := range found {
+		out = append(out, m.view())
+	}
+	return out, nil
+}
+
 // Destroy implements compute.Backend. A queued machine is dropped; a running
 // one is killed and Destroy waits (until ctx ends) for the process to be
 // gone. An unknown, finished or other app's machine is not an error.

@@ -460,11 +460,17 @@ func TestDestroy(t *testing.T) {
 	require.Equal(t, []compute.Machine{{ID: hung.ID, App: "family-app", State: localcompute.StateStarted, TaskID: "hung",
 		Attempt: 1, CreatedAt: hung.CreatedAt}}, ms)
 	require.False(t, hung.CreatedAt.IsZero())
+	byBatch, err := b.ListByBatch(ctx, "family-app", "batch1")
+	require.NoError(t, err)
+	require.Equal(t, ms, byBatch, "the batch's machines of the app")
 
 	require.NoError(t, b.Destroy(ctx, "family-app", hung.ID))
 	ms, err = b.FindByTask(ctx, "family-app", "hung")
 	require.NoError(t, err)
 	require.Empty(t, ms)
+	byBatch, err = b.ListByBatch(ctx, "family-app", "batch1")
+	require.NoError(t, err)
+	require.Empty(t, byBatch)
 	for _, s := range procs {
 		if s.Role == "worker" {
 			requireProcessGone(t, s.PID)

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
@@ -99,7 +101,57 @@ func TestTimedOutTaskIsRetriedOnAFreshMachine(t *testing.T) {
 	late, _ := json.Marshal(map[string]any{"status": "success", "output_r2_key": "staging/" + id + "/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1})
 	code, body := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+taskID, ls[0].Env["CALLBACK_TOKEN"], bytes.NewReader(late))
 	require.Equal(t, http.StatusConflict, code, string(body))
-	require.Contains(t, string(body), "superseded")
+	require.Contains(t, string(body), "completed by another attempt")
+}
+
+// TestAnEarlierAttemptsSuccessIsTaken: a task's first machine times out
+// and is given up on (its destruction answered but the machine still
+// posts: as one cut off by a partition), the task is launched again, and
+// the first attempt's success arrives while the second runs. It is taken:
+// the task completes with it, the second machine is destroyed, and the
+// second attempt's callback is refused and changes nothing.
+func TestAnEarlierAttemptsSuccessIsTaken(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if isFile(l, "t000.tif") {
+			return fakefly.Behavior{Hang: true}
+		}
+		return testenv.Succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "1000"}})
+	const id = "OVERTAKEN"
+	env.Submit(t, id, testenv.Tiffs(2))
+	var ls []fakefly.Launch
+	eventually.True(t, 30*time.Second, "a second attempt's machine", func() bool {
+		ls = ls[:0]
+		for _, l := range env.Fly.Launches() {
+			if isFile(l, "t000.tif") && l.MachineID != "" {
+				ls = append(ls, l)
+			}
+		}
+		return len(ls) == 2
+	})
+	first, second, taskID := ls[0], ls[1], ls[0].TaskID
+
+	code, body := env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+taskID, first.Env["CALLBACK_TOKEN"], bytes.NewReader(testenv.WorkerResult(first)))
+	require.Equal(t, http.StatusOK, code, string(body))
+	st := env.AwaitStatus(t, id, testenv.IsDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(2), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+	eventually.True(t, 10*time.Second, "the second machine destroyed", func() bool {
+		return slices.Contains(env.Fly.Destroyed(), second.MachineID)
+	})
+	status, _, _ := taskState(t, env, taskID)
+	require.Equal(t, "completed", status)
+	var completions int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM batch_events WHERE task_id = $1 AND type = 'task.completed'`, taskID).Scan(&completions))
+	require.Equal(t, 1, completions)
+
+	// The first attempt's repeat is a repeat; the second's success is refused.
+	code, body = env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+taskID, first.Env["CALLBACK_TOKEN"], bytes.NewReader(testenv.WorkerResult(first)))
+	require.Equal(t, http.StatusOK, code, string(body))
+	code, body = env.DoAuth(t, http.MethodPost, "/callback/"+id+"/"+taskID, second.Env["CALLBACK_TOKEN"], bytes.NewReader(testenv.WorkerResult(second)))
+	require.Equal(t, http.StatusConflict, code, string(body))
+	require.Contains(t, string(body), "completed by another attempt")
 }
 
 // TestSweepWaitsOutARestart: within SWEEP_RESTART_GRACE of a start (of
@@ -160,12 +212,13 @@ func TestRelaunchWaitsForTheDestruction(t *testing.T) {
 	require.Contains(t, env.Fly.Destroyed(), ls[0].MachineID)
 }
 
-// TestRelaunchGivesUpOnAnIndestructibleMachine: when Fly keeps refusing
-// to destroy a timed-out attempt's machine, the task waits
-// TASK_RETIRE_LIMIT, then is launched anyway, with the reason in its
-// events: a task must not wait for ever on a machine that is most likely
-// gone.
-func TestRelaunchGivesUpOnAnIndestructibleMachine(t *testing.T) {
+// TestAnIndestructibleMachineIsNeverRelaunchedOver: when Fly keeps
+// refusing to destroy a timed-out attempt's machine, the task is never
+// launched again while that machine may live (one task, one live
+// machine). Past TASK_RETIRE_LIMIT the refusals count as an outage of the
+// Machines API, which LAUNCH_OUTAGE_BUDGET bounds: the batch ends in
+// ERROR with the reason instead of waiting for ever.
+func TestAnIndestructibleMachineIsNeverRelaunchedOver(t *testing.T) {
 	t.Parallel()
 	var fly atomic.Pointer[fakefly.Server]
 	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
@@ -174,26 +227,17 @@ func TestRelaunchGivesUpOnAnIndestructibleMachine(t *testing.T) {
 			return fakefly.Behavior{Hang: true}
 		}
 		return testenv.Succeed(l)
-	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "500", "TASK_RETIRE_LIMIT": "1500"}})
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "500", "TASK_RETIRE_LIMIT": "1000", "LAUNCH_OUTAGE_BUDGET": "3000"}})
 	fly.Store(env.Fly)
-	const id = "RETIRE-GIVES-UP"
-	env.Submit(t, id, testenv.Tiffs(1))
+	const id = "RETIRE-NEVER-OVER"
+	env.Submit(t, id, testenv.Tiffs(2))
 	st := env.AwaitStatus(t, id, testenv.IsDone)
-	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, "ERROR", st.Status)
+	require.NotNil(t, st.Error)
+	require.Contains(t, *st.Error, "failed transiently")
+	require.Contains(t, *st.Error, "destroying machine")
 	taskID := env.TaskOf(t, id, "t000.tif")
-	ls := launchesOf(env, taskID)
-	require.Len(t, ls, 2, "launched again once the limit passed")
-	require.NotContains(t, env.Fly.Destroyed(), ls[0].MachineID, "Fly never destroyed the first machine")
-	var reasons []string
-	rows, err := env.Pool.Query(context.Background(), `SELECT data->>'reason' FROM batch_events WHERE batch_id = $1 AND type = 'task.retrying' ORDER BY id`, id)
-	require.NoError(t, err)
-	for rows.Next() {
-		var r string
-		require.NoError(t, rows.Scan(&r))
-		reasons = append(reasons, r)
-	}
-	require.NoError(t, rows.Err())
-	require.Contains(t, reasons, "its last machine could not be destroyed within 1.5s; launching anyway")
+	require.Len(t, launchesOf(env, taskID), 1, "never launched again while its machine may live")
 }
 
 // TestWorkerErrorsRetriedOnlyWhenTransient: a worker that reports a
@@ -355,4 +399,38 @@ func TestLaunchOutageBudgetSpent(t *testing.T) {
 	require.Contains(t, *st.Error, "LAUNCH_OUTAGE_BUDGET 1s")
 	require.Contains(t, *st.Error, "503")
 	require.Equal(t, 1, env.CountEvents(t, id, "batch.error"))
+}
+
+// TestAMachineThatEndsWithoutCallingBackIsRetriedSoon: machines that
+// crash (vanish, as with auto-destroy) or stop without calling back have
+// their tasks retried once the sweep's check of running machines sees
+// them gone and MACHINE_GONE_GRACE passed, not at the task's timeout (a
+// minute here); the reason says what became of the machine.
+func TestAMachineThatEndsWithoutCallingBackIsRetriedSoon(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		switch {
+		case isFile(l, "t000.tif") && l.Attempt == 1:
+			return fakefly.Behavior{Crash: true}
+		case isFile(l, "t001.tif") && l.Attempt == 1:
+			return fakefly.Behavior{Crash: true, Linger: true}
+		}
+		return testenv.Succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "60000", "TASK_MAX_ATTEMPTS": "2"}})
+	const id = "GONE"
+	env.Submit(t, id, testenv.Tiffs(3))
+	st := env.AwaitStatusWithin(t, id, 45*time.Second, testenv.IsDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(3), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+
+	rows, err := env.Pool.Query(context.Background(), `SELECT regexp_replace(data->>'error', 'Machine \S+ ', '') FROM batch_events
+		WHERE batch_id = $1 AND type = 'task.retrying' ORDER BY 1`, id)
+	require.NoError(t, err)
+	reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"stopped without calling back", "vanished without calling back"}, reasons)
+	for _, f := range []string{"t000.tif", "t001.tif"} {
+		status, _, failures := taskState(t, env, env.TaskOf(t, id, f))
+		require.Equal(t, []any{"completed", 1}, []any{status, failures}, f)
+	}
 }

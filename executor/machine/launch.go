@@ -98,6 +98,11 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		return river.JobSnooze(200 * time.Millisecond)
 	case pending == 0:
 		return nil
+	case pending <= int64(ret.waiting) && ret.overdue != nil && total.launched == 0:
+		// Only tasks whose last machine could not be destroyed, some for
+		// TASK_RETIRE_LIMIT: the Machines API is out, and the outage
+		// counts (LAUNCH_OUTAGE_BUDGET).
+		return w.phaseError(ctx, job, pcfg, compute.Ambiguous(ret.overdue, 0))
 	case pending <= int64(ret.waiting):
 		// Only tasks whose last machine could not be destroyed yet:
 		// try again soon, not at once.

@@ -39,6 +39,9 @@ type Executor struct {
 	// urls presigns the URLs machines reach storage with: they get no
 	// credentials.
 	urls *batchurls.Signer
+	// checked is when each (batch, phase)'s machines were last checked
+	// (checkMachines).
+	checked *checkTimes
 }
 
 var (
@@ -64,7 +67,7 @@ func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error
 	if deps.Compute == nil {
 		return nil, errors.New("the machine executor needs a compute backend")
 	}
-	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls}, nil
+	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls, checked: newCheckTimes()}, nil
 }
 
 // Kind is Kind.
@@ -160,6 +163,26 @@ func (e *Executor) Stop(ctx context.Context, tx jobs.Tx, batchID, reason string)
 		}
 	}
 	return len(ended), nil
+}
+
+// Overtaken destroys the machines of tasks that a success of an earlier
+// attempt completed after they were launched again: a later attempt's
+// machine, whose work is no longer wanted, or a timed-out one still
+// waiting for its destruction.
+func (e *Executor) Overtaken(ctx context.Context, tx jobs.Tx, tasks []fanin.Overtaken) error {
+	byApp := map[string][]string{}
+	for _, t := range tasks {
+		if t.MachineID != "" {
+			app := e.cfg.Phases[phases.Name(t.Phase)].App
+			byApp[app] = append(byApp[app], t.MachineID)
+		}
+	}
+	for app, ids := range byApp {
+		if _, err := tx.River.InsertTx(ctx, tx.Tx, DestroyArgs{App: app, MachineIDs: ids}, nil); err != nil {
+			return fmt.Errorf("queueing the destruction of overtaken machines: %w", err)
+		}
+	}
+	return nil
 }
 
 // Requeued enqueues the launchers of phases whose tasks callbacks put

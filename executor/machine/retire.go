@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/arke-institute/orchestrator/db"
-	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -19,16 +16,20 @@ const retireConcurrency = 8
 type retirement struct {
 	released int // tasks launchable again
 	waiting  int // tasks whose machine could not be destroyed yet
+	// overdue is the last destruction error of a task that has waited
+	// TASK_RETIRE_LIMIT or more: the Machines API is taken to be out.
+	overdue error
 }
 
 // retire destroys the machines of the phase's tasks waiting to be retried
 // (a timed-out attempt, a transient error) and makes those tasks
-// launchable again: a task is claimed only once its last machine is gone,
-// so that no task has two machines alive at once. A destruction that fails
-// is tried again on the launcher's next run, until TASK_RETIRE_LIMIT has
-// passed: then the launcher gives up on it (the provider keeps refusing)
-// and launches the task again, as a machine that could not be destroyed
-// for that long is most likely gone, and the task must not wait for ever.
+// launchable again: a task is claimed only once its last machine is gone
+// (destroyed, or unknown to the provider), so that no task has two
+// machines alive at once. A destruction that fails is tried again on the
+// launcher's next run; one that has kept failing for TASK_RETIRE_LIMIT is
+// reported (overdue), and the launcher counts it as an outage of the
+// Machines API (LAUNCH_OUTAGE_BUDGET bounds it), never launching the task
+// again meanwhile.
 func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name phases.Name, pcfg Phase) (retirement, error) {
 	rows, err := db.New(w.deps.Pool).TaskListRetiring(ctx, db.TaskListRetiringParams{BatchID: batchID, Phase: string(name), Max: launchChunk})
 	if err != nil || len(rows) == 0 {
@@ -39,7 +40,6 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, retireConcurrency)
 		release  taskAttempts
-		gaveUp   []string
 		out      retirement
 		firstErr error
 	)
@@ -51,16 +51,13 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 			err := w.deps.Compute.Destroy(ctx, pcfg.App, r.MachineID)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err == nil:
-			case r.Overdue:
-				gaveUp = append(gaveUp, r.ID)
-				w.deps.Logger.Warn("gave up destroying a retried task's machine", "batch_id", batchID, "task_id", r.ID, "phase", string(name),
-					"machine_id", r.MachineID, "error", err)
-			default:
+			if err != nil {
 				out.waiting++
 				if firstErr == nil {
 					firstErr = err
+				}
+				if r.Overdue {
+					out.overdue = fmt.Errorf("destroying machine %s of retried task %s for %s or more: %w", r.MachineID, r.ID, w.deps.Settings.TaskRetireLimit, err)
 				}
 				return
 			}
@@ -75,24 +72,10 @@ func (w *PhaseLaunchWorker) retire(ctx context.Context, batchID string, name pha
 	if len(release.ids) == 0 {
 		return out, nil
 	}
-	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		ids, err := q.TaskReleaseRetired(ctx, db.TaskReleaseRetiredParams{IDs: release.ids, Attempts: release.attempts})
-		if err != nil {
-			return fmt.Errorf("releasing retried tasks: %w", err)
-		}
-		out.released = len(ids)
-		if len(gaveUp) == 0 {
-			return nil
-		}
-		events := make([]db.BatchEventInsertManyParams, 0, len(gaveUp))
-		for _, id := range gaveUp {
-			events = append(events, jobs.NewEvent(batchID, db.EventTaskRetrying, string(name), id, map[string]any{
-				"reason": fmt.Sprintf("its last machine could not be destroyed within %s; launching anyway", w.deps.Settings.TaskRetireLimit),
-			}))
-		}
-		_, err = q.BatchEventInsertMany(ctx, events)
-		return err
-	})
-	return out, err
+	ids, err := db.New(w.deps.Pool).TaskReleaseRetired(ctx, db.TaskReleaseRetiredParams{IDs: release.ids, Attempts: release.attempts})
+	if err != nil {
+		return out, fmt.Errorf("releasing retried tasks: %w", err)
+	}
+	out.released = len(ids)
+	return out, nil
 }

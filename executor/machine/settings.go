@@ -43,6 +43,13 @@ type Config struct {
 	// callback while the orchestrator is unreachable or answers 5xx
 	// (CALLBACK_RETRY_WINDOW; passed to the machines).
 	CallbackRetryWindow time.Duration
+	// CheckInterval is how often the running tasks' machines of a batch's
+	// phase are checked against the Machines API (MACHINE_CHECK_INTERVAL);
+	// GoneGrace how long a task whose machine ended without calling back
+	// waits for a callback in flight before it is retried
+	// (MACHINE_GONE_GRACE).
+	CheckInterval time.Duration
+	GoneGrace     time.Duration
 }
 
 // LaunchLimit is the launch rate limit of each app (FLY_LAUNCH_RATE,
@@ -118,6 +125,8 @@ func settingsOf(c *Config, specs []phases.Spec) []setting.Group {
 			setting.Millis(&c.ErrorRetryCap, "ALARM_DELAY_ERROR_RETRY", 30*time.Second, "cap of the backoff of a phase's retries after launch errors"),
 			setting.PositiveInt(&c.MaxRetryAttempts, "MAX_RETRY_ATTEMPTS", 5, "phase-level retries after permanent launch errors (4xx but 408/409/429, bad image, unknown app) before the batch goes to ERROR"),
 			setting.Millis(&c.OutageBudget, "LAUNCH_OUTAGE_BUDGET", 30*time.Minute, "how long a phase's launches may keep failing transiently (Fly 5xx, timeouts, no capacity) before the batch goes to ERROR; running tasks go on meanwhile"),
+			setting.Millis(&c.CheckInterval, "MACHINE_CHECK_INTERVAL", 10*time.Second, "how often the machines of a batch's running tasks are checked, one list per app and batch: a task whose machine stopped, failed or vanished without calling back is retried soon, not at its timeout"),
+			setting.Millis(&c.GoneGrace, "MACHINE_GONE_GRACE", 10*time.Second, "how long a task whose machine ended without calling back waits for a callback in flight before it is retried"),
 			setting.Millis(&c.CallbackRetryWindow, "CALLBACK_RETRY_WINDOW", 15*time.Minute, "how long a worker keeps retrying its callback while the orchestrator is unreachable or answers 5xx/429 (passed to the machines)"),
 		},
 	}}

@@ -16,12 +16,15 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 )
 
-// Sweep times out the tasks past their deadline, a few (batch, phase)
-// groups a run (jobs.SweepGroupsPerRun): within the restart grace it
-// times out nothing.
+// Sweep checks the running tasks' machines (checkMachines), then times
+// out the tasks past their deadline, a few (batch, phase) groups a run
+// (jobs.SweepGroupsPerRun): within the restart grace it does nothing.
 func (e *Executor) Sweep(ctx context.Context, client *river.Client[pgx.Tx], grace bool) error {
 	if grace {
 		return nil
+	}
+	if err := e.checkMachines(ctx); err != nil {
+		return err
 	}
 	groups, err := e.ExpiredGroups(ctx)
 	if err != nil {

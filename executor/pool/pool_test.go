@@ -86,8 +86,8 @@ func TestPoolMachineDiesMidTask(t *testing.T) {
 	t.Parallel()
 	var crashed atomic.Bool
 	env := testenv.New(t, testenv.Options{
-		// A task timeout of 3 s: heartbeats every 0.5 s, a lease of 1.5 s.
-		Settings: testenv.PoolSettings(2, map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "3000", "TASK_TIMEOUT_PER_GB_TIFF_CONVERSION": "0"}),
+		// A task timeout of 6 s: heartbeats every 1 s, a lease of 3 s.
+		Settings: testenv.PoolSettings(2, map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "6000", "TASK_TIMEOUT_PER_GB_TIFF_CONVERSION": "0"}),
 		Behave: func(l fakefly.Launch) fakefly.Behavior {
 			if l.PoolMachine != "" && strings.HasSuffix(l.Env["INPUT_R2_KEY"], "/t002.tif") && crashed.CompareAndSwap(false, true) {
 				return fakefly.Behavior{Crash: true, Delay: 100 * time.Millisecond}

@@ -207,6 +207,19 @@ func (t Table) ExpiredGroups(ctx context.Context) ([]db.TaskExpiredGroupsRow, er
 	return groups, nil
 }
 
+// Running are the (batch, phase) pairs of the kind's phases with
+// processing tasks.
+func (t Table) Running(ctx context.Context) ([]db.TaskCountProcessingGroupsRow, error) {
+	if len(t.phases()) == 0 {
+		return nil, nil
+	}
+	groups, err := db.New(t.deps.Pool).TaskCountProcessingGroups(ctx, t.phases())
+	if err != nil {
+		return nil, fmt.Errorf("finding running tasks: %w", err)
+	}
+	return groups, nil
+}
+
 // Expiry is how Expire ends a phase's expired tasks.
 type Expiry struct {
 	// LeaseSeconds is how long a lease holds without a heartbeat (the
@@ -219,18 +232,25 @@ type Expiry struct {
 	Then func(tx jobs.Tx, expired []db.TaskFailExpiredRow) error
 }
 
+// MaxExcused bounds a task's timeouts that cost no attempt because its
+// attempt lived through a time in which no orchestrator could accept
+// callbacks (TaskFailExpired): its worker may have given up calling back,
+// which is not the machine's failure. An outage accounts for one.
+const MaxExcused = 10
+
 // Expire ends the expired tasks of one (batch, phase) with "Task timed
 // out after Ns" (or, for a lease whose heartbeats stopped, "Lease lost"):
 // a task with attempts left (TASK_MAX_ATTEMPTS) goes back to pending, the
-// others fail; each gets its events, and the phase's check is made sure
+// others fail; an attempt that lived through a silence of every
+// orchestrator is retried without counting (MaxExcused); each gets its events, and the phase's check is made sure
 // to run, as any other task end does (EndTasks).
 func (t Table) Expire(ctx context.Context, client *river.Client[pgx.Tx], batchID, phase string, how Expiry) error {
-	expired, retried := 0, 0
+	expired, retried, excused := 0, 0, 0
 	err := fanin.EndTasks(ctx, t.deps.Pool, client, fanin.PhaseRef{BatchID: batchID, Phase: phase}, func(tx pgx.Tx) (bool, error) {
 		q := db.New(tx)
 		rows, err := q.TaskFailExpired(ctx, db.TaskFailExpiredParams{
 			BatchID: batchID, Phase: phase, MaxAttempts: int32(t.deps.Settings.TaskMaxAttempts),
-			RetireSeconds: t.deps.Settings.TaskRetireLimit.Seconds(), LeaseSeconds: how.LeaseSeconds,
+			RetireSeconds: t.deps.Settings.TaskRetireLimit.Seconds(), LeaseSeconds: how.LeaseSeconds, MaxExcused: MaxExcused,
 		})
 		if err != nil {
 			return false, fmt.Errorf("failing expired tasks of %s %s: %w", batchID, phase, err)
@@ -247,8 +267,13 @@ func (t Table) Expire(ctx context.Context, client *river.Client[pgx.Tx], batchID
 			events = append(events, jobs.NewEvent(batchID, db.EventTaskTimedOut, phase, r.ID, data))
 			if r.Retry {
 				retried++
+				reason := "timed out"
+				if r.Excused {
+					excused++
+					reason = "timed out after no orchestrator could accept callbacks for a while (not counted as an attempt)"
+				}
 				events = append(events, jobs.NewEvent(batchID, db.EventTaskRetrying, phase, r.ID, map[string]any{
-					"reason": "timed out", "error": deref(r.Error), "failed_attempts": r.Failures,
+					"reason": reason, "error": deref(r.Error), "failed_attempts": r.Failures,
 				}))
 				continue
 			}
@@ -270,7 +295,7 @@ func (t Table) Expire(ctx context.Context, client *river.Client[pgx.Tx], batchID
 	}
 	if err == nil && retried > 0 {
 		t.deps.Metrics.TasksRetried(phase, metrics.RetryTimeout, retried)
-		t.deps.Logger.Warn("timed-out tasks to be retried", "batch_id", batchID, "phase", phase, "count", retried)
+		t.deps.Logger.Warn("timed-out tasks to be retried", "batch_id", batchID, "phase", phase, "count", retried, "not_counted", excused)
 	}
 	return err
 }

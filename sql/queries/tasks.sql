@@ -30,7 +30,7 @@ WITH claimed AS (
     FROM claimed
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL,
+SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL, unheard = false, machine_gone = NULL,
     superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
@@ -101,6 +101,41 @@ WITH input AS (
 )
 SELECT id, batch_id, phase, token_hash, status FROM ended;
 
+-- TaskCompleteOvertaken applies a success of an earlier attempt of a task
+-- (its token among the superseded ones) that arrives after the task was
+-- launched again, while the task has no success yet and its phase is still
+-- the batch's (the fan-in's shared lock, which the caller holds, keeps it
+-- so): work is not thrown away because a later attempt was started. The
+-- task completes with that attempt's result and token (its repeats are
+-- then repeats), the token it had joins the superseded ones (the later
+-- attempt's callbacks are told they are late), and it returns the machine
+-- the task had, to be stopped (the later attempt's, or the timed-out one
+-- still waiting for its destruction; none for a pool's machine, which
+-- hears of it at its next heartbeat). A reset task is left alone.
+-- name: TaskCompleteOvertaken :one
+WITH old AS MATERIALIZED (
+    SELECT t.id, t.token_hash, t.machine_id, t.pool_machine_id FROM tasks t
+    WHERE t.id = @id AND t.batch_id = @batch_id AND @token_hash::bytea = ANY(t.superseded_token_hashes)
+        AND t.status <> 'completed' AND t.ended_by IS DISTINCT FROM 'reset'
+        AND EXISTS (SELECT 1 FROM batches b WHERE b.id = t.batch_id AND b.status = t.phase)
+    FOR NO KEY UPDATE OF t
+), done AS (
+    UPDATE tasks t
+    SET status = 'completed', result = @result::jsonb, error = NULL, ended_by = 'callback', lease_until = NULL,
+        token_hash = @token_hash::bytea,
+        superseded_token_hashes = CASE WHEN old.token_hash IS NULL THEN array_remove(t.superseded_token_hashes, @token_hash::bytea)
+            ELSE array_append(array_remove(t.superseded_token_hashes, @token_hash::bytea), old.token_hash) END,
+        finished_at = clock_timestamp(), updated_at = clock_timestamp()
+    FROM old
+    WHERE t.id = old.id
+    RETURNING t.id, t.batch_id, t.phase
+), events AS (
+    INSERT INTO batch_events (batch_id, type, phase, task_id, data)
+    SELECT batch_id, @event_completed::text, phase, id, '{"overtook_a_later_attempt": true}'::jsonb FROM done
+)
+SELECT done.phase, coalesce(CASE WHEN old.pool_machine_id IS NULL THEN old.machine_id END, '')::text AS machine_id
+FROM done JOIN old ON old.id = done.id;
+
 -- TaskCountByBatch counts a batch's tasks per phase and status. It reads
 -- the counters triggers keep (task_counts, migration 00004): a few rows,
 -- however many tasks the batch has.
@@ -126,6 +161,12 @@ DELETE FROM task_counts WHERE batch_id = @batch_id AND phase = ANY(@phases::text
 -- name: TaskCountPending :one
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending';
+
+-- TaskCountProcessingGroups are the (batch, phase) pairs of @phases with
+-- processing tasks, from the counters (task_counts).
+-- name: TaskCountProcessingGroups :many
+SELECT batch_id, phase FROM task_counts
+WHERE phase = ANY(@phases::text[]) AND status = 'processing' AND n > 0;
 
 -- TaskDeleteByBatch deletes up to max of a batch's tasks of @phases
 -- (retention: one short statement at a time). The triggers count them out
@@ -161,11 +202,14 @@ LIMIT @max;
 
 -- TaskExtendRunning moves the deadline and the lease of every processing
 -- task later by the seconds given: time in which no callback could be
--- accepted (jobs.Listener) is not charged to the tasks.
+-- accepted (jobs.Listener) is not charged to the tasks. It marks them
+-- unheard: should one time out all the same, its worker may have given up
+-- calling back meanwhile, and the timeout costs no attempt
+-- (TaskFailExpired).
 -- name: TaskExtendRunning :execrows
 WITH by AS (SELECT make_interval(secs => @seconds::float8) AS d)
 UPDATE tasks t
-SET deadline = t.deadline + by.d, lease_until = t.lease_until + by.d
+SET deadline = t.deadline + by.d, lease_until = t.lease_until + by.d, unheard = true
 FROM by
 WHERE t.status = 'processing';
 
@@ -175,25 +219,45 @@ WHERE t.status = 'processing';
 -- (@max_attempts) goes back to pending to be retried (ended_by 'retry',
 -- its token kept so that a late success of this attempt still counts; a
 -- machine task's deadline: until @retire_seconds from now, as its launcher
--- retires its machine first), the others fail. retry says which. Only
--- tasks with a machine: a launch that made none is the sweep's to settle
--- (TaskSettleUnlaunched).
+-- retires its machine first), the others fail. retry says which. An
+-- attempt that lived through a silence of every orchestrator (unheard) is
+-- excused: its worker may have given up calling back while none could
+-- listen, so it is retried without counting as a failed attempt, up to
+-- @max_excused times a task. Only tasks with a machine: a launch that made
+-- none is the sweep's to settle (TaskSettleUnlaunched). The rows are
+-- decided, and locked, first, so that RETURNING can say what was decided.
 -- name: TaskFailExpired :many
-UPDATE tasks
-SET status = CASE WHEN failures + 1 < @max_attempts::int THEN 'pending' ELSE 'failed' END,
-    ended_by = CASE WHEN failures + 1 < @max_attempts::int THEN 'retry' ELSE 'timeout' END,
-    failures = failures + 1,
-    deadline = CASE WHEN failures + 1 < @max_attempts::int THEN clock_timestamp() + make_interval(secs => @retire_seconds::float8) ELSE deadline END,
-    finished_at = CASE WHEN failures + 1 < @max_attempts::int THEN NULL ELSE clock_timestamp() END,
+WITH limits AS (
+    SELECT @max_attempts::int AS max_attempts, @max_excused::int AS max_excused,
+        @retire_seconds::float8 AS retire_seconds, @lease_seconds::float8 AS lease_seconds
+), decided AS MATERIALIZED (
+    SELECT d.id, d.excuse, d.excuse OR d.failures + 1 < limits.max_attempts AS retry
+    FROM (
+        SELECT x.id, x.failures, x.unheard AND x.excused < limits.max_excused AS excuse
+        FROM tasks x, limits
+        WHERE x.batch_id = @batch_id AND x.phase = @phase AND x.status = 'processing'
+            AND (x.deadline < clock_timestamp() OR x.lease_until < clock_timestamp())
+            AND (x.machine_id IS NOT NULL OR x.pool_machine_id IS NOT NULL)
+        ORDER BY x.id COLLATE "C"
+        FOR NO KEY UPDATE OF x
+    ) d, limits
+)
+UPDATE tasks t
+SET status = CASE WHEN decided.retry THEN 'pending' ELSE 'failed' END,
+    ended_by = CASE WHEN decided.retry THEN 'retry' ELSE 'timeout' END,
+    failures = t.failures + CASE WHEN decided.excuse THEN 0 ELSE 1 END,
+    excused = t.excused + CASE WHEN decided.excuse THEN 1 ELSE 0 END,
+    deadline = CASE WHEN decided.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
+    finished_at = CASE WHEN decided.retry THEN NULL ELSE clock_timestamp() END,
     lease_until = NULL,
     updated_at = clock_timestamp(),
-    error = CASE WHEN deadline >= clock_timestamp()
-        THEN 'Lease lost: no heartbeat from its machine for ' || round((extract(epoch FROM clock_timestamp() - lease_until) + @lease_seconds::float8)::numeric, 1)::text || 's'
-        ELSE 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(launched_at, created_at))::numeric, 1)::text || 's' END
-WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
-    AND (deadline < clock_timestamp() OR lease_until < clock_timestamp())
-    AND (machine_id IS NOT NULL OR pool_machine_id IS NOT NULL)
-RETURNING id, machine_id, pool_machine_id, error, failures, (status = 'pending')::bool AS retry;
+    error = CASE WHEN t.machine_gone IS NOT NULL THEN t.machine_gone
+        WHEN t.deadline >= clock_timestamp()
+        THEN 'Lease lost: no heartbeat from its machine for ' || round((extract(epoch FROM clock_timestamp() - t.lease_until) + limits.lease_seconds)::numeric, 1)::text || 's'
+        ELSE 'Task timed out after ' || round(extract(epoch FROM clock_timestamp() - coalesce(t.launched_at, t.created_at))::numeric, 1)::text || 's' END
+FROM decided, limits
+WHERE t.id = decided.id
+RETURNING t.id, t.machine_id, t.pool_machine_id, t.error, t.failures, decided.retry::bool AS retry, decided.excuse::bool AS excused;
 
 -- TaskFailOpenByBatch ends every open task of a batch's @phases (admin
 -- reset).
@@ -251,6 +315,16 @@ SELECT id, batch_id, phase, status, token_hash, ended_by, superseded_token_hashe
 FROM tasks
 WHERE id = ANY(@ids::text[]);
 
+-- TaskListMachinesRunning lists a phase's processing tasks with a machine
+-- of their own (not a pool's) that was launched before @launched_before
+-- and is not yet known to be gone, with their machines: the sweep checks
+-- them against the Machines API's list of the batch's machines.
+-- name: TaskListMachinesRunning :many
+SELECT id, machine_id::text AS machine_id FROM tasks
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'processing'
+    AND machine_id IS NOT NULL AND pool_machine_id IS NULL AND machine_gone IS NULL
+    AND launched_at < @launched_before::timestamptz;
+
 -- TaskListRetiring lists up to @max tasks of a phase waiting to be retried
 -- whose last attempt's machine is still recorded: the launcher destroys it
 -- before the task is claimed again (deadline: when to give up waiting for
@@ -261,6 +335,27 @@ FROM tasks
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending' AND ended_by = 'retry' AND machine_id IS NOT NULL
 ORDER BY id
 LIMIT @max;
+
+-- TaskMarkMachinesGone records that running tasks' machines ended without
+-- calling back (@whys says how), each while the task still runs on that
+-- machine: the deadline comes within @grace_seconds, for a callback still
+-- in flight, and the sweep then retries the task with that reason. It
+-- locks the rows first, in byte order of their ids (as TaskCompleteMany
+-- and TaskSetMachines do).
+-- name: TaskMarkMachinesGone :many
+WITH u AS (
+    SELECT unnest(@ids::text[]) AS id, unnest(@machine_ids::text[]) AS machine_id, unnest(@whys::text[]) AS why
+), locked AS MATERIALIZED (
+    SELECT t.id FROM tasks t
+    WHERE t.id = ANY(@ids::text[])
+    ORDER BY t.id COLLATE "C"
+    FOR NO KEY UPDATE
+), grace AS (SELECT make_interval(secs => @grace_seconds::float8) AS d)
+UPDATE tasks t
+SET machine_gone = u.why, deadline = least(t.deadline, clock_timestamp() + grace.d), updated_at = clock_timestamp()
+FROM u JOIN locked l ON l.id = u.id, grace
+WHERE t.id = u.id AND t.machine_id = u.machine_id AND t.status = 'processing' AND t.machine_gone IS NULL
+RETURNING t.id;
 
 -- TaskRelease returns claimed tasks whose launch certainly did not create a
 -- machine to pending, forgetting their token: each only while it is still
@@ -292,7 +387,7 @@ RETURNING t.id;
 -- without a machine) afresh.
 -- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
 RETURNING id;

@@ -126,6 +126,8 @@ var testSettings = func() map[string]string {
 		"FLY_LAUNCH_BURST":        "100000",
 		"SWEEP_INTERVAL":          "200",
 		"SWEEP_RESTART_GRACE":     "0",
+		"MACHINE_CHECK_INTERVAL":  "200",
+		"MACHINE_GONE_GRACE":      "500",
 		"CDN_PUBLIC_URL":          "https://cdn.test",
 		"ADMIN_TOKEN":             AdminToken,
 		"READ_TOKEN":              ReadToken,

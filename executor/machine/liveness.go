@@ -1,0 +1,136 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/arke-institute/orchestrator/compute"
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// checkTimes are when each (batch, phase)'s machines were last checked, in
+// this process (a sweep runs in one process at a time; another process's
+// sweep may check again sooner, which is harmless).
+type checkTimes struct {
+	mu   sync.Mutex
+	last map[fanin.PhaseRef]time.Time
+}
+
+func newCheckTimes() *checkTimes { return &checkTimes{last: map[fanin.PhaseRef]time.Time{}} }
+
+// due lists the groups not checked for MACHINE_CHECK_INTERVAL, marking
+// them checked now, and forgets the groups no longer running.
+func (c *checkTimes) due(groups []fanin.PhaseRef, every time.Duration, now time.Time) []fanin.PhaseRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []fanin.PhaseRef
+	for _, g := range groups {
+		if now.Sub(c.last[g]) >= every {
+			c.last[g] = now
+			out = append(out, g)
+		}
+	}
+	for g := range c.last {
+		if !slices.Contains(groups, g) {
+			delete(c.last, g)
+		}
+	}
+	return out
+}
+
+// checkMachines checks the machines of the running tasks of each
+// (batch, phase) against the Machines API, at most every
+// MACHINE_CHECK_INTERVAL: one list of the batch's machines per app, not a
+// call per task. A machine that stopped, failed or is no longer listed
+// (its worker exited without calling back: a crash, an eviction, a host
+// lost) has its task's deadline brought within MACHINE_GONE_GRACE, for a
+// callback still in flight; the sweep then retries the task with that
+// reason instead of waiting out the task's timeout. A machine launched
+// less than the grace ago is not judged yet (the list may lag its
+// creation). A failed list is tried again at the next check.
+func (e *Executor) checkMachines(ctx context.Context) error {
+	running, err := e.Running(ctx)
+	if err != nil || len(running) == 0 {
+		return err
+	}
+	refs := make([]fanin.PhaseRef, len(running))
+	for i, r := range running {
+		refs[i] = fanin.PhaseRef{BatchID: r.BatchID, Phase: r.Phase}
+	}
+	for _, g := range e.checked.due(refs, e.cfg.CheckInterval, time.Now()) {
+		if err := e.checkGroup(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkGroup checks the machines of one (batch, phase)'s running tasks.
+func (e *Executor) checkGroup(ctx context.Context, g fanin.PhaseRef) error {
+	app := e.cfg.Phases[phases.Name(g.Phase)].App
+	// The list first: a task that ends after it is read as running is
+	// left alone by the mark, which wants it processing on that machine.
+	listed, err := e.deps.Compute.ListByBatch(ctx, app, g.BatchID)
+	if err != nil {
+		e.deps.Logger.Warn("checking running machines", "batch_id", g.BatchID, "phase", g.Phase, "app", app, "error", err)
+		return nil
+	}
+	byID := make(map[string]compute.Machine, len(listed))
+	for _, m := range listed {
+		byID[m.ID] = m
+	}
+	rows, err := db.New(e.deps.Pool).TaskListMachinesRunning(ctx, db.TaskListMachinesRunningParams{
+		BatchID: g.BatchID, Phase: g.Phase, LaunchedBefore: time.Now().Add(-e.cfg.GoneGrace),
+	})
+	if err != nil {
+		return fmt.Errorf("listing running machines of %s %s: %w", g.BatchID, g.Phase, err)
+	}
+	var mark db.TaskMarkMachinesGoneParams
+	for _, r := range rows {
+		m, ok := byID[r.MachineID]
+		var why string
+		switch {
+		case !ok:
+			why = fmt.Sprintf("Machine %s vanished without calling back", r.MachineID)
+		case m.Ended():
+			why = fmt.Sprintf("Machine %s %s without calling back", r.MachineID, endedAs(m.State))
+		default:
+			continue
+		}
+		mark.IDs = append(mark.IDs, r.ID)
+		mark.MachineIDs = append(mark.MachineIDs, r.MachineID)
+		mark.Whys = append(mark.Whys, why)
+	}
+	if len(mark.IDs) == 0 {
+		return nil
+	}
+	mark.GraceSeconds = e.cfg.GoneGrace.Seconds()
+	marked, err := db.New(e.deps.Pool).TaskMarkMachinesGone(ctx, mark)
+	if err != nil {
+		return fmt.Errorf("marking gone machines of %s %s: %w", g.BatchID, g.Phase, err)
+	}
+	if len(marked) > 0 {
+		e.deps.Logger.Warn("machines ended without calling back: their tasks will be retried", "batch_id", g.BatchID, "phase", g.Phase,
+			"count", len(marked), "grace", e.cfg.GoneGrace.String())
+	}
+	return nil
+}
+
+// endedAs says how a machine in an ended state (compute.Machine.Ended)
+// ended.
+func endedAs(state string) string {
+	switch state {
+	case "failed":
+		return "failed"
+	case "destroying", "destroyed":
+		return "was destroyed"
+	case "suspending", "suspended":
+		return "was suspended"
+	}
+	return "stopped"
+}
