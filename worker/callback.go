@@ -29,6 +29,24 @@ type Callback struct {
 	Backoff Backoff
 	// Logger receives a warning per failed attempt; nil discards them.
 	Logger *slog.Logger
+	// Deadline is the task's (TASK_DEADLINE): its storage and URL
+	// requests retry transient failures until then (RetryUntil). Zero:
+	// unknown.
+	Deadline time.Time
+}
+
+// DefaultStorageRetryWindow is how long storage requests retry transient
+// failures when the task's deadline is unknown.
+const DefaultStorageRetryWindow = 2 * time.Minute
+
+// RetryUntil is when a task's storage and URL requests stop retrying
+// transient failures: its deadline, or DefaultStorageRetryWindow from now
+// when that is unknown or already past.
+func (c Callback) RetryUntil(now time.Time) time.Time {
+	if c.Deadline.After(now) {
+		return c.Deadline
+	}
+	return now.Add(DefaultStorageRetryWindow)
 }
 
 // Complete reports whether a callback can be attempted at all: without a
@@ -59,10 +77,16 @@ const DefaultCallbackRetryWindow = 15 * time.Minute
 // a task's result is worth the wait.
 var DefaultBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Window: DefaultCallbackRetryWindow}
 
+// storageBackoffMax caps the wait between a storage request's retries
+// (and its Retry-After).
+const storageBackoffMax = 30 * time.Second
+
 // urlsBackoff paces a worker's requests for URLs in the middle of its work:
-// a few attempts, not the callback's window, since the task's deadline
-// runs meanwhile.
-var urlsBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Attempts: 8}
+// until the task's deadline (Callback.RetryUntil), not for the callback's
+// window, since the task's deadline runs meanwhile.
+func (c *Callback) urlsBackoff(now time.Time) Backoff {
+	return Backoff{Initial: 500 * time.Millisecond, Max: storageBackoffMax, Window: c.RetryUntil(now).Sub(now)}
+}
 
 // backoff is the callback's schedule, DefaultBackoff when unset.
 func (c *Callback) backoff() Backoff {

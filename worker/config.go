@@ -21,6 +21,9 @@
 //	CALLBACK_RETRY_WINDOW    optional, milliseconds, default 900000 (15 min): how long
 //	                         the callback is retried while the orchestrator is
 //	                         unreachable or answers 5xx or 429
+//	TASK_DEADLINE            optional, RFC 3339: the task's deadline, until which
+//	                         storage and URL requests retry transient failures
+//	                         (2 minutes when unset)
 //	INPUT_R2_KEY             the object to process, in R2_BUCKET (for logs and results)
 //	INPUT_URL                a presigned GET of that object
 //	OUTPUT_URLS              optional, the presigned requests for the objects the
@@ -182,6 +185,14 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 			e.Invalid = append(e.Invalid, fmt.Sprintf("CALLBACK_RETRY_WINDOW: %q is not a positive number of milliseconds", v))
 		} else {
 			cfg.Callback.Backoff.Window = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := str("TASK_DEADLINE", false); v != "" {
+		d, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			e.Invalid = append(e.Invalid, fmt.Sprintf("TASK_DEADLINE: %q is not an RFC 3339 time", v))
+		} else {
+			cfg.Callback.Deadline = d
 		}
 	}
 	cfg.Input = Input{

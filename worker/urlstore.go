@@ -50,10 +50,6 @@ const URLsPath = "/urls"
 // request that starts with less may be refused midway.
 const renewBefore = time.Minute
 
-// objectAttempts is how many times an object request is tried when the
-// store is unreachable, overloaded or answers 5xx.
-const objectAttempts = 3
-
 // NewURLStore returns a store that uses urls and asks for any other URL
 // at cb.URL + URLsPath (cb's token, client and backoff; nil client: no
 // timeout for object transfers, which may be large, only for connecting).
@@ -111,7 +107,7 @@ func (s *URLStore) ask(ctx context.Context, objs []blob.Object) error {
 		URLs []blob.Presigned `json:"urls"`
 	}
 	t := time.Now()
-	bo := urlsBackoff
+	bo := s.callback.urlsBackoff(t)
 	if s.callback.Backoff.Attempts > 0 {
 		bo = s.callback.Backoff // a test's schedule
 	}
@@ -238,34 +234,49 @@ func (s *URLStore) EnsureBucket(_ context.Context, bucket string) error {
 	return fmt.Errorf("creating bucket s3://%s: a worker has no storage credentials", bucket)
 }
 
-// do makes o's request, retrying a transient failure (network, 429, 5xx but
-// 501) a few times, and returns a 2xx response, whose body the caller
-// closes. A PUT's body is rewound for each attempt.
+// do makes o's request and returns a 2xx response, whose body the caller
+// closes. A transient failure (network, 429, 5xx but 501) is retried with
+// capped exponential backoff and jitter, honouring the store's
+// Retry-After (up to storageBackoffMax), until the task's deadline
+// (Callback.RetryUntil): a storage outage of a few minutes costs the task
+// nothing. A PUT's body is rewound for each attempt, and the URL asked
+// for again if it expires meanwhile.
 func (s *URLStore) do(ctx context.Context, o blob.Object, body io.ReadSeeker, size int64, contentType string) (*http.Response, error) {
-	u, err := s.url(ctx, o)
-	if err != nil {
-		return nil, err
-	}
 	var start int64
 	if body != nil {
+		var err error
 		if start, err = body.Seek(0, io.SeekCurrent); err != nil {
 			return nil, fmt.Errorf("seeking body: %w", err)
 		}
 	}
+	first := time.Now()
+	until := s.callback.RetryUntil(first)
 	delay := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		u, err := s.url(ctx, o)
+		if err != nil {
+			return nil, err
+		}
 		resp, err := s.attempt(ctx, u, body, size, contentType)
-		if err == nil || attempt >= objectAttempts || !blob.IsTransient(err) || ctx.Err() != nil {
+		if err == nil || !blob.IsTransient(err) || ctx.Err() != nil {
 			return resp, err
 		}
+		wait := jitter(delay)
+		var he *HTTPError
+		if errors.As(err, &he) && he.RetryAfter > wait {
+			wait = min(he.RetryAfter, storageBackoffMax)
+		}
+		if time.Now().Add(wait).After(until) {
+			return nil, fmt.Errorf("gave up after %d attempts in %s, at the task's deadline: %w", attempt, time.Since(first).Round(time.Millisecond), err)
+		}
 		s.log.Warn("object request failed, retrying", "method", string(o.Method), "bucket", o.Bucket, "key", o.Key,
-			"attempt", attempt, "error", err.Error())
+			"attempt", attempt, "retry_in", wait.String(), "error", err.Error())
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(jitter(delay)):
+		case <-time.After(wait):
 		}
-		delay *= 2
+		delay = min(2*delay, storageBackoffMax)
 		if body != nil {
 			if _, err := body.Seek(start, io.SeekStart); err != nil {
 				return nil, fmt.Errorf("rewinding body: %w", err)
@@ -314,6 +325,8 @@ type HTTPError struct {
 	// Code and Message are S3's error code and message, if it sent any.
 	Code    string
 	Message string
+	// RetryAfter is the store's Retry-After, 0 if none.
+	RetryAfter time.Duration
 }
 
 // HTTPStatusCode is the status the store answered.
@@ -358,7 +371,7 @@ func (e *HTTPError) Is(target error) bool {
 
 // readS3Error reads S3's XML error document, if any.
 func readS3Error(resp *http.Response) error {
-	e := &HTTPError{StatusCode: resp.StatusCode}
+	e := &HTTPError{StatusCode: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 	var doc struct {
 		Code    string `xml:"Code"`

@@ -275,9 +275,13 @@ func TestURLStoreRefused(t *testing.T) {
 		u := e.presign(t, blob.MethodGet, "staging/01BATCH/in.tif")
 		u.URL = strings.Replace(u.URL, strings.TrimPrefix(s3test.Start(t).Endpoint(), "http://"), "127.0.0.1:1", 1)
 		require.Contains(t, u.URL, "127.0.0.1:1/")
-		s := worker.NewURLStore(e.svc.callback(), []blob.Presigned{u}, nil, nil)
+		// It is retried until the task's deadline, a second away here.
+		cb := e.svc.callback()
+		cb.Deadline = time.Now().Add(time.Second)
+		s := worker.NewURLStore(cb, []blob.Presigned{u}, nil, nil)
 		_, err := s.Get(ctx, e.bucket, "staging/01BATCH/in.tif")
-		require.ErrorContains(t, err, "getting s3://"+e.bucket+"/staging/01BATCH/in.tif: Get request: dial tcp 127.0.0.1:1")
+		require.ErrorContains(t, err, "getting s3://"+e.bucket+"/staging/01BATCH/in.tif: gave up after ")
+		require.ErrorContains(t, err, "at the task's deadline: Get request: dial tcp 127.0.0.1:1")
 		require.NotContains(t, err.Error(), "X-Amz-")
 		require.True(t, blob.IsTransient(err))
 	})
@@ -306,4 +310,49 @@ func TestURLStoreRetriesTransient(t *testing.T) {
 	require.EqualValues(t, 2, hits.Load())
 	second, _ := bodies.Load(int64(2))
 	require.Equal(t, "payload", second)
+}
+
+// TestURLStoreRidesOutAnOutage: a store that answers 503 SlowDown with
+// Retry-After for a while is retried, honouring Retry-After, for as long
+// as the task's deadline allows, not a fixed number of times; once the
+// deadline is near, the request gives up with the store's error.
+func TestURLStoreRidesOutAnOutage(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	var failFor atomic.Int64 // the requests to fail
+	var times sync.Map       // request number -> when it came
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := hits.Add(1)
+		times.Store(n, time.Now())
+		if n <= failFor.Load() {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`<Error><Code>SlowDown</Code><Message>busy</Message></Error>`))
+			return
+		}
+		_, _ = w.Write([]byte("data"))
+	}))
+	t.Cleanup(flaky.Close)
+	get := blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "b", Key: "k"}, URL: flaky.URL + "/b/k?X-Amz-Signature=x"}
+	cb := worker.Callback{URL: "http://127.0.0.1:1/cb", Token: "t", Deadline: time.Now().Add(time.Minute)}
+
+	failFor.Store(4)
+	data, err := worker.NewURLStore(cb, []blob.Presigned{get}, nil, nil).Get(t.Context(), "b", "k")
+	require.NoError(t, err)
+	require.Equal(t, "data", string(data))
+	require.EqualValues(t, 5, hits.Load(), "four failures, then the answer")
+	for n := int64(2); n <= 5; n++ {
+		prev, _ := times.Load(n - 1)
+		at, _ := times.Load(n)
+		require.GreaterOrEqual(t, at.(time.Time).Sub(prev.(time.Time)), 990*time.Millisecond, "Retry-After: 1 honoured before request %d", n)
+	}
+
+	// An outage that outlasts the deadline.
+	hits.Store(0)
+	failFor.Store(1000)
+	cb.Deadline = time.Now().Add(2500 * time.Millisecond)
+	_, err = worker.NewURLStore(cb, []blob.Presigned{get}, nil, nil).Get(t.Context(), "b", "k")
+	require.ErrorContains(t, err, "gave up after 3 attempts") // at 0, 1 and 2 s
+	require.ErrorContains(t, err, "SlowDown")
+	require.True(t, blob.IsTransient(err))
 }

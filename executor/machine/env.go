@@ -43,7 +43,7 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 	}
 	// Sized for every variable, INPUT_URL and OUTPUT_URLS included: a
 	// launch builds no map twice.
-	env := make(map[string]string, 12+len(pcfg.Env)+len(shared))
+	env := make(map[string]string, 13+len(pcfg.Env)+len(shared))
 	env["TASK_ID"] = t.ID
 	env["BATCH_ID"] = t.BatchID
 	env["INPUT_R2_KEY"] = t.R2Key
@@ -67,6 +67,11 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 	// scaled by the input's size).
 	now := time.Now()
 	deadline := now.Add(pcfg.TaskTimeout)
+	if t.Deadline != nil {
+		deadline = *t.Deadline
+	}
+	// The worker retries storage and URL requests until then.
+	env["TASK_DEADLINE"] = deadline.UTC().Format(time.RFC3339)
 	if t.Deadline != nil {
 		// Two seconds more: the signature's date and TTL are whole
 		// seconds, and the URLs must not expire before the deadline plus
