@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -219,8 +220,8 @@ func TestDocumentRefusals(t *testing.T) {
 // providers (a fake over HTTP): transient failures are retried, each in
 // the document's errors, and the document completes; a 429 is waited out
 // and uses no retry; a refused key fails the document at once; more than
-// three transient failures fail it, and retry resumes it at the step that
-// failed.
+// three transient failures past PROVIDER_RETRY_WINDOW fail it, and retry
+// resumes it at the step that failed; so does a 429 past the window.
 func TestDocumentProviderFaults(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -243,12 +244,15 @@ func TestDocumentProviderFaults(t *testing.T) {
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
 		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
 		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
+		// Past the window at once: the three retries spec 003 grants, no more.
+		"PROVIDER_RETRY_WINDOW": "1",
 	}})
 	mu.Lock()
 	script["flaky"] = []fakeai.Behavior{{Status: http.StatusBadGateway}, {Status: http.StatusServiceUnavailable}}
 	script["throttled"] = []fakeai.Behavior{{Status: http.StatusTooManyRequests, RetryAfter: "1"}}
 	script["refused"] = []fakeai.Behavior{{Status: http.StatusUnauthorized, Message: "bad key"}}
 	script["doomed"] = []fakeai.Behavior{{Status: 500}, {Status: 500}, {Status: 500}, {Status: 500}}
+	script["exhausted"] = slices.Repeat([]fakeai.Behavior{{Status: http.StatusTooManyRequests, RetryAfter: "0"}}, 1000)
 	mu.Unlock()
 	post := func(word string) int64 {
 		key := "documents/" + word + ".md"
@@ -257,7 +261,7 @@ func TestDocumentProviderFaults(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, code)
 		return doc.ID
 	}
-	flaky, throttled, refused, doomed := post("flaky"), post("throttled"), post("refused"), post("doomed")
+	flaky, throttled, refused, doomed, exhausted := post("flaky"), post("throttled"), post("refused"), post("doomed"), post("exhausted")
 
 	doc := awaitDocument(t, env, flaky, ended)
 	require.Equal(t, db.DocumentCompleted, doc.Status, "%+v", doc.Errors)
@@ -269,6 +273,12 @@ func TestDocumentProviderFaults(t *testing.T) {
 	require.Equal(t, db.DocumentCompleted, doc.Status)
 	require.Empty(t, doc.Errors, "a 429 is back-pressure, not a failure")
 
+	// A 429 that outlasts PROVIDER_RETRY_WINDOW ends the step.
+	doc = awaitDocument(t, env, exhausted, ended)
+	require.Equal(t, db.DocumentFailed, doc.Status)
+	require.Len(t, doc.Errors, 1)
+	require.Contains(t, doc.Errors[0].Error, "provider quota exhausted for ")
+
 	doc = awaitDocument(t, env, refused, ended)
 	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 1, "a refused key is not retried")
@@ -277,6 +287,7 @@ func TestDocumentProviderFaults(t *testing.T) {
 	doc = awaitDocument(t, env, doomed, ended)
 	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 4, "three retries, then failed")
+	require.Contains(t, doc.Errors[3].Error, "gave up after 3 retries in ")
 	require.Equal(t, "embeddings", doc.CurrentStep)
 
 	code, body := env.Do(t, http.MethodPost, fmt.Sprintf("/documents/%d/retry", doomed), nil)

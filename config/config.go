@@ -22,6 +22,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/setting"
 )
 
@@ -94,9 +95,12 @@ type Config struct {
 
 	// TaskMaxAttempts bounds the attempts of one task; TaskRetireLimit is
 	// how long a task to be retried waits for its last attempt's machine
-	// to be destroyed before it is launched anyway.
+	// to be destroyed before the wait counts as an outage.
 	TaskMaxAttempts int
 	TaskRetireLimit time.Duration
+	// ProviderRetryWindow bounds how long an OCR ref or a document step
+	// keeps being retried after transient failures or 429s.
+	ProviderRetryWindow time.Duration
 
 	MaxFileSize      int64
 	MaxBatchSize     int64
@@ -292,6 +296,7 @@ func (c *Config) Jobs() jobs.Settings {
 		SweepInterval:     c.SweepInterval,
 		SweepRestartGrace: c.SweepRestartGrace,
 		Retention:         c.Retention,
+		ProviderRetry:     provider.Retry{Window: c.ProviderRetryWindow, MaxBackoff: time.Minute},
 	}
 }
 

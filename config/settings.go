@@ -89,6 +89,7 @@ func (c *Config) core() []setting.Group {
 		Settings: []setting.Setting{
 			setting.Int(&c.TaskMaxAttempts, "TASK_MAX_ATTEMPTS", 3, 1, 100, "attempts of one task: a timeout or a transient worker error (`\"retryable\": true`) is retried on a fresh machine until this many have failed (a launch that made no machine costs none; the 10th such launch fails the task)"),
 			setting.Millis(&c.TaskRetireLimit, "TASK_RETIRE_LIMIT", fanin.DefaultTaskRetireLimit, "how long a task to be retried waits for its last machine to be destroyed before the wait counts as an outage of the Machines API (LAUNCH_OUTAGE_BUDGET); it is never launched again while that machine may live"),
+			setting.Millis(&c.ProviderRetryWindow, "PROVIDER_RETRY_WINDOW", 30*time.Minute, "how long an OCR ref or a document's step keeps being retried while the provider fails transiently (5xx, timeouts) or answers 429, from its first failure in a row, with backoff up to a minute (or the provider's Retry-After); then it ends with the reason (\"provider quota exhausted for N min\")"),
 			setting.Millis(&c.SweepInterval, "SWEEP_INTERVAL", 5*time.Second, "how often timed-out tasks are failed and stalled batches nudged"),
 			setting.MillisOrZero(&c.SweepRestartGrace, "SWEEP_RESTART_GRACE", 40*time.Second, "for this long after Postgres or the process started, no task is timed out, and running tasks' deadlines get this much beyond a silence of the orchestrators: workers retrying their callbacks through the outage (backoff up to 30 s) deliver them first (0: off)"),
 		},

@@ -23,7 +23,7 @@ UPDATE chunk_items i SET status = 'processing', updated_at = now()
 FROM claimed
 WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id = claimed.chunk_id
     AND i.item_index = claimed.item_index
-RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before, i.result
+RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before, i.result, i.failing_since
 `
 
 type ChunkItemClaimPendingParams struct {
@@ -69,6 +69,7 @@ func (q *Queries) ChunkItemClaimPending(ctx context.Context, arg ChunkItemClaimP
 			&i.UpdatedAt,
 			&i.NotBefore,
 			&i.Result,
+			&i.FailingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -219,7 +220,7 @@ type ChunkItemInsertManyParams struct {
 }
 
 const chunkItemListByBatchPhase = `-- name: ChunkItemListByBatchPhase :many
-SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before, result FROM chunk_items
+SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before, result, failing_since FROM chunk_items
 WHERE batch_id = $1 AND phase = $2
     AND (chunk_id, item_index) > ($3::text, $4::int)
 ORDER BY chunk_id, item_index
@@ -271,6 +272,7 @@ func (q *Queries) ChunkItemListByBatchPhase(ctx context.Context, arg ChunkItemLi
 			&i.UpdatedAt,
 			&i.NotBefore,
 			&i.Result,
+			&i.FailingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -392,7 +394,7 @@ func (q *Queries) ChunkItemReleaseClaims(ctx context.Context, arg ChunkItemRelea
 
 const chunkItemRequeueFailed = `-- name: ChunkItemRequeueFailed :many
 WITH items AS (
-    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, updated_at = now()
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, failing_since = NULL, updated_at = now()
     WHERE ci.batch_id = $1 AND ci.phase = $2 AND ci.status = 'error'
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
 ), per_chunk AS (
@@ -538,13 +540,15 @@ func (q *Queries) ChunkItemSetPending(ctx context.Context, arg ChunkItemSetPendi
 }
 
 const chunkItemSetRetry = `-- name: ChunkItemSetRetry :execrows
-UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = $1, updated_at = now(),
-    not_before = now() + make_interval(secs => $2::float8)
-WHERE batch_id = $3 AND phase = $4 AND chunk_id = $5 AND item_index = $6
+UPDATE chunk_items SET status = 'pending', retry_count = retry_count + CASE WHEN $1::boolean THEN 1 ELSE 0 END,
+    error = $2, failing_since = coalesce(failing_since, now()), updated_at = now(),
+    not_before = now() + make_interval(secs => $3::float8)
+WHERE batch_id = $4 AND phase = $5 AND chunk_id = $6 AND item_index = $7
     AND status = 'processing'
 `
 
 type ChunkItemSetRetryParams struct {
+	Counted     bool
 	Error       *string
 	BackoffSecs float64
 	BatchID     string
@@ -553,10 +557,13 @@ type ChunkItemSetRetryParams struct {
 	ItemIndex   int32
 }
 
-// ChunkItemSetRetry puts a processing item back after a transient error,
-// using one of its retries; it is not claimed again for backoff_secs.
+// ChunkItemSetRetry puts a processing item back after a transient error or
+// a 429 (provider.Retry), marking when it began failing in a row; a
+// transient one uses one of its retries (@counted). It is not claimed
+// again for backoff_secs.
 func (q *Queries) ChunkItemSetRetry(ctx context.Context, arg ChunkItemSetRetryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, chunkItemSetRetry,
+		arg.Counted,
 		arg.Error,
 		arg.BackoffSecs,
 		arg.BatchID,

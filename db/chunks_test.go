@@ -127,7 +127,7 @@ func TestChunkItemSettle(t *testing.T) {
 
 	timeout := "timeout"
 	b, p, c, i = key(3)
-	n, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Error: &timeout})
+	n, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Error: &timeout, Counted: true})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 
@@ -147,6 +147,9 @@ func TestChunkItemSettle(t *testing.T) {
 	var retries int32
 	require.NoError(t, pool.QueryRow(ctx, `SELECT retry_count FROM chunk_items WHERE batch_id = 'b1' AND item_index = 3`).Scan(&retries))
 	require.Equal(t, int32(1), retries)
+	var failing bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT failing_since IS NOT NULL FROM chunk_items WHERE batch_id = 'b1' AND item_index = 3`).Scan(&failing))
+	require.True(t, failing, "failing since its first retry")
 	require.NoError(t, pool.QueryRow(ctx, `SELECT retry_count FROM chunk_items WHERE batch_id = 'b1' AND item_index = 2`).Scan(&retries))
 	require.Equal(t, int32(0), retries, "back-pressure uses no retry")
 

@@ -154,7 +154,7 @@ func (q *Queries) DocumentBatchListOpen(ctx context.Context, arg DocumentBatchLi
 }
 
 const documentBatchResume = `-- name: DocumentBatchResume :many
-UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL,
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL,
     file_id = k.file_id, source = k.source,
     current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
     updated_at = now()
@@ -209,7 +209,7 @@ func (q *Queries) DocumentBatchResume(ctx context.Context, arg DocumentBatchResu
 }
 
 const documentBatchRetryFailed = `-- name: DocumentBatchRetryFailed :many
-UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
 FROM files f
 WHERE f.id = d.file_id AND d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
     AND d.status = 'failed'
@@ -597,7 +597,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -634,6 +634,7 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }
@@ -688,7 +689,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -719,12 +720,13 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -755,6 +757,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }
@@ -763,7 +766,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since
 `
 
 type DocumentInsertParams struct {
@@ -808,6 +811,7 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }
@@ -860,7 +864,7 @@ func (q *Queries) DocumentInsertBatch(ctx context.Context, arg DocumentInsertBat
 }
 
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -891,12 +895,13 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -933,6 +938,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.UpdatedAt,
 			&i.Source,
 			&i.StepTiming,
+			&i.FailingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -992,7 +998,7 @@ func (q *Queries) DocumentListAbandoned(ctx context.Context, max int32) ([]Docum
 }
 
 const documentListPage = `-- name: DocumentListPage :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing FROM documents
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents
 WHERE ($1::text IS NULL OR status = $1::text)
     AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -1042,6 +1048,7 @@ func (q *Queries) DocumentListPage(ctx context.Context, arg DocumentListPagePara
 			&i.UpdatedAt,
 			&i.Source,
 			&i.StepTiming,
+			&i.FailingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -1064,26 +1071,46 @@ func (q *Queries) DocumentLockKey(ctx context.Context, r2Key string) error {
 	return err
 }
 
+const documentMarkFailing = `-- name: DocumentMarkFailing :exec
+UPDATE documents SET failing_since = now() WHERE id = $1 AND failing_since IS NULL
+`
+
+// Marks when the document began failing in a row (a 429, which is not
+// in its history), unless it already is.
+func (q *Queries) DocumentMarkFailing(ctx context.Context, id int64) error {
+	_, err := q.db.Exec(ctx, documentMarkFailing, id)
+	return err
+}
+
 const documentRecordError = `-- name: DocumentRecordError :one
 UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
         'step', current_step, 'error', $1::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
-    retry_count = retry_count + CASE WHEN $2::boolean THEN 0 ELSE 1 END,
+    retry_count = retry_count + CASE WHEN NOT $2::boolean AND $3::boolean THEN 1 ELSE 0 END,
+    failing_since = coalesce(failing_since, now()),
     status = CASE WHEN $2::boolean THEN 'failed' ELSE status END,
     failed_at = CASE WHEN $2::boolean THEN now() ELSE failed_at END,
     updated_at = now()
-WHERE id = $3
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
+WHERE id = $4
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since
 `
 
 type DocumentRecordErrorParams struct {
-	Error string
-	Fail  bool
-	ID    int64
+	Error   string
+	Fail    bool
+	Counted bool
+	ID      int64
 }
 
-// Appends an error to the history; with fail the document ends failed.
+// Appends an error to the history and marks when the document began
+// failing in a row; with fail the document ends failed, else counted says
+// whether the retry uses one of its retries (a 429's does not).
 func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErrorParams) (Document, error) {
-	row := q.db.QueryRow(ctx, documentRecordError, arg.Error, arg.Fail, arg.ID)
+	row := q.db.QueryRow(ctx, documentRecordError,
+		arg.Error,
+		arg.Fail,
+		arg.Counted,
+		arg.ID,
+	)
 	var i Document
 	err := row.Scan(
 		&i.ID,
@@ -1110,21 +1137,23 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }
 
 const documentRecordStepRun = `-- name: DocumentRecordStepRun :one
-UPDATE documents SET step_timing = step_timing || jsonb_build_object($1::text, jsonb_build_object(
-        'startedAt', COALESCE(step_timing -> $1::text -> 'startedAt', to_jsonb($2::timestamptz)),
-        'completedAt', CASE WHEN $3::boolean THEN to_jsonb($4::timestamptz) END,
-        'runs', COALESCE((step_timing -> $1::text ->> 'runs')::integer, 0) + 1,
-        'workMs', round(COALESCE((step_timing -> $1::text ->> 'workMs')::numeric, 0) + ($5::float8)::numeric, 1)))
-WHERE id = $6
-RETURNING (step_timing -> $1::text)::jsonb AS timing
+UPDATE documents SET failing_since = CASE WHEN $1::boolean THEN NULL ELSE failing_since END, step_timing = step_timing || jsonb_build_object($2::text, jsonb_build_object(
+        'startedAt', COALESCE(step_timing -> $2::text -> 'startedAt', to_jsonb($3::timestamptz)),
+        'completedAt', CASE WHEN $4::boolean THEN to_jsonb($5::timestamptz) END,
+        'runs', COALESCE((step_timing -> $2::text ->> 'runs')::integer, 0) + 1,
+        'workMs', round(COALESCE((step_timing -> $2::text ->> 'workMs')::numeric, 0) + ($6::float8)::numeric, 1)))
+WHERE id = $7
+RETURNING (step_timing -> $2::text)::jsonb AS timing
 `
 
 type DocumentRecordStepRunParams struct {
+	Ok        bool
 	Step      string
 	StartedAt time.Time
 	Finished  bool
@@ -1134,9 +1163,11 @@ type DocumentRecordStepRunParams struct {
 }
 
 // Records a run of step in step_timing (see the column) and returns the
-// step's entry; finished says the run finished the step.
+// step's entry; finished says the run finished the step, ok that it did
+// its work (the document is no longer failing).
 func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordStepRunParams) (json.RawMessage, error) {
 	row := q.db.QueryRow(ctx, documentRecordStepRun,
+		arg.Ok,
 		arg.Step,
 		arg.StartedAt,
 		arg.Finished,
@@ -1150,9 +1181,9 @@ func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordS
 }
 
 const documentRetry = `-- name: DocumentRetry :one
-UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -1185,6 +1216,7 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.UpdatedAt,
 		&i.Source,
 		&i.StepTiming,
+		&i.FailingSince,
 	)
 	return i, err
 }

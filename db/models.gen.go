@@ -77,6 +77,7 @@ type ChunkItem struct {
 	UpdatedAt     time.Time
 	NotBefore     *time.Time
 	Result        json.RawMessage
+	FailingSince  *time.Time
 }
 
 type Document struct {
@@ -104,6 +105,7 @@ type Document struct {
 	UpdatedAt       time.Time
 	Source          json.RawMessage
 	StepTiming      json.RawMessage
+	FailingSince    *time.Time
 }
 
 type DocumentChunk struct {

@@ -296,10 +296,11 @@ type stepTiming struct {
 
 // record adds the run to its step's timing, through q: the transaction
 // that commits the run's outcome, so the two agree. finished says the run
-// finished the step.
-func (r *stepRun) record(ctx context.Context, q *db.Queries, finished bool) error {
+// finished the step; ok that it did its work, so the document is no longer
+// failing (documents.failing_since).
+func (r *stepRun) record(ctx context.Context, q *db.Queries, finished, ok bool) error {
 	ended := time.Now()
-	timing, err := q.DocumentRecordStepRun(ctx, db.DocumentRecordStepRunParams{ID: r.doc.ID, Step: r.step,
+	timing, err := q.DocumentRecordStepRun(ctx, db.DocumentRecordStepRunParams{ID: r.doc.ID, Step: r.step, Ok: ok,
 		StartedAt: r.started, Finished: finished, EndedAt: ended, WorkMs: float64(ended.Sub(r.started).Microseconds()) / 1000})
 	if err != nil {
 		return fmt.Errorf("recording the %s step's run: %w", r.step, err)
@@ -336,8 +337,11 @@ func permanentf(format string, args ...any) error {
 
 // failed records a failed step in the document's history and decides:
 // a permanent failure (or the provider refusing the key) fails the
-// document; a 429 waits out the provider's Retry-After with no retry used;
-// a transient one is retried after 1, 2, 4 s, DocumentRetries in all.
+// document; a transient one or a 429 is retried by the one rule of
+// PROVIDER_RETRY_WINDOW (provider.Retry: backoff 1, 2, 4 s... up to a
+// minute, a 429 after the provider's Retry-After, DocumentRetries granted
+// however short the window), and once the document has been failing for
+// longer, it fails with the reason ("provider quota exhausted for N min").
 func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error) error {
 	doc := run.doc
 	// A transaction that failed after the run recorded itself rolled the
@@ -354,29 +358,40 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 		return river.JobSnooze(snooze.wait)
 	}
 	class := provider.ClassOf(err)
-	fail := true
-	switch {
-	case errors.As(err, &perm), class == provider.Permanent, class == provider.Auth:
-	case class == provider.RateLimited:
-		delay := time.Second
-		if pe, ok := errors.AsType[*provider.Error](err); ok && pe.RetryAfter > 0 {
-			delay = pe.RetryAfter
+	decision := provider.Decision{Reason: err.Error()}
+	if !errors.As(err, &perm) && (class == provider.Transient || class == provider.RateLimited) {
+		var since time.Time
+		if doc.FailingSince != nil {
+			since = *doc.FailingSince
+		}
+		rule := w.deps.Settings.ProviderRetry
+		rule.MinRetries = DocumentRetries
+		decision = rule.Decide(err, int(doc.RetryCount), since, time.Now())
+	}
+	if decision.Retry && class == provider.RateLimited {
+		// Back-pressure, not in the history: only when the document began
+		// failing is recorded.
+		if doc.FailingSince == nil {
+			if err := db.New(w.deps.Pool).DocumentMarkFailing(ctx, doc.ID); err != nil {
+				return err
+			}
 		}
 		w.ran(run, metrics.StepWaited)
-		return river.JobSnooze(delay)
-	default:
-		fail = int(doc.RetryCount) >= DocumentRetries
+		return river.JobSnooze(decision.Wait)
 	}
-	row, rerr := w.recordError(ctx, run, err, fail)
+	recorded := err
+	if !decision.Retry {
+		recorded = errors.New(decision.Reason)
+	}
+	row, rerr := w.recordError(ctx, run, recorded, !decision.Retry, decision.Counted)
 	if rerr != nil {
 		return rerr
 	}
-	attrs := []any{"document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", err}
-	if !fail {
+	attrs := []any{"document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", recorded}
+	if decision.Retry {
 		w.ran(run, metrics.StepRetried)
-		wait := time.Duration(1<<doc.RetryCount) * time.Second
-		w.deps.Logger.Warn("document step failed", append(attrs, "retry_in_ms", wait.Milliseconds())...)
-		return river.JobSnooze(wait)
+		w.deps.Logger.Warn("document step failed", append(attrs, "retry_in_ms", decision.Wait.Milliseconds())...)
+		return river.JobSnooze(decision.Wait)
 	}
 	w.ran(run, metrics.StepFailed)
 	took := time.Duration(0)
@@ -391,13 +406,13 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 // recordError adds err to the document's history, and the run to its
 // step's timing in the same transaction; with fail it fails the document,
 // which ends it (endDocument). row is the document as recorded.
-func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err error, fail bool) (row db.Document, rerr error) {
+func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err error, fail, counted bool) (row db.Document, rerr error) {
 	record := func(tx pgx.Tx) (err2 error) {
 		q := db.New(tx)
-		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: run.doc.ID, Error: err.Error(), Fail: fail}); err2 != nil {
+		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: run.doc.ID, Error: err.Error(), Fail: fail, Counted: counted}); err2 != nil {
 			return err2
 		}
-		return run.record(ctx, q, false)
+		return run.record(ctx, q, false, false)
 	}
 	if !fail {
 		rerr = pgx.BeginFunc(ctx, w.deps.Pool, record)
@@ -431,14 +446,14 @@ func (w *DocumentStepWorker) download(ctx context.Context, run *stepRun) error {
 				return false, err
 			}
 			run.completed = true
-			return true, run.record(ctx, q, true)
+			return true, run.record(ctx, q, true, true)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return false, err
 		}
 		if err := storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data))); err != nil {
 			return false, err
 		}
-		return false, run.record(ctx, q, true)
+		return false, run.record(ctx, q, true, true)
 	})
 }
 
@@ -581,7 +596,7 @@ func (w *DocumentStepWorker) commit(ctx context.Context, run *stepRun, finished 
 		if err := write(q); err != nil {
 			return err
 		}
-		return run.record(ctx, q, finished)
+		return run.record(ctx, q, finished, true)
 	})
 }
 
@@ -617,7 +632,7 @@ func (w *DocumentStepWorker) store(ctx context.Context, run *stepRun) error {
 			return false, err
 		}
 		run.completed = true
-		return true, run.record(ctx, q, true)
+		return true, run.record(ctx, q, true, true)
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/provider"
 )
 
 // Settings are the pipeline's settings, which the core and the executors
@@ -39,6 +40,9 @@ type Settings struct {
 	// Retention removes the processing state of batches finished long
 	// ago (RETENTION_*).
 	Retention Retention
+	// ProviderRetry is how OCR refs and document steps retry a provider's
+	// transient failures and 429s (PROVIDER_RETRY_WINDOW).
+	ProviderRetry provider.Retry
 }
 
 // StagingBucket is R2_BUCKET: manifests, uploads and refs.

@@ -126,3 +126,80 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	}
 	return 0
 }
+
+// Retry is the one rule by which a failed call of an item or a step (an
+// OCR ref, a document's step) is retried: by time, not by count. A
+// transient failure is retried with capped exponential backoff, and a
+// rate-limited one (a 429) after the provider's Retry-After, for as long
+// as the failures in a row have lasted less than Window; then the item or
+// step ends with the reason, never looping for ever.
+type Retry struct {
+	// Window bounds how long an item or step may keep failing
+	// transiently or being rate limited, from its first failure in a row
+	// (PROVIDER_RETRY_WINDOW); DefaultRetryWindow when not positive.
+	Window time.Duration
+	// MinRetries are the retries after transient failures granted however
+	// short the window (OCR's MAX_RETRIES_PER_REF).
+	MinRetries int
+	// MaxBackoff caps the wait between retries after transient failures.
+	MaxBackoff time.Duration
+}
+
+// DefaultRetryWindow is Retry.Window unless set.
+const DefaultRetryWindow = 30 * time.Minute
+
+// Decision is what Retry.Decide made of a failure.
+type Decision struct {
+	// Retry: call again after Wait. Counted: the retry uses one of the
+	// transient retries (a rate-limited one does not).
+	Retry   bool
+	Counted bool
+	Wait    time.Duration
+	// Reason is why the item or step ends, when it does not retry.
+	Reason string
+}
+
+// Decide says what becomes of a call that failed with err (not nil), for
+// an item that has used retries transient retries and has been failing
+// since since (zero: this is its first failure in a row), at now.
+func (r Retry) Decide(err error, retries int, since, now time.Time) Decision {
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	failing := now.Sub(since)
+	window := r.Window
+	if window <= 0 {
+		window = DefaultRetryWindow
+	}
+	within := failing < window
+	switch ClassOf(err) {
+	case RateLimited:
+		if !within {
+			return Decision{Reason: fmt.Sprintf("provider quota exhausted for %s: %v", minutes(failing), err)}
+		}
+		wait := time.Second
+		if e, ok := errors.AsType[*Error](err); ok && e.RetryAfter > 0 {
+			wait = e.RetryAfter
+		}
+		return Decision{Retry: true, Wait: wait}
+	case Transient:
+		if !within && retries >= r.MinRetries {
+			return Decision{Reason: fmt.Sprintf("gave up after %d retries in %s: %v", retries, failing.Round(time.Second), err)}
+		}
+		wait := time.Second << min(retries, 20)
+		if r.MaxBackoff > 0 {
+			wait = min(wait, r.MaxBackoff)
+		}
+		return Decision{Retry: true, Counted: true, Wait: wait}
+	}
+	return Decision{Reason: err.Error()}
+}
+
+// minutes says how long d is, in whole minutes from a minute on ("31
+// min"), in seconds below ("45s").
+func minutes(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return fmt.Sprintf("%d min", int(d.Round(time.Minute)/time.Minute))
+}

@@ -82,3 +82,32 @@ func TestNewClientValidates(t *testing.T) {
 	require.Equal(t, "api.example.com:8443", c.Host())
 	require.Equal(t, provider.DefaultTimeout, c.Timeout())
 }
+
+// TestRetryDecide: transient failures and 429s are retried by time, from
+// the first failure in a row, never for ever: a transient one with
+// backoff (using a retry, MinRetries granted whatever the window), a 429
+// after its Retry-After (using none); past the window each ends with the
+// reason. Other failures end at once.
+func TestRetryDecide(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	rule := provider.Retry{Window: 30 * time.Minute, MinRetries: 3, MaxBackoff: time.Minute}
+	transient := &provider.Error{Service: "ocr", Class: provider.Transient, Status: 503, Message: "busy"}
+	limited := &provider.Error{Service: "ocr", Class: provider.RateLimited, Status: 429, Message: "slow down", RetryAfter: 7 * time.Second}
+	permanent := &provider.Error{Service: "ocr", Class: provider.Permanent, Status: 422, Message: "bad image"}
+
+	require.Equal(t, provider.Decision{Retry: true, Counted: true, Wait: time.Second}, rule.Decide(transient, 0, time.Time{}, now))
+	require.Equal(t, provider.Decision{Retry: true, Counted: true, Wait: 8 * time.Second}, rule.Decide(transient, 3, now.Add(-time.Minute), now))
+	require.Equal(t, provider.Decision{Retry: true, Counted: true, Wait: time.Minute}, rule.Decide(transient, 12, now.Add(-29*time.Minute), now), "backoff capped")
+	d := rule.Decide(transient, 12, now.Add(-31*time.Minute), now)
+	require.False(t, d.Retry)
+	require.Equal(t, "gave up after 12 retries in 31m0s: ocr transient error (HTTP 503): busy", d.Reason)
+	require.True(t, rule.Decide(transient, 2, now.Add(-time.Hour), now).Retry, "MinRetries granted past the window")
+
+	require.Equal(t, provider.Decision{Retry: true, Wait: 7 * time.Second}, rule.Decide(limited, 0, now.Add(-10*time.Minute), now))
+	d = rule.Decide(limited, 0, now.Add(-45*time.Minute), now)
+	require.False(t, d.Retry)
+	require.Equal(t, "provider quota exhausted for 45 min: ocr rate_limited error (HTTP 429): slow down", d.Reason)
+
+	require.Equal(t, provider.Decision{Reason: "ocr permanent error (HTTP 422): bad image"}, rule.Decide(permanent, 0, time.Time{}, now))
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -171,6 +172,35 @@ func TestOCRChunkFailsWhenMostItemsFail(t *testing.T) {
 	final := env.Delivered(t)
 	require.Contains(t, final["/a/p000.jpg.ref.json"].PreprocessorTags, phases.TagOCR)
 	require.NotContains(t, final["/a/p001.jpg.ref.json"].PreprocessorTags, phases.TagOCR)
+}
+
+// TestOCRQuotaExhaustedEndsTheRef: a provider that answers one image
+// 429 for ever does not hold the phase open: the ref is retried (using no
+// retry) for PROVIDER_RETRY_WINDOW, then ends with the reason, and the
+// batch finishes with the others done.
+func TestOCRQuotaExhaustedEndsTheRef(t *testing.T) {
+	t.Parallel()
+	spent := testenv.VariantText("staging/OCR-QUOTA/a/p001.jpg")
+	var asked atomic.Int64
+	fake := fakeocr.New(t, fakeocr.Options{Behave: func(r fakeocr.Request) fakeocr.Behavior {
+		if r.Text == spent {
+			asked.Add(1)
+			return fakeocr.Behavior{Status: http.StatusTooManyRequests, RetryAfter: "0"}
+		}
+		return fakeocr.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: testenv.OCRSettings(fake, map[string]string{"PROVIDER_RETRY_WINDOW": "1500"})})
+	const id = "OCR-QUOTA"
+	env.Submit(t, id, testenv.Images("/a", 3, testenv.OCROn))
+	st := env.AwaitStatus(t, id, testenv.IsDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 1, ChunksDone: 1, RefsTotal: 3, RefsDone: 2, RefsFailed: 1}, testenv.OCROf(st))
+	require.Greater(t, asked.Load(), int64(1), "retried meanwhile")
+	var msg string
+	var retries int
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT error, retry_count FROM chunk_items WHERE batch_id = $1 AND status = 'error'`, id).Scan(&msg, &retries))
+	require.Regexp(t, `^provider quota exhausted for \d+s: .*429`, msg)
+	require.Zero(t, retries, "a 429 uses no retry")
 }
 
 // TestOCRBadKeyStopsTheChunk: a key the provider refuses (401) ends the

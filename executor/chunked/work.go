@@ -75,6 +75,15 @@ type chunkRun struct {
 	key    string // the limiter's key
 }
 
+// retryRule is how the chunk's items retry the provider's transient
+// failures and 429s: PROVIDER_RETRY_WINDOW, with MAX_RETRIES_PER_REF
+// retries granted however short the window.
+func (r chunkRun) retryRule() provider.Retry {
+	rule := r.w.deps.Settings.ProviderRetry
+	rule.MinRetries = r.cfg.MaxRetriesPerRef
+	return rule
+}
+
 func (r chunkRun) params() (batchID, phase, chunkID string) {
 	return r.args.BatchID, r.args.Phase, r.args.ChunkID
 }
@@ -263,24 +272,34 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 	if out.Err != nil {
 		msg = out.Err.Error()
 	}
-	switch class := provider.ClassOf(out.Err); {
+	class := provider.ClassOf(out.Err)
+	var retry provider.Decision
+	if class == provider.Transient || class == provider.RateLimited {
+		var since time.Time
+		if it.FailingSince != nil {
+			since = *it.FailingSince
+		}
+		retry = r.retryRule().Decide(out.Err, int(it.RetryCount), since, time.Now())
+		if class == provider.RateLimited {
+			retry.Wait = 0 // the limiter's backoff paces the phase's calls
+		}
+	}
+	switch {
 	case out.Err != nil && cut:
 		_, err = q.ChunkItemSetPending(ctx, key)
 	case out.Err == nil:
 		_, err = q.ChunkItemSetDone(ctx, db.ChunkItemSetDoneParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
 			Result: out.Result})
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemDone, 1)
-	case class == provider.RateLimited:
-		_, err = q.ChunkItemSetPending(ctx, key)
 	case class == provider.Auth:
 		_, err = q.ChunkItemSetPending(ctx, key)
 		stop = "the provider refused the request: " + msg
-	case class == provider.Transient && int(it.RetryCount) < r.cfg.MaxRetriesPerRef:
+	case retry.Retry:
 		_, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
-			Error: &msg, BackoffSecs: jobs.Backoff(int(it.RetryCount), 30*time.Second).Seconds()})
+			Error: &msg, Counted: retry.Counted, BackoffSecs: retry.Wait.Seconds()})
 	default:
-		if class == provider.Transient {
-			msg = fmt.Sprintf("gave up after %d retries: %s", it.RetryCount, msg)
+		if retry.Reason != "" {
+			msg = retry.Reason
 		}
 		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg})
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)

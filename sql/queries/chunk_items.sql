@@ -114,7 +114,7 @@ WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND statu
 -- failures) and returns the chunks reopened. An admin's retry; the caller
 -- holds the batch's exclusive fan-in lock.
 WITH items AS (
-    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, updated_at = now()
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, failing_since = NULL, updated_at = now()
     WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.status = 'error'
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
 ), per_chunk AS (
@@ -158,9 +158,12 @@ WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND item_
     AND status = 'processing';
 
 -- name: ChunkItemSetRetry :execrows
--- ChunkItemSetRetry puts a processing item back after a transient error,
--- using one of its retries; it is not claimed again for backoff_secs.
-UPDATE chunk_items SET status = 'pending', retry_count = retry_count + 1, error = @error, updated_at = now(),
+-- ChunkItemSetRetry puts a processing item back after a transient error or
+-- a 429 (provider.Retry), marking when it began failing in a row; a
+-- transient one uses one of its retries (@counted). It is not claimed
+-- again for backoff_secs.
+UPDATE chunk_items SET status = 'pending', retry_count = retry_count + CASE WHEN @counted::boolean THEN 1 ELSE 0 END,
+    error = @error, failing_since = coalesce(failing_since, now()), updated_at = now(),
     not_before = now() + make_interval(secs => @backoff_secs::float8)
 WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND item_index = @item_index
     AND status = 'processing';

@@ -43,7 +43,7 @@ ORDER BY d.id;
 -- the file given (of the phase's generation), from the step that failed
 -- (from download when its source changed), with its retries anew, as
 -- DocumentRetry resumes one.
-UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL,
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL,
     file_id = k.file_id, source = k.source,
     current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
     updated_at = now()
@@ -56,7 +56,7 @@ RETURNING d.id, d.resumes, d.r2_key;
 -- name: DocumentBatchRetryFailed :many
 -- The failed documents of a batch's phase (generation) resume from the
 -- step that failed, with their retries anew: an admin retry of the batch.
-UPDATE documents d SET status = 'processing', retry_count = 0, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
 FROM files f
 WHERE f.id = d.file_id AND d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
     AND d.status = 'failed'
@@ -219,11 +219,19 @@ LIMIT @max;
 -- one version.
 SELECT pg_advisory_xact_lock(hashtextextended('document:' || @r2_key::text, 0));
 
+-- name: DocumentMarkFailing :exec
+-- Marks when the document began failing in a row (a 429, which is not
+-- in its history), unless it already is.
+UPDATE documents SET failing_since = now() WHERE id = @id AND failing_since IS NULL;
+
 -- name: DocumentRecordError :one
--- Appends an error to the history; with fail the document ends failed.
+-- Appends an error to the history and marks when the document began
+-- failing in a row; with fail the document ends failed, else counted says
+-- whether the retry uses one of its retries (a 429's does not).
 UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
         'step', current_step, 'error', @error::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
-    retry_count = retry_count + CASE WHEN @fail::boolean THEN 0 ELSE 1 END,
+    retry_count = retry_count + CASE WHEN NOT @fail::boolean AND @counted::boolean THEN 1 ELSE 0 END,
+    failing_since = coalesce(failing_since, now()),
     status = CASE WHEN @fail::boolean THEN 'failed' ELSE status END,
     failed_at = CASE WHEN @fail::boolean THEN now() ELSE failed_at END,
     updated_at = now()
@@ -232,8 +240,9 @@ RETURNING *;
 
 -- name: DocumentRecordStepRun :one
 -- Records a run of step in step_timing (see the column) and returns the
--- step's entry; finished says the run finished the step.
-UPDATE documents SET step_timing = step_timing || jsonb_build_object(@step::text, jsonb_build_object(
+-- step's entry; finished says the run finished the step, ok that it did
+-- its work (the document is no longer failing).
+UPDATE documents SET failing_since = CASE WHEN @ok::boolean THEN NULL ELSE failing_since END, step_timing = step_timing || jsonb_build_object(@step::text, jsonb_build_object(
         'startedAt', COALESCE(step_timing -> @step::text -> 'startedAt', to_jsonb(@started_at::timestamptz)),
         'completedAt', CASE WHEN @finished::boolean THEN to_jsonb(@ended_at::timestamptz) END,
         'runs', COALESCE((step_timing -> @step::text ->> 'runs')::integer, 0) + 1,
@@ -244,7 +253,7 @@ RETURNING (step_timing -> @step::text)::jsonb AS timing;
 -- name: DocumentRetry :one
 -- Resumes a failed document from the step that failed, with its retries
 -- anew.
-UPDATE documents SET status = 'processing', retry_count = 0, resumes = resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, updated_at = now()
 WHERE id = @id AND status = 'failed'
 RETURNING *;
 
