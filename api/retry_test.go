@@ -223,3 +223,47 @@ func TestRetryResumesErrorBatch(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, code, "the credential is checked before anything else")
 	})
 }
+
+// TestInfraFailuresEndTheBatchAndRetryOnlyThem: a phase whose work failed
+// for infrastructure reasons beyond INFRA_FAILURE_MAX ends the batch in
+// ERROR, saying so, instead of handing ingest a thinned batch; the status
+// tells the bad file apart from the one infrastructure failed, and a retry
+// with mode=infrastructure reruns only the latter.
+func TestInfraFailuresEndTheBatchAndRetryOnlyThem(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		switch {
+		case strings.HasSuffix(l.Env["INPUT_R2_KEY"], "/t000.tif"):
+			return fakefly.Behavior{Body: errorBody(l)} // a bad file
+		case strings.HasSuffix(l.Env["INPUT_R2_KEY"], "/t001.tif") && l.Attempt == 1:
+			return fakefly.Behavior{Hang: true} // infrastructure
+		}
+		return testenv.Succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "500", "TASK_MAX_ATTEMPTS": "1", "INFRA_FAILURE_MAX": "0"}})
+	const id = "INFRA-MAX"
+	env.Submit(t, id, testenv.Tiffs(4))
+	st := env.AwaitStatus(t, id, testenv.IsDone)
+	require.Equal(t, "ERROR", st.Status)
+	require.Equal(t, "TIFF_CONVERSION", *st.Phase)
+	require.Contains(t, *st.Error, "1 of 4 tasks failed for infrastructure reasons")
+	require.Contains(t, *st.Error, "mode=infrastructure")
+	require.Equal(t, status.Failures{Permanent: 1, Infrastructure: 1}, st.Failures)
+	require.Equal(t, "none", st.Ingest.Status, "ingest never receives the thinned batch")
+
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id+"?mode=everything", testenv.AdminToken, nil)
+	require.Equal(t, http.StatusBadRequest, code, string(body))
+	require.Contains(t, errorMessage(t, body), "mode must be all or infrastructure")
+
+	bad, hung := env.TaskOf(t, id, "t000.tif"), env.TaskOf(t, id, "t001.tif")
+	code, body = env.DoAuth(t, http.MethodPost, "/admin/retry/"+id+"?mode=infrastructure", testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	st = env.AwaitStatus(t, id, func(s status.Status) bool {
+		return s.Status == "DONE" || s.Status == "ERROR" && s.Phase != nil && *s.Phase != "TIFF_CONVERSION"
+	})
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, "completed", readTask(t, env, hung).Status)
+	require.Equal(t, 2, readTask(t, env, hung).Attempt)
+	require.Equal(t, taskRow{Status: "failed", Attempt: 1}, func() taskRow { r := readTask(t, env, bad); r.FinishedAt, r.Result = nil, ""; return r }(),
+		"the bad file was not tried again")
+	require.Equal(t, status.Failures{Permanent: 1}, st.Failures)
+}

@@ -16,6 +16,10 @@ import (
 	"github.com/arke-institute/orchestrator/status"
 )
 
+// RetryInfrastructure is the retry mode that puts back only the work
+// infrastructure failed (POST /admin/retry/:batchId?mode=infrastructure).
+const RetryInfrastructure = "infrastructure"
+
 // Retry re-runs a batch's failed work (spec 003's retry, spec 002's
 // retryStage), never its completed work:
 //   - a batch running a phase: that phase's failed tasks go back to pending
@@ -42,10 +46,14 @@ import (
 //   - a PENDING batch, or one whose processing details retention
 //     removed: problem.ErrConflict.
 //
+// With infraOnly, only the work whose attempts or retries infrastructure
+// spent is put back (RetryScope.InfraOnly): the files that are bad are
+// not tried again.
+//
 // The change is recorded as an admin.retry event, plus a task.requeued
 // event per task (a DONE batch's resume: a batch.resumed event with what
 // is rerun).
-func (c *Commands) Retry(ctx context.Context, batchID string) (status.Status, error) {
+func (c *Commands) Retry(ctx context.Context, batchID string, infraOnly bool) (status.Status, error) {
 	var (
 		logAttrs []any
 		resumed  bool // out of ERROR: the batch runs again
@@ -69,11 +77,14 @@ func (c *Commands) Retry(ctx context.Context, batchID string) (status.Status, er
 			return c.errPruned(batchID)
 		}
 		data := map[string]any{"previous_status": b.Status}
+		if infraOnly {
+			data["mode"] = RetryInfrastructure
+		}
 		stopped := phases.BatchStatus(b.Status) == phases.BatchError
 		var phase string
 		switch phases.BatchStatus(b.Status) {
 		case phases.BatchDone:
-			attrs, err := c.resumeDone(ctx, ptx, b, data)
+			attrs, err := c.resumeDone(ctx, ptx, b, data, infraOnly)
 			logAttrs, resumed = attrs, err == nil
 			return err
 		case phases.BatchPending:
@@ -128,7 +139,7 @@ func (c *Commands) Retry(ctx context.Context, batchID string) (status.Status, er
 		if !ok {
 			return fmt.Errorf("%w: batch %s is in phase %s, which no longer exists", problem.ErrConflict, batchID, phase)
 		}
-		r, err := ex.Retry(ctx, ptx, jobs.PhaseAt{BatchID: batchID, Phase: p, Generation: b.Generation}, stopped)
+		r, err := ex.Retry(ctx, ptx, jobs.PhaseAt{BatchID: batchID, Phase: p, Generation: b.Generation}, jobs.RetryScope{Stopped: stopped, InfraOnly: infraOnly})
 		if err != nil {
 			return err
 		}
@@ -200,9 +211,12 @@ const runningJobsSQL = `SELECT count(*) FROM river_job WHERE state = 'running' A
 
 // resumeDone is Retry for a DONE batch: a new pass that reruns only what
 // failed (jobs.ResumeBatch). The caller holds the batch's exclusive lock.
-func (c *Commands) resumeDone(ctx context.Context, tx jobs.Tx, b db.Batch, data map[string]any) ([]any, error) {
-	r, err := jobs.ResumeBatch(ctx, tx, c.executors, b)
+func (c *Commands) resumeDone(ctx context.Context, tx jobs.Tx, b db.Batch, data map[string]any, infraOnly bool) ([]any, error) {
+	r, err := jobs.ResumeBatch(ctx, tx, c.executors, b, jobs.RetryScope{InfraOnly: infraOnly})
 	if errors.Is(err, jobs.ErrNothingToResume) {
+		if infraOnly {
+			return nil, fmt.Errorf("%w: batch %s is DONE with nothing failed for infrastructure reasons; there is nothing to retry", problem.ErrConflict, b.ID)
+		}
 		return nil, fmt.Errorf("%w: batch %s is DONE with nothing failed; there is nothing to retry", problem.ErrConflict, b.ID)
 	}
 	if err != nil {

@@ -154,6 +154,13 @@ func (c *Client) Retry(ctx context.Context, batchID string) (Status, error) {
 	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID), asAdmin)
 }
 
+// RetryInfrastructure is Retry of only the work whose attempts or retries
+// infrastructure spent (POST /admin/retry/:batchId?mode=infrastructure):
+// the files that are bad are not tried again.
+func (c *Client) RetryInfrastructure(ctx context.Context, batchID string) (Status, error) {
+	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID)+"?mode=infrastructure", asAdmin)
+}
+
 // IndexDocument is POST /documents (ingest credential, else the admin
 // token): index the object at key, under DOCUMENTS_PREFIX in the staging
 // bucket. created is true when a new version was queued (202), false when

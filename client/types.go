@@ -50,6 +50,8 @@ type Status struct {
 	Phase *string `json:"phase"`
 	// Phases lists every phase that had work, in order.
 	Phases []PhaseProgress `json:"phases"`
+	// Failures counts the failed work over the phases by cause.
+	Failures Failures `json:"failures"`
 	// Ingest is the delivery of the final manifest to the ingest service.
 	Ingest Ingest `json:"ingest"`
 	// Pruned is set once retention (RETENTION_DAYS) removed the batch's
@@ -58,6 +60,15 @@ type Status struct {
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`
+}
+
+// Failures are a batch's failed work by cause: Permanent because the file
+// is bad, Infrastructure because its attempts or retries were spent by
+// timeouts, dead machines, outages or a spent quota (RetryInfrastructure
+// reruns only these).
+type Failures struct {
+	Permanent      int64 `json:"permanent"`
+	Infrastructure int64 `json:"infrastructure"`
 }
 
 // Pruning says that retention removed a batch's processing details (tasks,
@@ -85,16 +96,19 @@ type Progress struct {
 // "refs", "documents"); Detail has the executor's own counts (e.g. a
 // chunked phase's chunks_total).
 type PhaseProgress struct {
-	Phase           string           `json:"phase"`
-	Executor        string           `json:"executor"`
-	Unit            string           `json:"unit"`
-	TasksTotal      int64            `json:"tasks_total"`
-	TasksPending    int64            `json:"tasks_pending"`
-	TasksProcessing int64            `json:"tasks_processing"`
-	TasksCompleted  int64            `json:"tasks_completed"`
-	TasksFailed     int64            `json:"tasks_failed"`
-	TasksSkipped    int64            `json:"tasks_skipped,omitempty"`
-	Detail          map[string]int64 `json:"detail,omitempty"`
+	Phase           string `json:"phase"`
+	Executor        string `json:"executor"`
+	Unit            string `json:"unit"`
+	TasksTotal      int64  `json:"tasks_total"`
+	TasksPending    int64  `json:"tasks_pending"`
+	TasksProcessing int64  `json:"tasks_processing"`
+	TasksCompleted  int64  `json:"tasks_completed"`
+	TasksFailed     int64  `json:"tasks_failed"`
+	// TasksFailedInfrastructure are the failed ones whose attempts or
+	// retries infrastructure spent; the others' files are bad.
+	TasksFailedInfrastructure int64            `json:"tasks_failed_infrastructure"`
+	TasksSkipped              int64            `json:"tasks_skipped,omitempty"`
+	Detail                    map[string]int64 `json:"detail,omitempty"`
 }
 
 // Current is the progress of the batch's current (or last) phase, false

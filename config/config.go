@@ -101,6 +101,8 @@ type Config struct {
 	// ProviderRetryWindow bounds how long an OCR ref or a document step
 	// keeps being retried after transient failures or 429s.
 	ProviderRetryWindow time.Duration
+	// InfraFailureMax bounds a phase's work failed by infrastructure.
+	InfraFailureMax setting.Share
 
 	MaxFileSize      int64
 	MaxBatchSize     int64
@@ -297,6 +299,7 @@ func (c *Config) Jobs() jobs.Settings {
 		SweepRestartGrace: c.SweepRestartGrace,
 		Retention:         c.Retention,
 		ProviderRetry:     provider.Retry{Window: c.ProviderRetryWindow, MaxBackoff: time.Minute},
+		InfraFailureMax:   c.InfraFailureMax,
 	}
 }
 

@@ -23,7 +23,7 @@ UPDATE chunk_items i SET status = 'processing', updated_at = now()
 FROM claimed
 WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id = claimed.chunk_id
     AND i.item_index = claimed.item_index
-RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before, i.result, i.failing_since
+RETURNING i.batch_id, i.phase, i.chunk_id, i.item_index, i.directory_path, i.file_id, i.r2_key, i.status, i.retry_count, i.error, i.text_length, i.text, i.published_key, i.published_size, i.updated_at, i.not_before, i.result, i.failing_since, i.failure
 `
 
 type ChunkItemClaimPendingParams struct {
@@ -70,7 +70,42 @@ func (q *Queries) ChunkItemClaimPending(ctx context.Context, arg ChunkItemClaimP
 			&i.NotBefore,
 			&i.Result,
 			&i.FailingSince,
+			&i.Failure,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const chunkItemCountInfraFailed = `-- name: ChunkItemCountInfraFailed :many
+SELECT batch_id, phase, count(*) AS n FROM chunk_items
+WHERE batch_id = ANY($1::text[]) AND status = 'error' AND failure = 'infrastructure'
+GROUP BY batch_id, phase
+`
+
+type ChunkItemCountInfraFailedRow struct {
+	BatchID string
+	Phase   string
+	N       int64
+}
+
+// ChunkItemCountInfraFailed counts the failed items of the batches named
+// whose retries infrastructure spent (failure 'infrastructure'), per phase.
+func (q *Queries) ChunkItemCountInfraFailed(ctx context.Context, batchIds []string) ([]ChunkItemCountInfraFailedRow, error) {
+	rows, err := q.db.Query(ctx, chunkItemCountInfraFailed, batchIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChunkItemCountInfraFailedRow
+	for rows.Next() {
+		var i ChunkItemCountInfraFailedRow
+		if err := rows.Scan(&i.BatchID, &i.Phase, &i.N); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -106,6 +141,7 @@ const chunkItemDropUnfinished = `-- name: ChunkItemDropUnfinished :many
 WITH items AS (
     DELETE FROM chunk_items ci
     WHERE ci.batch_id = $1 AND ci.status NOT IN ('done', 'skipped')
+        AND (NOT $2::boolean OR ci.status <> 'error' OR ci.failure = 'infrastructure')
     RETURNING ci.phase, ci.chunk_id, ci.status, ci.r2_key
 ), per_chunk AS (
     SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
@@ -118,6 +154,11 @@ WITH items AS (
 SELECT i.phase, i.r2_key FROM items i
 `
 
+type ChunkItemDropUnfinishedParams struct {
+	BatchID   string
+	InfraOnly bool
+}
+
 type ChunkItemDropUnfinishedRow struct {
 	Phase string
 	R2Key string
@@ -127,8 +168,8 @@ type ChunkItemDropUnfinishedRow struct {
 // done nor skipped (failed, or left pending by a chunk that stopped), and
 // uncounts them in their chunks: an admin retry reruns them as items of
 // new chunks (jobs.ResumeBatch). It returns the items' keys.
-func (q *Queries) ChunkItemDropUnfinished(ctx context.Context, batchID string) ([]ChunkItemDropUnfinishedRow, error) {
-	rows, err := q.db.Query(ctx, chunkItemDropUnfinished, batchID)
+func (q *Queries) ChunkItemDropUnfinished(ctx context.Context, arg ChunkItemDropUnfinishedParams) ([]ChunkItemDropUnfinishedRow, error) {
+	rows, err := q.db.Query(ctx, chunkItemDropUnfinished, arg.BatchID, arg.InfraOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +261,7 @@ type ChunkItemInsertManyParams struct {
 }
 
 const chunkItemListByBatchPhase = `-- name: ChunkItemListByBatchPhase :many
-SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before, result, failing_since FROM chunk_items
+SELECT batch_id, phase, chunk_id, item_index, directory_path, file_id, r2_key, status, retry_count, error, text_length, text, published_key, published_size, updated_at, not_before, result, failing_since, failure FROM chunk_items
 WHERE batch_id = $1 AND phase = $2
     AND (chunk_id, item_index) > ($3::text, $4::int)
 ORDER BY chunk_id, item_index
@@ -273,6 +314,7 @@ func (q *Queries) ChunkItemListByBatchPhase(ctx context.Context, arg ChunkItemLi
 			&i.NotBefore,
 			&i.Result,
 			&i.FailingSince,
+			&i.Failure,
 		); err != nil {
 			return nil, err
 		}
@@ -394,8 +436,9 @@ func (q *Queries) ChunkItemReleaseClaims(ctx context.Context, arg ChunkItemRelea
 
 const chunkItemRequeueFailed = `-- name: ChunkItemRequeueFailed :many
 WITH items AS (
-    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, failing_since = NULL, updated_at = now()
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, failing_since = NULL, failure = NULL, updated_at = now()
     WHERE ci.batch_id = $1 AND ci.phase = $2 AND ci.status = 'error'
+        AND (NOT $3::boolean OR ci.failure = 'infrastructure')
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
 ), per_chunk AS (
     SELECT i.batch_id, i.phase, i.chunk_id, count(*) AS n FROM items i GROUP BY i.batch_id, i.phase, i.chunk_id
@@ -407,8 +450,9 @@ RETURNING c.chunk_id, per_chunk.n::int AS requeued
 `
 
 type ChunkItemRequeueFailedParams struct {
-	BatchID string
-	Phase   string
+	BatchID   string
+	Phase     string
+	InfraOnly bool
 }
 
 type ChunkItemRequeueFailedRow struct {
@@ -421,7 +465,7 @@ type ChunkItemRequeueFailedRow struct {
 // failures) and returns the chunks reopened. An admin's retry; the caller
 // holds the batch's exclusive fan-in lock.
 func (q *Queries) ChunkItemRequeueFailed(ctx context.Context, arg ChunkItemRequeueFailedParams) ([]ChunkItemRequeueFailedRow, error) {
-	rows, err := q.db.Query(ctx, chunkItemRequeueFailed, arg.BatchID, arg.Phase)
+	rows, err := q.db.Query(ctx, chunkItemRequeueFailed, arg.BatchID, arg.Phase, arg.InfraOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -479,8 +523,8 @@ func (q *Queries) ChunkItemSetDone(ctx context.Context, arg ChunkItemSetDonePara
 
 const chunkItemSetError = `-- name: ChunkItemSetError :execrows
 WITH item AS (
-    UPDATE chunk_items ci SET status = 'error', error = $1, updated_at = now()
-    WHERE ci.batch_id = $2 AND ci.phase = $3 AND ci.chunk_id = $4 AND ci.item_index = $5
+    UPDATE chunk_items ci SET status = 'error', error = $1, failure = $2::text, updated_at = now()
+    WHERE ci.batch_id = $3 AND ci.phase = $4 AND ci.chunk_id = $5 AND ci.item_index = $6
         AND ci.status = 'processing'
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
 )
@@ -490,6 +534,7 @@ FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_
 
 type ChunkItemSetErrorParams struct {
 	Error     *string
+	Failure   string
 	BatchID   string
 	Phase     string
 	ChunkID   string
@@ -500,6 +545,7 @@ type ChunkItemSetErrorParams struct {
 func (q *Queries) ChunkItemSetError(ctx context.Context, arg ChunkItemSetErrorParams) (int64, error) {
 	result, err := q.db.Exec(ctx, chunkItemSetError,
 		arg.Error,
+		arg.Failure,
 		arg.BatchID,
 		arg.Phase,
 		arg.ChunkID,

@@ -116,7 +116,7 @@ func TestChunkItemSettle(t *testing.T) {
 
 	msg := "corrupt image"
 	b, p, c, i = key(1)
-	n, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Error: &msg})
+	n, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Error: &msg, Failure: "permanent"})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 
@@ -140,7 +140,7 @@ func TestChunkItemSettle(t *testing.T) {
 	n, err = q.ChunkItemSetSkipped(ctx, db.ChunkItemSetSkippedParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Reason: &reason})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	n, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Error: &msg})
+	n, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: b, Phase: p, ChunkID: c, ItemIndex: i, Error: &msg, Failure: "permanent"})
 	require.NoError(t, err)
 	require.Equal(t, int64(0), n, "a skipped item is not settled again")
 

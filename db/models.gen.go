@@ -78,6 +78,7 @@ type ChunkItem struct {
 	NotBefore     *time.Time
 	Result        json.RawMessage
 	FailingSince  *time.Time
+	Failure       *string
 }
 
 type Document struct {
@@ -221,6 +222,7 @@ type Task struct {
 	Unheard               bool
 	Excused               int32
 	MachineGone           *string
+	Failure               *string
 }
 
 type TaskCount struct {

@@ -140,7 +140,7 @@ WITH input AS (
     -- (a sub-select of the row being updated, so that a row another group
     -- changed first is decided again on its new version).
     UPDATE tasks t
-    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at) = (
+    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at, failure) = (
         SELECT CASE WHEN d.retry THEN 'pending' ELSE input.status END,
             CASE WHEN d.retry THEN NULL ELSE input.result::jsonb END,
             nullif(input.error, ''),
@@ -148,7 +148,8 @@ WITH input AS (
             t.failures + CASE WHEN d.failed THEN 1 ELSE 0 END,
             CASE WHEN d.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
             CASE WHEN d.retry THEN NULL ELSE clock_timestamp() END,
-            clock_timestamp()
+            clock_timestamp(),
+            CASE WHEN d.retry OR input.status <> 'failed' THEN NULL WHEN input.retryable THEN 'infrastructure' ELSE 'permanent' END
         FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
             input.retryable AND input.status = 'failed' AND t.failures + 1 < limits.max_attempts AS retry) d)
     FROM input, limits
@@ -258,7 +259,7 @@ WITH old AS MATERIALIZED (
     FOR NO KEY UPDATE OF t
 ), done AS (
     UPDATE tasks t
-    SET status = 'completed', result = $4::jsonb, error = NULL, ended_by = 'callback', lease_until = NULL,
+    SET status = 'completed', result = $4::jsonb, error = NULL, ended_by = 'callback', lease_until = NULL, failure = NULL,
         token_hash = $3::bytea,
         superseded_token_hashes = CASE WHEN old.token_hash IS NULL THEN array_remove(t.superseded_token_hashes, $3::bytea)
             ELSE array_append(array_remove(t.superseded_token_hashes, $3::bytea), old.token_hash) END,
@@ -405,6 +406,40 @@ func (q *Queries) TaskCountDeleteByBatch(ctx context.Context, arg TaskCountDelet
 	return result.RowsAffected(), nil
 }
 
+const taskCountInfraFailed = `-- name: TaskCountInfraFailed :many
+SELECT batch_id, phase, count(*) AS n FROM tasks
+WHERE batch_id = ANY($1::text[]) AND status = 'failed' AND failure = 'infrastructure'
+GROUP BY batch_id, phase
+`
+
+type TaskCountInfraFailedRow struct {
+	BatchID string
+	Phase   string
+	N       int64
+}
+
+// TaskCountInfraFailed counts the failed tasks of the batches named whose
+// attempts infrastructure spent (failure 'infrastructure'), per phase.
+func (q *Queries) TaskCountInfraFailed(ctx context.Context, batchIds []string) ([]TaskCountInfraFailedRow, error) {
+	rows, err := q.db.Query(ctx, taskCountInfraFailed, batchIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskCountInfraFailedRow
+	for rows.Next() {
+		var i TaskCountInfraFailedRow
+		if err := rows.Scan(&i.BatchID, &i.Phase, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskCountPending = `-- name: TaskCountPending :one
 SELECT coalesce(sum(n), 0)::bigint FROM task_counts
 WHERE batch_id = $1 AND phase = $2 AND status = 'pending'
@@ -481,14 +516,16 @@ func (q *Queries) TaskDeleteByBatch(ctx context.Context, arg TaskDeleteByBatchPa
 const taskDeleteFailedByBatch = `-- name: TaskDeleteFailedByBatch :many
 WITH d AS (
     DELETE FROM tasks t WHERE t.batch_id = $1::text AND t.phase = ANY($2::text[]) AND t.status = 'failed'
+        AND (NOT $3::boolean OR t.failure = 'infrastructure')
     RETURNING t.id, t.phase, t.file_id
 )
 SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id
 `
 
 type TaskDeleteFailedByBatchParams struct {
-	BatchID string
-	Phases  []string
+	BatchID   string
+	Phases    []string
+	InfraOnly bool
 }
 
 type TaskDeleteFailedByBatchRow struct {
@@ -502,7 +539,7 @@ type TaskDeleteFailedByBatchRow struct {
 // (jobs.ResumeBatch); their outcomes stay in batch_events. It returns each
 // task's phase and its file's key.
 func (q *Queries) TaskDeleteFailedByBatch(ctx context.Context, arg TaskDeleteFailedByBatchParams) ([]TaskDeleteFailedByBatchRow, error) {
-	rows, err := q.db.Query(ctx, taskDeleteFailedByBatch, arg.BatchID, arg.Phases)
+	rows, err := q.db.Query(ctx, taskDeleteFailedByBatch, arg.BatchID, arg.Phases, arg.InfraOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -611,6 +648,7 @@ SET status = CASE WHEN decided.retry THEN 'pending' ELSE 'failed' END,
     excused = t.excused + CASE WHEN decided.excuse THEN 1 ELSE 0 END,
     deadline = CASE WHEN decided.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
     finished_at = CASE WHEN decided.retry THEN NULL ELSE clock_timestamp() END,
+    failure = CASE WHEN decided.retry THEN NULL ELSE 'infrastructure' END,
     lease_until = NULL,
     updated_at = clock_timestamp(),
     error = CASE WHEN t.machine_gone IS NOT NULL THEN t.machine_gone
@@ -1158,15 +1196,16 @@ func (q *Queries) TaskReleaseRetired(ctx context.Context, arg TaskReleaseRetired
 
 const taskRequeueFailed = `-- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, failure = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
-WHERE batch_id = $1 AND phase = $2 AND status = 'failed'
+WHERE batch_id = $1 AND phase = $2 AND status = 'failed' AND (NOT $3::boolean OR failure = 'infrastructure')
 RETURNING id
 `
 
 type TaskRequeueFailedParams struct {
-	BatchID string
-	Phase   string
+	BatchID   string
+	Phase     string
+	InfraOnly bool
 }
 
 // TaskRequeueFailed returns the failed tasks of a phase to pending for an
@@ -1176,7 +1215,7 @@ type TaskRequeueFailedParams struct {
 // The tasks get TASK_MAX_ATTEMPTS attempts (and maxUnlaunched launches
 // without a machine) afresh.
 func (q *Queries) TaskRequeueFailed(ctx context.Context, arg TaskRequeueFailedParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, taskRequeueFailed, arg.BatchID, arg.Phase)
+	rows, err := q.db.Query(ctx, taskRequeueFailed, arg.BatchID, arg.Phase, arg.InfraOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -1271,6 +1310,7 @@ SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_i
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
     ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
     error = CASE WHEN u.action = 'fail' THEN $1::text ELSE t.error END,
+    failure = CASE WHEN u.action = 'fail' THEN 'infrastructure' ELSE t.failure END,
     finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
     updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id

@@ -71,7 +71,11 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	if phases.BatchStatus(batch.Status) != phases.BatchDone || batch.IngestStatus == "delivered" {
 		return nil
 	}
-	body, err := processedManifest(ctx, w.deps.Pool, id, batch.Generation)
+	failures, err := w.deps.Executors.Failures(ctx, db.New(w.deps.Pool), id)
+	if err != nil {
+		return err
+	}
+	body, err := processedManifest(ctx, w.deps.Pool, id, batch.Generation, failures)
 	if err != nil {
 		return err
 	}
@@ -163,13 +167,14 @@ WINDOW g AS (PARTITION BY f.directory_path, f.processing_config)
 ORDER BY min(f.ordinal) OVER g, f.ordinal`
 
 // processedManifest is the JSON of the ProcessedManifest for the batch's
-// final generation: the BatchManifest of spec 001, files grouped by their
+// final generation, with the batch's failed work by cause (failures: a
+// file whose work failed is in the manifest as it came into the phase): the BatchManifest of spec 001, files grouped by their
 // manifest directory and processing config, in list order, each with its
 // preprocessor_tags. It is streamed from the rows into the body: at 100,000
 // files, building the file list, the groups and the Manifest before
 // marshalling held the final manifest four times over, and made delivery
 // the process's peak memory.
-func processedManifest(ctx context.Context, conn db.DBTX, batchID string, generation int32) ([]byte, error) {
+func processedManifest(ctx context.Context, conn db.DBTX, batchID string, generation int32, failures Failures) ([]byte, error) {
 	rows, err := conn.Query(ctx, finalGenerationSQL, batchID, generation)
 	if err != nil {
 		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
@@ -231,6 +236,12 @@ func processedManifest(ctx context.Context, conn db.DBTX, batchID string, genera
 	if err := out.Close(); err != nil {
 		return nil, err
 	}
+	buf.WriteString(`,"failures":`)
+	counts, err := json.Marshal(failures)
+	if err != nil {
+		return nil, err
+	}
+	buf.Write(counts)
 	buf.WriteString(`}`)
 	return buf.Bytes(), nil
 }

@@ -59,14 +59,16 @@ type Executor interface {
 	Progress(ctx context.Context, q *db.Queries, batchIDs []string) (map[string][]PhaseProgress, error)
 
 	// Retry puts phase at's failed work back to be done again, for an
-	// admin retry of a batch in it (stopped: the batch was in ERROR, and
+	// admin retry of a batch in it (scope: all of it or only what
+	// infrastructure failed, and whether the batch was in ERROR and
 	// resumes in this phase). The caller holds the batch's exclusive lock
 	// and makes sure of the phase's check afterwards.
-	Retry(ctx context.Context, tx Tx, at PhaseAt, stopped bool) (RetryOutcome, error)
+	Retry(ctx context.Context, tx Tx, at PhaseAt, scope RetryScope) (RetryOutcome, error)
 	// Rerun prepares a DONE batch's new pass (ResumeBatch): it drops the
-	// batch's failed work of this kind (a later Enter makes it anew) and
-	// names the files it failed on. The caller holds the exclusive lock.
-	Rerun(ctx context.Context, tx Tx, batchID string) (Rerun, error)
+	// batch's failed work of this kind in scope (a later Enter makes it
+	// anew) and names the files it failed on. The caller holds the
+	// exclusive lock.
+	Rerun(ctx context.Context, tx Tx, batchID string, scope RetryScope) (Rerun, error)
 	// Backstop makes sure that the work of phase at, whose batch has not
 	// moved for a while, has the jobs it needs (a lost wake-up, a job
 	// River gave up on). The jobs it enqueues are unique: nothing is
@@ -145,6 +147,10 @@ type PhaseProgress struct {
 	TasksProcessing int64  `json:"tasks_processing"`
 	TasksCompleted  int64  `json:"tasks_completed"`
 	TasksFailed     int64  `json:"tasks_failed"`
+	// TasksFailedInfrastructure are the failed ones whose attempts or
+	// retries infrastructure spent (timeouts, dead machines, outages, a
+	// spent quota); the others failed because their file is bad.
+	TasksFailedInfrastructure int64 `json:"tasks_failed_infrastructure"`
 	// TasksSkipped is work that needed nothing (e.g. a PDF page whose
 	// text layer makes OCR needless); it counts as completed too.
 	TasksSkipped int64 `json:"tasks_skipped,omitempty"`
@@ -154,6 +160,16 @@ type PhaseProgress struct {
 
 // Open is the work not yet ended.
 func (p PhaseProgress) Open() int64 { return p.TasksPending + p.TasksProcessing }
+
+// RetryScope says which failed work an admin retry puts back.
+type RetryScope struct {
+	// Stopped: the batch was in ERROR, and resumes in the phase.
+	Stopped bool
+	// InfraOnly puts back only the work whose attempts or retries
+	// infrastructure spent (failure 'infrastructure': timeouts, dead
+	// machines, outages, a spent quota), not the files that are bad.
+	InfraOnly bool
+}
 
 // RetryOutcome is what an executor's Retry put back.
 type RetryOutcome struct {
@@ -380,6 +396,29 @@ func (x *Executors) Requeued(ctx context.Context, tx pgx.Tx, client *river.Clien
 		}
 	}
 	return nil
+}
+
+// Failures are a batch's failed work by cause (PhaseProgress's
+// TasksFailed and TasksFailedInfrastructure summed over its phases).
+type Failures struct {
+	Permanent      int64 `json:"permanent"`
+	Infrastructure int64 `json:"infrastructure"`
+}
+
+// Failures sums the batch's failed work over every executor's phases.
+func (x *Executors) Failures(ctx context.Context, q *db.Queries, batchID string) (Failures, error) {
+	var f Failures
+	for _, e := range x.All() {
+		progress, err := e.Progress(ctx, q, []string{batchID})
+		if err != nil {
+			return f, err
+		}
+		for _, p := range progress[batchID] {
+			f.Infrastructure += p.TasksFailedInfrastructure
+			f.Permanent += p.TasksFailed - p.TasksFailedInfrastructure
+		}
+	}
+	return f, nil
 }
 
 // Overtaker is an executor that must hear of tasks that a success of an

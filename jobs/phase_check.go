@@ -191,11 +191,18 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	if err != nil {
 		return nil, fmt.Errorf("counting the work of %s: %w", batch.Status, err)
 	}
-	var completed, failed int64 // every unit of the phase's work has ended
+	var completed, failed, infra, total int64 // every unit of the phase's work has ended
 	for _, pp := range progress[batch.ID] {
 		if pp.Phase == batch.Status {
 			completed, failed = pp.TasksCompleted, pp.TasksTotal-pp.TasksCompleted
+			infra, total = pp.TasksFailedInfrastructure, pp.TasksTotal
 		}
+	}
+	w.deps.Metrics.InfraFailures(batch.Status, int(infra))
+	if limit := w.deps.Settings.InfraFailureMax; infra > limit.Of(total) {
+		return failBatch(ctx, ptx, w.deps, batch.ID, batch.Status, fmt.Sprintf(
+			"%d of %d %s failed for infrastructure reasons (timeouts, dead machines, outages, a spent quota), more than INFRA_FAILURE_MAX (%s); "+
+				"POST /admin/retry/%s?mode=infrastructure runs them again", infra, total, unitOf(progress[batch.ID], batch.Status), limit, batch.ID))
 	}
 	dTasks := lap()
 	// The phase right after this one: the generation can be written in
@@ -310,4 +317,14 @@ func problemEvents(batchID, phase string, problems []transformProblem) []db.Batc
 		events = append(events, NewEvent(batchID, db.EventTransformFailed, phase, pr.taskID, map[string]any{"error": pr.err.Error()}))
 	}
 	return events
+}
+
+// unitOf is what phase's work counts ("tasks", "refs"), "units" if unknown.
+func unitOf(ps []PhaseProgress, phase string) string {
+	for _, p := range ps {
+		if p.Phase == phase && p.Unit != "" {
+			return p.Unit
+		}
+	}
+	return "units"
 }

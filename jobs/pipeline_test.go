@@ -57,13 +57,15 @@ func TestMixedBatchEndToEnd(t *testing.T) {
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.NotNil(t, st.CompletedAt)
 	require.Equal(t, []status.PhaseProgress{
-		{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 1, TasksFailed: 2},
+		// b's file is bad (permanent); c's machine hung (infrastructure).
+		{Phase: "TIFF_CONVERSION", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 1, TasksFailed: 2, TasksFailedInfrastructure: 1},
 		{Phase: "IMAGE_PROCESSING", Executor: "machine", Unit: "tasks", TasksTotal: 3, TasksCompleted: 3},
 		// The fake image workers publish no variants: the one ref whose
 		// directory asked for OCR fails, as a missing object.
 		{Phase: "OCR", Executor: "chunked", Unit: "refs", TasksTotal: 1, TasksFailed: 1,
 			Detail: map[string]int64{"chunks_total": 1, "chunks_done": 0, "chunks_error": 1}},
 	}, st.Phases)
+	require.Equal(t, status.Failures{Permanent: 2, Infrastructure: 1}, st.Failures)
 
 	// The final manifest reaches ingest once, with an idempotency key.
 	call := env.AwaitIngest(t, 1)[0]

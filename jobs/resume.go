@@ -30,7 +30,8 @@ type Resumption struct {
 // ResumeBatch reruns what failed in a DONE batch b, an admin's retry: a new
 // pass of the batch through its phases over its final generation, in which
 // every file whose work failed in some phase (as each executor's Rerun
-// says) is worked on again, and every other file is kept (File.Kept): no
+// says; with scope.InfraOnly, only where infrastructure failed it) is
+// worked on again, and every other file is kept (File.Kept): no
 // phase works on it, its outputs, OCR text and document stay as they are.
 // The files a rerun makes are not kept, so they flow through the phases
 // after it. Each executor drops the failed work it can make anew as the
@@ -42,7 +43,7 @@ type Resumption struct {
 // b under it; tx commits the change, with a batch.resumed event. With
 // nothing to rerun it returns ErrNothingToResume, and tx must be rolled
 // back.
-func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumption, error) {
+func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch, scope RetryScope) (Resumption, error) {
 	q := tx.Queries()
 	if phases.BatchStatus(b.Status) != phases.BatchDone {
 		return Resumption{}, fmt.Errorf("resuming batch %s: it is %s, not DONE", b.ID, b.Status)
@@ -50,7 +51,7 @@ func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch) (Resumpti
 	out := Resumption{Work: map[string]any{}}
 	var keys []string
 	for _, e := range x.All() {
-		r, err := e.Rerun(ctx, tx, b.ID)
+		r, err := e.Rerun(ctx, tx, b.ID, scope)
 		if err != nil {
 			return Resumption{}, fmt.Errorf("finding the failed %s work of batch %s: %w", e.Kind(), b.ID, err)
 		}

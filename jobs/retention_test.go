@@ -146,7 +146,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 	require.NotNil(t, testenv.OCROf(statusBefore))
 	b, err := db.New(env.Pool).BatchGetByID(ctx, "OLD")
 	require.NoError(t, err)
-	manifestBefore, err := jobs.FinalManifest(ctx, env.Pool, "OLD", b.Generation)
+	manifestBefore, err := jobs.FinalManifest(ctx, env.Pool, "OLD", b.Generation, jobs.Failures{})
 	require.NoError(t, err)
 
 	res, err := jobs.Prune(ctx, retentionDeps(env, nil), jobs.PruneOptions{})
@@ -191,7 +191,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 
 	// What stays: the final manifest, the status with its counts, the
 	// event saying what went.
-	manifestAfter, err := jobs.FinalManifest(ctx, env.Pool, "OLD", b.Generation)
+	manifestAfter, err := jobs.FinalManifest(ctx, env.Pool, "OLD", b.Generation, jobs.Failures{})
 	require.NoError(t, err)
 	require.JSONEq(t, string(manifestBefore), string(manifestAfter))
 	calls := env.Ingest.Calls()

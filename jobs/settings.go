@@ -6,6 +6,7 @@ import (
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
+	"github.com/arke-institute/orchestrator/setting"
 )
 
 // Settings are the pipeline's settings, which the core and the executors
@@ -43,6 +44,10 @@ type Settings struct {
 	// ProviderRetry is how OCR refs and document steps retry a provider's
 	// transient failures and 429s (PROVIDER_RETRY_WINDOW).
 	ProviderRetry provider.Retry
+	// InfraFailureMax bounds a phase's work failed by infrastructure
+	// (INFRA_FAILURE_MAX: a count, or a percentage of the phase's work):
+	// past it the batch ends in ERROR rather than go on thinned.
+	InfraFailureMax setting.Share
 }
 
 // StagingBucket is R2_BUCKET: manifests, uploads and refs.

@@ -135,6 +135,7 @@ type Metrics struct {
 	launchFailures    *prometheus.CounterVec
 	phaseRetries      *prometheus.CounterVec
 	taskRetries       *prometheus.CounterVec
+	infraFailures     *prometheus.CounterVec
 	callbackDuration  *prometheus.HistogramVec
 	callbacksRejected *prometheus.CounterVec
 	ingestAttempts    prometheus.Counter
@@ -228,6 +229,10 @@ func New(cfg Config) *Metrics {
 			Name: "orchestrator_task_retries_total",
 			Help: "Task attempts that failed and were retried on a fresh machine, by phase and reason (timeout, transient_error, no_machine).",
 		}, []string{"phase", "reason"}),
+		infraFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orchestrator_infrastructure_failures_total",
+			Help: "Units of a phase's work (tasks, OCR refs) that failed for infrastructure reasons (attempts or retries spent by timeouts, dead machines, outages, a spent quota), counted as the phase ends, by phase.",
+		}, []string{"phase"}),
 		callbackDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "orchestrator_callback_duration_seconds",
 			Help:    "Time to handle a worker's callback (POST /callback/...), by result (applied, duplicate, rejected, error).",
@@ -282,7 +287,7 @@ func New(cfg Config) *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.1, 2, 17),
 	}, []string{"status"})
 	m.reg.MustRegister(m.batchesStarted, m.batchesFinished, m.batchDuration, m.tasksFinished, m.launches,
-		m.launchFailures, m.phaseRetries, m.taskRetries, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
+		m.launchFailures, m.phaseRetries, m.taskRetries, m.infraFailures, m.callbackDuration, m.callbacksRejected, m.ingestAttempts, m.ingestFailures,
 		m.providerRequests, m.providerRate, m.providerTokens, m.chunkItems,
 		m.documentSteps, m.documentStepTime, m.documentsFinished, m.documentDuration)
 	m.retentionRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -449,6 +454,15 @@ func (m *Metrics) PhaseRetried(phase string) {
 		return
 	}
 	m.phaseRetries.WithLabelValues(phase).Inc()
+}
+
+// InfraFailures counts n units of a phase's work (tasks, OCR refs) that
+// failed for infrastructure reasons, counted as the phase ends.
+func (m *Metrics) InfraFailures(phase string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.infraFailures.WithLabelValues(phase).Add(float64(n))
 }
 
 // TasksRetried counts n task attempts of phase that failed for reason (a

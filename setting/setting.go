@@ -377,3 +377,65 @@ func code(v string) string {
 	}
 	return "`" + v + "`"
 }
+
+// Share is a bound given either as a count or as a percentage of a whole
+// ("25", "1%").
+type Share struct {
+	// Count is the bound as a count, when Percent is false.
+	Count int64
+	// Percent: Of is Value percent of the whole.
+	Percent bool
+	Value   float64
+}
+
+// Of is the bound for a whole of total: Count, or Value percent of total,
+// rounded down.
+func (s Share) Of(total int64) int64 {
+	if !s.Percent {
+		return s.Count
+	}
+	return int64(math.Floor(float64(total) * s.Value / 100))
+}
+
+func (s Share) String() string {
+	if s.Percent {
+		return formatFloat(s.Value) + "%"
+	}
+	return strconv.FormatInt(s.Count, 10)
+}
+
+// ParseShare reads a Share: a whole number from 0, or a percentage from 0
+// to 100 followed by "%".
+func ParseShare(v string) (Share, error) {
+	if p, ok := strings.CutSuffix(v, "%"); ok {
+		f, err := strconv.ParseFloat(p, 64)
+		if err != nil || !(f >= 0 && f <= 100) {
+			return Share{}, expectation(`a whole number, or a percentage from 0 to 100 such as "1%"`)
+		}
+		return Share{Percent: true, Value: f}, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return Share{}, expectation(`a whole number, or a percentage from 0 to 100 such as "1%"`)
+	}
+	return Share{Count: n}, nil
+}
+
+// ShareOf declares a Share setting (ParseShare).
+func ShareOf(dst *Share, name, def, doc string) Setting {
+	d, err := ParseShare(def)
+	if err != nil {
+		panic(fmt.Sprintf("setting %s: default %q: %v", name, def, err))
+	}
+	return Setting{Name: name, Doc: doc, Default: code(def), Range: "count or percentage",
+		reset: func() { *dst = d },
+		parse: func(v string) error {
+			s, err := ParseShare(v)
+			if err != nil {
+				return err
+			}
+			*dst = s
+			return nil
+		},
+		show: func() string { return dst.String() }}
+}

@@ -56,11 +56,31 @@ type Status struct {
 	Error       *string         `json:"error"`
 	Phase       *string         `json:"phase"`
 	Phases      []PhaseProgress `json:"phases"`
+	// Failures counts the batch's failed work over its phases, told apart
+	// by cause.
+	Failures Failures `json:"failures"`
 	// Ingest is the delivery of the final manifest to the ingest service.
 	Ingest Ingest `json:"ingest"`
 	// Pruned is set once retention removed the batch's processing
 	// details; Phases and Progress are then as they were when it began.
 	Pruned *Pruning `json:"pruned,omitempty"`
+}
+
+// Failures are a batch's failed work by cause: Permanent failed because
+// its file is bad (the worker or provider refused it), Infrastructure
+// because its attempts or retries were spent by timeouts, dead machines,
+// outages or a spent quota (POST /admin/retry/:batchId?mode=infrastructure
+// reruns only these).
+type Failures = jobs.Failures
+
+// FailuresOf sums the phases' failures by cause.
+func FailuresOf(ps []PhaseProgress) Failures {
+	var f Failures
+	for _, p := range ps {
+		f.Infrastructure += p.TasksFailedInfrastructure
+		f.Permanent += p.TasksFailed - p.TasksFailedInfrastructure
+	}
+	return f
 }
 
 // HasFailures reports whether the batch has failed work an admin retry
@@ -107,6 +127,7 @@ func (r *Reader) Status(ctx context.Context, batchID string) (Status, error) {
 	if st.Phases == nil {
 		st.Phases = []PhaseProgress{}
 	}
+	st.Failures = FailuresOf(st.Phases)
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}

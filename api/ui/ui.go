@@ -364,13 +364,14 @@ func (d *Dashboard) uiReset(c echo.Context) error {
 	return d.afterAction(c, "reset", err)
 }
 
-// uiRetry is POST /ui/batches/:batchId/retry, the retry button.
+// uiRetry is POST /ui/batches/:batchId/retry, the retry buttons (with
+// ?mode=infrastructure, the one of infrastructure failures only).
 func (d *Dashboard) uiRetry(c echo.Context) error {
 	if !c.Get(ViewerKey).(Viewer).Admin {
 		return echo.NewHTTPError(http.StatusForbidden, "only the admin may retry batches")
 	}
 	d.logAdmin(c, "retry")
-	_, err := d.batches.Retry(c.Request().Context(), c.Param("batchId"))
+	_, err := d.batches.Retry(c.Request().Context(), c.Param("batchId"), c.QueryParam("mode") == batches.RetryInfrastructure)
 	return d.afterAction(c, "retry", err)
 }
 

@@ -37,6 +37,8 @@ var batchCommands = map[string]batchCommand{
 		about: "Resets the batch (POST /admin/reset/ID): it goes to ERROR, its open tasks\nend and its machines are destroyed. Then prints its status."},
 	"retry": {call: (*client.Client).Retry, admin: true, verb: "retried",
 		about: "Re-runs the batch's failed work (POST /admin/retry/ID), never its\ncompleted work. Then prints its status."},
+	"retry-infra": {call: (*client.Client).RetryInfrastructure, admin: true, verb: "retried",
+		about: "Re-runs only the batch's work that infrastructure failed (timeouts, dead\nmachines, outages, a spent quota: POST /admin/retry/ID?mode=infrastructure),\nnot the files that are bad. Then prints its status."},
 }
 
 const batchUsage = `Usage: orchestrator %s [-url URL] [-json] ID

@@ -98,6 +98,7 @@ func TestBatchCommands(t *testing.T) {
 			{"ReadTokenForAdmin", testenv.ReadToken, []string{"reset", "RUN"}, "the orchestrator at " + env.Server.URL + " refused the admin token"},
 			{"ResetDone", token, []string{"reset", "FIN"}, "cannot reset batch FIN (409): conflict: batch FIN is DONE; there is nothing to reset"},
 			{"RetryDone", token, []string{"retry", "FIN"}, "cannot retry batch FIN (409): conflict: batch FIN is DONE with nothing failed; there is nothing to retry"},
+			{"RetryInfraDone", token, []string{"retry-infra", "FIN"}, "cannot retry-infra batch FIN (409): conflict: batch FIN is DONE with nothing failed for infrastructure reasons; there is nothing to retry"},
 			{"Unreachable", "", []string{"status", "-url", "http://127.0.0.1:1", "RUN"}, "cannot reach the orchestrator at http://127.0.0.1:1"},
 		} {
 			t.Run(c.name, func(t *testing.T) {

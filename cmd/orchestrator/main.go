@@ -7,6 +7,7 @@
 //	orchestrator status    print a batch's status (through the API)
 //	orchestrator reset     reset a batch (admin, through the API)
 //	orchestrator retry     re-run a batch's failed work (admin, through the API)
+//	orchestrator retry-infra  re-run only what infrastructure failed (admin)
 //	orchestrator document  upload a text document, index it and follow it
 //	orchestrator search    search the indexed documents
 //	orchestrator report    print a report of the database (batch durations, failures, cost, ...)
@@ -38,7 +39,8 @@ Usage:
   orchestrator status [-json] ID     print a batch's status
   orchestrator reset ID              reset a batch: ERROR, open tasks ended (ADMIN_TOKEN)
   orchestrator retry ID              re-run a batch's failed work (ADMIN_TOKEN)
-                                     (status, reset, retry: -url, default $ORCHESTRATOR_URL)
+  orchestrator retry-infra ID        re-run only what infrastructure failed (ADMIN_TOKEN)
+                                     (status, reset, retry, retry-infra: -url, default $ORCHESTRATOR_URL)
   orchestrator document [flags] FILE upload a markdown or text file and index it (document -h)
   orchestrator search [-k 10] QUERY  search the indexed documents
   orchestrator report [NAME] [-since 7d] [-format table|csv|json] [-limit 20]
@@ -79,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, args[1:], stderr)
 	case "submit":
 		return submit(ctx, args[1:], stdout, stderr)
-	case "status", "reset", "retry":
+	case "status", "reset", "retry", "retry-infra":
 		return batchCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "report":
 		return report(ctx, args[1:], stdout, stderr)

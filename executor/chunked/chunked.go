@@ -254,6 +254,16 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 	if err != nil {
 		return nil, err
 	}
+	infra := map[[2]string]int64{}
+	if len(rows) > 0 {
+		counts, err := q.ChunkItemCountInfraFailed(ctx, batchIDs)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range counts {
+			infra[[2]string{c.BatchID, c.Phase}] = c.N
+		}
+	}
 	out := map[string][]jobs.PhaseProgress{}
 	for _, r := range rows {
 		done := int64(r.RefsDone + r.RefsSkipped)
@@ -261,7 +271,8 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 			Phase: r.Phase, Executor: Kind, Unit: "refs",
 			TasksTotal: int64(r.RefsTotal), TasksPending: int64(r.RefsTotal) - done - int64(r.RefsFailed),
 			TasksCompleted: done, TasksFailed: int64(r.RefsFailed), TasksSkipped: int64(r.RefsSkipped),
-			Detail: map[string]int64{"chunks_total": int64(r.ChunksTotal), "chunks_done": int64(r.ChunksDone), "chunks_error": int64(r.ChunksError)},
+			TasksFailedInfrastructure: infra[[2]string{r.BatchID, r.Phase}],
+			Detail:                    map[string]int64{"chunks_total": int64(r.ChunksTotal), "chunks_done": int64(r.ChunksDone), "chunks_error": int64(r.ChunksError)},
 		})
 	}
 	return out, nil
@@ -270,9 +281,9 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 // Retry puts the phase's failed items back to pending with their retries
 // restored, reopens chunks that stopped early (a provider that refused
 // the key), and makes sure every open chunk has its job.
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope jobs.RetryScope) (jobs.RetryOutcome, error) {
 	q := tx.Queries()
-	requeued, err := q.ChunkItemRequeueFailed(ctx, db.ChunkItemRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name()})
+	requeued, err := q.ChunkItemRequeueFailed(ctx, db.ChunkItemRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name(), InfraOnly: scope.InfraOnly})
 	if err != nil {
 		return jobs.RetryOutcome{}, fmt.Errorf("requeueing failed items of %s: %w", at.BatchID, err)
 	}
@@ -305,8 +316,8 @@ func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopp
 // Rerun drops the batch's items neither done nor skipped (failed, or left
 // pending by a chunk that stopped); a new pass makes them anew in new
 // chunks. Its counts are "<engine>_items" (e.g. "ocr_items").
-func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string) (jobs.Rerun, error) {
-	rows, err := tx.Queries().ChunkItemDropUnfinished(ctx, batchID)
+func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string, scope jobs.RetryScope) (jobs.Rerun, error) {
+	rows, err := tx.Queries().ChunkItemDropUnfinished(ctx, db.ChunkItemDropUnfinishedParams{BatchID: batchID, InfraOnly: scope.InfraOnly})
 	if err != nil {
 		return jobs.Rerun{}, fmt.Errorf("removing the unfinished items of batch %s: %w", batchID, err)
 	}

@@ -298,10 +298,11 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		_, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
 			Error: &msg, Counted: retry.Counted, BackoffSecs: retry.Wait.Seconds()})
 	default:
+		failure := "permanent" // the provider refused the image
 		if retry.Reason != "" {
-			msg = retry.Reason
+			msg, failure = retry.Reason, "infrastructure" // retried for PROVIDER_RETRY_WINDOW
 		}
-		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg})
+		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg, Failure: failure})
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)
 	}
 	if err != nil {

@@ -177,7 +177,12 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 
 // Retry resumes the phase's failed documents from the step that failed,
 // and makes sure every running one has its step job.
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
+// Documents' failures are not told apart yet: a retry of infrastructure
+// failures only resumes none.
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope jobs.RetryScope) (jobs.RetryOutcome, error) {
+	if scope.InfraOnly {
+		return jobs.RetryOutcome{}, nil
+	}
 	rows, err := tx.Queries().DocumentBatchRetryFailed(ctx, db.DocumentBatchRetryFailedParams{BatchID: &at.BatchID, Generation: at.Generation})
 	if err != nil {
 		return jobs.RetryOutcome{}, fmt.Errorf("resuming the failed documents of %s: %w", at.BatchID, err)
@@ -197,7 +202,10 @@ func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopp
 // Rerun names the files of the batch's failed documents; the documents
 // themselves stay, and resume from the step that failed when the new pass
 // enters the phase (Enter).
-func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string) (jobs.Rerun, error) {
+func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string, scope jobs.RetryScope) (jobs.Rerun, error) {
+	if scope.InfraOnly {
+		return jobs.Rerun{}, nil
+	}
 	keys, err := tx.Queries().DocumentBatchListFailedKeys(ctx, &batchID)
 	if err != nil {
 		return jobs.Rerun{}, fmt.Errorf("finding the failed documents of batch %s: %w", batchID, err)

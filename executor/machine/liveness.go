@@ -73,8 +73,15 @@ func (e *Executor) checkMachines(ctx context.Context) error {
 // checkGroup checks the machines of one (batch, phase)'s running tasks.
 func (e *Executor) checkGroup(ctx context.Context, g fanin.PhaseRef) error {
 	app := e.cfg.Phases[phases.Name(g.Phase)].App
-	// The list first: a task that ends after it is read as running is
-	// left alone by the mark, which wants it processing on that machine.
+	rows, err := db.New(e.deps.Pool).TaskListMachinesRunning(ctx, db.TaskListMachinesRunningParams{
+		BatchID: g.BatchID, Phase: g.Phase, LaunchedBefore: time.Now().Add(-e.cfg.GoneGrace),
+	})
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	// A task that ends, or is launched again, after it was read as
+	// running is left alone by the mark, which wants it processing on the
+	// machine read.
 	listed, err := e.deps.Compute.ListByBatch(ctx, app, g.BatchID)
 	if err != nil {
 		e.deps.Logger.Warn("checking running machines", "batch_id", g.BatchID, "phase", g.Phase, "app", app, "error", err)
@@ -83,12 +90,6 @@ func (e *Executor) checkGroup(ctx context.Context, g fanin.PhaseRef) error {
 	byID := make(map[string]compute.Machine, len(listed))
 	for _, m := range listed {
 		byID[m.ID] = m
-	}
-	rows, err := db.New(e.deps.Pool).TaskListMachinesRunning(ctx, db.TaskListMachinesRunningParams{
-		BatchID: g.BatchID, Phase: g.Phase, LaunchedBefore: time.Now().Add(-e.cfg.GoneGrace),
-	})
-	if err != nil {
-		return fmt.Errorf("listing running machines of %s %s: %w", g.BatchID, g.Phase, err)
 	}
 	var mark db.TaskMarkMachinesGoneParams
 	for _, r := range rows {

@@ -118,9 +118,9 @@ func (e *Executor) Extend(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, file
 // TASK_MAX_ATTEMPTS attempts afresh, and enqueues the launcher: also for
 // a stopped batch with none failed, whose launcher the stop cancelled
 // while its generation was being written (its tasks come as it goes on).
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
-	out, err := e.Requeue(ctx, tx, at)
-	if err != nil || out.Count == 0 && !stopped {
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope jobs.RetryScope) (jobs.RetryOutcome, error) {
+	out, err := e.Requeue(ctx, tx, at, scope)
+	if err != nil || out.Count == 0 && !scope.Stopped {
 		return out, err
 	}
 	if _, err := tx.River.InsertTx(ctx, tx.Tx, PhaseLaunchArgs{BatchID: at.BatchID, Phase: at.Name()}, nil); err != nil {

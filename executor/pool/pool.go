@@ -153,9 +153,9 @@ func wake(ctx context.Context, tx jobs.Tx, poolID int64) error {
 
 // Retry puts the phase's failed tasks back to pending and wakes its pool:
 // also for a stopped batch with none failed (its tasks may still come).
-func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, stopped bool) (jobs.RetryOutcome, error) {
-	out, err := e.Requeue(ctx, tx, at)
-	if err != nil || out.Count == 0 && !stopped {
+func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope jobs.RetryScope) (jobs.RetryOutcome, error) {
+	out, err := e.Requeue(ctx, tx, at, scope)
+	if err != nil || out.Count == 0 && !scope.Stopped {
 		return out, err
 	}
 	return out, e.wakePhase(ctx, tx, at.BatchID, at.Phase.Spec().Name)

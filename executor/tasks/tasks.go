@@ -88,6 +88,19 @@ func (t Table) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (
 	if err != nil {
 		return nil, err
 	}
+	infra := map[[2]string]int64{}
+	for _, r := range rows {
+		if phases.TaskStatus(r.Status) == phases.TaskFailed {
+			counts, err := q.TaskCountInfraFailed(ctx, batchIDs)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range counts {
+				infra[[2]string{c.BatchID, c.Phase}] = c.N
+			}
+			break
+		}
+	}
 	mine := map[string]bool{}
 	for _, p := range t.phases() {
 		mine[p] = true
@@ -116,6 +129,7 @@ func (t Table) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (
 			p.TasksCompleted += r.Count
 		case phases.TaskFailed:
 			p.TasksFailed += r.Count
+			p.TasksFailedInfrastructure = infra[[2]string{r.BatchID, r.Phase}]
 		}
 	}
 	out := map[string][]jobs.PhaseProgress{}
@@ -129,8 +143,8 @@ func (t Table) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (
 // last attempt (a late callback of it no longer authenticates), with
 // TASK_MAX_ATTEMPTS attempts afresh. The caller sees that something takes
 // them up.
-func (t Table) Requeue(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt) (jobs.RetryOutcome, error) {
-	requeued, err := tx.Queries().TaskRequeueFailed(ctx, db.TaskRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name()})
+func (t Table) Requeue(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope jobs.RetryScope) (jobs.RetryOutcome, error) {
+	requeued, err := tx.Queries().TaskRequeueFailed(ctx, db.TaskRequeueFailedParams{BatchID: at.BatchID, Phase: at.Name(), InfraOnly: scope.InfraOnly})
 	if err != nil {
 		return jobs.RetryOutcome{}, fmt.Errorf("requeueing failed tasks of %s: %w", at.BatchID, err)
 	}
@@ -143,11 +157,11 @@ func (t Table) Requeue(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt) (jobs.R
 
 // Rerun drops the batch's failed tasks of the kind's phases (a new pass
 // makes new ones for the files they failed on).
-func (t Table) Rerun(ctx context.Context, tx jobs.Tx, batchID string) (jobs.Rerun, error) {
+func (t Table) Rerun(ctx context.Context, tx jobs.Tx, batchID string, scope jobs.RetryScope) (jobs.Rerun, error) {
 	if len(t.phases()) == 0 {
 		return jobs.Rerun{}, nil
 	}
-	rows, err := tx.Queries().TaskDeleteFailedByBatch(ctx, db.TaskDeleteFailedByBatchParams{BatchID: batchID, Phases: t.phases()})
+	rows, err := tx.Queries().TaskDeleteFailedByBatch(ctx, db.TaskDeleteFailedByBatchParams{BatchID: batchID, Phases: t.phases(), InfraOnly: scope.InfraOnly})
 	if err != nil {
 		return jobs.Rerun{}, fmt.Errorf("removing the failed tasks of batch %s: %w", batchID, err)
 	}

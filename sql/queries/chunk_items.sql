@@ -16,6 +16,13 @@ WHERE i.batch_id = claimed.batch_id AND i.phase = claimed.phase AND i.chunk_id =
     AND i.item_index = claimed.item_index
 RETURNING i.*;
 
+-- name: ChunkItemCountInfraFailed :many
+-- ChunkItemCountInfraFailed counts the failed items of the batches named
+-- whose retries infrastructure spent (failure 'infrastructure'), per phase.
+SELECT batch_id, phase, count(*) AS n FROM chunk_items
+WHERE batch_id = ANY(@batch_ids::text[]) AND status = 'error' AND failure = 'infrastructure'
+GROUP BY batch_id, phase;
+
 -- name: ChunkItemDeleteByBatch :execrows
 -- ChunkItemDeleteByBatch deletes up to max of a batch's chunk items
 -- (retention: one short statement at a time).
@@ -31,6 +38,7 @@ WHERE (batch_id, phase, chunk_id, item_index) IN (
 WITH items AS (
     DELETE FROM chunk_items ci
     WHERE ci.batch_id = @batch_id AND ci.status NOT IN ('done', 'skipped')
+        AND (NOT @infra_only::boolean OR ci.status <> 'error' OR ci.failure = 'infrastructure')
     RETURNING ci.phase, ci.chunk_id, ci.status, ci.r2_key
 ), per_chunk AS (
     SELECT i.phase, i.chunk_id, count(*) AS n, count(*) FILTER (WHERE i.status = 'error') AS failed
@@ -114,8 +122,9 @@ WHERE batch_id = @batch_id AND phase = @phase AND chunk_id = @chunk_id AND statu
 -- failures) and returns the chunks reopened. An admin's retry; the caller
 -- holds the batch's exclusive fan-in lock.
 WITH items AS (
-    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, failing_since = NULL, updated_at = now()
+    UPDATE chunk_items ci SET status = 'pending', retry_count = 0, error = NULL, not_before = NULL, failing_since = NULL, failure = NULL, updated_at = now()
     WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.status = 'error'
+        AND (NOT @infra_only::boolean OR ci.failure = 'infrastructure')
     RETURNING ci.batch_id, ci.phase, ci.chunk_id
 ), per_chunk AS (
     SELECT i.batch_id, i.phase, i.chunk_id, count(*) AS n FROM items i GROUP BY i.batch_id, i.phase, i.chunk_id
@@ -142,7 +151,7 @@ FROM item WHERE c.batch_id = item.batch_id AND c.phase = item.phase AND c.chunk_
 -- name: ChunkItemSetError :execrows
 -- ChunkItemSetError fails a processing item for good and counts it.
 WITH item AS (
-    UPDATE chunk_items ci SET status = 'error', error = @error, updated_at = now()
+    UPDATE chunk_items ci SET status = 'error', error = @error, failure = @failure::text, updated_at = now()
     WHERE ci.batch_id = @batch_id AND ci.phase = @phase AND ci.chunk_id = @chunk_id AND ci.item_index = @item_index
         AND ci.status = 'processing'
     RETURNING ci.batch_id, ci.phase, ci.chunk_id

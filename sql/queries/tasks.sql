@@ -73,7 +73,7 @@ WITH input AS (
     -- (a sub-select of the row being updated, so that a row another group
     -- changed first is decided again on its new version).
     UPDATE tasks t
-    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at) = (
+    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at, failure) = (
         SELECT CASE WHEN d.retry THEN 'pending' ELSE input.status END,
             CASE WHEN d.retry THEN NULL ELSE input.result::jsonb END,
             nullif(input.error, ''),
@@ -81,7 +81,8 @@ WITH input AS (
             t.failures + CASE WHEN d.failed THEN 1 ELSE 0 END,
             CASE WHEN d.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
             CASE WHEN d.retry THEN NULL ELSE clock_timestamp() END,
-            clock_timestamp()
+            clock_timestamp(),
+            CASE WHEN d.retry OR input.status <> 'failed' THEN NULL WHEN input.retryable THEN 'infrastructure' ELSE 'permanent' END
         FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
             input.retryable AND input.status = 'failed' AND t.failures + 1 < limits.max_attempts AS retry) d)
     FROM input, limits
@@ -121,7 +122,7 @@ WITH old AS MATERIALIZED (
     FOR NO KEY UPDATE OF t
 ), done AS (
     UPDATE tasks t
-    SET status = 'completed', result = @result::jsonb, error = NULL, ended_by = 'callback', lease_until = NULL,
+    SET status = 'completed', result = @result::jsonb, error = NULL, ended_by = 'callback', lease_until = NULL, failure = NULL,
         token_hash = @token_hash::bytea,
         superseded_token_hashes = CASE WHEN old.token_hash IS NULL THEN array_remove(t.superseded_token_hashes, @token_hash::bytea)
             ELSE array_append(array_remove(t.superseded_token_hashes, @token_hash::bytea), old.token_hash) END,
@@ -156,6 +157,13 @@ WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0;
 -- name: TaskCountDeleteByBatch :execrows
 DELETE FROM task_counts WHERE batch_id = @batch_id AND phase = ANY(@phases::text[]) AND n = 0;
 
+-- TaskCountInfraFailed counts the failed tasks of the batches named whose
+-- attempts infrastructure spent (failure 'infrastructure'), per phase.
+-- name: TaskCountInfraFailed :many
+SELECT batch_id, phase, count(*) AS n FROM tasks
+WHERE batch_id = ANY(@batch_ids::text[]) AND status = 'failed' AND failure = 'infrastructure'
+GROUP BY batch_id, phase;
+
 -- TaskCountPending is how many tasks of a phase wait for a launch, from the
 -- counters (task_counts).
 -- name: TaskCountPending :one
@@ -182,6 +190,7 @@ WHERE id IN (SELECT t.id FROM tasks t WHERE t.batch_id = @batch_id AND t.phase =
 -- name: TaskDeleteFailedByBatch :many
 WITH d AS (
     DELETE FROM tasks t WHERE t.batch_id = @batch_id::text AND t.phase = ANY(@phases::text[]) AND t.status = 'failed'
+        AND (NOT @infra_only::boolean OR t.failure = 'infrastructure')
     RETURNING t.id, t.phase, t.file_id
 )
 SELECT d.id, d.phase, f.r2_key FROM d JOIN files f ON f.id = d.file_id;
@@ -249,6 +258,7 @@ SET status = CASE WHEN decided.retry THEN 'pending' ELSE 'failed' END,
     excused = t.excused + CASE WHEN decided.excuse THEN 1 ELSE 0 END,
     deadline = CASE WHEN decided.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
     finished_at = CASE WHEN decided.retry THEN NULL ELSE clock_timestamp() END,
+    failure = CASE WHEN decided.retry THEN NULL ELSE 'infrastructure' END,
     lease_until = NULL,
     updated_at = clock_timestamp(),
     error = CASE WHEN t.machine_gone IS NOT NULL THEN t.machine_gone
@@ -387,9 +397,9 @@ RETURNING t.id;
 -- without a machine) afresh.
 -- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, failure = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
-WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed'
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'failed' AND (NOT @infra_only::boolean OR failure = 'infrastructure')
 RETURNING id;
 
 -- TaskSetMachines records launched machines, for tasks still in the same
@@ -450,6 +460,7 @@ SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_i
     launched_at = CASE WHEN u.action = 'release' THEN NULL ELSE t.launched_at END,
     ended_by = CASE WHEN u.action = 'fail' THEN 'timeout' ELSE t.ended_by END,
     error = CASE WHEN u.action = 'fail' THEN @error::text ELSE t.error END,
+    failure = CASE WHEN u.action = 'fail' THEN 'infrastructure' ELSE t.failure END,
     finished_at = CASE WHEN u.action = 'fail' THEN clock_timestamp() ELSE t.finished_at END,
     updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
