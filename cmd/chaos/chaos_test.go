@@ -12,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
+	"github.com/arke-institute/orchestrator/internal/harness/pgcluster"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -182,4 +185,38 @@ func TestTimelines(t *testing.T) {
   12:00:21.000 fake: m1 callback (success) answered 409 after 3 posts, posting began 0s after ready 
 
 `, string(body))
+}
+
+// TestPartitionProxy: the proxy carries connections to Postgres, and a
+// cut drops them and refuses new ones, Postgres staying up, until it heals.
+func TestPartitionProxy(t *testing.T) {
+	t.Parallel()
+	cluster, err := pgcluster.Start(t.Context(), pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Close() })
+	p, err := startProxy(cluster.Socket())
+	require.NoError(t, err)
+	t.Cleanup(p.close)
+	url := "postgres://postgres@" + p.Addr() + "/postgres?sslmode=disable&connect_timeout=2"
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	var one int
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT 1").Scan(&one))
+
+	p.cut(time.Second)
+	require.Error(t, conn.QueryRow(t.Context(), "SELECT 1").Scan(&one), "the carried connection is dropped")
+	_, err = pgx.Connect(t.Context(), url)
+	require.Error(t, err, "new connections are refused")
+	direct, err := pgx.Connect(t.Context(), cluster.URL)
+	require.NoError(t, err, "Postgres itself is up")
+	require.NoError(t, direct.Close(t.Context()))
+
+	eventually.True(t, 10*time.Second, "the partition heals", func() bool {
+		c, err := pgx.Connect(t.Context(), url)
+		if err != nil {
+			return false
+		}
+		defer c.Close(t.Context())
+		return c.QueryRow(t.Context(), "SELECT 1").Scan(&one) == nil
+	})
 }

@@ -28,13 +28,15 @@ import (
 // Fault kinds the driver injects itself (the worker faults are the fake
 // machines': faultHang, faultCrash, faultLate).
 const (
-	faultKill     = "kill"
-	faultPostgres = "postgres"
-	faultFly503   = "fly503"
-	faultS3503    = "s3503"
+	faultKill      = "kill"
+	faultPostgres  = "postgres"
+	faultPartition = "partition"
+	faultFly503    = "fly503"
+	faultFlyCreate = "flycreate503"
+	faultS3503     = "s3503"
 )
 
-var driverFaults = []string{faultKill, faultPostgres, faultFly503, faultS3503}
+var driverFaults = []string{faultKill, faultPostgres, faultPartition, faultFly503, faultFlyCreate, faultS3503}
 
 // taskMaxAttempts is the orchestrators' TASK_MAX_ATTEMPTS: a task failed
 // with this many machines, all made faulty, had no worker's outcome.
@@ -61,6 +63,8 @@ type options struct {
 	spread       time.Duration
 	workerDelay  time.Duration
 	faultsAfter  time.Duration
+	partition    time.Duration
+	executor     string
 }
 
 // pgDownMin is the shortest Postgres stays down: 10 s, or half -pg-down
@@ -89,6 +93,8 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.workerDelay, "worker-delay", 4*time.Second, "machines call back after up to this")
 	fs.DurationVar(&o.faultsAfter, "faults-after", time.Minute, "faults stop this long after the last batch is submitted (once each kind was injected): then the batches must finish")
 	fs.DurationVar(&o.resumeLimit, "resume-limit", 90*time.Second, "a killed process's work must run again within this")
+	fs.DurationVar(&o.partition, "partition", 90*time.Second, "how long a partition cuts the orchestrators off Postgres (Postgres up)")
+	fs.StringVar(&o.executor, "executor", "machine", "executor of the machine phases: machine (a machine per task) or pool")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -111,6 +117,7 @@ func parseOptions(args []string) (options, error) {
 		def("timeout", func() { o.timeout = 8 * time.Minute })
 		def("spread", func() { o.spread = 8 * time.Second })
 		def("faults-after", func() { o.faultsAfter = 30 * time.Second })
+		def("partition", func() { o.partition = 15 * time.Second })
 	}
 	for k := range strings.SplitSeq(*faults, ",") {
 		if k = strings.TrimSpace(k); k == "" {
@@ -120,6 +127,9 @@ func parseOptions(args []string) (options, error) {
 			return o, fmt.Errorf("-faults: no fault %q (the faults are %s)", k, strings.Join(driverFaults, ", "))
 		}
 		o.kinds = append(o.kinds, k)
+	}
+	if o.executor != "machine" && o.executor != "pool" {
+		return o, fmt.Errorf("-executor: machine or pool, not %q", o.executor)
 	}
 	if o.batches < 1 || o.files < 1 {
 		return o, errors.New("-batches and -files must be at least 1")
@@ -147,6 +157,7 @@ type world struct {
 	bin     string // bin/orchestrator, built for this run
 	self    string // this program, for its children
 	cluster *pgcluster.Cluster
+	proxy   *pgProxy // the orchestrators reach Postgres through it
 	s3      childInfo
 	s3proc  *exec.Cmd
 	store   blob.Store
@@ -198,6 +209,10 @@ func drive(ctx context.Context, opts options) (err error) {
 		return err
 	}
 	defer func() { _ = w.cluster.Close() }()
+	if w.proxy, err = startProxy(w.cluster.Socket()); err != nil {
+		return err
+	}
+	defer w.proxy.close()
 	if w.s3proc, w.s3, err = w.startChild(ctx, "s3", "s3", "-dir", filepath.Join(w.tmp, "s3"), "-access-key", s3Access, "-secret-key", s3Secret); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -53,6 +54,9 @@ type flyChild struct {
 	// answer ("2:hang": its second launch hung): a task all of whose
 	// machines were faulty has no outcome from its worker to keep.
 	faulted map[string][]string
+	// createFailUntil: until then, a launch creates its machine and is
+	// answered 503 (POST /create-then-fail).
+	createFailUntil time.Time
 }
 
 // behave decides a launch's worker: its intended outcome, and at the
@@ -68,6 +72,9 @@ func (c *flyChild) behave(l fakefly.Launch) fakefly.Behavior {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if l.PoolMachine == "" && time.Now().Before(c.createFailUntil) {
+		b.CreateThenFail, b.LaunchStatus = true, http.StatusServiceUnavailable
+	}
 	b.Delay = time.Duration(c.rng.Int64N(int64(c.delay) + 1))
 	var kind string
 	switch roll := c.rng.Float64(); {
@@ -132,6 +139,16 @@ func runFly(ctx context.Context, args []string, stdout io.Writer) error {
 		c.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("POST /create-then-fail", func(w http.ResponseWriter, r *http.Request) {
+		secs, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64)
+		if err != nil || secs <= 0 {
+			http.Error(w, "seconds must be a positive number", http.StatusBadRequest)
+			return
+		}
+		c.mu.Lock()
+		c.createFailUntil = time.Now().Add(time.Duration(secs * float64(time.Second)))
+		c.mu.Unlock()
 	})
 	mux.HandleFunc("GET /faulted-tasks", func(w http.ResponseWriter, _ *http.Request) {
 		c.mu.Lock()

@@ -238,6 +238,13 @@ func (w *world) createDatabase(ctx context.Context, name string) (string, error)
 	return strings.Replace(w.cluster.URL, "/postgres?", "/"+name+"?", 1), nil
 }
 
+// proxiedURL is the run's database through the partition proxy.
+func (l *loadRun) proxiedURL() string {
+	name := l.dbURL[strings.LastIndex(l.dbURL, "/")+1:]
+	name = name[:strings.Index(name, "?")]
+	return "postgres://postgres@" + l.w.proxy.Addr() + "/" + name + "?sslmode=disable"
+}
+
 // startProcs starts the two orchestrators, one after the other (the first
 // applies the migrations).
 func (l *loadRun) startProcs(ctx context.Context) error {
@@ -254,7 +261,7 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 		p := &proc{name: fmt.Sprintf("orchestrator-%c", 'A'+i), bin: l.w.bin, url: "http://" + addr, metrics: metricsAddr,
 			logPath: filepath.Join(l.w.tmp, fmt.Sprintf("%s-orchestrator-%c.log", l.label, 'A'+i))}
 		p.env = []string{
-			"DATABASE_URL=" + l.dbURL, "DATABASE_MAX_CONNS=" + strconv.Itoa(l.w.opts.maxConns),
+			"DATABASE_URL=" + l.proxiedURL(), "DATABASE_MAX_CONNS=" + strconv.Itoa(l.w.opts.maxConns),
 			"LISTEN_ADDR=" + addr, "ORCHESTRATOR_URL=" + p.url, "METRICS_ADDR=" + metricsAddr,
 			"WORKER_URL=" + l.w.ingest.URL,
 			"R2_ENDPOINT=" + l.w.s3.Endpoint, "R2_ACCESS_KEY_ID=" + s3Access, "R2_SECRET_ACCESS_KEY=" + s3Secret,
@@ -265,12 +272,11 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 			"SWEEP_INTERVAL=1000", "TASK_MAX_ATTEMPTS=" + strconv.Itoa(taskMaxAttempts),
 			"LOG_FORMAT=json", "LOG_LEVEL=warn",
 		}
-		// Every machine phase runs a machine per task (the faults and
-		// checks are per-task machines'), launches quickly and times out
-		// soon.
+		// Every machine phase runs on -executor (a machine per task, or
+		// pools), launches quickly and times out soon.
 		for _, ph := range phases.All() {
 			if s := ph.Spec(); s.Worker != "" {
-				p.env = append(p.env, "EXECUTOR_"+string(s.Name)+"=machine", "ALARM_DELAY_"+string(s.Name)+"=200", "TASK_TIMEOUT_"+string(s.Name)+"="+timeout)
+				p.env = append(p.env, "EXECUTOR_"+string(s.Name)+"="+l.w.opts.executor, "ALARM_DELAY_"+string(s.Name)+"=200", "TASK_TIMEOUT_"+string(s.Name)+"="+timeout)
 			}
 		}
 		if err := p.start(); err != nil {
@@ -439,9 +445,23 @@ func (l *loadRun) fault(ctx context.Context, kind string) error {
 		l.res.endPostgresDown(stop, time.Now())
 		l.note("Postgres started again")
 		return err
+	case faultPartition:
+		d := l.w.opts.partition
+		l.note("partition: the orchestrators are cut off Postgres (up) for %s", d)
+		cut := time.Now()
+		l.w.proxy.cut(d)
+		// Nothing can be rescued without a database: counted as Postgres
+		// down for the resume measure.
+		stop := l.res.addPostgresDown(cut, cut.Add(d))
+		time.Sleep(d)
+		l.res.endPostgresDown(stop, time.Now())
+		l.note("partition healed")
 	case faultFly503:
 		l.note("Machines API answers 503 for %ss", secs)
 		return control(ctx, l.fly.Control, "/fail?status=503&seconds="+secs)
+	case faultFlyCreate:
+		l.note("Machines API creates machines, then answers 503, for %ss", secs)
+		return control(ctx, l.fly.Control, "/create-then-fail?seconds="+secs)
 	case faultS3503:
 		l.note("S3 answers 503 for %ss", secs)
 		return control(ctx, l.w.s3.Control, "/fail?status=503&seconds="+secs)

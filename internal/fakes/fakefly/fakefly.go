@@ -41,6 +41,7 @@ import (
 	"net/http/httptest"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -949,6 +950,7 @@ func (s *Server) post(j *job) (res CallbackResult) {
 	for attempt := 1; ; attempt++ {
 		res.Attempts = attempt
 		res.Status, res.Err = 0, ""
+		var retryAfter time.Duration
 		req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, j.url, bytes.NewReader(j.body))
 		if err != nil {
 			res.Err = err.Error()
@@ -969,11 +971,14 @@ func (s *Server) post(j *job) (res CallbackResult) {
 			if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
 				return res
 			}
+			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+				retryAfter = time.Duration(secs) * time.Second
+			}
 		}
 		if s.ctx.Err() != nil || s.retriesOver(attempt, start) {
 			return res
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(pause(backoff, retryAfter))
 		select {
 		case <-s.ctx.Done():
 			t.Stop()

@@ -2,6 +2,7 @@ package fakefly
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -104,13 +105,25 @@ func (s *Server) retriesOver(attempt int, start time.Time) bool {
 	return attempt == 5
 }
 
-// nextBackoff doubles the pause between callback posts, up to 2 s with a
-// retry window (a worker riding out an outage), without bound otherwise.
+// nextBackoff doubles the pause between callback posts: with a retry
+// window (a worker riding out an outage) up to 30 s, as the real worker's
+// (worker.DefaultBackoff), without bound otherwise.
 func (s *Server) nextBackoff(d time.Duration) time.Duration {
 	if s.opts.CallbackRetryWindow > 0 {
-		return min(2*d, 2*time.Second)
+		return min(2*d, 30*time.Second)
 	}
 	return 2 * d
+}
+
+// pause is how long a worker waits before its next callback post: the
+// backoff, with jitter as the real worker's (0.8 to 1.2 times), or the
+// orchestrator's Retry-After when longer (up to 30 s).
+func pause(backoff, retryAfter time.Duration) time.Duration {
+	d := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
+	if retryAfter > d {
+		d = min(retryAfter, 30*time.Second)
+	}
+	return d
 }
 
 // ControlHandler serves the fault knobs and what the fake saw, for a

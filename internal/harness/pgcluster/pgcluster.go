@@ -92,6 +92,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// Socket is the path of the server's Unix socket, for a proxy to dial.
+func (c *Cluster) Socket() string { return filepath.Join(c.sock, ".s.PGSQL.5432") }
+
 // StartServer starts the server again after StopServer, and returns once it
 // accepts connections.
 func (c *Cluster) StartServer(ctx context.Context) error {
