@@ -65,6 +65,16 @@ type options struct {
 	faultsAfter  time.Duration
 	partition    time.Duration
 	executor     string
+	bigFiles     int
+}
+
+// filesOf is how many files batch i has: the first has -big-files, when
+// set (above the chunked build's threshold), the others -files.
+func (o options) filesOf(i int) int {
+	if i == 0 && o.bigFiles > 0 {
+		return o.bigFiles
+	}
+	return o.files
 }
 
 // pgDownMin is the shortest Postgres stays down: 10 s, or half -pg-down
@@ -95,6 +105,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.resumeLimit, "resume-limit", 90*time.Second, "a killed process's work must run again within this")
 	fs.DurationVar(&o.partition, "partition", 90*time.Second, "how long a partition cuts the orchestrators off Postgres (Postgres up)")
 	fs.StringVar(&o.executor, "executor", "machine", "executor of the machine phases: machine (a machine per task) or pool")
+	fs.IntVar(&o.bigFiles, "big-files", 2500, "files of the first batch, written in chunks (0: -files like the others)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -118,6 +129,7 @@ func parseOptions(args []string) (options, error) {
 		def("spread", func() { o.spread = 8 * time.Second })
 		def("faults-after", func() { o.faultsAfter = 30 * time.Second })
 		def("partition", func() { o.partition = 15 * time.Second })
+		def("big-files", func() { o.bigFiles = 0 })
 	}
 	for k := range strings.SplitSeq(*faults, ",") {
 		if k = strings.TrimSpace(k); k == "" {

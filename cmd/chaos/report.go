@@ -348,7 +348,11 @@ func firstFew(list []string) string {
 
 // printTable prints the faults, the figures of both runs and the checks.
 func printTable(out io.Writer, opts options, base, res *runResult) {
-	fmt.Fprintf(out, "\nchaos: seed %d, %d batches x %d files, 2 orchestrators\n\n", opts.seed, opts.batches, opts.files)
+	big := ""
+	if opts.bigFiles > 0 {
+		big = fmt.Sprintf(" (the first %d)", opts.bigFiles)
+	}
+	fmt.Fprintf(out, "\nchaos: seed %d, %d batches x %d files%s, %s executor, 2 orchestrators\n\n", opts.seed, opts.batches, opts.files, big, opts.executor)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault injected\tcount\t")
 	names := []struct{ key, label string }{

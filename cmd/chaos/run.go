@@ -297,7 +297,7 @@ func (l *loadRun) upload(ctx context.Context) error {
 		id := ulid.Make().String()
 		prefix := "staging/" + id + "/"
 		var groups []manifest.DirectoryGroup
-		for j := range l.w.opts.files {
+		for j := range l.w.opts.filesOf(i) {
 			dir := fmt.Sprintf("/box%02d", j/25)
 			logical := fmt.Sprintf("%s/scan%04d.tif", dir, j)
 			groups = append(groups, manifest.DirectoryGroup{DirectoryPath: dir, ProcessingConfig: manifest.ProcessingConfig{Pinax: true},
@@ -334,7 +334,7 @@ func (l *loadRun) submit(ctx context.Context) error {
 		prefix := "staging/" + id + "/"
 		msg := manifest.QueueMessage{BatchID: id, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
 			Uploader: "chaos@arke.institute", RootPath: "/chaos", ParentPI: "00000000000000000000000000",
-			TotalFiles: int64(l.w.opts.files), TotalBytes: l.totalBytes(), UploadedAt: now, FinalizedAt: now, Metadata: map[string]any{"run": l.label}}
+			TotalFiles: int64(l.w.opts.filesOf(i)), TotalBytes: l.totalBytes(i), UploadedAt: now, FinalizedAt: now, Metadata: map[string]any{"run": l.label}}
 		if err := retry(ctx, time.Minute, func() error { _, err := api.Submit(ctx, msg); return err }); err != nil {
 			return fmt.Errorf("submitting %s to %s: %w", id, p.name, err)
 		}
@@ -342,9 +342,9 @@ func (l *loadRun) submit(ctx context.Context) error {
 	return nil
 }
 
-func (l *loadRun) totalBytes() int64 {
+func (l *loadRun) totalBytes(batch int) int64 {
 	var n int64
-	for j := range l.w.opts.files {
+	for j := range l.w.opts.filesOf(batch) {
 		n += 1000 + int64(j)
 	}
 	return n
