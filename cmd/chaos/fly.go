@@ -11,11 +11,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/worker"
 )
 
 // Worker fault kinds the fake machines play, per launch.
@@ -125,7 +129,7 @@ func runFly(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	c.rng = rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))
-	fly := fakefly.New(childTB{}, fakefly.Options{Token: flyToken, Behave: c.behave, DetailLimit: -1, Workers: 64,
+	fly := fakefly.New(childTB{}, fakefly.Options{Token: flyToken, Behave: c.behave, Work: c.work, DetailLimit: -1, Workers: 512,
 		CallbackRetryWindow: *window})
 	cln, err := net.Listen("tcp", *control)
 	if err != nil {
@@ -162,4 +166,69 @@ func runFly(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout, string(line))
 	<-ctx.Done()
 	return nil
+}
+
+// outputContent is what a fake worker writes at key, and what the driver
+// expects to find there.
+func outputContent(key string) string { return "chaos output of " + key }
+
+// inputContent is what the driver uploads at an input's key.
+func inputContent(key string) string { return "chaos input of " + key }
+
+// work is the fake workers' storage, as the real worker's: with no
+// credentials, through the presigned URLs of its environment (and the
+// orchestrator's URL endpoint for more), retrying transient failures until
+// the task's deadline (worker.URLStore). It reads the input, and on a
+// success writes every new file the phase makes of the result
+// (outputContent), so the driver can check the final manifest against
+// storage. A storage failure is reported as a retryable error, as the real
+// worker does.
+func (c *flyChild) work(ctx context.Context, env map[string]string, body []byte) []byte {
+	fail := func(err error) []byte {
+		b, _ := json.Marshal(map[string]any{"task_id": env["TASK_ID"], "batch_id": env["BATCH_ID"], "status": "error",
+			"error": "chaos worker: " + err.Error(), "retryable": true})
+		return b
+	}
+	name := phases.OfTask(env["TASK_ID"])
+	p, ok := phases.Get(name)
+	if !ok {
+		return body
+	}
+	kind := worker.KindTIFF
+	if name == phases.ImageProcessing {
+		kind = worker.KindImage
+	}
+	cfg, err := worker.ParseEnv(kind, func(k string) string { return env[k] })
+	if err != nil {
+		return fail(err)
+	}
+	store := cfg.NewStore(nil)
+	data, err := store.Get(ctx, cfg.Bucket, cfg.Input.Key)
+	if err != nil {
+		return fail(err)
+	}
+	if string(data) != inputContent(cfg.Input.Key) && string(data) != outputContent(cfg.Input.Key) {
+		return fail(fmt.Errorf("input %s holds %q", cfg.Input.Key, data))
+	}
+	var res struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(body, &res) != nil || res.Status != "success" {
+		return body
+	}
+	in := phases.File{R2Key: cfg.Input.Key, ContentType: cfg.Input.ContentType, FileName: cfg.Input.FileName, LogicalPath: "/" + path.Base(cfg.Input.Key)}
+	outs, problem := phases.ApplyOne(p, in, &phases.Task{Status: phases.TaskCompleted, Result: body})
+	if problem != nil {
+		return body // the orchestrator will say what is wrong with it
+	}
+	for _, o := range outs {
+		if o.R2Key == in.R2Key {
+			continue
+		}
+		content := outputContent(o.R2Key)
+		if err := store.Put(ctx, cfg.Bucket, o.R2Key, strings.NewReader(content), int64(len(content)), "application/octet-stream"); err != nil {
+			return fail(err)
+		}
+	}
+	return body
 }

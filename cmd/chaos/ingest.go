@@ -23,6 +23,8 @@ type ingest struct {
 type delivery struct {
 	IdempotencyKey string
 	Files          int
+	// Keys and Paths are its files' r2_key and logical_path.
+	Keys, Paths []string
 }
 
 func newIngest() (*ingest, error) {
@@ -37,18 +39,24 @@ func newIngest() (*ingest, error) {
 		var msg struct {
 			Manifest struct {
 				Directories []struct {
-					Files []json.RawMessage `json:"files"`
+					Files []struct {
+						R2Key       string `json:"r2_key"`
+						LogicalPath string `json:"logical_path"`
+					} `json:"files"`
 				} `json:"directories"`
 			} `json:"manifest"`
 		}
 		_ = json.Unmarshal(body, &msg)
-		files := 0
-		for _, d := range msg.Manifest.Directories {
-			files += len(d.Files)
+		d := delivery{IdempotencyKey: r.Header.Get("Idempotency-Key")}
+		for _, dir := range msg.Manifest.Directories {
+			for _, f := range dir.Files {
+				d.Files++
+				d.Keys, d.Paths = append(d.Keys, f.R2Key), append(d.Paths, f.LogicalPath)
+			}
 		}
 		in.mu.Lock()
 		id := r.PathValue("id")
-		in.calls[id] = append(in.calls[id], delivery{IdempotencyKey: r.Header.Get("Idempotency-Key"), Files: files})
+		in.calls[id] = append(in.calls[id], d)
 		in.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"ok": true}`)

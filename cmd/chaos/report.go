@@ -47,7 +47,11 @@ type runResult struct {
 	callback503, callback500            int
 	callbackFinal                       map[int]int // final answer of each callback post
 	goroutines, conns                   int
-	checks                              []assertion
+	// missingFiles are the final manifests' files not in storage with
+	// the content their worker (or the driver) wrote; droppedFiles the
+	// submitted files no final manifest lists.
+	missingFiles, droppedFiles int
+	checks                     []assertion
 }
 
 // assertion is one check's outcome.
@@ -387,6 +391,7 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	row("invented", func(r *runResult) string { return fmt.Sprint(r.invented) })
 	row("duplicates", func(r *runResult) string { return fmt.Sprint(r.duplicates) })
 	row("two machines for a task", func(r *runResult) string { return fmt.Sprint(r.overlaps) })
+	row("files missing from storage / from ingest", func(r *runResult) string { return fmt.Sprintf("%d / %d", r.missingFiles, r.droppedFiles) })
 	row("callback posts answered 503 / 500", func(r *runResult) string { return fmt.Sprintf("%d / %d", r.callback503, r.callback500) })
 	row("callbacks' final answers", func(r *runResult) string {
 		var codes []int

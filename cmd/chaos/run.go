@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -290,8 +293,8 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 	return nil
 }
 
-// upload writes every batch's manifest (the fake machines never read the
-// files themselves, so only the manifest is stored).
+// upload writes every batch's manifest and files (inputContent: the fake
+// workers read them, and the driver finds them in the final manifests).
 func (l *loadRun) upload(ctx context.Context) error {
 	for i := range l.w.opts.batches {
 		id := ulid.Make().String()
@@ -310,6 +313,18 @@ func (l *loadRun) upload(ctx context.Context) error {
 		}
 		if err := l.w.store.Put(ctx, "arke-staging", prefix+"_manifest.json", strings.NewReader(string(body)), int64(len(body)), "application/json"); err != nil {
 			return fmt.Errorf("uploading the manifest of batch %d: %w", i, err)
+		}
+		var keys []string
+		for _, g := range groups {
+			for _, f := range g.Files {
+				keys = append(keys, f.R2Key)
+			}
+		}
+		if err := parallel(ctx, keys, func(key string) error {
+			c := inputContent(key)
+			return l.w.store.Put(ctx, "arke-staging", key, strings.NewReader(c), int64(len(c)), "image/tiff")
+		}); err != nil {
+			return fmt.Errorf("uploading the files of batch %d: %w", i, err)
 		}
 		l.ids = append(l.ids, id)
 		l.res.files += int(m.TotalFiles)
@@ -532,6 +547,9 @@ func (l *loadRun) collect(ctx context.Context) error {
 		return err
 	}
 	l.res.evaluate(snap, report, l.w.ingest, l.ids)
+	if err := l.checkStorage(ctx, snap); err != nil {
+		return err
+	}
 	if err := l.writeTimelines(ctx, pool, report); err != nil {
 		l.w.logf("%s: writing the suspect tasks' timelines: %v", l.label, err)
 	}
@@ -545,4 +563,87 @@ func (l *loadRun) collect(ctx context.Context) error {
 		l.res.goroutines += n
 	}
 	return pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&l.res.conns)
+}
+
+// parallel runs f on every item, 16 at a time, and returns the first error.
+func parallel(ctx context.Context, items []string, f func(string) error) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 16)
+	)
+	for _, it := range items {
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(it); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// checkStorage checks what users care about, beyond statuses: every file
+// of every DONE batch's final manifest (its last delivery) is in storage
+// with the content its worker wrote, or the driver for an input; and every
+// submitted file is in it (the TIFFs are kept beside their JPEGs).
+func (l *loadRun) checkStorage(ctx context.Context, snap dbSnapshot) error {
+	var missing, dropped []string
+	for i, id := range l.ids {
+		ds := l.w.ingest.deliveries(id)
+		if snap.batches[id] != "DONE" || len(ds) == 0 {
+			continue
+		}
+		last := ds[len(ds)-1]
+		var mu sync.Mutex
+		err := parallel(ctx, last.Keys, func(key string) error {
+			data, err := l.w.store.Get(ctx, "arke-staging", key)
+			if err != nil && !errors.Is(err, blob.ErrNotFound) {
+				return err
+			}
+			if err != nil || (string(data) != inputContent(key) && string(data) != outputContent(key)) {
+				mu.Lock()
+				missing = append(missing, fmt.Sprintf("%s (%s)", key, cmp.Or(errString(err), fmt.Sprintf("holds %q", data))))
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("reading the files of batch %s: %w", id, err)
+		}
+		listed := map[string]bool{}
+		for _, p := range last.Paths {
+			listed[p] = true
+		}
+		for j := range l.w.opts.filesOf(i) {
+			if p := fmt.Sprintf("/box%02d/scan%04d.tif", j/25, j); !listed[p] {
+				dropped = append(dropped, id+" "+p)
+			}
+		}
+	}
+	l.res.missingFiles, l.res.droppedFiles = len(missing), len(dropped)
+	l.res.check("every file of the final manifests is in storage: missing = 0", len(missing) == 0, firstFew(missing))
+	l.res.check("every submitted file reached ingest", len(dropped) == 0, firstFew(dropped))
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -90,6 +90,12 @@ type Options struct {
 	DetailLimit int
 	// HTTPClient posts callbacks (default: a pooled client, 30s timeout).
 	HTTPClient *http.Client
+	// Work, when set, is the worker's work with storage, run before its
+	// callback (a machine's own, or a pool machine's leased task) unless
+	// it crashes: it gets the task's environment and the body the
+	// Behavior gives, and returns the body to post (an error body when
+	// its storage failed, as a real worker reports).
+	Work func(ctx context.Context, env map[string]string, body []byte) []byte
 	// CallbackRetryWindow, when set, makes a worker retry its callback
 	// (network errors, 5xx, 429) with backoff for this long, as real
 	// workers do through a Postgres restart, instead of 5 quick tries.
@@ -304,6 +310,7 @@ type job struct {
 	taskID, batchID  string
 	url, token       string
 	body             []byte
+	env              map[string]string // the machine's, for Options.Work
 	copies           int
 	crash, linger    bool
 }
@@ -723,7 +730,7 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 	if !pool && !req.SkipLaunch && !bh.Hang {
 		s.schedule(&job{
 			launched: time.Now(), app: app, machineID: m.id, taskID: l.TaskID, batchID: l.BatchID,
-			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"],
+			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"], env: cfg.Env,
 			body: body, copies: 1 + max(bh.Duplicate, 0), crash: bh.Crash, linger: bh.Linger,
 		}, bh.Delay)
 	}
@@ -910,6 +917,9 @@ func (s *Server) postCopies(j *job, copies int) {
 // run is the worker program: call back (unless crashing), then exit.
 func (s *Server) run(j *job) {
 	if !j.crash && s.alive(j.app, j.machineID) {
+		if s.opts.Work != nil {
+			j.body = s.opts.Work(s.ctx, j.env, j.body)
+		}
 		s.postCopies(j, j.copies)
 	}
 	s.mu.Lock()

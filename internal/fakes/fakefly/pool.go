@@ -77,6 +77,9 @@ func (s *Server) runPool(l Launch, machineID string) {
 			s.tb.Errorf("fakefly: encoding callback body for task %s: %v", task.TaskID, err)
 			return
 		}
+		if s.opts.Work != nil {
+			body = s.opts.Work(s.ctx, ls.Task.Env, body)
+		}
 		j := &job{launched: task.At, queued: time.Now(), app: l.App, machineID: machineID, taskID: task.TaskID, batchID: task.BatchID,
 			url: ls.Task.Env["CALLBACK_URL"], token: ls.Task.Env["CALLBACK_TOKEN"], body: body}
 		s.postCopies(j, 1+max(bh.Duplicate, 0))
