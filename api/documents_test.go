@@ -220,7 +220,7 @@ func TestDocumentRefusals(t *testing.T) {
 // providers (a fake over HTTP): transient failures are retried, each in
 // the document's errors, and the document completes; a 429 is waited out
 // and uses no retry; a refused key fails the document at once; more than
-// three transient failures past PROVIDER_RETRY_WINDOW fail it, and retry
+// three transient failures past TRANSIENT_RETRY_WINDOW fail it, and retry
 // resumes it at the step that failed; so does a 429 past the window.
 func TestDocumentProviderFaults(t *testing.T) {
 	t.Parallel()
@@ -245,7 +245,7 @@ func TestDocumentProviderFaults(t *testing.T) {
 		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
 		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
 		// Past the window at once: the three retries spec 003 grants, no more.
-		"PROVIDER_RETRY_WINDOW": "1",
+		"TRANSIENT_RETRY_WINDOW": "1",
 	}})
 	mu.Lock()
 	script["flaky"] = []fakeai.Behavior{{Status: http.StatusBadGateway}, {Status: http.StatusServiceUnavailable}}
@@ -273,7 +273,7 @@ func TestDocumentProviderFaults(t *testing.T) {
 	require.Equal(t, db.DocumentCompleted, doc.Status)
 	require.Empty(t, doc.Errors, "a 429 is back-pressure, not a failure")
 
-	// A 429 that outlasts PROVIDER_RETRY_WINDOW ends the step.
+	// A 429 that outlasts TRANSIENT_RETRY_WINDOW ends the step.
 	doc = awaitDocument(t, env, exhausted, ended)
 	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 1)

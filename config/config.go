@@ -98,9 +98,9 @@ type Config struct {
 	// to be destroyed before the wait counts as an outage.
 	TaskMaxAttempts int
 	TaskRetireLimit time.Duration
-	// ProviderRetryWindow bounds how long an OCR ref or a document step
+	// TransientRetryWindow bounds how long an OCR ref or a document step
 	// keeps being retried after transient failures or 429s.
-	ProviderRetryWindow time.Duration
+	TransientRetryWindow time.Duration
 	// InfraFailureMax bounds a phase's work failed by infrastructure.
 	InfraFailureMax setting.Share
 
@@ -298,7 +298,7 @@ func (c *Config) Jobs() jobs.Settings {
 		SweepInterval:     c.SweepInterval,
 		SweepRestartGrace: c.SweepRestartGrace,
 		Retention:         c.Retention,
-		ProviderRetry:     provider.Retry{Window: c.ProviderRetryWindow, MaxBackoff: time.Minute},
+		TransientRetry:    provider.Retry{Window: c.TransientRetryWindow, MaxBackoff: time.Minute},
 		InfraFailureMax:   c.InfraFailureMax,
 	}
 }
@@ -306,7 +306,7 @@ func (c *Config) Jobs() jobs.Settings {
 // Callbacks are the group committer's settings.
 func (c *Config) Callbacks() fanin.Config {
 	return fanin.Config{Committers: c.CallbackCommitters, MaxQueued: c.CallbackQueueMax, MaxOutputs: c.MaxOutputsPerTask,
-		TaskMaxAttempts: c.TaskMaxAttempts, TaskRetireLimit: c.TaskRetireLimit}
+		TaskMaxAttempts: c.TaskMaxAttempts, TaskRetireLimit: c.TaskRetireLimit, TransientRetryWindow: c.TransientRetryWindow}
 }
 
 // Credentials are the API's credentials.

@@ -223,6 +223,7 @@ type Task struct {
 	Excused               int32
 	MachineGone           *string
 	Failure               *string
+	FailingSince          *time.Time
 }
 
 type TaskCount struct {

@@ -16,7 +16,7 @@ const TaskCompleteManySQL = taskCompleteMany
 func TaskCompleteManyArgs(arg TaskCompleteManyParams) []any {
 	arg = arg.WithEvents()
 	return []any{arg.IDs, arg.BatchIDs, arg.Statuses, arg.Results, arg.Errors, arg.TokenHashes, arg.Retryables,
-		arg.MaxAttempts, arg.RetireSeconds, arg.EventCompleted, arg.EventRetrying, arg.EventFailed}
+		arg.MaxAttempts, arg.RetireSeconds, arg.TransientSeconds, arg.EventCompleted, arg.EventRetrying, arg.EventFailed}
 }
 
 // WithEvents is arg with the types of the events TaskCompleteMany records:

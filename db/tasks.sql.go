@@ -134,13 +134,13 @@ WITH input AS (
     ) c
     ORDER BY id COLLATE "C"
 ), limits AS (
-    SELECT $8::int AS max_attempts, $9::float8 AS retire_seconds
+    SELECT $8::int AS max_attempts, $9::float8 AS retire_seconds, $10::float8 AS transient_seconds
 ), ended AS (
     -- retry: a retryable error with attempts left, decided once per row
     -- (a sub-select of the row being updated, so that a row another group
     -- changed first is decided again on its new version).
     UPDATE tasks t
-    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at, failure) = (
+    SET (status, result, error, ended_by, failures, deadline, finished_at, updated_at, failure, failing_since) = (
         SELECT CASE WHEN d.retry THEN 'pending' ELSE input.status END,
             CASE WHEN d.retry THEN NULL ELSE input.result::jsonb END,
             nullif(input.error, ''),
@@ -149,9 +149,11 @@ WITH input AS (
             CASE WHEN d.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
             CASE WHEN d.retry THEN NULL ELSE clock_timestamp() END,
             clock_timestamp(),
-            CASE WHEN d.retry OR input.status <> 'failed' THEN NULL WHEN input.retryable THEN 'infrastructure' ELSE 'permanent' END
+            CASE WHEN d.retry OR input.status <> 'failed' THEN NULL WHEN input.retryable THEN 'infrastructure' ELSE 'permanent' END,
+            CASE WHEN d.failed THEN coalesce(t.failing_since, clock_timestamp()) ELSE t.failing_since END
         FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
-            input.retryable AND input.status = 'failed' AND t.failures + 1 < limits.max_attempts AS retry) d)
+            input.retryable AND input.status = 'failed' AND (t.failures + 1 < limits.max_attempts
+                OR clock_timestamp() < coalesce(t.failing_since, clock_timestamp()) + make_interval(secs => limits.transient_seconds)) AS retry) d)
     FROM input, limits
     WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.token_hash = input.token_hash
         AND (t.status = 'processing'
@@ -161,7 +163,7 @@ WITH input AS (
     RETURNING t.id, t.batch_id, t.phase, t.status, t.error, t.token_hash, t.failures
 ), events AS (
     INSERT INTO batch_events (batch_id, type, phase, task_id, data)
-    SELECT batch_id, CASE status WHEN 'completed' THEN $10::text WHEN 'pending' THEN $11::text ELSE $12::text END, phase, id,
+    SELECT batch_id, CASE status WHEN 'completed' THEN $11::text WHEN 'pending' THEN $12::text ELSE $13::text END, phase, id,
         CASE status WHEN 'completed' THEN '{}'::jsonb
             WHEN 'pending' THEN jsonb_build_object('error', error, 'reason', 'transient error', 'failed_attempts', failures)
             ELSE jsonb_build_object('error', error) END
@@ -171,18 +173,19 @@ SELECT id, batch_id, phase, token_hash, status FROM ended
 `
 
 type TaskCompleteManyParams struct {
-	IDs            []string
-	BatchIDs       []string
-	Statuses       []string
-	Results        []string
-	Errors         []string
-	TokenHashes    [][]byte
-	Retryables     []bool
-	MaxAttempts    int32
-	RetireSeconds  float64
-	EventCompleted string
-	EventRetrying  string
-	EventFailed    string
+	IDs              []string
+	BatchIDs         []string
+	Statuses         []string
+	Results          []string
+	Errors           []string
+	TokenHashes      [][]byte
+	Retryables       []bool
+	MaxAttempts      int32
+	RetireSeconds    float64
+	TransientSeconds float64
+	EventCompleted   string
+	EventRetrying    string
+	EventFailed      string
 }
 
 type TaskCompleteManyRow struct {
@@ -203,8 +206,10 @@ type TaskCompleteManyRow struct {
 // ended_by 'retry'), or from a task whose last attempt timed out while its
 // phase is still the batch's (the fan-in's shared lock, which the group
 // holds, keeps the phase from ending meanwhile). An error the worker calls
-// retryable, with attempts left (@max_attempts), sends the task back to
-// pending to be retried instead of failing it. The events' types are
+// retryable sends the task back to pending to be retried instead of
+// failing it, with attempts left (@max_attempts) or, by time, for
+// @transient_seconds from the first such error in a row (failing_since):
+// an outage of a few minutes fails no file. The events' types are
 // db's constants (TaskCompleteManyArgs passes them). An id may
 // come more than once with different batches or tokens (a stray caller's
 // and the worker's): at most one of them matches, and RETURNING says which.
@@ -222,6 +227,7 @@ func (q *Queries) TaskCompleteMany(ctx context.Context, arg TaskCompleteManyPara
 		arg.Retryables,
 		arg.MaxAttempts,
 		arg.RetireSeconds,
+		arg.TransientSeconds,
 		arg.EventCompleted,
 		arg.EventRetrying,
 		arg.EventFailed,
@@ -1196,7 +1202,7 @@ func (q *Queries) TaskReleaseRetired(ctx context.Context, arg TaskReleaseRetired
 
 const taskRequeueFailed = `-- name: TaskRequeueFailed :many
 UPDATE tasks
-SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, failure = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
+SET status = 'pending', ended_by = NULL, failures = 0, unlaunched = 0, excused = 0, unheard = false, machine_gone = NULL, failure = NULL, failing_since = NULL, token_hash = NULL, machine_id = NULL, deadline = NULL,
     result = NULL, error = NULL, launched_at = NULL, finished_at = NULL, updated_at = clock_timestamp()
 WHERE batch_id = $1 AND phase = $2 AND status = 'failed' AND (NOT $3::boolean OR failure = 'infrastructure')
 RETURNING id

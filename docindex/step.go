@@ -338,7 +338,7 @@ func permanentf(format string, args ...any) error {
 // failed records a failed step in the document's history and decides:
 // a permanent failure (or the provider refusing the key) fails the
 // document; a transient one or a 429 is retried by the one rule of
-// PROVIDER_RETRY_WINDOW (provider.Retry: backoff 1, 2, 4 s... up to a
+// TRANSIENT_RETRY_WINDOW (provider.Retry: backoff 1, 2, 4 s... up to a
 // minute, a 429 after the provider's Retry-After, DocumentRetries granted
 // however short the window), and once the document has been failing for
 // longer, it fails with the reason ("provider quota exhausted for N min").
@@ -364,7 +364,7 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 		if doc.FailingSince != nil {
 			since = *doc.FailingSince
 		}
-		rule := w.deps.Settings.ProviderRetry
+		rule := w.deps.Settings.TransientRetry
 		rule.MinRetries = DocumentRetries
 		decision = rule.Decide(err, int(doc.RetryCount), since, time.Now())
 	}

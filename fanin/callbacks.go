@@ -121,7 +121,7 @@ type decision struct {
 // answer follows the usual order (explain).
 func (c *Committer) applyGroup(ctx context.Context, conn *pgx.Conn, group []*request, commitPrev func(error)) (*pipelinedTx, []decision, error) {
 	decisions := make([]decision, len(group))
-	params := db.TaskCompleteManyParams{MaxAttempts: int32(c.maxTries), RetireSeconds: c.retireLimit.Seconds()}
+	params := db.TaskCompleteManyParams{MaxAttempts: int32(c.maxTries), RetireSeconds: c.retireLimit.Seconds(), TransientSeconds: c.transientWindow.Seconds()}
 	// The request that tries to end a task with a batch and token. One
 	// task's callbacks with different batches or tokens are all tried (at
 	// most one can match): were only the first tried, a stray caller's

@@ -78,6 +78,10 @@ type Config struct {
 	// be destroyed (TASK_RETIRE_LIMIT); DefaultTaskRetireLimit when not
 	// positive.
 	TaskRetireLimit time.Duration
+	// TransientRetryWindow is how long errors a worker calls retryable
+	// are retried beyond TaskMaxAttempts, from the first in a row
+	// (TRANSIENT_RETRY_WINDOW); 0: not beyond.
+	TransientRetryWindow time.Duration
 }
 
 // DefaultMaxQueued is Config.MaxQueued unless set: a few seconds of
@@ -130,8 +134,10 @@ type Committer struct {
 	maxOutputs  int
 	maxTries    int // TaskMaxAttempts
 	retireLimit time.Duration
-	logger      *slog.Logger
-	metrics     *metrics.Metrics
+	// transientWindow is Config.TransientRetryWindow.
+	transientWindow time.Duration
+	logger          *slog.Logger
+	metrics         *metrics.Metrics
 
 	mu      sync.Mutex
 	pending []*request
@@ -156,7 +162,7 @@ func New(cfg Config) *Committer {
 		cfg.MaxOutputs = phases.DefaultMaxOutputs
 	}
 	return &Committer{pool: cfg.Pool, river: cfg.River, executors: cfg.Executors, committers: cfg.Committers, maxQueued: cfg.MaxQueued, maxOutputs: cfg.MaxOutputs,
-		maxTries: max(1, cfg.TaskMaxAttempts), retireLimit: cfg.TaskRetireLimit, logger: cfg.Logger, metrics: cfg.Metrics}
+		maxTries: max(1, cfg.TaskMaxAttempts), retireLimit: cfg.TaskRetireLimit, transientWindow: cfg.TransientRetryWindow, logger: cfg.Logger, metrics: cfg.Metrics}
 }
 
 // Callback is a worker's callback as far as it can be checked without the

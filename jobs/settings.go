@@ -41,9 +41,9 @@ type Settings struct {
 	// Retention removes the processing state of batches finished long
 	// ago (RETENTION_*).
 	Retention Retention
-	// ProviderRetry is how OCR refs and document steps retry a provider's
-	// transient failures and 429s (PROVIDER_RETRY_WINDOW).
-	ProviderRetry provider.Retry
+	// TransientRetry is how OCR refs and document steps retry a provider's
+	// transient failures and 429s (TRANSIENT_RETRY_WINDOW).
+	TransientRetry provider.Retry
 	// InfraFailureMax bounds a phase's work failed by infrastructure
 	// (INFRA_FAILURE_MAX: a count, or a percentage of the phase's work):
 	// past it the batch ends in ERROR rather than go on thinned.

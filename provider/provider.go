@@ -136,7 +136,7 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 type Retry struct {
 	// Window bounds how long an item or step may keep failing
 	// transiently or being rate limited, from its first failure in a row
-	// (PROVIDER_RETRY_WINDOW); DefaultRetryWindow when not positive.
+	// (TRANSIENT_RETRY_WINDOW); DefaultRetryWindow when not positive.
 	Window time.Duration
 	// MinRetries are the retries after transient failures granted however
 	// short the window (OCR's MAX_RETRIES_PER_REF).

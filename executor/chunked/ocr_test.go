@@ -176,7 +176,7 @@ func TestOCRChunkFailsWhenMostItemsFail(t *testing.T) {
 
 // TestOCRQuotaExhaustedEndsTheRef: a provider that answers one image
 // 429 for ever does not hold the phase open: the ref is retried (using no
-// retry) for PROVIDER_RETRY_WINDOW, then ends with the reason, and the
+// retry) for TRANSIENT_RETRY_WINDOW, then ends with the reason, and the
 // batch finishes with the others done.
 func TestOCRQuotaExhaustedEndsTheRef(t *testing.T) {
 	t.Parallel()
@@ -189,7 +189,7 @@ func TestOCRQuotaExhaustedEndsTheRef(t *testing.T) {
 		}
 		return fakeocr.Behavior{}
 	}})
-	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: testenv.OCRSettings(fake, map[string]string{"PROVIDER_RETRY_WINDOW": "1500"})})
+	env := testenv.New(t, testenv.Options{ImageRefs: true, Settings: testenv.OCRSettings(fake, map[string]string{"TRANSIENT_RETRY_WINDOW": "1500"})})
 	const id = "OCR-QUOTA"
 	env.Submit(t, id, testenv.Images("/a", 3, testenv.OCROn))
 	st := env.AwaitStatus(t, id, testenv.IsDone)

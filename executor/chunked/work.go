@@ -76,10 +76,10 @@ type chunkRun struct {
 }
 
 // retryRule is how the chunk's items retry the provider's transient
-// failures and 429s: PROVIDER_RETRY_WINDOW, with MAX_RETRIES_PER_REF
+// failures and 429s: TRANSIENT_RETRY_WINDOW, with MAX_RETRIES_PER_REF
 // retries granted however short the window.
 func (r chunkRun) retryRule() provider.Retry {
-	rule := r.w.deps.Settings.ProviderRetry
+	rule := r.w.deps.Settings.TransientRetry
 	rule.MinRetries = r.cfg.MaxRetriesPerRef
 	return rule
 }
@@ -300,7 +300,7 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 	default:
 		failure := "permanent" // the provider refused the image
 		if retry.Reason != "" {
-			msg, failure = retry.Reason, "infrastructure" // retried for PROVIDER_RETRY_WINDOW
+			msg, failure = retry.Reason, "infrastructure" // retried for TRANSIENT_RETRY_WINDOW
 		}
 		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg, Failure: failure})
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)

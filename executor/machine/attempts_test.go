@@ -434,3 +434,24 @@ func TestAMachineThatEndsWithoutCallingBackIsRetriedSoon(t *testing.T) {
 		require.Equal(t, []any{"completed", 1}, []any{status, failures}, f)
 	}
 }
+
+// TestTransientErrorsRetriedByTime: a worker that reports a transient
+// error ("retryable": true, as when storage is out) more times than
+// TASK_MAX_ATTEMPTS is retried for TRANSIENT_RETRY_WINDOW from its first
+// such error: an outage of a few minutes fails no file.
+func TestTransientErrorsRetriedByTime(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		if isFile(l, "t000.tif") && l.Attempt <= 4 {
+			return workerError(l, "storage out", true)
+		}
+		return testenv.Succeed(l)
+	}, Settings: map[string]string{"TASK_MAX_ATTEMPTS": "2", "TRANSIENT_RETRY_WINDOW": "600000"}})
+	const id = "TRANSIENT-BY-TIME"
+	env.Submit(t, id, testenv.Tiffs(2))
+	st := env.AwaitStatus(t, id, testenv.IsDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, int64(2), st.Phases[0].TasksCompleted, "%+v", st.Phases)
+	status, _, failures := taskState(t, env, env.TaskOf(t, id, "t000.tif"))
+	require.Equal(t, []any{"completed", 4}, []any{status, failures}, "four transient errors, past TASK_MAX_ATTEMPTS 2")
+}

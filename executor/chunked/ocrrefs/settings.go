@@ -38,7 +38,7 @@ func Settings(c *Config) []setting.Group {
 			setting.Millis(&t.Timeout, "OCR_TIMEOUT_MS", 45*time.Second, "bound on one OCR call; a chunk job's run lasts at most this plus 15 s, which is also how soon a dead process's chunks are picked up again (plus River's 30 s rescue interval)"),
 			setting.Int(&t.MaxConcurrentPerAlarm, "MAX_CONCURRENT_PER_ALARM", 5, 1, 100, "refs one run of a chunk job sends at once (spec 004's alarm)"),
 			setting.Millis(&t.AlarmInterval, "ALARM_INTERVAL_MS", 300*time.Millisecond, "pause between a chunk job's runs while refs remain"),
-			setting.Int(&t.MaxRetriesPerRef, "MAX_RETRIES_PER_REF", 3, 0, 100, "retries of a ref after transient errors (5xx, timeouts, connection errors) granted however short `PROVIDER_RETRY_WINDOW`, which otherwise bounds them by time; a 429 uses none"),
+			setting.Int(&t.MaxRetriesPerRef, "MAX_RETRIES_PER_REF", 3, 0, 100, "retries of a ref after transient errors (5xx, timeouts, connection errors) granted however short `TRANSIENT_RETRY_WINDOW`, which otherwise bounds them by time; a 429 uses none"),
 			setting.Int(&t.MaxGlobalRetries, "MAX_GLOBAL_RETRIES", 5, 0, 100, "retries of a chunk whose job failed (a database or storage outage); then the chunk ends `ERROR`, its done refs kept"),
 			setting.Fraction(&t.MaxFailedFraction, "OCR_MAX_FAILED_FRACTION", 0.5, "a chunk more than this share of whose refs failed ends `ERROR` (its done refs still published); the batch goes on"),
 			setting.Int(&t.Workers, "OCR_WORKERS", 50, 1, 1000, "chunk jobs one process runs at once (its `ocr` queue)"),
