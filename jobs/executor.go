@@ -382,17 +382,26 @@ type Requeuer interface {
 // (Requeuer), in the callbacks' transaction: the fan-in's committer hears
 // of it through this (fanin.Requeuer).
 func (x *Executors) Requeued(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], refs []fanin.PhaseRef) error {
-	byKind := map[string][]fanin.PhaseRef{}
-	for _, r := range refs {
-		if ex, _, ok := x.Of(r.Phase); ok {
-			byKind[ex.Kind()] = append(byKind[ex.Kind()], r)
+	return tellKinds(x, refs, func(r fanin.PhaseRef) string { return r.Phase }, func(ex Executor, rs []fanin.PhaseRef) error {
+		if rq, ok := ex.(Requeuer); ok {
+			return rq.Requeued(ctx, Tx{Tx: tx, River: client}, rs)
+		}
+		return nil
+	})
+}
+
+// tellKinds groups items by the kind of executor of their phase and
+// tells each kind's executor of its items.
+func tellKinds[T any](x *Executors, items []T, phase func(T) string, tell func(Executor, []T) error) error {
+	byKind := map[string][]T{}
+	for _, it := range items {
+		if ex, _, ok := x.Of(phase(it)); ok {
+			byKind[ex.Kind()] = append(byKind[ex.Kind()], it)
 		}
 	}
-	for kind, rs := range byKind {
-		if rq, ok := x.byKind[kind].(Requeuer); ok {
-			if err := rq.Requeued(ctx, Tx{Tx: tx, River: client}, rs); err != nil {
-				return err
-			}
+	for kind, its := range byKind {
+		if err := tell(x.byKind[kind], its); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -432,20 +441,12 @@ type Overtaker interface {
 // Overtaken tells the phases' executors of tasks an earlier attempt
 // completed (Overtaker), in the callbacks' transaction.
 func (x *Executors) Overtaken(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], tasks []fanin.Overtaken) error {
-	byKind := map[string][]fanin.Overtaken{}
-	for _, t := range tasks {
-		if ex, _, ok := x.Of(t.Phase); ok {
-			byKind[ex.Kind()] = append(byKind[ex.Kind()], t)
+	return tellKinds(x, tasks, func(t fanin.Overtaken) string { return t.Phase }, func(ex Executor, ts []fanin.Overtaken) error {
+		if o, ok := ex.(Overtaker); ok {
+			return o.Overtaken(ctx, Tx{Tx: tx, River: client}, ts)
 		}
-	}
-	for kind, ts := range byKind {
-		if o, ok := x.byKind[kind].(Overtaker); ok {
-			if err := o.Overtaken(ctx, Tx{Tx: tx, River: client}, ts); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Sweeper is an executor with work for the periodic sweep (every

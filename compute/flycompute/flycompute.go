@@ -199,58 +199,42 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 }
 
 // FindByTask lists the app's machines carrying metadata task_id=taskID, of
-// every attempt, excluding destroyed ones. The filter is applied by the API
-// and again here, so a server that ignored the query parameter cannot
-// produce a false match. The caller fences by attempt (compute.Fence).
+// every attempt, excluding destroyed ones. The caller fences by attempt
+// (compute.Fence).
 func (b *Backend) FindByTask(ctx context.Context, app, taskID string) ([]compute.Machine, error) {
-	if err := validatePathPart("app", app); err != nil {
-		return nil, compute.Permanent(err, 0)
-	}
-	if taskID == "" {
-		return nil, compute.Permanent(errors.New("flycompute: task id is required"), 0)
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-
-	ms, err := b.client.List(ctx, app, "metadata."+MetadataTaskID+"="+url.QueryEscape(taskID))
-	if err != nil {
-		return nil, classify(ctx, fmt.Errorf("listing machines of task %s: %w", taskID, err))
-	}
-	var out []compute.Machine
-	for _, m := range ms {
-		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(MetadataTaskID) != taskID {
-			continue
-		}
-		// A missing or malformed attempt reads as 0: an earlier attempt.
-		attempt, _ := strconv.Atoi(m.GetMetadataByKey(MetadataAttempt))
-		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: taskID, Attempt: attempt,
-			CreatedAt: createdAt(m)})
-	}
-	return out, nil
+	return b.listBy(ctx, app, MetadataTaskID, "task", taskID)
 }
 
 // ListByBatch lists the app's machines carrying metadata
-// batch_id=batchID, excluding destroyed ones, in one request; the filter
-// is applied by the API and again here.
+// batch_id=batchID, excluding destroyed ones, in one request.
 func (b *Backend) ListByBatch(ctx context.Context, app, batchID string) ([]compute.Machine, error) {
+	return b.listBy(ctx, app, MetadataBatchID, "batch", batchID)
+}
+
+// listBy lists the app's machines whose metadata key is value, excluding
+// destroyed ones. The filter is applied by the API and again here, so a
+// server that ignored the query parameter cannot produce a false match.
+// what names the key in errors ("task").
+func (b *Backend) listBy(ctx context.Context, app, key, what, value string) ([]compute.Machine, error) {
 	if err := validatePathPart("app", app); err != nil {
 		return nil, compute.Permanent(err, 0)
 	}
-	if batchID == "" {
-		return nil, compute.Permanent(errors.New("flycompute: batch id is required"), 0)
+	if value == "" {
+		return nil, compute.Permanent(fmt.Errorf("flycompute: %s id is required", what), 0)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	ms, err := b.client.List(ctx, app, "metadata."+MetadataBatchID+"="+url.QueryEscape(batchID))
+	ms, err := b.client.List(ctx, app, "metadata."+key+"="+url.QueryEscape(value))
 	if err != nil {
-		return nil, classify(ctx, fmt.Errorf("listing machines of batch %s: %w", batchID, err))
+		return nil, classify(ctx, fmt.Errorf("listing machines of %s %s: %w", what, value, err))
 	}
 	var out []compute.Machine
 	for _, m := range ms {
-		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(MetadataBatchID) != batchID {
+		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(key) != value {
 			continue
 		}
+		// A missing or malformed attempt reads as 0: an earlier attempt.
 		attempt, _ := strconv.Atoi(m.GetMetadataByKey(MetadataAttempt))
 		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.GetMetadataByKey(MetadataTaskID), Attempt: attempt,
 			CreatedAt: createdAt(m)})

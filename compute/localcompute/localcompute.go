@@ -263,30 +263,22 @@ func (b *Backend) Launch(_ context.Context, spec compute.MachineSpec) (compute.M
 // FindByTask implements compute.Backend: the app's queued and running
 // machines of the task, of every attempt, in launch order.
 func (b *Backend) FindByTask(_ context.Context, app, taskID string) ([]compute.Machine, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var found []*machine
-	for _, m := range b.machines {
-		if m.app == app && m.taskID == taskID {
-			found = append(found, m)
-		}
-	}
-	slices.SortFunc(found, func(x, y *machine) int { return compareIDs(x.id, y.id) })
-	out := make([]compute.Machine, 0, len(found))
-	for _, m := range found {
-		out = append(out, m.view())
-	}
-	return out, nil
+	return b.list(func(m *machine) bool { return m.app == app && m.taskID == taskID }), nil
 }
 
 // ListByBatch implements compute.Backend: the app's queued and running
 // machines of the batch, in launch order.
 func (b *Backend) ListByBatch(_ context.Context, app, batchID string) ([]compute.Machine, error) {
+	return b.list(func(m *machine) bool { return m.app == app && m.batchID == batchID }), nil
+}
+
+// list is the machines that match, in launch order.
+func (b *Backend) list(match func(*machine) bool) []compute.Machine {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var found []*machine
 	for _, m := range b.machines {
-		if m.app == app && m.batchID == batchID {
+		if match(m) {
 			found = append(found, m)
 		}
 	}
@@ -295,7 +287,7 @@ func (b *Backend) ListByBatch(_ context.Context, app, batchID string) ([]compute
 	for _, m := range found {
 		out = append(out, m.view())
 	}
-	return out, nil
+	return out
 }
 
 // Destroy implements compute.Backend. A queued machine is dropped; a running

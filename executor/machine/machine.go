@@ -49,6 +49,7 @@ var (
 	_ jobs.Extender    = (*Executor)(nil)
 	_ jobs.OpenCounter = (*Executor)(nil)
 	_ jobs.Requeuer    = (*Executor)(nil)
+	_ jobs.Overtaker   = (*Executor)(nil)
 	_ jobs.Sweeper     = (*Executor)(nil)
 	_ jobs.Viewer      = (*Executor)(nil)
 	_ jobs.Router      = (*Executor)(nil)
