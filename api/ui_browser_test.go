@@ -418,3 +418,34 @@ func TestDocumentPageFollowsARunningDocument(t *testing.T) {
 	awaitJS(ctx, t, "completed, without a reload by hand", `document.querySelector('#document-status .badge').textContent`, "completed")
 	awaitJS(ctx, t, "no longer followed", `document.querySelector('#progress[data-poll]') === null`, "true")
 }
+
+// TestDashboardRetriesInfrastructureFailures: a batch that
+// INFRA_FAILURE_MAX put in ERROR shows a second retry button, for its
+// infrastructure failures only; clicking it reruns the file whose machine
+// hung, not the bad one, and the batch ends DONE.
+func TestDashboardRetriesInfrastructureFailures(t *testing.T) {
+	t.Parallel()
+	ctx, _ := browser(t)
+	env := testenv.New(t, testenv.Options{Behave: func(l fakefly.Launch) fakefly.Behavior {
+		switch {
+		case strings.HasSuffix(l.Env["INPUT_R2_KEY"], "/t000.tif"):
+			return fakefly.Behavior{Body: errorBody(l)}
+		case strings.HasSuffix(l.Env["INPUT_R2_KEY"], "/t001.tif") && l.Attempt == 1:
+			return fakefly.Behavior{Hang: true}
+		}
+		return testenv.Succeed(l)
+	}, Settings: map[string]string{"TASK_TIMEOUT_TIFF_CONVERSION": "500", "TASK_MAX_ATTEMPTS": "1", "INFRA_FAILURE_MAX": "0"}})
+	const id = "01KDASHBOARD0INFRA0RETRY01"
+	env.Submit(t, id, testenv.Tiffs(3))
+	require.Equal(t, "ERROR", env.AwaitStatus(t, id, testenv.IsDone).Status)
+
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(env.Server.URL+"/ui/batches/"+id),
+		chromedp.WaitVisible(`#retry-infra`, chromedp.ByQuery),
+	))
+	awaitJS(ctx, t, "the button says how many", `document.querySelector('#retry-infra').textContent`, "Retry the 1 infrastructure failures")
+	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`#retry-infra`, chromedp.ByQuery)))
+	awaitJS(ctx, t, "notice after retry", `document.querySelector('.notice')?.textContent`, "Batch retried.")
+	st := env.AwaitStatus(t, id, func(s status.Status) bool { return s.Status == "DONE" })
+	require.Equal(t, status.Failures{Permanent: 1}, st.Failures, "the bad file was not tried again")
+}
