@@ -362,7 +362,9 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	names := []struct{ key, label string }{
 		{faultKill, "kill -9 of an orchestrator (back after 1-3 s)"},
 		{faultPostgres, fmt.Sprintf("Postgres stopped -m immediate (%s-%s), started again", opts.pgDownMin(), opts.pgDown)},
+		{faultPartition, fmt.Sprintf("partition: orchestrators cut off Postgres (up) for %s", opts.partition)},
 		{faultFly503, fmt.Sprintf("Machines API answers 503 for %s", opts.outage)},
+		{faultFlyCreate, fmt.Sprintf("Machines API creates, then answers 503, for %s", opts.outage)},
 		{faultS3503, fmt.Sprintf("S3 answers 503 for %s", opts.outage)},
 		{faultHang, "machine hangs (never calls back)"},
 		{faultCrash, "machine crashes (exits without callback)"},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,16 +243,22 @@ func (w *world) createDatabase(ctx context.Context, name string) (string, error)
 }
 
 // proxiedURL is the run's database through the partition proxy.
-func (l *loadRun) proxiedURL() string {
-	name := l.dbURL[strings.LastIndex(l.dbURL, "/")+1:]
-	name = name[:strings.Index(name, "?")]
-	return "postgres://postgres@" + l.w.proxy.Addr() + "/" + name + "?sslmode=disable"
+func (l *loadRun) proxiedURL() (string, error) {
+	u, err := url.Parse(l.dbURL)
+	if err != nil {
+		return "", err
+	}
+	return "postgres://postgres@" + l.w.proxy.Addr() + u.Path + "?sslmode=disable", nil
 }
 
 // startProcs starts the two orchestrators, one after the other (the first
 // applies the migrations).
 func (l *loadRun) startProcs(ctx context.Context) error {
 	timeout := strconv.FormatInt(l.w.opts.taskTimeout.Milliseconds(), 10)
+	dbURL, err := l.proxiedURL()
+	if err != nil {
+		return err
+	}
 	for i := range l.procs {
 		addr, err := freeAddr()
 		if err != nil {
@@ -264,7 +271,7 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 		p := &proc{name: fmt.Sprintf("orchestrator-%c", 'A'+i), bin: l.w.bin, url: "http://" + addr, metrics: metricsAddr,
 			logPath: filepath.Join(l.w.tmp, fmt.Sprintf("%s-orchestrator-%c.log", l.label, 'A'+i))}
 		p.env = []string{
-			"DATABASE_URL=" + l.proxiedURL(), "DATABASE_MAX_CONNS=" + strconv.Itoa(l.w.opts.maxConns),
+			"DATABASE_URL=" + dbURL, "DATABASE_MAX_CONNS=" + strconv.Itoa(l.w.opts.maxConns),
 			"LISTEN_ADDR=" + addr, "ORCHESTRATOR_URL=" + p.url, "METRICS_ADDR=" + metricsAddr,
 			"WORKER_URL=" + l.w.ingest.URL,
 			"R2_ENDPOINT=" + l.w.s3.Endpoint, "R2_ACCESS_KEY_ID=" + s3Access, "R2_SECRET_ACCESS_KEY=" + s3Secret,
