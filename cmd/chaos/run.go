@@ -357,7 +357,8 @@ func (l *loadRun) submit(ctx context.Context) error {
 		msg := manifest.QueueMessage{BatchID: id, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
 			Uploader: "chaos@arke.institute", RootPath: "/chaos", ParentPI: "00000000000000000000000000",
 			TotalFiles: int64(l.w.opts.filesOf(i)), TotalBytes: l.totalBytes(i), UploadedAt: now, FinalizedAt: now, Metadata: map[string]any{"run": l.label}}
-		if err := retry(ctx, time.Minute, func() error { _, err := api.Submit(ctx, msg); return err }); err != nil {
+		// Ingest retries a submission through an outage or a partition.
+		if err := retry(ctx, 5*time.Minute, func() error { _, err := api.Submit(ctx, msg); return err }); err != nil {
 			return fmt.Errorf("submitting %s to %s: %w", id, p.name, err)
 		}
 	}

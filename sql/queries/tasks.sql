@@ -51,9 +51,11 @@ RETURNING t.id, t.file_id, t.attempt, t.failures, t.deadline, f.r2_key, f.file_n
 -- phase is still the batch's (the fan-in's shared lock, which the group
 -- holds, keeps the phase from ending meanwhile). An error the worker calls
 -- retryable sends the task back to pending to be retried instead of
--- failing it, with attempts left (@max_attempts) or, by time, for
--- @transient_seconds from the first such error in a row (failing_since):
--- an outage of a few minutes fails no file. The events' types are
+-- failing it: for @transient_seconds from the first such error in a row
+-- (failing_since) without counting as a failed attempt (an outage of a
+-- few minutes fails no file, and leaves the task its attempts for its
+-- machines' own failures), then while it has attempts left
+-- (@max_attempts). The events' types are
 -- db's constants (TaskCompleteManyArgs passes them). An id may
 -- come more than once with different batches or tokens (a stray caller's
 -- and the worker's): at most one of them matches, and RETURNING says which.
@@ -80,15 +82,16 @@ WITH input AS (
             CASE WHEN d.retry THEN NULL ELSE input.result::jsonb END,
             nullif(input.error, ''),
             CASE WHEN d.retry THEN 'retry' ELSE 'callback' END,
-            t.failures + CASE WHEN d.failed THEN 1 ELSE 0 END,
+            t.failures + CASE WHEN d.failed AND NOT d.within THEN 1 ELSE 0 END,
             CASE WHEN d.retry THEN clock_timestamp() + make_interval(secs => limits.retire_seconds) ELSE t.deadline END,
             CASE WHEN d.retry THEN NULL ELSE clock_timestamp() END,
             clock_timestamp(),
             CASE WHEN d.retry OR input.status <> 'failed' THEN NULL WHEN input.retryable THEN 'infrastructure' ELSE 'permanent' END,
             CASE WHEN d.failed THEN coalesce(t.failing_since, clock_timestamp()) ELSE t.failing_since END
-        FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
-            input.retryable AND input.status = 'failed' AND (t.failures + 1 < limits.max_attempts
-                OR clock_timestamp() < coalesce(t.failing_since, clock_timestamp()) + make_interval(secs => limits.transient_seconds)) AS retry) d)
+        FROM (SELECT f.failed, f.within, f.failed AND (f.within OR t.failures + 1 < limits.max_attempts) AS retry
+            FROM (SELECT input.retryable AND input.status = 'failed' AS failed,
+                limits.transient_seconds > 0
+                    AND clock_timestamp() < coalesce(t.failing_since, clock_timestamp()) + make_interval(secs => limits.transient_seconds) AS within) f) d)
     FROM input, limits
     WHERE t.id = input.id AND t.batch_id = input.batch_id AND t.token_hash = input.token_hash
         AND (t.status = 'processing'
