@@ -239,14 +239,16 @@ func (r *runResult) evaluate(s dbSnapshot, report fakefly.Report, in *ingest, id
 			}
 		case "failed":
 			r.failedTasks++
-			// Every machine hung, crashed or answered late, one for each
-			// attempt: no worker gave an outcome, and the task rightly
-			// failed. A launch that made no machine is no attempt, so
-			// fewer machines than attempts is a loss.
-			machines := len(report.Launches[t.id])
+			// As many machines hung, crashed or answered late as a task
+			// has attempts: each counted failure can be one of them, no
+			// worker gave an outcome, and the task rightly failed. Other
+			// launches cost no attempt (one that made no machine, one
+			// whose worker reported a transient error within
+			// TRANSIENT_RETRY_WINDOW), so fewer faulty machines than
+			// attempts is a loss.
 			switch {
 			case !want:
-			case machines >= taskMaxAttempts && len(r.faultedLaunches[t.id]) >= machines:
+			case len(r.faultedLaunches[t.id]) >= taskMaxAttempts:
 				r.allFaulty++
 				r.suspects = append(r.suspects, t)
 			default:
