@@ -258,7 +258,7 @@ func TestWorkerErrorsRetriedOnlyWhenTransient(t *testing.T) {
 			return workerError(l, fmt.Sprintf("reading input: timeout (attempt %d)", l.Attempt), true)
 		}
 		return testenv.Succeed(l)
-	}, Settings: map[string]string{"TASK_MAX_ATTEMPTS": "2"}})
+	}, Settings: map[string]string{"TASK_MAX_ATTEMPTS": "2", "TRANSIENT_RETRY_WINDOW": "1"}})
 	const id = "WORKER-RETRY"
 	env.Submit(t, id, testenv.Tiffs(3))
 	st := env.AwaitStatus(t, id, testenv.IsDone)

@@ -131,13 +131,10 @@ var testSettings = func() map[string]string {
 		// Tests of other behaviours fail work for infrastructure reasons
 		// in small batches; the tests of the bound set it.
 		"INFRA_FAILURE_MAX": "100%",
-		// Transient failures retried by count alone (TASK_MAX_ATTEMPTS,
-		// MAX_RETRIES_PER_REF...); the tests of retries by time set it.
-		"TRANSIENT_RETRY_WINDOW": "1",
-		"CDN_PUBLIC_URL":         "https://cdn.test",
-		"ADMIN_TOKEN":            AdminToken,
-		"READ_TOKEN":             ReadToken,
-		"INGEST_TOKEN":           IngestToken,
+		"CDN_PUBLIC_URL":    "https://cdn.test",
+		"ADMIN_TOKEN":       AdminToken,
+		"READ_TOKEN":        ReadToken,
+		"INGEST_TOKEN":      IngestToken,
 	}
 	for _, p := range phases.All() {
 		s["ALARM_DELAY_"+string(p.Spec().Name)] = "100"
