@@ -422,12 +422,21 @@ func (x *Executors) Failures(ctx context.Context, q *db.Queries, batchID string)
 		if err != nil {
 			return f, err
 		}
-		for _, p := range progress[batchID] {
-			f.Infrastructure += p.TasksFailedInfrastructure
-			f.Permanent += p.TasksFailed - p.TasksFailedInfrastructure
-		}
+		g := FailuresOf(progress[batchID])
+		f.Permanent += g.Permanent
+		f.Infrastructure += g.Infrastructure
 	}
 	return f, nil
+}
+
+// FailuresOf sums the phases' failures by cause.
+func FailuresOf(ps []PhaseProgress) Failures {
+	var f Failures
+	for _, p := range ps {
+		f.Infrastructure += p.TasksFailedInfrastructure
+		f.Permanent += p.TasksFailed - p.TasksFailedInfrastructure
+	}
+	return f
 }
 
 // Overtaker is an executor that must hear of tasks that a success of an

@@ -73,16 +73,6 @@ type Status struct {
 // reruns only these).
 type Failures = jobs.Failures
 
-// FailuresOf sums the phases' failures by cause.
-func FailuresOf(ps []PhaseProgress) Failures {
-	var f Failures
-	for _, p := range ps {
-		f.Infrastructure += p.TasksFailedInfrastructure
-		f.Permanent += p.TasksFailed - p.TasksFailedInfrastructure
-	}
-	return f
-}
-
 // HasFailures reports whether the batch has failed work an admin retry
 // would rerun: failed work in any phase, or work left open in a batch
 // that has finished.
@@ -127,7 +117,7 @@ func (r *Reader) Status(ctx context.Context, batchID string) (Status, error) {
 	if st.Phases == nil {
 		st.Phases = []PhaseProgress{}
 	}
-	st.Failures = FailuresOf(st.Phases)
+	st.Failures = jobs.FailuresOf(st.Phases)
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
