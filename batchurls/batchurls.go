@@ -50,10 +50,13 @@ func TTL(now, deadline time.Time) time.Duration {
 	return min(deadline.Add(Margin).Sub(now), blob.MaxPresignExpiry).Truncate(time.Second)
 }
 
-// Check refuses an object a worker of batchID may not reach, saying why
-// and naming the key: an unknown method or bucket, or a key that is not
-// under the batch's prefix for that bucket (phases.CheckKey).
-func (s *Signer) Check(batchID string, o blob.Object) error {
+// Check refuses an object a worker of attempt (phases.AttemptID) of a task
+// of batchID may not reach, saying why and naming the key: an unknown
+// method or bucket, a key that is not under the batch's prefix for that
+// bucket (phases.CheckKey), or, for an attempt of a phase that stages its
+// outputs (attempt not empty), a write that replaces (blob.MethodPut)
+// outside the attempt's staging area (phases.AttemptPrefix).
+func (s *Signer) Check(batchID, attempt string, o blob.Object) error {
 	if !o.Method.Valid() {
 		return fmt.Errorf("method %q of key %q is not GET, PUT or PUT_IF_ABSENT", o.Method, o.Key)
 	}
@@ -64,21 +67,28 @@ func (s *Signer) Check(batchID string, o blob.Object) error {
 			continue
 		}
 		known = true
-		if err = phases.CheckKey(o.Key, phases.BatchPrefix(role, batchID)); err == nil {
+		prefix := phases.BatchPrefix(role, batchID)
+		if o.Method == blob.MethodPut && attempt != "" {
+			prefix = phases.AttemptPrefix(role, batchID, attempt)
+		}
+		if err = phases.CheckKey(o.Key, prefix); err == nil {
 			return nil
 		}
 	}
 	if !known {
 		return fmt.Errorf("bucket %q of key %q is not one a worker may reach", o.Bucket, o.Key)
 	}
+	if o.Method == blob.MethodPut && attempt != "" {
+		return fmt.Errorf("%w: a PUT, which replaces, goes to the attempt's staging area (TASK_ATTEMPT)", err)
+	}
 	return err
 }
 
-// Sign checks every object (Check) and presigns them all for ttl, in order.
+// Sign checks every object for attempt (Check) and presigns them all for ttl, in order.
 // A refused object fails the whole request with its reason.
-func (s *Signer) Sign(ctx context.Context, batchID string, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
+func (s *Signer) Sign(ctx context.Context, batchID, attempt string, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
 	for _, o := range objs {
-		if err := s.Check(batchID, o); err != nil {
+		if err := s.Check(batchID, attempt, o); err != nil {
 			return nil, &RefusedError{Reason: err.Error()}
 		}
 	}
@@ -96,16 +106,19 @@ const (
 	EnvOutputURLs = "OUTPUT_URLS"
 )
 
-// Env sets the URL part of a task's machine environment in env: INPUT_URL,
-// a GET of its input (in the staging bucket), and, for a phase that plans
-// its outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs in the compact
+// Env sets the URL part of the environment of attempt's machine in env:
+// INPUT_URL, a GET of its input (in the staging bucket), and, for a phase
+// that plans its outputs (phases.OutputPlanner), OUTPUT_URLS, their PUTs
+// (for an attempt of a phase that stages its outputs, those that replace
+// at their keys in the attempt's staging area, phases.AttemptKey, where the
+// worker writes them) in the compact
 // form of blob.AppendCompact, signed together with INPUT_URL, whose URL they
 // share but for path, signed headers and signature. The input is the
 // orchestrator's own choice and is not checked; the planned outputs are, as
 // if the worker had asked for them. When they are refused, the error comes
 // with INPUT_URL alone: the worker then asks for them and reports the
 // refusal.
-func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string, phase phases.Phase, input string, ttl time.Duration) error {
+func (s *Signer) Env(ctx context.Context, env map[string]string, batchID, attempt string, phase phases.Phase, input string, ttl time.Duration) error {
 	var outs []phases.Output
 	if planner, ok := phase.(phases.OutputPlanner); ok {
 		outs = planner.PlanOutputs(input)
@@ -114,10 +127,13 @@ func (s *Signer) Env(ctx context.Context, env map[string]string, batchID string,
 	objs := make([]blob.Object, 0, len(outs))
 	for _, out := range outs {
 		o := blob.Object{Method: blob.MethodPut, Bucket: s.buckets[out.Bucket], Key: out.Key}
-		if out.IfAbsent {
+		switch {
+		case out.IfAbsent:
 			o.Method = blob.MethodPutIfAbsent
+		case attempt != "":
+			o.Key = phases.AttemptKey(out.Key, attempt)
 		}
-		if err := s.Check(batchID, o); err != nil {
+		if err := s.Check(batchID, attempt, o); err != nil {
 			refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
 			objs = nil
 			break

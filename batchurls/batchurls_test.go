@@ -32,15 +32,45 @@ func TestCheckSharedBucket(t *testing.T) {
 	s, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "one", phases.ArchiveBucket: "archive", phases.CDNBucket: "one"})
 	require.NoError(t, err)
 	for key, ok := range map[string]bool{"staging/B/a.jpg": true, "variants/B/a.jpg/large.jpg": true, "variants/C/a.jpg": false, "other/B/a": false} {
-		err := s.Check("B", blob.Object{Method: blob.MethodPut, Bucket: "one", Key: key})
+		err := s.Check("B", "a1", blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "one", Key: key})
 		require.Equal(t, ok, err == nil, "%s: %v", key, err)
 	}
-	require.ErrorContains(t, s.Check("B", blob.Object{Method: blob.MethodPut, Bucket: "archive", Key: "variants/B/a.jpg"}),
+	require.ErrorContains(t, s.Check("B", "a1", blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "archive", Key: "variants/B/a.jpg"}),
 		`key "variants/B/a.jpg" is not under the batch's prefix "staging/B/"`)
+}
+
+// TestCheckStagedWrites: a write that replaces is signed only in the
+// attempt's own staging area, in each role's bucket; reads and writes
+// that never replace reach the batch's final keys.
+func TestCheckStagedWrites(t *testing.T) {
+	t.Parallel()
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
+	require.NoError(t, err)
+	s, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "s", phases.ArchiveBucket: "a", phases.CDNBucket: "c"})
+	require.NoError(t, err)
+	put := func(bucket, key string) error {
+		return s.Check("B", "a1", blob.Object{Method: blob.MethodPut, Bucket: bucket, Key: key})
+	}
+	require.NoError(t, put("s", "staging/B/.attempts/a1/x.jpg.ref.json"))
+	require.NoError(t, put("a", "staging/B/.attempts/a1/x.jpg"))
+	require.NoError(t, put("c", "variants/B/.attempts/a1/x.jpg/large.jpg"))
+	require.ErrorContains(t, put("s", "staging/B/x.jpg.ref.json"), "a PUT, which replaces, goes to the attempt's staging area")
+	require.ErrorContains(t, put("s", "staging/B/.attempts/a2/x.jpg.ref.json"), `not under the batch's prefix "staging/B/.attempts/a1/"`)
+	require.NoError(t, s.Check("B", "a1", blob.Object{Method: blob.MethodGet, Bucket: "s", Key: "staging/B/x.jpg"}))
+	require.NoError(t, s.Check("B", "a1", blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "s", Key: "staging/B/x.jpg"}))
+	require.NoError(t, s.Check("B", "", blob.Object{Method: blob.MethodPut, Bucket: "s", Key: "staging/B/x.jpg"}), "a phase that stages nothing")
+	require.Equal(t, "staging/B/.attempts/a1/dir/x.jpg", phases.AttemptKey("staging/B/dir/x.jpg", "a1"))
+	require.Equal(t, "variants/B/.attempts/a1/dir/x.jpg/large.jpg", phases.AttemptKey("variants/B/dir/x.jpg/large.jpg", "a1"))
+	require.Equal(t, "staging/B/.attempts/a1/x", phases.AttemptKey("staging/B/.attempts/a1/x", "a2"), "already staged")
+	final, ok := phases.FinalKey(phases.CDNBucket, "B", "a1", "variants/B/.attempts/a1/dir/x.jpg/large.jpg")
+	require.True(t, ok)
+	require.Equal(t, "variants/B/dir/x.jpg/large.jpg", final)
+	_, ok = phases.FinalKey(phases.CDNBucket, "B", "a1", "variants/B/.attempts/a2/x.jpg")
+	require.False(t, ok)
 
 	_, err = batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "one"})
 	require.ErrorContains(t, err, "no archive bucket")
-	_, err = s.Sign(context.Background(), "B", []blob.Object{{Method: blob.MethodGet, Bucket: "one", Key: "staging/B/x"}, {Method: blob.MethodGet, Bucket: "one", Key: "staging/C/x"}}, time.Hour)
+	_, err = s.Sign(context.Background(), "B", "a1", []blob.Object{{Method: blob.MethodGet, Bucket: "one", Key: "staging/B/x"}, {Method: blob.MethodGet, Bucket: "one", Key: "staging/C/x"}}, time.Hour)
 	var refused *batchurls.RefusedError
 	require.ErrorAs(t, err, &refused)
 }
@@ -62,7 +92,7 @@ func TestEnv(t *testing.T) {
 		p, _ := phases.Get(name)
 		const input = "staging/B/dir/ä b+%.tif"
 		env := map[string]string{}
-		require.NoError(t, s.Env(context.Background(), env, "B", p, input, time.Hour))
+		require.NoError(t, s.Env(context.Background(), env, "B", "a1", p, input, time.Hour))
 		base := get(input)
 		base.URL = env[batchurls.EnvInputURL]
 		require.Contains(t, base.URL, "/s/staging/B/dir/%C3%A4%20b%2B%25.tif?")
@@ -71,7 +101,12 @@ func TestEnv(t *testing.T) {
 		outs := p.(phases.OutputPlanner).PlanOutputs(input)
 		require.Len(t, urls, len(outs))
 		for i, u := range urls {
-			require.Equal(t, outs[i].Key, u.Key)
+			want := outs[i].Key
+			if !outs[i].IfAbsent {
+				want = phases.AttemptKey(want, "a1") // staged: it replaces
+				require.Contains(t, u.Key, "/.attempts/a1/")
+			}
+			require.Equal(t, want, u.Key)
 			require.WithinDuration(t, time.Now().Add(time.Hour), u.Expires, 2*time.Second)
 			require.Contains(t, u.URL, "X-Amz-Expires=3600&")
 		}
@@ -79,12 +114,12 @@ func TestEnv(t *testing.T) {
 
 	pdf, _ := phases.Get(phases.PDFPages)
 	env := map[string]string{}
-	require.NoError(t, s.Env(context.Background(), env, "B", pdf, "staging/B/x.pdf", time.Hour))
+	require.NoError(t, s.Env(context.Background(), env, "B", "a1", pdf, "staging/B/x.pdf", time.Hour))
 	require.Equal(t, []string{batchurls.EnvInputURL}, slices.Collect(maps.Keys(env)), "no planned outputs")
 
 	image, _ := phases.Get(phases.ImageProcessing)
 	env = map[string]string{}
-	err = s.Env(context.Background(), env, "B", image, "staging/C/x.jpg", time.Hour)
+	err = s.Env(context.Background(), env, "B", "a1", image, "staging/C/x.jpg", time.Hour)
 	var refused *batchurls.RefusedError
 	require.ErrorAs(t, err, &refused)
 	require.Equal(t, []string{batchurls.EnvInputURL}, slices.Collect(maps.Keys(env)), "the input alone")

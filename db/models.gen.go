@@ -224,6 +224,7 @@ type Task struct {
 	MachineGone           *string
 	Failure               *string
 	FailingSince          *time.Time
+	PromotedTokenHash     []byte
 }
 
 type TaskCount struct {

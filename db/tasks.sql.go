@@ -1075,6 +1075,48 @@ func (q *Queries) TaskListRetiring(ctx context.Context, arg TaskListRetiringPara
 	return items, nil
 }
 
+const taskListUnpromoted = `-- name: TaskListUnpromoted :many
+SELECT t.id, t.token_hash FROM tasks t
+WHERE t.batch_id = $1 AND t.phase = $2 AND t.status = 'completed'
+    AND t.promoted_token_hash IS DISTINCT FROM t.token_hash
+ORDER BY t.finished_at
+LIMIT $3
+`
+
+type TaskListUnpromotedParams struct {
+	BatchID string
+	Phase   string
+	Max     int32
+}
+
+type TaskListUnpromotedRow struct {
+	ID        string
+	TokenHash []byte
+}
+
+// TaskListUnpromoted lists completed tasks of a phase whose attempt's
+// staged outputs are not promoted yet, with that attempt's token, up to
+// max, those that ended first first.
+func (q *Queries) TaskListUnpromoted(ctx context.Context, arg TaskListUnpromotedParams) ([]TaskListUnpromotedRow, error) {
+	rows, err := q.db.Query(ctx, taskListUnpromoted, arg.BatchID, arg.Phase, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListUnpromotedRow
+	for rows.Next() {
+		var i TaskListUnpromotedRow
+		if err := rows.Scan(&i.ID, &i.TokenHash); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskMarkMachinesGone = `-- name: TaskMarkMachinesGone :many
 WITH u AS (
     SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS machine_id, unnest($3::text[]) AS why
@@ -1127,6 +1169,27 @@ func (q *Queries) TaskMarkMachinesGone(ctx context.Context, arg TaskMarkMachines
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskMarkPromoted = `-- name: TaskMarkPromoted :execrows
+UPDATE tasks t SET promoted_token_hash = t.token_hash
+FROM (SELECT unnest($1::text[]) AS id, unnest($2::bytea[]) AS token_hash) p
+WHERE t.id = p.id AND t.token_hash = p.token_hash AND t.status = 'completed'
+`
+
+type TaskMarkPromotedParams struct {
+	IDs         []string
+	TokenHashes [][]byte
+}
+
+// TaskMarkPromoted records the promotion of the outputs of the attempts
+// named by their tokens, of the tasks still completed by them.
+func (q *Queries) TaskMarkPromoted(ctx context.Context, arg TaskMarkPromotedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, taskMarkPromoted, arg.IDs, arg.TokenHashes)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const taskRelease = `-- name: TaskRelease :many

@@ -248,6 +248,14 @@ func sampleBatch(t *testing.T, orchestrator, worker, kind string) {
 		require.NoError(t, err)
 		require.True(t, ok, "archive copy of %s", original)
 	}
+	// The image workers wrote those under their attempts' staging areas;
+	// promoted, nothing is left there.
+	for bucket, area := range map[string]string{"arke-staging": prefix + ".attempts/", "arke-archive": prefix + ".attempts/",
+		"arke-cdn": "variants/" + strings.TrimPrefix(prefix, "staging/") + ".attempts/"} {
+		var left []string
+		require.NoError(t, store.List(ctx, bucket, area, func(keys []string) error { left = append(left, keys...); return nil }))
+		require.Empty(t, left, "staged in s3://%s/%s", bucket, area)
+	}
 
 	// submit printed the final list with its tags.
 	require.Contains(t, stdout.String(), "TiffConverter:source")

@@ -467,6 +467,21 @@ type Sweeper interface {
 	Sweep(ctx context.Context, client *river.Client[pgx.Tx], grace bool) error
 }
 
+// Settler is an executor whose ended work may leave more to do before its
+// phase ends, outside the database: promoting the outputs that the
+// attempts whose successes were applied staged (phases.AttemptKey).
+//
+// The fan-in check calls Settle before it takes the batch's lock, on
+// every run; under the lock, a phase with nothing open but something
+// Unsettled is not over, and the check runs again soon. Settled is called
+// once the phase has ended, when no success of it can be applied any
+// more (best effort: retention deletes what it leaves).
+type Settler interface {
+	Settle(ctx context.Context, at PhaseAt) error
+	Unsettled(ctx context.Context, q *db.Queries, at PhaseAt) (bool, error)
+	Settled(ctx context.Context, at PhaseAt) error
+}
+
 // Router is an executor with HTTP routes of its own (a chunk's status, a
 // pool's leases...). The API mounts them behind the credential each asks
 // for.

@@ -50,12 +50,18 @@ const maxCheckRetryDelay = 10 * time.Second
 // A phase far from its end is waited out first, without the lock (waitOut).
 func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseCheckArgs]) error {
 	args := job.Args
+	if err := w.settle(ctx, args); err != nil {
+		return err
+	}
 	if d, err := w.waitOut(ctx, args); err != nil {
 		return err
 	} else if d > 0 {
 		return river.JobSnooze(d)
 	}
 	var finished *db.Batch // the batch, if the transition ended it
+	var ended *PhaseAt     // the phase, if the check ended it
+	var settler Settler    // its executor, if it settles its work
+	unsettled := false
 	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if w.hooks.fanInGuard() {
@@ -101,15 +107,60 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 		if hasOpen {
 			return done()
 		}
+		at := PhaseAt{BatchID: args.BatchID, Phase: p, Generation: batch.Generation}
+		if s, ok := ex.(Settler); ok {
+			settler = s
+			if unsettled, err = s.Unsettled(ctx, q, at); err != nil || unsettled {
+				// The check stays unfinished and looks again: no task end
+				// will wake it.
+				return err
+			}
+		}
 		if finished, err = w.transition(ctx, tx, batch); err != nil {
 			return err
 		}
+		ended = &at
 		return done()
 	})
-	if err == nil {
-		w.deps.BatchFinished(finished)
+	if err != nil {
+		return err
 	}
-	return err
+	if unsettled {
+		return river.JobSnooze(settleAgain)
+	}
+	w.deps.BatchFinished(finished)
+	if settler != nil && ended != nil {
+		if err := settler.Settled(ctx, *ended); err != nil {
+			w.deps.Logger.Warn("cleaning up after a phase", "batch_id", args.BatchID, "phase", args.Phase, "error", err)
+		}
+	}
+	return nil
+}
+
+// settleAgain is how soon a check that found the phase's work ended but
+// not settled (Settler) looks again.
+const settleAgain = 100 * time.Millisecond
+
+// ErrUnsettled is a Settler's Settle that stopped at its budget with work
+// left: the check comes back at once to go on.
+var ErrUnsettled = errors.New("work left to settle")
+
+// settle has the phase's executor settle its ended work (Settler) before
+// the check looks, outside any transaction.
+func (w *PhaseCheckWorker) settle(ctx context.Context, args fanin.PhaseCheckArgs) error {
+	ex, p, ok := w.deps.Executors.Of(args.Phase)
+	s, settles := ex.(Settler)
+	if !ok || !settles {
+		return nil
+	}
+	err := s.Settle(ctx, PhaseAt{BatchID: args.BatchID, Phase: p})
+	if errors.Is(err, ErrUnsettled) {
+		return river.JobSnooze(0)
+	}
+	if err != nil {
+		return fmt.Errorf("settling the ended work of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
+	}
+	return nil
 }
 
 // Waiting out an open phase.

@@ -15,6 +15,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // RetentionArgs is the periodic removal (every RETENTION_INTERVAL) of the
@@ -251,26 +252,39 @@ func (p *pruner) batch(ctx context.Context, id string, cutoff time.Time) error {
 
 // staging deletes the batch's objects under staging/{batch_id}/ in
 // R2_BUCKET, all but the processed manifest (the final manifest when there
-// is no ingest service), and returns how many it deleted.
+// is no ingest service), and what attempts left in their staging areas in
+// the other buckets (phases.AttemptsPrefix), and returns how many it
+// deleted.
 func (p *pruner) staging(ctx context.Context, id string) (int64, error) {
 	bucket, prefix := p.deps.Settings.StagingBucket(), "staging/"+id+"/"
 	keep := prefix + processedManifestName
 	var deleted int64
-	err := p.deleter.List(ctx, bucket, prefix, func(keys []string) error {
-		doomed := make([]string, 0, len(keys))
-		for _, k := range keys {
-			if k != keep && strings.HasPrefix(k, prefix) {
-				doomed = append(doomed, k)
+	del := func(bucket, prefix string) error {
+		return p.deleter.List(ctx, bucket, prefix, func(keys []string) error {
+			doomed := make([]string, 0, len(keys))
+			for _, k := range keys {
+				if k != keep && strings.HasPrefix(k, prefix) {
+					doomed = append(doomed, k)
+				}
 			}
-		}
-		if err := p.deleter.Delete(ctx, bucket, doomed); err != nil {
-			return err
-		}
-		deleted += int64(len(doomed))
-		return nil
-	})
-	if err != nil {
+			if err := p.deleter.Delete(ctx, bucket, doomed); err != nil {
+				return err
+			}
+			deleted += int64(len(doomed))
+			return nil
+		})
+	}
+	if err := del(bucket, prefix); err != nil {
 		return deleted, fmt.Errorf("deleting the staging objects of batch %s: %w", id, err)
+	}
+	for _, role := range []phases.Bucket{phases.ArchiveBucket, phases.CDNBucket} {
+		b, area := p.deps.Settings.Buckets[role], phases.AttemptsPrefix(role, id)
+		if b == "" || (b == bucket && strings.HasPrefix(area, prefix)) {
+			continue // deleted above
+		}
+		if err := del(b, area); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			return deleted, fmt.Errorf("deleting what attempts staged for batch %s: %w", id, err)
+		}
 	}
 	return deleted, nil
 }

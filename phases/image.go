@@ -47,7 +47,8 @@ func (imageProcessing) Spec() Spec {
 			TaskTimeoutPerGB: 60 * time.Second,
 			Guest:            Guest{MemoryMB: 2048, CPUs: 2, CPUKind: "shared"},
 		},
-		SharedEnv: []string{"ARCHIVE_BUCKET", "CDN_BUCKET", "CDN_PUBLIC_URL"},
+		SharedEnv:     []string{"ARCHIVE_BUCKET", "CDN_BUCKET", "CDN_PUBLIC_URL"},
+		StagesOutputs: true,
 	}
 }
 

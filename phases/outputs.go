@@ -1,6 +1,7 @@
 package phases
 
 import (
+	"encoding/hex"
 	"fmt"
 	"path"
 	"strconv"
@@ -53,6 +54,69 @@ func CheckKey(key, prefix string) error {
 		}
 	}
 	return nil
+}
+
+// Attempts' staging areas.
+//
+// A worker's writes that replace (blob.MethodPut) do not go to their final
+// keys: each attempt of a task writes them under a staging area of its
+// own, AttemptKey, and the orchestrator copies them to their final keys
+// (promotes them) once that attempt's success is applied. Two attempts of
+// one task never overwrite each other, and an attempt whose success is not
+// the one applied changes nothing the batch keeps; what it staged is
+// deleted when its phase ends. Writes that never replace
+// (blob.MethodPutIfAbsent) go to their final keys: an attempt cannot undo
+// another's, and a worker reuses an object with identical bytes.
+
+// attemptsDir is the folder of the staging areas under a batch's prefix.
+const attemptsDir = ".attempts/"
+
+// AttemptID names an attempt by its callback token's SHA-256: the first 8
+// bytes in hex. The token itself is never stored; its hash is the task's
+// while the attempt runs and after its success.
+func AttemptID(tokenHash []byte) string {
+	return hex.EncodeToString(tokenHash[:min(8, len(tokenHash))])
+}
+
+// AttemptsPrefix is the folder of every attempt's staging area in a
+// bucket of role b, for cleaning them all up.
+func AttemptsPrefix(b Bucket, batchID string) string {
+	return BatchPrefix(b, batchID) + attemptsDir
+}
+
+// AttemptPrefix is attempt's staging area in a bucket of role b.
+func AttemptPrefix(b Bucket, batchID, attempt string) string {
+	return AttemptsPrefix(b, batchID) + attempt + "/"
+}
+
+// AttemptKey is where attempt writes key, a key under a batch's prefix
+// ("staging/{batch_id}/..." or "variants/{batch_id}/...", two segments):
+// in its staging area, ".attempts/{attempt}/" after the prefix. A key with
+// fewer segments, or already in a staging area, is returned as it is.
+func AttemptKey(key, attempt string) string {
+	i := strings.IndexByte(key, '/')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '/')
+	if j < 0 {
+		return key
+	}
+	at := i + 1 + j + 1
+	if strings.HasPrefix(key[at:], attemptsDir) {
+		return key
+	}
+	return key[:at] + attemptsDir + attempt + "/" + key[at:]
+}
+
+// FinalKey is the key an object of attempt's staging area, in a bucket of
+// role b, is promoted to; false for a key outside that area.
+func FinalKey(b Bucket, batchID, attempt, staged string) (string, bool) {
+	rest, ok := strings.CutPrefix(staged, AttemptPrefix(b, batchID, attempt))
+	if !ok || rest == "" {
+		return "", false
+	}
+	return BatchPrefix(b, batchID) + rest, true
 }
 
 // Output is an object a worker writes.

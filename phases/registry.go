@@ -95,6 +95,11 @@ type Spec struct {
 	Defaults Defaults
 	// Settings are the phase's own settings, passed to its machines.
 	Settings []Setting
+	// StagesOutputs is set for a phase whose worker writes objects that
+	// replace (blob.MethodPut): each attempt stages them (AttemptKey), and
+	// the attempt whose success is applied has them promoted before the
+	// phase ends.
+	StagesOutputs bool
 	// SharedEnv names orchestrator-wide settings its machines also get
 	// (e.g. ARCHIVE_BUCKET), resolved by the machine executor at launch.
 	SharedEnv []string

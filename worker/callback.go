@@ -33,6 +33,11 @@ type Callback struct {
 	// requests retry transient failures until then (RetryUntil). Zero:
 	// unknown.
 	Deadline time.Time
+	// Attempt names the attempt the token is of (TASK_ATTEMPT): the
+	// worker's writes that replace go to its staging area
+	// (phases.AttemptKey), from which the orchestrator promotes them
+	// when the attempt's success is applied. Empty: they go to their keys.
+	Attempt string
 }
 
 // DefaultStorageRetryWindow is how long storage requests retry transient

@@ -24,6 +24,11 @@
 //	TASK_DEADLINE            optional, RFC 3339: the task's deadline, until which
 //	                         storage and URL requests retry transient failures
 //	                         (2 minutes when unset)
+//	TASK_ATTEMPT             optional, the attempt's name: writes that replace (PUT)
+//	                         go to its staging area, "<batch prefix>.attempts/<attempt>/"
+//	                         in place of the batch prefix (phases.AttemptKey); the
+//	                         orchestrator promotes them to their keys when the
+//	                         attempt's success is applied
 //	INPUT_R2_KEY             the object to process, in R2_BUCKET (for logs and results)
 //	INPUT_URL                a presigned GET of that object
 //	OUTPUT_URLS              optional, the presigned requests for the objects the
@@ -195,6 +200,7 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 			cfg.Callback.Deadline = d
 		}
 	}
+	cfg.Callback.Attempt = str("TASK_ATTEMPT", false)
 	cfg.Input = Input{
 		Key:         str("INPUT_R2_KEY", true),
 		CID:         str("INPUT_CID", false),

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // URLStore is the blob.Store of a worker, which holds no storage
@@ -187,8 +188,13 @@ func (s *URLStore) Exists(ctx context.Context, bucket, key string) (bool, error)
 	return true, nil
 }
 
-// Put implements blob.Store.
+// Put implements blob.Store. With an attempt (Callback.Attempt), the
+// object goes to the attempt's staging area (phases.AttemptKey), from
+// which the orchestrator promotes it to key.
 func (s *URLStore) Put(ctx context.Context, bucket, key string, body io.ReadSeeker, size int64, contentType string) error {
+	if s.callback.Attempt != "" {
+		key = phases.AttemptKey(key, s.callback.Attempt)
+	}
 	return s.put(ctx, "putting", blob.Object{Method: blob.MethodPut, Bucket: bucket, Key: key}, body, size, contentType)
 }
 

@@ -109,8 +109,13 @@ func setup(t *testing.T, o *orchestrator, phase phases.Name, key string, data []
 	require.NoError(t, err)
 	p, _ := phases.Get(phase)
 	urls := map[string]string{}
-	require.NoError(t, signer.Env(t.Context(), urls, "01BATCH", p, key, time.Hour))
+	attempt := ""
+	if p.Spec().StagesOutputs {
+		attempt = "a1"
+	}
+	require.NoError(t, signer.Env(t.Context(), urls, "01BATCH", attempt, p, key, time.Hour))
 	return map[string]string{
+		"TASK_ATTEMPT":   attempt,
 		"TASK_ID":        "task_1",
 		"BATCH_ID":       "01BATCH",
 		"INPUT_R2_KEY":   key,
@@ -215,13 +220,16 @@ func TestImageCommand(t *testing.T) {
 	require.Equal(t, "staging/01BATCH/photo.jpg", body["archive_r2_key"])
 	require.Contains(t, body, "ref_json_size")
 
-	// Everything it wrote was planned at launch: no request for URLs.
+	// Everything it wrote was planned at launch, in its attempt's staging
+	// area (the orchestrator promotes it): no request for URLs.
 	require.Empty(t, o.requestsForURLs())
-	archived, err := o.store.Get(t.Context(), vars["ARCHIVE_BUCKET"], "staging/01BATCH/photo.jpg")
+	archived, err := o.store.Get(t.Context(), vars["ARCHIVE_BUCKET"], "staging/01BATCH/.attempts/a1/photo.jpg")
 	require.NoError(t, err)
 	require.Equal(t, jpg, archived, "the original is archived byte for byte")
+	_, err = o.store.Get(t.Context(), vars["R2_BUCKET"], "staging/01BATCH/.attempts/a1/photo.jpg.ref.json")
+	require.NoError(t, err)
 	for _, v := range []string{"thumbnail", "medium", "large"} {
-		ok, err := o.store.Exists(t.Context(), vars["CDN_BUCKET"], "variants/01BATCH/photo.jpg/"+v+".jpg")
+		ok, err := o.store.Exists(t.Context(), vars["CDN_BUCKET"], "variants/01BATCH/.attempts/a1/photo.jpg/"+v+".jpg")
 		require.NoError(t, err)
 		require.True(t, ok, v)
 	}

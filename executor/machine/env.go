@@ -2,6 +2,7 @@ package machine
 
 import (
 	"context"
+	"crypto/sha256"
 	"maps"
 	"strconv"
 	"time"
@@ -28,7 +29,8 @@ type Task struct {
 
 // TaskEnv is the worker's environment for one task (spec 000 §4.3), the
 // same for a machine of its own and for a pool machine that leased it: the
-// task's ids and input, its callback URL and token, the phase's own
+// task's ids and input, its callback URL and token, the attempt's name
+// for a phase that stages its outputs (TASK_ATTEMPT), the phase's own
 // settings and the shared ones it names. The worker gets no storage
 // credentials: presigned URLs for its input and planned outputs
 // (batchurls.Signer.Env), valid until the task's deadline plus
@@ -78,7 +80,13 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 		// the margin.
 		deadline = t.Deadline.Add(2 * time.Second)
 	}
-	if err := urls.Env(context.Background(), env, t.BatchID, p, t.R2Key, batchurls.TTL(now, deadline)); err != nil {
+	attempt := ""
+	if p.Spec().StagesOutputs {
+		sum := sha256.Sum256([]byte(t.Token))
+		attempt = phases.AttemptID(sum[:])
+		env["TASK_ATTEMPT"] = attempt
+	}
+	if err := urls.Env(context.Background(), env, t.BatchID, attempt, p, t.R2Key, batchurls.TTL(now, deadline)); err != nil {
 		// A worker without its URLs asks for them, and reports why it
 		// cannot have them.
 		deps.Logger.Error("presigning a worker's URLs", "batch_id", t.BatchID, "task_id", t.ID, "phase", string(t.Phase), "error", err)

@@ -33,8 +33,8 @@ type URLsResult struct {
 // URLs presigns the objects a running task's worker asks for, with the
 // task's callback token as for its callback. Only objects under the
 // batch's prefixes of the staging, archive and CDN buckets are presigned
-// (batchurls.Signer.Check), valid until the task's deadline plus
-// batchurls.Margin.
+// (batchurls.Signer.Check), a PUT of a phase that stages its outputs only
+// in the attempt's staging area, valid until the task's deadline plus batchurls.Margin.
 //
 // Outcomes: 404 for an unknown batch or task, 401 for a missing or wrong
 // token, 409 for a task no longer running (its worker's result is not
@@ -72,7 +72,11 @@ func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body
 	if err != nil {
 		return URLsResult{}, err
 	}
-	urls, err := e.urls.Sign(ctx, batchID, req.Objects, ttl)
+	attempt := ""
+	if p, ok := phases.Get(phases.Name(t.Phase)); ok && p.Spec().StagesOutputs {
+		attempt = phases.AttemptID(t.TokenHash)
+	}
+	urls, err := e.urls.Sign(ctx, batchID, attempt, req.Objects, ttl)
 	var refused *batchurls.RefusedError
 	if errors.As(err, &refused) {
 		return URLsResult{}, &problem.InputError{Msg: "refused: " + refused.Reason}

@@ -353,6 +353,16 @@ WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending' AND ended_b
 ORDER BY id
 LIMIT @max;
 
+-- TaskListUnpromoted lists completed tasks of a phase whose attempt's
+-- staged outputs are not promoted yet, with that attempt's token, up to
+-- max, those that ended first first.
+-- name: TaskListUnpromoted :many
+SELECT t.id, t.token_hash FROM tasks t
+WHERE t.batch_id = @batch_id AND t.phase = @phase AND t.status = 'completed'
+    AND t.promoted_token_hash IS DISTINCT FROM t.token_hash
+ORDER BY t.finished_at
+LIMIT @max;
+
 -- TaskMarkMachinesGone records that running tasks' machines ended without
 -- calling back (@whys says how), each while the task still runs on that
 -- machine: the deadline comes within @grace_seconds, for a callback still
@@ -373,6 +383,13 @@ SET machine_gone = u.why, deadline = least(t.deadline, clock_timestamp() + grace
 FROM u JOIN locked l ON l.id = u.id, grace
 WHERE t.id = u.id AND t.machine_id = u.machine_id AND t.status = 'processing' AND t.machine_gone IS NULL
 RETURNING t.id;
+
+-- TaskMarkPromoted records the promotion of the outputs of the attempts
+-- named by their tokens, of the tasks still completed by them.
+-- name: TaskMarkPromoted :execrows
+UPDATE tasks t SET promoted_token_hash = t.token_hash
+FROM (SELECT unnest(@ids::text[]) AS id, unnest(@token_hashes::bytea[]) AS token_hash) p
+WHERE t.id = p.id AND t.token_hash = p.token_hash AND t.status = 'completed';
 
 -- TaskRelease returns claimed tasks whose launch certainly did not create a
 -- machine to pending, forgetting their token: each only while it is still

@@ -20,11 +20,16 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/worker"
 )
 
 // Stores are where the fake image worker writes: the staging bucket (the
 // refs) and the CDN bucket (the variants) with its public URL.
 type Stores struct {
+	// Store writes with credentials, to the final keys; nil writes as the
+	// real worker does, through the launch's presigned URLs
+	// (worker.URLStore), under the attempt's staging area, from which the
+	// orchestrator promotes them.
 	Store         blob.Store
 	StagingBucket string
 	CDNBucket     string
@@ -59,6 +64,13 @@ func VariantKey(inputKey, name string) string {
 }
 
 func (s Stores) writeRef(ctx context.Context, l fakefly.Launch) (map[string]any, error) {
+	if s.Store == nil {
+		cfg, err := worker.ParseEnv(worker.KindImage, func(k string) string { return l.Env[k] })
+		if err != nil {
+			return nil, err
+		}
+		s.Store = cfg.NewStore(nil)
+	}
 	key := l.Env["INPUT_R2_KEY"]
 	img := PageImage(key)
 	variants := map[string]string{}

@@ -184,7 +184,7 @@ func New(t *testing.T, opts Options) *Env {
 
 	behave := opts.Behave
 	if opts.ImageRefs {
-		behave = ocrfixture.ImageWorker(ocrfixture.Stores{Store: store, StagingBucket: bucket, CDNBucket: bucket, CDNPublicURL: testSettings["CDN_PUBLIC_URL"], Edit: opts.EditRef})
+		behave = ocrfixture.ImageWorker(ocrfixture.Stores{StagingBucket: bucket, CDNBucket: bucket, CDNPublicURL: testSettings["CDN_PUBLIC_URL"], Edit: opts.EditRef})
 	}
 	flyOpts := opts.FlyOptions
 	flyOpts.Token, flyOpts.Behave = flyToken, behave
