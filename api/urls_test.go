@@ -17,6 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
+	"github.com/arke-institute/orchestrator/phases"
 )
 
 // launchedImage submits a batch of one JPEG, whose machine hangs, and
@@ -94,12 +95,16 @@ func TestMachineGetsURLsNotKeys(t *testing.T) {
 	for _, u := range outputs {
 		planned = append(planned, u.Object)
 	}
+	// Each replaces: each is in the attempt's staging area.
+	attempt := l.Env["TASK_ATTEMPT"]
+	require.Len(t, attempt, 16)
+	area := batchID + "/.attempts/" + attempt
 	require.Equal(t, []blob.Object{
-		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + batchID + "/photos/a.jpg/thumbnail.jpg"},
-		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + batchID + "/photos/a.jpg/medium.jpg"},
-		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + batchID + "/photos/a.jpg/large.jpg"},
-		{Method: blob.MethodPut, Bucket: "arke-archive", Key: input},
-		{Method: blob.MethodPut, Bucket: env.Bucket, Key: input + ".ref.json"},
+		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + area + "/photos/a.jpg/thumbnail.jpg"},
+		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + area + "/photos/a.jpg/medium.jpg"},
+		{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + area + "/photos/a.jpg/large.jpg"},
+		{Method: blob.MethodPut, Bucket: "arke-archive", Key: "staging/" + area + "/photos/a.jpg"},
+		{Method: blob.MethodPut, Bucket: env.Bucket, Key: "staging/" + area + "/photos/a.jpg.ref.json"},
 	}, planned)
 	var deadline time.Time
 	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT deadline FROM tasks WHERE id = $1`, l.TaskID).Scan(&deadline))
@@ -110,7 +115,7 @@ func TestMachineGetsURLsNotKeys(t *testing.T) {
 	// The ref.json's PUT works (the test's bucket is the staging bucket).
 	code, got = request(t, outputs[4], []byte(`{"url":"x"}`))
 	require.Equal(t, http.StatusOK, code, string(got))
-	stored, err := env.Store.Get(context.Background(), env.Bucket, input+".ref.json")
+	stored, err := env.Store.Get(context.Background(), env.Bucket, "staging/"+area+"/photos/a.jpg.ref.json")
 	require.NoError(t, err)
 	require.Equal(t, `{"url":"x"}`, string(stored))
 }
@@ -130,8 +135,8 @@ func TestWorkerAsksForURLs(t *testing.T) {
 		code, body := askURLs(t, env, batchID, l.TaskID, token, map[string]any{"objects": []blob.Object{
 			{Method: blob.MethodPutIfAbsent, Bucket: env.Bucket, Key: page},
 			{Method: blob.MethodGet, Bucket: env.Bucket, Key: page},
-			{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "variants/" + batchID + "/photos/a-p2.jpg/large.jpg"},
-			{Method: blob.MethodPut, Bucket: "arke-archive", Key: "staging/" + batchID + "/photos/a-p2.jpg"},
+			{Method: blob.MethodPut, Bucket: "arke-cdn", Key: phases.AttemptKey("variants/"+batchID+"/photos/a-p2.jpg/large.jpg", l.Env["TASK_ATTEMPT"])},
+			{Method: blob.MethodPut, Bucket: "arke-archive", Key: phases.AttemptKey("staging/"+batchID+"/photos/a-p2.jpg", l.Env["TASK_ATTEMPT"])},
 		}})
 		require.Equal(t, http.StatusOK, code, string(body))
 		var res machine.URLsResult
@@ -169,6 +174,7 @@ func TestWorkerAsksForURLs(t *testing.T) {
 			"EmptySegment":  {obj(blob.MethodPut, env.Bucket, "staging/URLASK//a.jpg"), `has an empty, "." or ".." path segment`},
 			"Control":       {obj(blob.MethodPut, env.Bucket, "staging/URLASK/a\r.jpg"), `holds a control character`},
 			"CDNPrefix":     {obj(blob.MethodPut, "arke-cdn", "staging/URLASK/a.jpg"), `refused: key "staging/URLASK/a.jpg" is not under the batch's prefix "variants/URLASK/"`},
+			"Unstaged":      {obj(blob.MethodPut, env.Bucket, "staging/URLASK/a.jpg"), `refused: key "staging/URLASK/a.jpg" is not in the attempt's staging area "staging/URLASK/.attempts/`},
 			"OtherBucket":   {obj(blob.MethodGet, "someone-elses", "staging/URLASK/a.jpg"), `refused: bucket "someone-elses" of key "staging/URLASK/a.jpg" is not one a worker may reach`},
 			"Method":        {obj("DELETE", env.Bucket, "staging/URLASK/a.jpg"), `refused: method "DELETE" of key "staging/URLASK/a.jpg" is not GET, PUT or PUT_IF_ABSENT`},
 			"OneBadOfMany":  {map[string]any{"objects": append(many[:3:3], blob.Object{Method: blob.MethodGet, Bucket: env.Bucket, Key: "staging/X/y"})}, `"staging/X/y"`},

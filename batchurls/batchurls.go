@@ -9,6 +9,7 @@ package batchurls
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
@@ -67,19 +68,17 @@ func (s *Signer) Check(batchID, attempt string, o blob.Object) error {
 			continue
 		}
 		known = true
-		prefix := phases.BatchPrefix(role, batchID)
-		if o.Method == blob.MethodPut && attempt != "" {
-			prefix = phases.AttemptPrefix(role, batchID, attempt)
+		if err = phases.CheckKey(o.Key, phases.BatchPrefix(role, batchID)); err != nil {
+			continue
 		}
-		if err = phases.CheckKey(o.Key, prefix); err == nil {
-			return nil
+		if area := phases.AttemptPrefix(role, batchID, attempt); o.Method == blob.MethodPut && attempt != "" && !strings.HasPrefix(o.Key, area) {
+			err = fmt.Errorf("key %q is not in the attempt's staging area %q: a PUT, which replaces, goes there (TASK_ATTEMPT)", o.Key, area)
+			continue
 		}
+		return nil
 	}
 	if !known {
 		return fmt.Errorf("bucket %q of key %q is not one a worker may reach", o.Bucket, o.Key)
-	}
-	if o.Method == blob.MethodPut && attempt != "" {
-		return fmt.Errorf("%w: a PUT, which replaces, goes to the attempt's staging area (TASK_ATTEMPT)", err)
 	}
 	return err
 }
