@@ -278,16 +278,24 @@ func TestDocumentProviderFaults(t *testing.T) {
 	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 1)
 	require.Contains(t, doc.Errors[0].Error, "provider quota exhausted for ")
+	failure := func(id int64) string {
+		var f string
+		require.NoError(t, env.Pool.QueryRow(t.Context(), `SELECT coalesce(failure, '') FROM documents WHERE id = $1`, id).Scan(&f))
+		return f
+	}
+	require.Equal(t, "infrastructure", failure(exhausted), "the provider's quota, not the document")
 
 	doc = awaitDocument(t, env, refused, ended)
 	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 1, "a refused key is not retried")
 	require.Contains(t, doc.Errors[0].Error, "bad key")
+	require.Equal(t, "permanent", failure(refused))
 
 	doc = awaitDocument(t, env, doomed, ended)
 	require.Equal(t, db.DocumentFailed, doc.Status)
 	require.Len(t, doc.Errors, 4, "three retries, then failed")
 	require.Contains(t, doc.Errors[3].Error, "gave up after 3 retries in ")
+	require.Equal(t, "infrastructure", failure(doomed), "a provider that kept failing")
 	require.Equal(t, "embeddings", doc.CurrentStep)
 
 	code, body := env.Do(t, http.MethodPost, fmt.Sprintf("/documents/%d/retry", doomed), nil)

@@ -90,12 +90,19 @@ func (q *Queries) DocumentBatchListAbandoned(ctx context.Context, arg DocumentBa
 
 const documentBatchListFailedKeys = `-- name: DocumentBatchListFailedKeys :many
 SELECT r2_key FROM documents WHERE batch_id = $1 AND status = 'failed'
+    AND (NOT $2::boolean OR failure = 'infrastructure')
 `
 
-// The keys of a batch's failed documents, whose files an admin retry of
-// the DONE batch reruns (jobs.ResumeBatch).
-func (q *Queries) DocumentBatchListFailedKeys(ctx context.Context, batchID *string) ([]string, error) {
-	rows, err := q.db.Query(ctx, documentBatchListFailedKeys, batchID)
+type DocumentBatchListFailedKeysParams struct {
+	BatchID   *string
+	InfraOnly bool
+}
+
+// The keys of a batch's failed documents (with infra_only, those that
+// failed for infrastructure reasons), whose files an admin retry of the
+// DONE batch reruns (jobs.ResumeBatch).
+func (q *Queries) DocumentBatchListFailedKeys(ctx context.Context, arg DocumentBatchListFailedKeysParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, documentBatchListFailedKeys, arg.BatchID, arg.InfraOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +161,7 @@ func (q *Queries) DocumentBatchListOpen(ctx context.Context, arg DocumentBatchLi
 }
 
 const documentBatchResume = `-- name: DocumentBatchResume :many
-UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL,
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, failure = NULL,
     file_id = k.file_id, source = k.source,
     current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
     updated_at = now()
@@ -209,16 +216,17 @@ func (q *Queries) DocumentBatchResume(ctx context.Context, arg DocumentBatchResu
 }
 
 const documentBatchRetryFailed = `-- name: DocumentBatchRetryFailed :many
-UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, failure = NULL, updated_at = now()
 FROM files f
 WHERE f.id = d.file_id AND d.batch_id = $1 AND f.batch_id = $1 AND f.generation = $2
-    AND d.status = 'failed'
+    AND d.status = 'failed' AND (NOT $3::boolean OR d.failure = 'infrastructure')
 RETURNING d.id, d.resumes
 `
 
 type DocumentBatchRetryFailedParams struct {
 	BatchID    *string
 	Generation int32
+	InfraOnly  bool
 }
 
 type DocumentBatchRetryFailedRow struct {
@@ -227,9 +235,10 @@ type DocumentBatchRetryFailedRow struct {
 }
 
 // The failed documents of a batch's phase (generation) resume from the
-// step that failed, with their retries anew: an admin retry of the batch.
+// step that failed, with their retries anew: an admin retry of the batch
+// (with infra_only, of those that failed for infrastructure reasons).
 func (q *Queries) DocumentBatchRetryFailed(ctx context.Context, arg DocumentBatchRetryFailedParams) ([]DocumentBatchRetryFailedRow, error) {
-	rows, err := q.db.Query(ctx, documentBatchRetryFailed, arg.BatchID, arg.Generation)
+	rows, err := q.db.Query(ctx, documentBatchRetryFailed, arg.BatchID, arg.Generation, arg.InfraOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -251,15 +260,17 @@ func (q *Queries) DocumentBatchRetryFailed(ctx context.Context, arg DocumentBatc
 const documentBatchSummary = `-- name: DocumentBatchSummary :one
 SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
-       count(*) FILTER (WHERE status = 'failed')::int AS failed
+       count(*) FILTER (WHERE status = 'failed')::int AS failed,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'infrastructure')::int AS failed_infrastructure
 FROM documents d
 WHERE d.batch_id = $1
 `
 
 type DocumentBatchSummaryRow struct {
-	Total     int32
-	Completed int32
-	Failed    int32
+	Total                int32
+	Completed            int32
+	Failed               int32
+	FailedInfrastructure int32
 }
 
 // A batch's documents by status, for its status document. A batch has one
@@ -269,24 +280,31 @@ type DocumentBatchSummaryRow struct {
 func (q *Queries) DocumentBatchSummary(ctx context.Context, batchID *string) (DocumentBatchSummaryRow, error) {
 	row := q.db.QueryRow(ctx, documentBatchSummary, batchID)
 	var i DocumentBatchSummaryRow
-	err := row.Scan(&i.Total, &i.Completed, &i.Failed)
+	err := row.Scan(
+		&i.Total,
+		&i.Completed,
+		&i.Failed,
+		&i.FailedInfrastructure,
+	)
 	return i, err
 }
 
 const documentBatchSummaryMany = `-- name: DocumentBatchSummaryMany :many
 SELECT d.batch_id::text AS batch_id, count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
-       count(*) FILTER (WHERE status = 'failed')::int AS failed
+       count(*) FILTER (WHERE status = 'failed')::int AS failed,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'infrastructure')::int AS failed_infrastructure
 FROM documents d
 WHERE d.batch_id = ANY($1::text[])
 GROUP BY d.batch_id
 `
 
 type DocumentBatchSummaryManyRow struct {
-	BatchID   string
-	Total     int32
-	Completed int32
-	Failed    int32
+	BatchID              string
+	Total                int32
+	Completed            int32
+	Failed               int32
+	FailedInfrastructure int32
 }
 
 // DocumentBatchSummary for several batches at once (status, the
@@ -305,6 +323,7 @@ func (q *Queries) DocumentBatchSummaryMany(ctx context.Context, batchIds []strin
 			&i.Total,
 			&i.Completed,
 			&i.Failed,
+			&i.FailedInfrastructure,
 		); err != nil {
 			return nil, err
 		}
@@ -597,7 +616,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -635,6 +654,7 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }
@@ -689,7 +709,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -721,12 +741,13 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -758,6 +779,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }
@@ -766,7 +788,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure
 `
 
 type DocumentInsertParams struct {
@@ -812,6 +834,7 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }
@@ -864,7 +887,7 @@ func (q *Queries) DocumentInsertBatch(ctx context.Context, arg DocumentInsertBat
 }
 
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -896,12 +919,13 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -939,6 +963,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.Source,
 			&i.StepTiming,
 			&i.FailingSince,
+			&i.Failure,
 		); err != nil {
 			return nil, err
 		}
@@ -998,7 +1023,7 @@ func (q *Queries) DocumentListAbandoned(ctx context.Context, max int32) ([]Docum
 }
 
 const documentListPage = `-- name: DocumentListPage :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since FROM documents
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents
 WHERE ($1::text IS NULL OR status = $1::text)
     AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -1049,6 +1074,7 @@ func (q *Queries) DocumentListPage(ctx context.Context, arg DocumentListPagePara
 			&i.Source,
 			&i.StepTiming,
 			&i.FailingSince,
+			&i.Failure,
 		); err != nil {
 			return nil, err
 		}
@@ -1089,26 +1115,30 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
     failing_since = coalesce(failing_since, now()),
     status = CASE WHEN $2::boolean THEN 'failed' ELSE status END,
     failed_at = CASE WHEN $2::boolean THEN now() ELSE failed_at END,
+    failure = CASE WHEN $2::boolean THEN nullif($4::text, '') ELSE failure END,
     updated_at = now()
-WHERE id = $4
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since
+WHERE id = $5
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure
 `
 
 type DocumentRecordErrorParams struct {
 	Error   string
 	Fail    bool
 	Counted bool
+	Failure string
 	ID      int64
 }
 
 // Appends an error to the history and marks when the document began
-// failing in a row; with fail the document ends failed, else counted says
-// whether the retry uses one of its retries (a 429's does not).
+// failing in a row; with fail the document ends failed, for failure's
+// reason ('permanent' or 'infrastructure'), else counted says whether the
+// retry uses one of its retries (a 429's does not).
 func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErrorParams) (Document, error) {
 	row := q.db.QueryRow(ctx, documentRecordError,
 		arg.Error,
 		arg.Fail,
 		arg.Counted,
+		arg.Failure,
 		arg.ID,
 	)
 	var i Document
@@ -1138,6 +1168,7 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }
@@ -1181,9 +1212,9 @@ func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordS
 }
 
 const documentRetry = `-- name: DocumentRetry :one
-UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, failure = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -1217,6 +1248,7 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.Source,
 		&i.StepTiming,
 		&i.FailingSince,
+		&i.Failure,
 	)
 	return i, err
 }

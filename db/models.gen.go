@@ -107,6 +107,7 @@ type Document struct {
 	Source          json.RawMessage
 	StepTiming      json.RawMessage
 	FailingSince    *time.Time
+	Failure         *string
 }
 
 type DocumentChunk struct {

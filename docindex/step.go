@@ -178,6 +178,17 @@ func (w *DocumentStepWorker) giveUp(ctx context.Context, id int64, reason string
 	return w.Fail(ctx, client, id, -1, reason)
 }
 
+// Why a document failed (documents.failure), as a task's failure says.
+const (
+	// FailurePermanent is the document or its content: not UTF-8, too
+	// large, refused by the provider.
+	FailurePermanent = "permanent"
+	// FailureInfrastructure is a provider or store that stayed down or
+	// rate-limited past TRANSIENT_RETRY_WINDOW, or a step job River gave
+	// up on: a retry with mode=infrastructure resumes it.
+	FailureInfrastructure = "infrastructure"
+)
+
 // Fail fails document id for good with reason in its errors, if it is
 // still running (and, with resumes >= 0, not resumed since: its count of
 // resumes is that). A batch's document ends under the batch's shared
@@ -205,7 +216,7 @@ func (w *DocumentStepWorker) Fail(ctx context.Context, client *river.Client[pgx.
 		if !cur.Status.Open() || resumes >= 0 && cur.Resumes != resumes {
 			return false, nil
 		}
-		failed, err = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: id, Error: reason, Fail: true})
+		failed, err = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: id, Error: reason, Fail: true, Failure: FailureInfrastructure})
 		ended = err == nil
 		return ended, err
 	}
@@ -383,7 +394,11 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 	if !decision.Retry {
 		recorded = errors.New(decision.Reason)
 	}
-	row, rerr := w.recordError(ctx, run, recorded, !decision.Retry, decision.Counted)
+	failure := FailurePermanent
+	if !errors.As(err, &perm) && (class == provider.Transient || class == provider.RateLimited) {
+		failure = FailureInfrastructure // the provider or the store stayed down past the window
+	}
+	row, rerr := w.recordError(ctx, run, recorded, !decision.Retry, decision.Counted, failure)
 	if rerr != nil {
 		return rerr
 	}
@@ -404,12 +419,13 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 }
 
 // recordError adds err to the document's history, and the run to its
-// step's timing in the same transaction; with fail it fails the document,
-// which ends it (endDocument). row is the document as recorded.
-func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err error, fail, counted bool) (row db.Document, rerr error) {
+// step's timing in the same transaction; with fail it fails the document
+// for failure's reason, which ends it (endDocument). row is the document
+// as recorded.
+func (w *DocumentStepWorker) recordError(ctx context.Context, run *stepRun, err error, fail, counted bool, failure string) (row db.Document, rerr error) {
 	record := func(tx pgx.Tx) (err2 error) {
 		q := db.New(tx)
-		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: run.doc.ID, Error: err.Error(), Fail: fail, Counted: counted}); err2 != nil {
+		if row, err2 = q.DocumentRecordError(ctx, db.DocumentRecordErrorParams{ID: run.doc.ID, Error: err.Error(), Fail: fail, Counted: counted, Failure: failure}); err2 != nil {
 			return err2
 		}
 		return run.record(ctx, q, false, false)

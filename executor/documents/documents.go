@@ -170,20 +170,17 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 		out[r.BatchID] = []jobs.PhaseProgress{{
 			Phase: string(ps[0].Spec().Name), Executor: Kind, Unit: "documents",
 			TasksTotal: int64(r.Total), TasksProcessing: int64(r.Total - r.Completed - r.Failed), TasksCompleted: int64(r.Completed), TasksFailed: int64(r.Failed),
+			TasksFailedInfrastructure: int64(r.FailedInfrastructure),
 		}}
 	}
 	return out, nil
 }
 
-// Retry resumes the phase's failed documents from the step that failed,
-// and makes sure every running one has its step job.
-// Documents' failures are not told apart yet: a retry of infrastructure
-// failures only resumes none.
+// Retry resumes the phase's failed documents (in scope: all, or those
+// that failed for infrastructure reasons) from the step that failed, and
+// makes sure every running one has its step job.
 func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope jobs.RetryScope) (jobs.RetryOutcome, error) {
-	if scope.InfraOnly {
-		return jobs.RetryOutcome{}, nil
-	}
-	rows, err := tx.Queries().DocumentBatchRetryFailed(ctx, db.DocumentBatchRetryFailedParams{BatchID: &at.BatchID, Generation: at.Generation})
+	rows, err := tx.Queries().DocumentBatchRetryFailed(ctx, db.DocumentBatchRetryFailedParams{BatchID: &at.BatchID, Generation: at.Generation, InfraOnly: scope.InfraOnly})
 	if err != nil {
 		return jobs.RetryOutcome{}, fmt.Errorf("resuming the failed documents of %s: %w", at.BatchID, err)
 	}
@@ -203,10 +200,7 @@ func (e *Executor) Retry(ctx context.Context, tx jobs.Tx, at jobs.PhaseAt, scope
 // themselves stay, and resume from the step that failed when the new pass
 // enters the phase (Enter).
 func (e *Executor) Rerun(ctx context.Context, tx jobs.Tx, batchID string, scope jobs.RetryScope) (jobs.Rerun, error) {
-	if scope.InfraOnly {
-		return jobs.Rerun{}, nil
-	}
-	keys, err := tx.Queries().DocumentBatchListFailedKeys(ctx, &batchID)
+	keys, err := tx.Queries().DocumentBatchListFailedKeys(ctx, db.DocumentBatchListFailedKeysParams{BatchID: &batchID, InfraOnly: scope.InfraOnly})
 	if err != nil {
 		return jobs.Rerun{}, fmt.Errorf("finding the failed documents of batch %s: %w", batchID, err)
 	}

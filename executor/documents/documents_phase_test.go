@@ -110,6 +110,9 @@ func TestDocumentIndexingPhase(t *testing.T) {
 	}
 	require.Equal(t, db.DocumentFailed, failed.Status)
 	require.Contains(t, string(failed.Errors), "not UTF-8")
+	require.Equal(t, "permanent", *failed.Failure, "the file's own fault")
+	require.Equal(t, int64(0), st.Failures.Infrastructure)
+	require.Positive(t, st.Failures.Permanent)
 
 	// A batch's documents time their steps as any other: the PDF's each
 	// finished, the failed one's download ran once, unfinished.

@@ -25,9 +25,11 @@ WHERE d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @gene
 ORDER BY d.id;
 
 -- name: DocumentBatchListFailedKeys :many
--- The keys of a batch's failed documents, whose files an admin retry of
--- the DONE batch reruns (jobs.ResumeBatch).
-SELECT r2_key FROM documents WHERE batch_id = @batch_id AND status = 'failed';
+-- The keys of a batch's failed documents (with infra_only, those that
+-- failed for infrastructure reasons), whose files an admin retry of the
+-- DONE batch reruns (jobs.ResumeBatch).
+SELECT r2_key FROM documents WHERE batch_id = @batch_id AND status = 'failed'
+    AND (NOT @infra_only::boolean OR failure = 'infrastructure');
 
 -- name: DocumentBatchListOpen :many
 -- The running documents of a batch's phase (generation), for the sweep's
@@ -43,7 +45,7 @@ ORDER BY d.id;
 -- the file given (of the phase's generation), from the step that failed
 -- (from download when its source changed), with its retries anew, as
 -- DocumentRetry resumes one.
-UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL,
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, failure = NULL,
     file_id = k.file_id, source = k.source,
     current_step = CASE WHEN d.source IS DISTINCT FROM k.source THEN 'download' ELSE d.current_step END,
     updated_at = now()
@@ -55,11 +57,12 @@ RETURNING d.id, d.resumes, d.r2_key;
 
 -- name: DocumentBatchRetryFailed :many
 -- The failed documents of a batch's phase (generation) resume from the
--- step that failed, with their retries anew: an admin retry of the batch.
-UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, updated_at = now()
+-- step that failed, with their retries anew: an admin retry of the batch
+-- (with infra_only, of those that failed for infrastructure reasons).
+UPDATE documents d SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = d.resumes + 1, failed_at = NULL, failure = NULL, updated_at = now()
 FROM files f
 WHERE f.id = d.file_id AND d.batch_id = @batch_id AND f.batch_id = @batch_id AND f.generation = @generation
-    AND d.status = 'failed'
+    AND d.status = 'failed' AND (NOT @infra_only::boolean OR d.failure = 'infrastructure')
 RETURNING d.id, d.resumes;
 
 -- name: DocumentBatchSummary :one
@@ -69,7 +72,8 @@ RETURNING d.id, d.resumes;
 -- making new ones, and its completed ones' files are not indexed again.
 SELECT count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
-       count(*) FILTER (WHERE status = 'failed')::int AS failed
+       count(*) FILTER (WHERE status = 'failed')::int AS failed,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'infrastructure')::int AS failed_infrastructure
 FROM documents d
 WHERE d.batch_id = @batch_id;
 
@@ -78,7 +82,8 @@ WHERE d.batch_id = @batch_id;
 -- dashboard's listing).
 SELECT d.batch_id::text AS batch_id, count(*)::int AS total,
        count(*) FILTER (WHERE status = 'completed')::int AS completed,
-       count(*) FILTER (WHERE status = 'failed')::int AS failed
+       count(*) FILTER (WHERE status = 'failed')::int AS failed,
+       count(*) FILTER (WHERE status = 'failed' AND failure = 'infrastructure')::int AS failed_infrastructure
 FROM documents d
 WHERE d.batch_id = ANY(@batch_ids::text[])
 GROUP BY d.batch_id;
@@ -226,14 +231,16 @@ UPDATE documents SET failing_since = now() WHERE id = @id AND failing_since IS N
 
 -- name: DocumentRecordError :one
 -- Appends an error to the history and marks when the document began
--- failing in a row; with fail the document ends failed, else counted says
--- whether the retry uses one of its retries (a 429's does not).
+-- failing in a row; with fail the document ends failed, for failure's
+-- reason ('permanent' or 'infrastructure'), else counted says whether the
+-- retry uses one of its retries (a 429's does not).
 UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
         'step', current_step, 'error', @error::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
     retry_count = retry_count + CASE WHEN NOT @fail::boolean AND @counted::boolean THEN 1 ELSE 0 END,
     failing_since = coalesce(failing_since, now()),
     status = CASE WHEN @fail::boolean THEN 'failed' ELSE status END,
     failed_at = CASE WHEN @fail::boolean THEN now() ELSE failed_at END,
+    failure = CASE WHEN @fail::boolean THEN nullif(@failure::text, '') ELSE failure END,
     updated_at = now()
 WHERE id = @id
 RETURNING *;
@@ -253,7 +260,7 @@ RETURNING (step_timing -> @step::text)::jsonb AS timing;
 -- name: DocumentRetry :one
 -- Resumes a failed document from the step that failed, with its retries
 -- anew.
-UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, updated_at = now()
+UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, failure = NULL, updated_at = now()
 WHERE id = @id AND status = 'failed'
 RETURNING *;
 
