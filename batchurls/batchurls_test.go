@@ -23,31 +23,42 @@ func TestTTL(t *testing.T) {
 	require.Equal(t, blob.MaxPresignExpiry, batchurls.TTL(now, now.Add(30*24*time.Hour)), "SigV4 allows 7 days")
 }
 
+// newSigner is a signer over buckets, with credentials for a server that
+// is never called.
+func newSigner(t *testing.T, buckets batchurls.Buckets) (*blob.S3, *batchurls.Signer) {
+	t.Helper()
+	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
+	require.NoError(t, err)
+	s, err := batchurls.New(store, buckets)
+	require.NoError(t, err)
+	return store, s
+}
+
 // TestCheckSharedBucket: a bucket with several roles (staging and CDN in
 // one) takes the keys of each role's prefix.
 func TestCheckSharedBucket(t *testing.T) {
 	t.Parallel()
-	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
-	require.NoError(t, err)
-	s, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "one", phases.ArchiveBucket: "archive", phases.CDNBucket: "one"})
-	require.NoError(t, err)
+	store, s := newSigner(t, batchurls.Buckets{phases.StagingBucket: "one", phases.ArchiveBucket: "archive", phases.CDNBucket: "one"})
 	for key, ok := range map[string]bool{"staging/B/a.jpg": true, "variants/B/a.jpg/large.jpg": true, "variants/C/a.jpg": false, "other/B/a": false} {
 		err := s.Check("B", "a1", blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "one", Key: key})
 		require.Equal(t, ok, err == nil, "%s: %v", key, err)
 	}
 	require.ErrorContains(t, s.Check("B", "a1", blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "archive", Key: "variants/B/a.jpg"}),
 		`key "variants/B/a.jpg" is not under the batch's prefix "staging/B/"`)
+	_, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "one"})
+	require.ErrorContains(t, err, "no archive bucket")
+	_, err = s.Sign(context.Background(), "B", "a1", []blob.Object{{Method: blob.MethodGet, Bucket: "one", Key: "staging/B/x"}, {Method: blob.MethodGet, Bucket: "one", Key: "staging/C/x"}}, time.Hour)
+	var refused *batchurls.RefusedError
+	require.ErrorAs(t, err, &refused)
 }
+
 
 // TestCheckStagedWrites: a write that replaces is signed only in the
 // attempt's own staging area, in each role's bucket; reads and writes
 // that never replace reach the batch's final keys.
 func TestCheckStagedWrites(t *testing.T) {
 	t.Parallel()
-	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
-	require.NoError(t, err)
-	s, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "s", phases.ArchiveBucket: "a", phases.CDNBucket: "c"})
-	require.NoError(t, err)
+	_, s := newSigner(t, batchurls.Buckets{phases.StagingBucket: "s", phases.ArchiveBucket: "a", phases.CDNBucket: "c"})
 	put := func(bucket, key string) error {
 		return s.Check("B", "a1", blob.Object{Method: blob.MethodPut, Bucket: bucket, Key: key})
 	}
@@ -69,11 +80,6 @@ func TestCheckStagedWrites(t *testing.T) {
 	_, ok = phases.FinalKey(phases.CDNBucket, "B", "a1", "variants/B/.attempts/a2/x.jpg")
 	require.False(t, ok)
 
-	_, err = batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "one"})
-	require.ErrorContains(t, err, "no archive bucket")
-	_, err = s.Sign(context.Background(), "B", "a1", []blob.Object{{Method: blob.MethodGet, Bucket: "one", Key: "staging/B/x"}, {Method: blob.MethodGet, Bucket: "one", Key: "staging/C/x"}}, time.Hour)
-	var refused *batchurls.RefusedError
-	require.ErrorAs(t, err, &refused)
 }
 
 // TestEnv: a machine's environment holds its input's GET and its planned
@@ -81,10 +87,7 @@ func TestCheckStagedWrites(t *testing.T) {
 // batch are refused, and the input's GET comes alone.
 func TestEnv(t *testing.T) {
 	t.Parallel()
-	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
-	require.NoError(t, err)
-	s, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: "s", phases.ArchiveBucket: "a", phases.CDNBucket: "c"})
-	require.NoError(t, err)
+	_, s := newSigner(t, batchurls.Buckets{phases.StagingBucket: "s", phases.ArchiveBucket: "a", phases.CDNBucket: "c"})
 	get := func(key string) blob.Presigned {
 		return blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "s", Key: key}}
 	}
@@ -120,7 +123,7 @@ func TestEnv(t *testing.T) {
 
 	image, _ := phases.Get(phases.ImageProcessing)
 	env = map[string]string{}
-	err = s.Env(context.Background(), env, "B", "a1", image, "staging/C/x.jpg", time.Hour)
+	err := s.Env(context.Background(), env, "B", "a1", image, "staging/C/x.jpg", time.Hour)
 	var refused *batchurls.RefusedError
 	require.ErrorAs(t, err, &refused)
 	require.Equal(t, []string{batchurls.EnvInputURL}, slices.Collect(maps.Keys(env)), "the input alone")
