@@ -3,8 +3,11 @@ package documents_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +20,8 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/status"
 	"github.com/arke-institute/orchestrator/textchunk"
 )
 
@@ -230,4 +235,53 @@ func TestLastDocumentDuringCheck(t *testing.T) {
 			require.Equal(t, &testenv.DocumentCounts{Total: 2, Completed: 2}, testenv.DocumentsOf(st))
 		})
 	}
+}
+
+// TestDocumentInfraFailuresRetried: a document whose provider stayed down
+// past TRANSIENT_RETRY_WINDOW fails for infrastructure reasons, one that
+// is not UTF-8 for good; the status tells them apart, and a retry with
+// mode=infrastructure resumes only the former, which completes once the
+// provider is back.
+func TestDocumentInfraFailuresRetried(t *testing.T) {
+	t.Parallel()
+	var down atomic.Bool
+	down.Store(true)
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route == fakeai.Embeddings && len(r.Inputs) > 0 && strings.Contains(r.Inputs[0], "outage") && down.Load() {
+			return fakeai.Behavior{Status: http.StatusServiceUnavailable}
+		}
+		return fakeai.Behavior{}
+	}})
+	env := testenv.New(t, testenv.Options{Settings: map[string]string{
+		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
+		"TRANSIENT_RETRY_WINDOW": "1", // the three retries spec 003 grants, no more
+	}})
+	const id = "DOCS-INFRA"
+	env.PutObject(t, "staging/"+id+"/docs/outage.md", []byte("# Outage\n\nThe outage document talks about lighthouses.\n"))
+	env.PutObject(t, "staging/"+id+"/docs/latin1.txt", []byte("caf\xe9 cr\xe8me"))
+	env.Submit(t, id, []testenv.File{
+		{LogicalPath: "/docs/outage.md", Size: 50, ContentType: "text/markdown", Config: testenv.DescribeOn},
+		{LogicalPath: "/docs/latin1.txt", Size: 10, ContentType: "text/plain", Config: testenv.DescribeOn},
+	})
+	st := env.AwaitStatus(t, id, testenv.IsDone)
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, status.Failures{Permanent: 1, Infrastructure: 1}, st.Failures)
+	p, ok := testenv.PhaseOf(st, phases.DocumentIndexing)
+	require.True(t, ok)
+	require.Equal(t, int64(1), p.TasksFailedInfrastructure)
+
+	down.Store(false)
+	code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id+"?mode=infrastructure", testenv.AdminToken, nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	st = env.AwaitStatus(t, id, func(s status.Status) bool { return testenv.IsDone(s) && s.Failures.Infrastructure == 0 })
+	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
+	require.Equal(t, status.Failures{Permanent: 1}, st.Failures, "the bad file was not tried again")
+	docs, err := db.New(env.Pool).DocumentList(context.Background(), 10)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, d := range docs {
+		got[d.R2Key[strings.LastIndex(d.R2Key, "/")+1:]] = fmt.Sprintf("%s, resumed %d", d.Status, d.Resumes)
+	}
+	require.Equal(t, map[string]string{"outage.md": "completed, resumed 1", "latin1.txt": "failed, resumed 0"}, got)
 }
