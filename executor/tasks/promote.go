@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -26,10 +27,10 @@ import (
 // deletes what a failure there, or a worker that wrote on, left).
 
 // promoteBatch is how many tasks one round of Settle promotes, and
-// promoteParallel how many at once.
+// promoteParallel how many copies run at once.
 const (
-	promoteBatch    = 256
-	promoteParallel = 16
+	promoteBatch    = 512
+	promoteParallel = 32
 )
 
 // settleBudget bounds one Settle, well within a fan-in check's timeout
@@ -89,14 +90,11 @@ func (t Table) Settle(ctx context.Context, at jobs.PhaseAt) error {
 		if len(rows) == 0 {
 			break
 		}
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(promoteParallel)
+		attempts := make(map[string]bool, len(rows))
 		for _, r := range rows {
-			g.Go(func() error {
-				return t.promote(gctx, store, lister, at.BatchID, phases.AttemptID(r.TokenHash))
-			})
+			attempts[phases.AttemptID(r.TokenHash)] = true
 		}
-		if err := g.Wait(); err != nil {
+		if err := t.promote(ctx, store, lister, at.BatchID, attempts); err != nil {
 			return err
 		}
 		ids, hashes := make([]string, len(rows)), make([][]byte, len(rows))
@@ -124,26 +122,55 @@ func (t Table) Unsettled(ctx context.Context, q *db.Queries, at jobs.PhaseAt) (b
 	return len(rows) > 0, err
 }
 
-// promote copies what attempt staged, in every role's bucket, to its final
-// keys, then deletes it. Run again after a failure midway, it copies what
-// is left (what it deleted was copied first).
-func (t Table) promote(ctx context.Context, store blob.Store, lister blob.Deleter, batchID, attempt string) error {
+// promote copies what the attempts staged, in every role's bucket, to
+// their final keys, then deletes it. Each bucket's staging areas of the
+// batch are listed once for all of them: a round costs a few requests
+// besides one copy and a share of a delete per object. Run again after a
+// failure midway, it copies what is left (what it deleted was copied
+// first).
+func (t Table) promote(ctx context.Context, store blob.Store, lister blob.Deleter, batchID string, attempts map[string]bool) error {
 	for _, a := range t.areas() {
-		prefix := phases.AttemptPrefix(a.role, batchID, attempt)
+		prefix := phases.AttemptsPrefix(a.role, batchID)
+		var staged []string
 		err := lister.List(ctx, a.bucket, prefix, func(keys []string) error {
 			for _, k := range keys {
-				final, ok := phases.FinalKey(a.role, batchID, attempt, k)
-				if !ok {
-					continue
-				}
-				if err := store.Copy(ctx, a.bucket, k, a.bucket, final); err != nil {
-					return fmt.Errorf("promoting a staged output: %w", err)
+				attempt, _, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+				if attempts[attempt] {
+					staged = append(staged, k)
 				}
 			}
-			return lister.Delete(ctx, a.bucket, keys)
+			return nil
 		})
-		if err != nil && !errors.Is(err, blob.ErrNotFound) {
-			return fmt.Errorf("promoting the outputs of attempt %s of batch %s: %w", attempt, batchID, err)
+		if errors.Is(err, blob.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("listing the staged outputs of batch %s: %w", batchID, err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(promoteParallel)
+		for _, k := range staged {
+			attempt, _, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+			final, ok := phases.FinalKey(a.role, batchID, attempt, k)
+			if !ok {
+				continue
+			}
+			g.Go(func() error {
+				if err := store.Copy(gctx, a.bucket, k, a.bucket, final); err != nil && !errors.Is(err, blob.ErrNotFound) {
+					return fmt.Errorf("promoting a staged output: %w", err)
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		for len(staged) > 0 {
+			n := min(len(staged), blob.MaxDeleteKeys)
+			if err := lister.Delete(ctx, a.bucket, staged[:n]); err != nil {
+				return fmt.Errorf("deleting promoted outputs of batch %s: %w", batchID, err)
+			}
+			staged = staged[n:]
 		}
 	}
 	return nil
