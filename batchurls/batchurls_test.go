@@ -52,7 +52,6 @@ func TestCheckSharedBucket(t *testing.T) {
 	require.ErrorAs(t, err, &refused)
 }
 
-
 // TestCheckStagedWrites: a write that replaces is signed only in the
 // attempt's own staging area, in each role's bucket; reads and writes
 // that never replace reach the batch's final keys.

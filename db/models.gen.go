@@ -225,7 +225,6 @@ type Task struct {
 	MachineGone           *string
 	Failure               *string
 	FailingSince          *time.Time
-	PromotedTokenHash     []byte
 }
 
 type TaskCount struct {

@@ -396,6 +396,26 @@ func (q *Queries) TaskCountByBatches(ctx context.Context, batchIds []string) ([]
 	return items, nil
 }
 
+const taskCountCompleted = `-- name: TaskCountCompleted :one
+SELECT coalesce(sum(n), 0)::bigint FROM task_counts
+WHERE batch_id = $1 AND phase = $2 AND status = 'completed'
+`
+
+type TaskCountCompletedParams struct {
+	BatchID string
+	Phase   string
+}
+
+// TaskCountCompleted is how many tasks of a phase completed, from the
+// counters (task_counts): within a phase it only grows, so the fan-in
+// check tells by it whether a task completed since it last looked.
+func (q *Queries) TaskCountCompleted(ctx context.Context, arg TaskCountCompletedParams) (int64, error) {
+	row := q.db.QueryRow(ctx, taskCountCompleted, arg.BatchID, arg.Phase)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const taskCountDeleteByBatch = `-- name: TaskCountDeleteByBatch :execrows
 DELETE FROM task_counts WHERE batch_id = $1 AND phase = ANY($2::text[]) AND n = 0
 `
@@ -847,6 +867,44 @@ type TaskInsertManyParams struct {
 	FileID  int64
 }
 
+const taskListCompletedBy = `-- name: TaskListCompletedBy :many
+SELECT t.id, t.token_hash FROM tasks t
+WHERE t.id = ANY($1::text[]) AND t.batch_id = $2 AND t.phase = $3 AND t.status = 'completed'
+`
+
+type TaskListCompletedByParams struct {
+	IDs     []string
+	BatchID string
+	Phase   string
+}
+
+type TaskListCompletedByRow struct {
+	ID        string
+	TokenHash []byte
+}
+
+// TaskListCompletedBy lists which of the tasks named completed, with the
+// token of the attempt that completed each.
+func (q *Queries) TaskListCompletedBy(ctx context.Context, arg TaskListCompletedByParams) ([]TaskListCompletedByRow, error) {
+	rows, err := q.db.Query(ctx, taskListCompletedBy, arg.IDs, arg.BatchID, arg.Phase)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TaskListCompletedByRow
+	for rows.Next() {
+		var i TaskListCompletedByRow
+		if err := rows.Scan(&i.ID, &i.TokenHash); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskListExpiredUnlaunched = `-- name: TaskListExpiredUnlaunched :many
 SELECT id, attempt, unlaunched FROM tasks
 WHERE batch_id = $1 AND phase = $2 AND status = 'processing'
@@ -1075,48 +1133,6 @@ func (q *Queries) TaskListRetiring(ctx context.Context, arg TaskListRetiringPara
 	return items, nil
 }
 
-const taskListUnpromoted = `-- name: TaskListUnpromoted :many
-SELECT t.id, t.token_hash FROM tasks t
-WHERE t.batch_id = $1 AND t.phase = $2 AND t.status = 'completed'
-    AND t.promoted_token_hash IS DISTINCT FROM t.token_hash
-ORDER BY t.finished_at
-LIMIT $3
-`
-
-type TaskListUnpromotedParams struct {
-	BatchID string
-	Phase   string
-	Max     int32
-}
-
-type TaskListUnpromotedRow struct {
-	ID        string
-	TokenHash []byte
-}
-
-// TaskListUnpromoted lists completed tasks of a phase whose attempt's
-// staged outputs are not promoted yet, with that attempt's token, up to
-// max, those that ended first first.
-func (q *Queries) TaskListUnpromoted(ctx context.Context, arg TaskListUnpromotedParams) ([]TaskListUnpromotedRow, error) {
-	rows, err := q.db.Query(ctx, taskListUnpromoted, arg.BatchID, arg.Phase, arg.Max)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []TaskListUnpromotedRow
-	for rows.Next() {
-		var i TaskListUnpromotedRow
-		if err := rows.Scan(&i.ID, &i.TokenHash); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const taskMarkMachinesGone = `-- name: TaskMarkMachinesGone :many
 WITH u AS (
     SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS machine_id, unnest($3::text[]) AS why
@@ -1169,27 +1185,6 @@ func (q *Queries) TaskMarkMachinesGone(ctx context.Context, arg TaskMarkMachines
 		return nil, err
 	}
 	return items, nil
-}
-
-const taskMarkPromoted = `-- name: TaskMarkPromoted :execrows
-UPDATE tasks t SET promoted_token_hash = t.token_hash
-FROM (SELECT unnest($1::text[]) AS id, unnest($2::bytea[]) AS token_hash) p
-WHERE t.id = p.id AND t.token_hash = p.token_hash AND t.status = 'completed'
-`
-
-type TaskMarkPromotedParams struct {
-	IDs         []string
-	TokenHashes [][]byte
-}
-
-// TaskMarkPromoted records the promotion of the outputs of the attempts
-// named by their tokens, of the tasks still completed by them.
-func (q *Queries) TaskMarkPromoted(ctx context.Context, arg TaskMarkPromotedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, taskMarkPromoted, arg.IDs, arg.TokenHashes)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const taskRelease = `-- name: TaskRelease :many

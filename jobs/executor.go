@@ -472,13 +472,14 @@ type Sweeper interface {
 // attempts whose successes were applied staged (phases.AttemptKey).
 //
 // The fan-in check calls Settle before it takes the batch's lock, on
-// every run; under the lock, a phase with nothing open but something
-// Unsettled is not over, and the check runs again soon. Settled is called
-// once the phase has ended, when no success of it can be applied any
-// more (best effort: retention deletes what it leaves).
+// every run. Settle returns again, a test that the check runs under the
+// lock when nothing of the phase is open: true when work ended since
+// Settle began, which it may not have settled; the phase is then not over,
+// and the check runs again soon. Settled is called once the phase has
+// ended, when no success of it can be applied any more (best effort:
+// retention deletes what it leaves).
 type Settler interface {
-	Settle(ctx context.Context, at PhaseAt) error
-	Unsettled(ctx context.Context, q *db.Queries, at PhaseAt) (bool, error)
+	Settle(ctx context.Context, at PhaseAt) (again func(context.Context, *db.Queries) (bool, error), err error)
 	Settled(ctx context.Context, at PhaseAt) error
 }
 

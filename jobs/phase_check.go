@@ -50,7 +50,8 @@ const maxCheckRetryDelay = 10 * time.Second
 // A phase far from its end is waited out first, without the lock (waitOut).
 func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseCheckArgs]) error {
 	args := job.Args
-	if err := w.settle(ctx, args); err != nil {
+	again, err := w.settle(ctx, args)
+	if err != nil {
 		return err
 	}
 	if d, err := w.waitOut(ctx, args); err != nil {
@@ -62,7 +63,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 	var ended *PhaseAt     // the phase, if the check ended it
 	var settler Settler    // its executor, if it settles its work
 	unsettled := false
-	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if w.hooks.fanInGuard() {
 			if err := fanin.LockBatch(ctx, tx, args.BatchID); err != nil {
@@ -110,7 +111,9 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 		at := PhaseAt{BatchID: args.BatchID, Phase: p, Generation: batch.Generation}
 		if s, ok := ex.(Settler); ok {
 			settler = s
-			if unsettled, err = s.Unsettled(ctx, q, at); err != nil || unsettled {
+		}
+		if again != nil {
+			if unsettled, err = again(ctx, q); err != nil || unsettled {
 				// The check stays unfinished and looks again: no task end
 				// will wake it.
 				return err
@@ -146,21 +149,22 @@ const settleAgain = 100 * time.Millisecond
 var ErrUnsettled = errors.New("work left to settle")
 
 // settle has the phase's executor settle its ended work (Settler) before
-// the check looks, outside any transaction.
-func (w *PhaseCheckWorker) settle(ctx context.Context, args fanin.PhaseCheckArgs) error {
+// the check looks, outside any transaction, and returns its test for
+// under the lock.
+func (w *PhaseCheckWorker) settle(ctx context.Context, args fanin.PhaseCheckArgs) (func(context.Context, *db.Queries) (bool, error), error) {
 	ex, p, ok := w.deps.Executors.Of(args.Phase)
 	s, settles := ex.(Settler)
 	if !ok || !settles {
-		return nil
+		return nil, nil
 	}
-	err := s.Settle(ctx, PhaseAt{BatchID: args.BatchID, Phase: p})
+	again, err := s.Settle(ctx, PhaseAt{BatchID: args.BatchID, Phase: p})
 	if errors.Is(err, ErrUnsettled) {
-		return river.JobSnooze(0)
+		return nil, river.JobSnooze(0)
 	}
 	if err != nil {
-		return fmt.Errorf("settling the ended work of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
+		return nil, fmt.Errorf("settling the ended work of batch %s, phase %s: %w", args.BatchID, args.Phase, err)
 	}
-	return nil
+	return again, nil
 }
 
 // Waiting out an open phase.

@@ -71,11 +71,21 @@ func CheckKey(key, prefix string) error {
 // attemptsDir is the folder of the staging areas under a batch's prefix.
 const attemptsDir = ".attempts/"
 
-// AttemptID names an attempt by its callback token's SHA-256: the first 8
-// bytes in hex. The token itself is never stored; its hash is the task's
-// while the attempt runs and after its success.
-func AttemptID(tokenHash []byte) string {
-	return hex.EncodeToString(tokenHash[:min(8, len(tokenHash))])
+// AttemptID names an attempt of task taskID by its callback token's
+// SHA-256: the task's id, ".", and the first 8 bytes of the hash in hex.
+// The token itself is never stored; its hash is the task's while the
+// attempt runs and after its success, so the orchestrator finds the task
+// of a staging area by its name and tells whether its attempt is the one
+// whose success was applied (AttemptTask).
+func AttemptID(taskID string, tokenHash []byte) string {
+	return taskID + "." + hex.EncodeToString(tokenHash[:min(8, len(tokenHash))])
+}
+
+// AttemptTask is the task an attempt's name (AttemptID) is of; false for a
+// name no attempt has.
+func AttemptTask(attempt string) (string, bool) {
+	taskID, _, ok := strings.Cut(attempt, ".")
+	return taskID, ok && taskID != ""
 }
 
 // AttemptsPrefix is the folder of every attempt's staging area in a

@@ -83,7 +83,7 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 	attempt := ""
 	if p.Spec().StagesOutputs {
 		sum := sha256.Sum256([]byte(t.Token))
-		attempt = phases.AttemptID(sum[:])
+		attempt = phases.AttemptID(t.ID, sum[:])
 		env["TASK_ATTEMPT"] = attempt
 	}
 	if err := urls.Env(context.Background(), env, t.BatchID, attempt, p, t.R2Key, batchurls.TTL(now, deadline)); err != nil {

@@ -74,7 +74,7 @@ func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body
 	}
 	attempt := ""
 	if p, ok := phases.Get(phases.Name(t.Phase)); ok && p.Spec().StagesOutputs {
-		attempt = phases.AttemptID(t.TokenHash)
+		attempt = phases.AttemptID(taskID, t.TokenHash)
 	}
 	urls, err := e.urls.Sign(ctx, batchID, attempt, req.Objects, ttl)
 	var refused *batchurls.RefusedError

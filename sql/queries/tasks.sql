@@ -159,6 +159,13 @@ SELECT c.batch_id, c.phase, c.status, c.n AS count
 FROM task_counts c
 WHERE c.batch_id = ANY(@batch_ids::text[]) AND c.n <> 0;
 
+-- TaskCountCompleted is how many tasks of a phase completed, from the
+-- counters (task_counts): within a phase it only grows, so the fan-in
+-- check tells by it whether a task completed since it last looked.
+-- name: TaskCountCompleted :one
+SELECT coalesce(sum(n), 0)::bigint FROM task_counts
+WHERE batch_id = @batch_id AND phase = @phase AND status = 'completed';
+
 -- TaskCountDeleteByBatch deletes a batch's task counters of @phases, once
 -- their tasks are gone (they are all zero then).
 -- name: TaskCountDeleteByBatch :execrows
@@ -308,6 +315,12 @@ SELECT EXISTS (
 INSERT INTO tasks (id, batch_id, phase, file_id)
 VALUES (@id, @batch_id, @phase, @file_id);
 
+-- TaskListCompletedBy lists which of the tasks named completed, with the
+-- token of the attempt that completed each.
+-- name: TaskListCompletedBy :many
+SELECT t.id, t.token_hash FROM tasks t
+WHERE t.id = ANY(@ids::text[]) AND t.batch_id = @batch_id AND t.phase = @phase AND t.status = 'completed';
+
 -- TaskListExpiredUnlaunched lists a phase's tasks past their deadline with
 -- no recorded machine: the launcher died, or could not tell whether its
 -- launch made one, between claiming and recording them.
@@ -353,16 +366,6 @@ WHERE batch_id = @batch_id AND phase = @phase AND status = 'pending' AND ended_b
 ORDER BY id
 LIMIT @max;
 
--- TaskListUnpromoted lists completed tasks of a phase whose attempt's
--- staged outputs are not promoted yet, with that attempt's token, up to
--- max, those that ended first first.
--- name: TaskListUnpromoted :many
-SELECT t.id, t.token_hash FROM tasks t
-WHERE t.batch_id = @batch_id AND t.phase = @phase AND t.status = 'completed'
-    AND t.promoted_token_hash IS DISTINCT FROM t.token_hash
-ORDER BY t.finished_at
-LIMIT @max;
-
 -- TaskMarkMachinesGone records that running tasks' machines ended without
 -- calling back (@whys says how), each while the task still runs on that
 -- machine: the deadline comes within @grace_seconds, for a callback still
@@ -383,13 +386,6 @@ SET machine_gone = u.why, deadline = least(t.deadline, clock_timestamp() + grace
 FROM u JOIN locked l ON l.id = u.id, grace
 WHERE t.id = u.id AND t.machine_id = u.machine_id AND t.status = 'processing' AND t.machine_gone IS NULL
 RETURNING t.id;
-
--- TaskMarkPromoted records the promotion of the outputs of the attempts
--- named by their tokens, of the tasks still completed by them.
--- name: TaskMarkPromoted :execrows
-UPDATE tasks t SET promoted_token_hash = t.token_hash
-FROM (SELECT unnest(@ids::text[]) AS id, unnest(@token_hashes::bytea[]) AS token_hash) p
-WHERE t.id = p.id AND t.token_hash = p.token_hash AND t.status = 'completed';
 
 -- TaskRelease returns claimed tasks whose launch certainly did not create a
 -- machine to pending, forgetting their token: each only while it is still
