@@ -76,9 +76,9 @@ type providerReport struct {
 // (internal/fakes/fakeai), each on its own port (both speak
 // /v1/chat/completions). POST /fail?seconds=N of the control listener
 // starts an outage of both: 429 with Retry-After for its first half, 503
-// for its second; with &from=next it starts with the next request either
-// gets, so that it meets OCR or documents work however little of it there
-// is. GET /report says what the fakes answered. It prints one
+// for its second; with &from=next it starts, for each fake, with the next
+// request it gets, so that it meets both the OCR and the documents work
+// however little of it there is. GET /report says what the fakes answered. It prints one
 // JSON line, {"url" (OCR), "ai", "control"}, once it serves, and runs until
 // killed.
 func runProvider(ctx context.Context, args []string, stdout io.Writer) error {
@@ -87,20 +87,22 @@ func runProvider(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	outage := &providerOutage{}
-	fail := func() (status int, retryAfter string) {
-		status = outage.status()
+	// Each fake has its outage: one that waits for the next request
+	// begins, for each, with its own.
+	var ocrOutage, aiOutage providerOutage
+	fail := func(o *providerOutage) (status int, retryAfter string) {
+		status = o.status()
 		if status == http.StatusTooManyRequests {
 			retryAfter = providerRetryAfter
 		}
 		return status, retryAfter
 	}
 	ocrFake := fakeocr.New(childTB{}, fakeocr.Options{Key: providerKey, ImageLimit: 1, Behave: func(fakeocr.Request) fakeocr.Behavior {
-		status, ra := fail()
+		status, ra := fail(&ocrOutage)
 		return fakeocr.Behavior{Status: status, RetryAfter: ra, Message: "chaos: injected provider outage"}
 	}})
 	aiFake := fakeai.New(childTB{}, fakeai.Options{Key: providerKey, Behave: func(fakeai.Request) fakeai.Behavior {
-		status, ra := fail()
+		status, ra := fail(&aiOutage)
 		return fakeai.Behavior{Status: status, RetryAfter: ra, Message: "chaos: injected provider outage"}
 	}})
 	cln, err := net.Listen("tcp", *control)
@@ -114,7 +116,9 @@ func runProvider(ctx context.Context, args []string, stdout io.Writer) error {
 			http.Error(w, "want ?seconds=N (N > 0)", http.StatusBadRequest)
 			return
 		}
-		outage.set(time.Duration(secs*float64(time.Second)), r.URL.Query().Get("from") == "next")
+		d, next := time.Duration(secs*float64(time.Second)), r.URL.Query().Get("from") == "next"
+		ocrOutage.set(d, next)
+		aiOutage.set(d, next)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /report", func(w http.ResponseWriter, _ *http.Request) {
