@@ -38,7 +38,7 @@ bench: setup-test ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10
 	scripts/postgres.sh bench $(GO) run ./cmd/bench -out BENCHMARKS.md
 
 .PHONY: chaos
-chaos: setup ## Chaos test (CHAOS.md): 20 batches of 200 files through two orchestrators under kill -9, Postgres restarts, Fly and S3 outages and bad machines; prints the table. CHAOS_FLAGS adds flags (e.g. -seed N)
+chaos: setup ## Chaos test (CHAOS.md): 20 batches of 200 files through two orchestrators under kill -9, Postgres restarts, Fly, S3 and provider outages and bad machines, some through OCR and documents; prints the table. CHAOS_FLAGS adds flags (e.g. -seed N)
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
 
 .PHONY: chaos-short

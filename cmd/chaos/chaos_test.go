@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/pgcluster"
@@ -219,4 +222,113 @@ func TestPartitionProxy(t *testing.T) {
 		defer c.Close(t.Context())
 		return c.QueryRow(t.Context(), "SELECT 1").Scan(&one) == nil
 	})
+}
+
+// TestProviderChildOutage runs `chaos provider` in process: both fakes
+// answer, and an outage set on its control listener answers 429 with
+// Retry-After for its first half, 503 for its second, then success again.
+func TestProviderChildOutage(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- runProvider(ctx, nil, pw) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	var info childInfo
+	require.NoError(t, json.Unmarshal([]byte(line), &info))
+	png := base64.StdEncoding.EncodeToString(ocrfixture.PageImage("k"))
+	calls := map[string][2]string{
+		"ocr": {info.URL + "/chat/completions", `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "read"},
+			{"type": "image_url", "image_url": {"url": "data:image/png;base64,` + png + `"}}]}]}`},
+		"embeddings": {info.AI + "/embeddings", `{"model": "m", "input": "the harbour ledger"}`},
+		"tags":       {info.AI + "/chat/completions", `{"model": "m", "messages": [{"role": "user", "content": "{\"texts\": [\"the harbour ledger\"]}"}]}`},
+	}
+	post := func(name string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, calls[name][0], strings.NewReader(calls[name][1]))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+providerKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	for name := range calls {
+		status, _ := post(name)
+		require.Equal(t, http.StatusOK, status, name)
+	}
+
+	require.NoError(t, control(ctx, info.Control, "/fail?seconds=4"))
+	for name := range calls {
+		status, retryAfter := post(name)
+		require.Equal(t, []any{http.StatusTooManyRequests, providerRetryAfter}, []any{status, retryAfter}, name)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	for name := range calls {
+		status, _ := post(name)
+		require.Equal(t, http.StatusServiceUnavailable, status, name)
+	}
+	require.Eventually(t, func() bool { s, _ := post("ocr"); return s == http.StatusOK }, 10*time.Second, 100*time.Millisecond)
+	var report providerReport
+	require.NoError(t, getJSON(ctx, info.Control+"/report", &report))
+	require.Equal(t, 1, report.OCR.ByStatus[http.StatusTooManyRequests])
+	require.Equal(t, 2, report.AI.ByStatus[http.StatusServiceUnavailable])
+	require.Error(t, control(ctx, info.Control, "/fail?seconds=0"), "an outage lasts a while")
+}
+
+// TestEvaluateDocuments: each text document and ref of a batch's
+// directory with description on must name a completed document in its
+// final manifest; other directories and batches need none.
+func TestEvaluateDocuments(t *testing.T) {
+	snap := dbSnapshot{
+		batches:   map[string]string{"A": "DONE", "B": "DONE"},
+		documents: map[int64]docRow{1: {status: "completed"}, 2: {status: "completed"}, 3: {status: "failed", errors: `[{"error": "quota"}]`}},
+	}
+	in := &ingest{calls: map[string][]delivery{
+		"A": {{Paths: []string{"/box00/scan0000.tif", "/box01/scan0025.jpg.ref.json", "/box01/notes.md", "/box01/scan0025.tif"},
+			DocIDs: []int64{0, 1, 2, 0}}},
+		"B": {{Paths: []string{"/box00/scan0000.tif", "/box00/scan0000.jpg.ref.json"}}},
+	}}
+	describe := map[string]string{"A": "/box01"}
+	r := newRunResult("clean", options{})
+	r.evaluateDocuments(snap, in, []string{"A", "B"}, describe)
+	require.Empty(t, r.failed())
+	require.Equal(t, []int{2, 2, 1}, []int{r.documents, r.docsCompleted, r.docsOther})
+
+	in.calls["A"] = append(in.calls["A"], delivery{Paths: []string{"/box01/scan0025.jpg.ref.json", "/box01/notes.md", "/box01/minutes.txt"},
+		DocIDs: []int64{3, 2, 0}})
+	r = newRunResult("lost", options{})
+	r.evaluateDocuments(snap, in, []string{"A", "B"}, describe)
+	require.Equal(t, []string{"every document of a describe-on file completed: documents lost = 0"}, r.failed())
+	require.Equal(t, []int{3, 1}, []int{r.documents, r.docsCompleted})
+	require.Contains(t, r.checks[0].detail, "A /box01/minutes.txt: no document_id")
+	require.Contains(t, r.checks[0].detail, "A /box01/scan0025.jpg.ref.json: document 3 failed")
+
+	// A DONE batch with description on whose final manifest names no
+	// document checked nothing.
+	in.calls["A"] = []delivery{{Paths: []string{"/box00/scan0000.tif"}}}
+	r = newRunResult("vacuous", options{})
+	r.evaluateDocuments(snap, in, []string{"A"}, describe)
+	require.Len(t, r.failed(), 1)
+}
+
+// TestProviderOutageFromNext: an outage set to begin with the next
+// request waits for it, then lasts its time.
+func TestProviderOutageFromNext(t *testing.T) {
+	var o providerOutage
+	o.set(400*time.Millisecond, true)
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, http.StatusTooManyRequests, o.status(), "it began with this request")
+	time.Sleep(250 * time.Millisecond)
+	require.Equal(t, http.StatusServiceUnavailable, o.status())
+	time.Sleep(250 * time.Millisecond)
+	require.Zero(t, o.status())
+	o.set(time.Hour, false)
+	require.Equal(t, http.StatusTooManyRequests, o.status())
+	o.set(time.Hour, true)
+	require.Equal(t, http.StatusTooManyRequests, o.status(), "a pending outage replaces the one under way, and begins with this request")
 }

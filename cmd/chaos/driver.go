@@ -34,9 +34,12 @@ const (
 	faultFly503    = "fly503"
 	faultFlyCreate = "flycreate503"
 	faultS3503     = "s3503"
+	// faultProvider: the OCR and documents providers answer 429 (with
+	// Retry-After), then 503 (`chaos provider`).
+	faultProvider = "provider"
 )
 
-var driverFaults = []string{faultKill, faultPostgres, faultPartition, faultFly503, faultFlyCreate, faultS3503}
+var driverFaults = []string{faultKill, faultPostgres, faultPartition, faultFly503, faultFlyCreate, faultS3503, faultProvider}
 
 // taskMaxAttempts is the orchestrators' TASK_MAX_ATTEMPTS: a task failed
 // with this many machines, all made faulty, had no worker's outcome.
@@ -89,7 +92,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.batches, "batches", 20, "batches")
 	fs.IntVar(&o.files, "files", 200, "TIFF files per batch")
 	fs.DurationVar(&o.faultGap, "fault-gap", 12*time.Second, "mean pause between injected faults")
-	fs.DurationVar(&o.outage, "outage", 30*time.Second, "how long the Machines API and S3 answer 503 when they fail")
+	fs.DurationVar(&o.outage, "outage", 30*time.Second, "how long the Machines API and S3 answer 503, and the providers 429 then 503, when they fail")
 	fs.DurationVar(&o.pgDown, "pg-down", 30*time.Second, "longest Postgres stays down (from 10 s, or half this if less, to this)")
 	fs.Float64Var(&o.hang, "hang", 0.01, "share of machines that hang")
 	fs.Float64Var(&o.crash, "crash", 0.01, "share of machines that crash without calling back")
@@ -181,6 +184,7 @@ type world struct {
 type childInfo struct {
 	Endpoint string `json:"endpoint"`
 	URL      string `json:"url"`
+	AI       string `json:"ai"` // chaos provider's embeddings and tags API
 	Control  string `json:"control"`
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
 )
@@ -179,10 +180,11 @@ func inputContent(key string) string { return "chaos input of " + key }
 // credentials, through the presigned URLs of its environment (and the
 // orchestrator's URL endpoint for more), retrying transient failures until
 // the task's deadline (worker.URLStore). It reads the input, and on a
-// success writes every new file the phase makes of the result
-// (outputContent), so the driver can check the final manifest against
-// storage. A storage failure is reported as a retryable error, as the real
-// worker does.
+// success writes what the phase makes of it: a TIFF's JPEG (outputContent),
+// so the driver can check the final manifest against storage; an image's
+// variants and ref, as the image worker does (ocrfixture), so the OCR
+// phase has pages to read and the driver knows their text. A storage
+// failure is reported as a retryable error, as the real worker does.
 func (c *flyChild) work(ctx context.Context, env map[string]string, body []byte) []byte {
 	fail := func(err error) []byte {
 		b, _ := json.Marshal(map[string]any{"task_id": env["TASK_ID"], "batch_id": env["BATCH_ID"], "status": "error",
@@ -215,6 +217,20 @@ func (c *flyChild) work(ctx context.Context, env map[string]string, body []byte)
 	}
 	if json.Unmarshal(body, &res) != nil || res.Status != "success" {
 		return body
+	}
+	if name == phases.ImageProcessing {
+		// As the image worker: the variants in the CDN bucket and the
+		// ref, which the OCR phase reads, staged under the attempt's area
+		// through the presigned URLs (the store of the environment).
+		out, err := ocrfixture.Stores{StagingBucket: cfg.Bucket, CDNBucket: cfg.CDNBucket, CDNPublicURL: cfg.CDNPublicURL}.Write(ctx, env)
+		if err != nil {
+			return fail(err)
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return fail(err)
+		}
+		return b
 	}
 	in := phases.File{R2Key: cfg.Input.Key, ContentType: cfg.Input.ContentType, FileName: cfg.Input.FileName, LogicalPath: "/" + path.Base(cfg.Input.Key)}
 	outs, problem := phases.ApplyOne(p, in, &phases.Task{Status: phases.TaskCompleted, Result: body})

@@ -23,8 +23,10 @@ type ingest struct {
 type delivery struct {
 	IdempotencyKey string
 	Files          int
-	// Keys and Paths are its files' r2_key and logical_path.
+	// Keys, Paths and DocIDs are its files' r2_key, logical_path and
+	// document_id (0 if none).
 	Keys, Paths []string
+	DocIDs      []int64
 }
 
 func newIngest() (*ingest, error) {
@@ -42,6 +44,7 @@ func newIngest() (*ingest, error) {
 					Files []struct {
 						R2Key       string `json:"r2_key"`
 						LogicalPath string `json:"logical_path"`
+						DocumentID  int64  `json:"document_id"`
 					} `json:"files"`
 				} `json:"directories"`
 			} `json:"manifest"`
@@ -51,7 +54,7 @@ func newIngest() (*ingest, error) {
 		for _, dir := range msg.Manifest.Directories {
 			for _, f := range dir.Files {
 				d.Files++
-				d.Keys, d.Paths = append(d.Keys, f.R2Key), append(d.Paths, f.LogicalPath)
+				d.Keys, d.Paths, d.DocIDs = append(d.Keys, f.R2Key), append(d.Paths, f.LogicalPath), append(d.DocIDs, f.DocumentID)
 			}
 		}
 		in.mu.Lock()

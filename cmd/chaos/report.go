@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -51,7 +53,18 @@ type runResult struct {
 	// the content their worker (or the driver) wrote; droppedFiles the
 	// submitted files no final manifest lists.
 	missingFiles, droppedFiles int
-	checks                     []assertion
+	// describeBatches are the batches with a directory with OCR and
+	// description on; ocrRefs the refs of those directories in the DONE
+	// batches' final manifests, ocrLost those without their OCR text.
+	describeBatches, ocrRefs, ocrLost int
+	// documents are the documents those final manifests should name (each
+	// text document and ref of those directories), docsCompleted those
+	// that name a completed document; docsOther the batches' documents
+	// not completed that no final manifest names.
+	documents, docsCompleted, docsOther int
+	// provider is what chaos provider answered.
+	provider providerReport
+	checks   []assertion
 }
 
 // assertion is one check's outcome.
@@ -146,7 +159,13 @@ func (r *runResult) failed() []string {
 type dbSnapshot struct {
 	batches    map[string]string // id -> status (with the error, if any)
 	tasks      []taskRow
-	completedN map[string]int // task id -> task.completed events
+	completedN map[string]int   // task id -> task.completed events
+	documents  map[int64]docRow // the batches' documents, by id
+}
+
+// docRow is one document of a batch.
+type docRow struct {
+	batchID, r2Key, status, errors string
 }
 
 type taskRow struct {
@@ -154,7 +173,7 @@ type taskRow struct {
 }
 
 func (s *dbSnapshot) read(ctx context.Context, pool *pgxpool.Pool, ids []string) error {
-	s.batches, s.tasks, s.completedN = map[string]string{}, nil, map[string]int{}
+	s.batches, s.tasks, s.completedN, s.documents = map[string]string{}, nil, map[string]int{}, map[int64]docRow{}
 	rows, err := pool.Query(ctx, `SELECT id, status, coalesce(error, '') FROM batches WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return err
@@ -199,6 +218,21 @@ func (s *dbSnapshot) read(ctx context.Context, pool *pgxpool.Pool, ids []string)
 			return err
 		}
 		s.completedN[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = pool.Query(ctx, `SELECT id, batch_id, r2_key, status, errors::text FROM documents WHERE batch_id = ANY($1)`, ids)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id int64
+		var d docRow
+		if err := rows.Scan(&id, &d.batchID, &d.r2Key, &d.status, &d.errors); err != nil {
+			return err
+		}
+		s.documents[id] = d
 	}
 	return rows.Err()
 }
@@ -318,6 +352,55 @@ func (r *runResult) evaluate(s dbSnapshot, report fakefly.Report, in *ingest, id
 	}
 }
 
+// evaluateDocuments checks that every document a DONE batch's final
+// manifest should name is named and completed: each text document and each
+// ref of the batch's directory with description on (describe, by batch
+// id; an OCR'd ref is a document). A ref whose OCR was lost has no
+// document either.
+func (r *runResult) evaluateDocuments(s dbSnapshot, in *ingest, ids []string, describe map[string]string) {
+	var lost []string
+	named := map[int64]bool{}
+	anyDone := false
+	for _, id := range ids {
+		dir, ds := describe[id], in.deliveries(id)
+		if dir == "" || s.batches[id] != "DONE" || len(ds) == 0 {
+			continue
+		}
+		anyDone = true
+		last := ds[len(ds)-1]
+		for i, p := range last.Paths {
+			if path.Dir(p) != dir || !isTextDoc(p) && !strings.HasSuffix(p, ".ref.json") {
+				continue
+			}
+			r.documents++
+			var docID int64
+			if i < len(last.DocIDs) {
+				docID = last.DocIDs[i]
+			}
+			named[docID] = true
+			d, ok := s.documents[docID]
+			switch {
+			case docID == 0:
+				lost = append(lost, fmt.Sprintf("%s %s: no document_id", id, p))
+			case !ok:
+				lost = append(lost, fmt.Sprintf("%s %s: document %d is not the batch's", id, p, docID))
+			case d.status != "completed":
+				lost = append(lost, fmt.Sprintf("%s %s: document %d %s %s", id, p, docID, d.status, d.errors))
+			default:
+				r.docsCompleted++
+			}
+		}
+	}
+	for id, d := range s.documents {
+		if !named[id] && d.status != "completed" {
+			r.docsOther++
+		}
+	}
+	sort.Strings(lost)
+	r.check("every document of a describe-on file completed: documents lost = 0", len(lost) == 0 && (r.documents > 0 || !anyDone),
+		cmp.Or(firstFew(lost), "no document expected in the final manifests"))
+}
+
 // compareLeaks checks that connections and goroutines ended where the
 // fault-free run's did (with some slack for pools that grew under load).
 func (r *runResult) compareLeaks(base *runResult) {
@@ -368,6 +451,7 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 		{faultFly503, fmt.Sprintf("Machines API answers 503 for %s", opts.outage)},
 		{faultFlyCreate, fmt.Sprintf("Machines API creates, then answers 503, for %s", opts.outage)},
 		{faultS3503, fmt.Sprintf("S3 answers 503 for %s", opts.outage)},
+		{faultProvider, fmt.Sprintf("OCR and documents providers answer 429, then 503, for %s", opts.outage)},
 		{faultHang, "machine hangs (never calls back)"},
 		{faultCrash, "machine crashes (exits without callback)"},
 		{faultLate, "machine calls back after its deadline"},
@@ -396,6 +480,19 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	row("duplicates", func(r *runResult) string { return fmt.Sprint(r.duplicates) })
 	row("two machines for a task", func(r *runResult) string { return fmt.Sprint(r.overlaps) })
 	row("files missing from storage / from ingest", func(r *runResult) string { return fmt.Sprintf("%d / %d", r.missingFiles, r.droppedFiles) })
+	row("OCR-on refs (lost)", func(r *runResult) string { return fmt.Sprintf("%d (%d)", r.ocrRefs, r.ocrLost) })
+	row("documents completed / expected", func(r *runResult) string {
+		s := fmt.Sprintf("%d / %d", r.docsCompleted, r.documents)
+		if r.docsOther > 0 {
+			s += fmt.Sprintf(" (+%d unnamed, not completed)", r.docsOther)
+		}
+		return s
+	})
+	answers := func(by map[int]int) string {
+		return fmt.Sprintf("%d / %d / %d", by[http.StatusOK], by[http.StatusTooManyRequests], by[http.StatusServiceUnavailable])
+	}
+	row("OCR provider answers 200 / 429 / 503", func(r *runResult) string { return answers(r.provider.OCR.ByStatus) })
+	row("documents provider answers 200 / 429 / 503", func(r *runResult) string { return answers(r.provider.AI.ByStatus) })
 	row("callback posts answered 503 / 500", func(r *runResult) string { return fmt.Sprintf("%d / %d", r.callback503, r.callback500) })
 	row("callbacks' final answers", func(r *runResult) string {
 		var codes []int

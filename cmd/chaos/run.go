@@ -11,7 +11,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,8 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/client"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
+	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 )
@@ -131,22 +135,35 @@ func (p *proc) goroutines() (int, error) {
 
 // loadRun is one run's moving parts.
 type loadRun struct {
-	w      *world
-	label  string
-	chaos  bool
-	dbURL  string
-	fly    childInfo
-	flyCmd *exec.Cmd
-	procs  [2]*proc
-	ids    []string
-	rng    *rng
-	res    *runResult
+	w           *world
+	label       string
+	chaos       bool
+	dbURL       string
+	fly         childInfo
+	flyCmd      *exec.Cmd
+	provider    childInfo
+	providerCmd *exec.Cmd
+	procs       [2]*proc
+	ids         []string
+	// batches are what was submitted of each batch, by id.
+	batches map[string]*submitted
+	rng     *rng
+	res     *runResult
+}
+
+// submitted is what the driver put in one batch's manifest.
+type submitted struct {
+	files, bytes int64
+	// paths are the logical paths of its files.
+	paths []string
+	// describe is its directory with OCR and description on, "" if none.
+	describe string
 }
 
 // run takes the load through a fresh database, a fresh fake Machines API
 // and two fresh orchestrators, with faults when chaos is set.
 func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, error) {
-	l := &loadRun{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts)}
+	l := &loadRun{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts), batches: map[string]*submitted{}}
 	var err error
 	if l.dbURL, err = w.createDatabase(ctx, "chaos_"+label); err != nil {
 		return nil, err
@@ -160,6 +177,10 @@ func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, 
 		return nil, err
 	}
 	defer stopChild(l.flyCmd)
+	if l.providerCmd, l.provider, err = w.startChild(ctx, "provider-"+label, "provider"); err != nil {
+		return nil, err
+	}
+	defer stopChild(l.providerCmd)
 	if err := l.startProcs(ctx); err != nil {
 		return nil, err
 	}
@@ -275,12 +296,19 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 			"LISTEN_ADDR=" + addr, "ORCHESTRATOR_URL=" + p.url, "METRICS_ADDR=" + metricsAddr,
 			"WORKER_URL=" + l.w.ingest.URL,
 			"R2_ENDPOINT=" + l.w.s3.Endpoint, "R2_ACCESS_KEY_ID=" + s3Access, "R2_SECRET_ACCESS_KEY=" + s3Secret,
-			"CDN_PUBLIC_URL=http://cdn.chaos.test",
+			"CDN_PUBLIC_URL=" + cdnPublicURL,
 			"FLY_API_TOKEN=" + flyToken, "FLY_FLAPS_BASE_URL=" + l.fly.URL,
 			"FLY_LAUNCH_RATE=1000", "FLY_LAUNCH_BURST=1000",
 			"ADMIN_TOKEN=" + adminToken, "READ_TOKEN=" + readToken, "INGEST_TOKEN=" + ingestToken,
 			"SWEEP_INTERVAL=1000", "TASK_MAX_ATTEMPTS=" + strconv.Itoa(taskMaxAttempts),
 			"LOG_FORMAT=json", "LOG_LEVEL=warn",
+			// The OCR and documents phases call chaos provider; its
+			// buckets start roomier than the defaults, as a provider with
+			// a known quota would be configured.
+			"OCR_API_URL=" + l.provider.URL, "OCR_API_KEY=" + providerKey,
+			"EMBEDDINGS_API_URL=" + l.provider.AI, "EMBEDDINGS_API_KEY=" + providerKey,
+			"TAGS_API_URL=" + l.provider.AI, "TAGS_API_KEY=" + providerKey,
+			"INITIAL_MAX_TOKENS=10", "INITIAL_REFILL_RATE=10", "MAX_MAX_TOKENS=30", "MAX_REFILL_RATE=30",
 		}
 		// Every machine phase runs on -executor (a machine per task, or
 		// pools), launches quickly and times out soon.
@@ -300,18 +328,60 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 	return nil
 }
 
+// describeOn is the processing of a directory with OCR and description
+// on (testenv.DescribeOn).
+var describeOn = manifest.ProcessingConfig{OCR: true, Describe: true, Pinax: true}
+
+// textDocs are the text documents of a directory with description on:
+// name and content type.
+var textDocs = [][2]string{{"notes.md", "text/markdown"}, {"minutes.txt", "text/plain"}}
+
+// describeDir is batch i's directory with OCR and description on, ""
+// for none: every other batch's second directory of 25 TIFFs (its first
+// if it has one), which also gets the text documents (textDocs).
+func (o options) describeDir(i int) string {
+	if i%2 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("/box%02d", min(1, (o.filesOf(i)-1)/25))
+}
+
+// isTextDoc is a text document's key or path.
+func isTextDoc(key string) bool {
+	return strings.HasSuffix(key, ".md") || strings.HasSuffix(key, ".txt")
+}
+
+// textContent is what the driver uploads at a text document's key.
+func textContent(key string) string {
+	return "# Chaos notes\n\nThe harbour ledger kept at " + key + ", written by the chaos driver.\n"
+}
+
 // upload writes every batch's manifest and files (inputContent: the fake
-// workers read them, and the driver finds them in the final manifests).
+// workers read them, and the driver finds them in the final manifests;
+// textContent for the text documents).
 func (l *loadRun) upload(ctx context.Context) error {
 	for i := range l.w.opts.batches {
 		id := ulid.Make().String()
 		prefix := "staging/" + id + "/"
+		sub := &submitted{describe: l.w.opts.describeDir(i)}
 		var groups []manifest.DirectoryGroup
 		for j := range l.w.opts.filesOf(i) {
 			dir := fmt.Sprintf("/box%02d", j/25)
 			logical := fmt.Sprintf("%s/scan%04d.tif", dir, j)
-			groups = append(groups, manifest.DirectoryGroup{DirectoryPath: dir, ProcessingConfig: manifest.ProcessingConfig{Pinax: true},
+			cfg := manifest.ProcessingConfig{Pinax: true}
+			if dir == sub.describe {
+				cfg = describeOn
+			}
+			groups = append(groups, manifest.DirectoryGroup{DirectoryPath: dir, ProcessingConfig: cfg,
 				Files: []manifest.FileInfo{{R2Key: prefix + logical[1:], LogicalPath: logical, FileName: filepath.Base(logical), FileSize: 1000 + int64(j), ContentType: "image/tiff"}}})
+		}
+		if sub.describe != "" {
+			for _, d := range textDocs {
+				logical := sub.describe + "/" + d[0]
+				key := prefix + logical[1:]
+				groups = append(groups, manifest.DirectoryGroup{DirectoryPath: sub.describe, ProcessingConfig: describeOn,
+					Files: []manifest.FileInfo{{R2Key: key, LogicalPath: logical, FileName: d[0], FileSize: int64(len(textContent(key))), ContentType: d[1]}}})
+			}
 		}
 		m := manifest.Build(id, groups)
 		body, err := json.Marshal(m)
@@ -321,20 +391,32 @@ func (l *loadRun) upload(ctx context.Context) error {
 		if err := l.w.store.Put(ctx, "arke-staging", prefix+"_manifest.json", strings.NewReader(string(body)), int64(len(body)), "application/json"); err != nil {
 			return fmt.Errorf("uploading the manifest of batch %d: %w", i, err)
 		}
-		var keys []string
-		for _, g := range groups {
-			for _, f := range g.Files {
-				keys = append(keys, f.R2Key)
-			}
+		var files []manifest.FileInfo
+		for _, g := range m.Directories {
+			files = append(files, g.Files...)
+		}
+		keys := make([]string, len(files))
+		types := map[string]string{}
+		for k, f := range files {
+			keys[k], types[f.R2Key] = f.R2Key, f.ContentType
+			sub.paths = append(sub.paths, f.LogicalPath)
 		}
 		if err := parallel(ctx, keys, func(key string) error {
 			c := inputContent(key)
-			return l.w.store.Put(ctx, "arke-staging", key, strings.NewReader(c), int64(len(c)), "image/tiff")
+			if isTextDoc(key) {
+				c = textContent(key)
+			}
+			return l.w.store.Put(ctx, "arke-staging", key, strings.NewReader(c), int64(len(c)), types[key])
 		}); err != nil {
 			return fmt.Errorf("uploading the files of batch %d: %w", i, err)
 		}
+		sub.files, sub.bytes = m.TotalFiles, m.TotalBytes
 		l.ids = append(l.ids, id)
+		l.batches[id] = sub
 		l.res.files += int(m.TotalFiles)
+		if sub.describe != "" {
+			l.res.describeBatches++
+		}
 	}
 	l.res.batches = len(l.ids)
 	return nil
@@ -354,23 +436,16 @@ func (l *loadRun) submit(ctx context.Context) error {
 			return err
 		}
 		prefix := "staging/" + id + "/"
+		sub := l.batches[id]
 		msg := manifest.QueueMessage{BatchID: id, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
 			Uploader: "chaos@arke.institute", RootPath: "/chaos", ParentPI: "00000000000000000000000000",
-			TotalFiles: int64(l.w.opts.filesOf(i)), TotalBytes: l.totalBytes(i), UploadedAt: now, FinalizedAt: now, Metadata: map[string]any{"run": l.label}}
+			TotalFiles: sub.files, TotalBytes: sub.bytes, UploadedAt: now, FinalizedAt: now, Metadata: map[string]any{"run": l.label}}
 		// Ingest retries a submission through an outage or a partition.
 		if err := retry(ctx, 5*time.Minute, func() error { _, err := api.Submit(ctx, msg); return err }); err != nil {
 			return fmt.Errorf("submitting %s to %s: %w", id, p.name, err)
 		}
 	}
 	return nil
-}
-
-func (l *loadRun) totalBytes(batch int) int64 {
-	var n int64
-	for j := range l.w.opts.filesOf(batch) {
-		n += 1000 + int64(j)
-	}
-	return n
 }
 
 // awaitEnded waits until every batch is DONE or ERROR.
@@ -488,6 +563,11 @@ func (l *loadRun) fault(ctx context.Context, kind string) error {
 	case faultS3503:
 		l.note("S3 answers 503 for %ss", secs)
 		return control(ctx, l.w.s3.Control, "/fail?status=503&seconds="+secs)
+	case faultProvider:
+		// From the providers' next request: the OCR and documents work
+		// comes in bursts, at the end of a batch.
+		l.note("the OCR and documents providers will answer 429, then 503, for %ss from their next request", secs)
+		return control(ctx, l.provider.Control, "/fail?from=next&seconds="+secs)
 	}
 	return nil
 }
@@ -555,6 +635,14 @@ func (l *loadRun) collect(ctx context.Context) error {
 		return err
 	}
 	l.res.evaluate(snap, report, l.w.ingest, l.ids)
+	describe := map[string]string{}
+	for id, sub := range l.batches {
+		describe[id] = sub.describe
+	}
+	l.res.evaluateDocuments(snap, l.w.ingest, l.ids, describe)
+	if err := getJSON(ctx, l.provider.Control+"/report", &l.res.provider); err != nil {
+		return err
+	}
 	if err := l.checkStorage(ctx, snap); err != nil {
 		return err
 	}
@@ -607,26 +695,59 @@ func parallel(ctx context.Context, items []string, f func(string) error) error {
 
 // checkStorage checks what users care about, beyond statuses: every file
 // of every DONE batch's final manifest (its last delivery) is in storage
-// with the content its worker wrote, or the driver for an input; and every
-// submitted file is in it (the TIFFs are kept beside their JPEGs).
+// with the content its worker wrote, or the driver for an input; a ref is
+// a JSON document whose variants are in the CDN bucket, and an OCR'd one
+// carries the text the provider read; every submitted file is in it (the
+// TIFFs are kept beside their JPEGs or refs); and every ref of an OCR-on
+// directory is OCR'd.
 func (l *loadRun) checkStorage(ctx context.Context, snap dbSnapshot) error {
-	var missing, dropped []string
-	for i, id := range l.ids {
+	var (
+		mu                        sync.Mutex
+		missing, dropped, ocrLost []string
+	)
+	for _, id := range l.ids {
 		ds := l.w.ingest.deliveries(id)
 		if snap.batches[id] != "DONE" || len(ds) == 0 {
 			continue
 		}
+		sub := l.batches[id]
 		last := ds[len(ds)-1]
-		var mu sync.Mutex
+		pathOf := make(map[string]string, len(last.Keys))
+		for i, k := range last.Keys {
+			pathOf[k] = last.Paths[i]
+		}
 		err := parallel(ctx, last.Keys, func(key string) error {
 			data, err := l.w.store.Get(ctx, "arke-staging", key)
 			if err != nil && !errors.Is(err, blob.ErrNotFound) {
 				return err
 			}
-			if err != nil || (string(data) != inputContent(key) && string(data) != outputContent(key)) {
-				mu.Lock()
-				missing = append(missing, fmt.Sprintf("%s (%s)", key, cmp.Or(errString(err), fmt.Sprintf("holds %q", data))))
-				mu.Unlock()
+			var problem string
+			switch {
+			case err != nil:
+				problem = err.Error()
+			case strings.HasSuffix(key, ".ref.json"):
+				if problem, err = l.checkRef(ctx, key, data); err != nil {
+					return err
+				}
+			case isTextDoc(key):
+				if string(data) != textContent(key) {
+					problem = fmt.Sprintf("holds %q", data)
+				}
+			case string(data) != inputContent(key) && string(data) != outputContent(key):
+				problem = fmt.Sprintf("holds %q", data)
+			}
+			p := pathOf[key]
+			ocrOn := sub.describe != "" && path.Dir(p) == sub.describe && strings.HasSuffix(p, ".ref.json")
+			mu.Lock()
+			defer mu.Unlock()
+			if problem != "" {
+				missing = append(missing, fmt.Sprintf("%s (%s)", key, problem))
+			}
+			if ocrOn {
+				l.res.ocrRefs++
+				if !strings.HasSuffix(key, ".ocr.ref.json") || problem != "" {
+					ocrLost = append(ocrLost, fmt.Sprintf("%s %s: %s", id, p, cmp.Or(problem, "not OCR'd (its ref is "+key+")")))
+				}
 			}
 			return nil
 		})
@@ -637,16 +758,84 @@ func (l *loadRun) checkStorage(ctx context.Context, snap dbSnapshot) error {
 		for _, p := range last.Paths {
 			listed[p] = true
 		}
-		for j := range l.w.opts.filesOf(i) {
-			if p := fmt.Sprintf("/box%02d/scan%04d.tif", j/25, j); !listed[p] {
+		for _, p := range sub.paths {
+			if !listed[p] {
 				dropped = append(dropped, id+" "+p)
 			}
 		}
 	}
-	l.res.missingFiles, l.res.droppedFiles = len(missing), len(dropped)
+	sort.Strings(missing)
+	sort.Strings(ocrLost)
+	l.res.missingFiles, l.res.droppedFiles, l.res.ocrLost = len(missing), len(dropped), len(ocrLost)
 	l.res.check("every file of the final manifests is in storage: missing = 0", len(missing) == 0, firstFew(missing))
 	l.res.check("every submitted file reached ingest", len(dropped) == 0, firstFew(dropped))
+	// A run whose OCR-on batches are DONE and have no ref at all checked
+	// nothing.
+	vacuous := l.res.ocrRefs == 0 && l.describeDone(snap)
+	l.res.check("every OCR-on image's final ref has its OCR text: OCR lost = 0", len(ocrLost) == 0 && !vacuous,
+		cmp.Or(firstFew(ocrLost), "no ref of an OCR-on directory in the final manifests"))
 	return nil
+}
+
+// describeDone says whether a batch with OCR and description on is DONE.
+func (l *loadRun) describeDone(snap dbSnapshot) bool {
+	for id, sub := range l.batches {
+		if sub.describe != "" && snap.batches[id] == "DONE" {
+			return true
+		}
+	}
+	return false
+}
+
+// ref is what the driver reads of a ref: the image worker's, and the OCR
+// phase's text when it published one.
+type ref struct {
+	URL      string            `json:"url"`
+	Variants map[string]string `json:"variants"`
+	OCR      *struct {
+		Text string `json:"text"`
+	} `json:"ocr"`
+}
+
+// cdnPublicURL is the orchestrators' CDN_PUBLIC_URL.
+const cdnPublicURL = "http://cdn.chaos.test"
+
+// checkRef says what is wrong with the ref at key, "" if nothing: it is a
+// ref whose variants are in the CDN bucket (promoted from the attempt that
+// wrote them), and if it is an OCR'd ref (.ocr.ref.json) it carries the
+// text the provider reads from its medium variant (fakeocr.TextFor). An
+// error is a storage failure.
+func (l *loadRun) checkRef(ctx context.Context, key string, data []byte) (string, error) {
+	var r ref
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Sprintf("not a ref: %q", data), nil
+	}
+	if r.URL == "" || len(r.Variants) == 0 {
+		return fmt.Sprintf("a ref without url or variants: %s", data), nil
+	}
+	for _, name := range []string{"medium", "large"} {
+		vk, ok := strings.CutPrefix(r.Variants[name], cdnPublicURL+"/")
+		if !ok {
+			return fmt.Sprintf("its %s variant %q is not under %s", name, r.Variants[name], cdnPublicURL), nil
+		}
+		found, err := l.w.store.Exists(ctx, "arke-cdn", vk)
+		if err != nil {
+			return "", err
+		}
+		if !found {
+			return fmt.Sprintf("its %s variant %s is not in arke-cdn", name, vk), nil
+		}
+	}
+	image, ocrd := strings.CutSuffix(key, ".ocr.ref.json")
+	switch want := fakeocr.TextFor(ocrfixture.PageImage(image)); {
+	case !ocrd && r.OCR != nil:
+		return "a ref carrying OCR text under a key that is not an OCR'd ref's", nil
+	case ocrd && (r.OCR == nil || r.OCR.Text == ""):
+		return "an OCR'd ref without text", nil
+	case ocrd && r.OCR.Text != want:
+		return fmt.Sprintf("an OCR'd ref whose text is %q, not %q", r.OCR.Text, want), nil
+	}
+	return "", nil
 }
 
 func errString(err error) string {

@@ -64,14 +64,28 @@ func VariantKey(inputKey, name string) string {
 }
 
 func (s Stores) writeRef(ctx context.Context, l fakefly.Launch) (map[string]any, error) {
+	return s.write(ctx, l.Env, l.TaskID, l.BatchID)
+}
+
+// Write is what the image worker does for the task whose machine has
+// environment env (INPUT_R2_KEY, INPUT_FILE_NAME, TASK_ID, BATCH_ID and,
+// with Store nil, the presigned URLs and callback of worker.ParseEnv): it
+// writes the input's variants and ref and returns the success callback's
+// body. For a fakefly Work function, where the work runs on the machine
+// before its callback rather than at launch as ImageWorker's does.
+func (s Stores) Write(ctx context.Context, env map[string]string) (map[string]any, error) {
+	return s.write(ctx, env, env["TASK_ID"], env["BATCH_ID"])
+}
+
+func (s Stores) write(ctx context.Context, env map[string]string, taskID, batchID string) (map[string]any, error) {
 	if s.Store == nil {
-		cfg, err := worker.ParseEnv(worker.KindImage, func(k string) string { return l.Env[k] })
+		cfg, err := worker.ParseEnv(worker.KindImage, func(k string) string { return env[k] })
 		if err != nil {
 			return nil, err
 		}
 		s.Store = cfg.NewStore(nil)
 	}
-	key := l.Env["INPUT_R2_KEY"]
+	key := env["INPUT_R2_KEY"]
 	img := PageImage(key)
 	variants := map[string]string{}
 	for _, name := range []string{"medium", "large"} {
@@ -86,7 +100,7 @@ func (s Stores) writeRef(ctx context.Context, l fakefly.Launch) (map[string]any,
 		}
 	}
 	refData, err := json.Marshal(map[string]any{
-		"url": variants["large"], "type": "image/jpeg", "size": 4242, "filename": l.Env["INPUT_FILE_NAME"],
+		"url": variants["large"], "type": "image/jpeg", "size": 4242, "filename": env["INPUT_FILE_NAME"],
 		"width": 8, "height": 8, "variants": variants,
 	})
 	if err != nil {
@@ -97,7 +111,7 @@ func (s Stores) writeRef(ctx context.Context, l fakefly.Launch) (map[string]any,
 		return nil, err
 	}
 	return map[string]any{
-		"task_id": l.TaskID, "batch_id": l.BatchID, "status": "success",
+		"task_id": taskID, "batch_id": batchID, "status": "success",
 		"ref_json_r2_key": refKey, "ref_data": json.RawMessage(refData), "archive_r2_key": key, "ref_json_size": len(refData),
 	}, nil
 }
