@@ -33,6 +33,11 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, uint64(3), o.seed)
 	require.Equal(t, driverFaults, o.kinds)
 
+	require.Equal(t, 5*time.Second, o.pgDownMin(), "5-10 s in the short form")
+	o, err = parseOptions([]string{"-pg-down", "150s", "-pg-down-min", "150s"})
+	require.NoError(t, err)
+	require.Equal(t, 150*time.Second, o.pgDownMin())
+
 	_, err = parseOptions([]string{"-faults", "kill,meteor"})
 	require.ErrorContains(t, err, `no fault "meteor"`)
 	_, err = parseOptions([]string{"-batches", "0"})

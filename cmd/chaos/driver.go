@@ -53,6 +53,7 @@ type options struct {
 	faultGap     time.Duration
 	outage       time.Duration
 	pgDown       time.Duration
+	pgDownFrom   time.Duration
 	hang         float64
 	crash        float64
 	late         float64
@@ -80,9 +81,14 @@ func (o options) filesOf(i int) int {
 	return o.files
 }
 
-// pgDownMin is the shortest Postgres stays down: 10 s, or half -pg-down
-// if that is less.
-func (o options) pgDownMin() time.Duration { return min(10*time.Second, o.pgDown/2) }
+// pgDownMin is the shortest Postgres stays down: -pg-down-min, else 10 s,
+// or half -pg-down if that is less.
+func (o options) pgDownMin() time.Duration {
+	if o.pgDownFrom > 0 {
+		return min(o.pgDownFrom, o.pgDown)
+	}
+	return min(10*time.Second, o.pgDown/2)
+}
 
 func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
@@ -93,7 +99,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.files, "files", 200, "TIFF files per batch")
 	fs.DurationVar(&o.faultGap, "fault-gap", 12*time.Second, "mean pause between injected faults")
 	fs.DurationVar(&o.outage, "outage", 30*time.Second, "how long the Machines API and S3 answer 503, and the providers 429 then 503, when they fail")
-	fs.DurationVar(&o.pgDown, "pg-down", 30*time.Second, "longest Postgres stays down (from 10 s, or half this if less, to this)")
+	fs.DurationVar(&o.pgDown, "pg-down", 30*time.Second, "longest Postgres stays down (from -pg-down-min to this)")
+	fs.DurationVar(&o.pgDownFrom, "pg-down-min", 0, "shortest Postgres stays down (0: 10 s, or half -pg-down if that is less); -pg-down-min 150s -pg-down 150s stops it 150 s each time")
 	fs.Float64Var(&o.hang, "hang", 0.01, "share of machines that hang")
 	fs.Float64Var(&o.crash, "crash", 0.01, "share of machines that crash without calling back")
 	fs.Float64Var(&o.late, "late", 0.01, "share of machines that call back after their deadline")
