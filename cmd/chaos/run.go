@@ -837,10 +837,3 @@ func (l *loadRun) checkRef(ctx context.Context, key string, data []byte) (string
 	}
 	return "", nil
 }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
