@@ -112,14 +112,14 @@ func TestEvaluate(t *testing.T) {
 	require.Equal(t, []any{1, 0}, []any{r.lost, r.allFaulty}, "fewer machines than attempts")
 }
 
-// TestS3ChildOutage runs `chaos s3` in process: signed requests go
-// through its proxy, and an outage set on its control listener answers
-// 503 until it ends.
-func TestS3ChildOutage(t *testing.T) {
+// inProcess runs a child of the driver in this process until the test
+// ends, and returns the context it runs in and what it said of itself.
+func inProcess(t *testing.T, run func(ctx context.Context, w io.Writer) error) (context.Context, childInfo) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- runS3(ctx, []string{"-dir", t.TempDir()}, pw) }()
+	go func() { done <- run(ctx, pw) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -128,6 +128,15 @@ func TestS3ChildOutage(t *testing.T) {
 	require.NoError(t, err)
 	var info childInfo
 	require.NoError(t, json.Unmarshal([]byte(line), &info))
+	return ctx, info
+}
+
+// TestS3ChildOutage runs `chaos s3` in process: signed requests go
+// through its proxy, and an outage set on its control listener answers
+// 503 until it ends.
+func TestS3ChildOutage(t *testing.T) {
+	dir := t.TempDir()
+	ctx, info := inProcess(t, func(ctx context.Context, w io.Writer) error { return runS3(ctx, []string{"-dir", dir}, w) })
 	store, err := blob.NewS3(blob.S3Config{Endpoint: info.Endpoint, AccessKeyID: "chaos", SecretAccessKey: "chaossecret", Region: blob.DefaultRegion})
 	require.NoError(t, err)
 	require.NoError(t, store.EnsureBucket(ctx, "chaos-bucket"))
@@ -233,18 +242,7 @@ func TestPartitionProxy(t *testing.T) {
 // answer, and an outage set on its control listener answers 429 with
 // Retry-After for its first half, 503 for its second, then success again.
 func TestProviderChildOutage(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- runProvider(ctx, nil, pw) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	require.NoError(t, err)
-	var info childInfo
-	require.NoError(t, json.Unmarshal([]byte(line), &info))
+	ctx, info := inProcess(t, func(ctx context.Context, w io.Writer) error { return runProvider(ctx, nil, w) })
 	png := base64.StdEncoding.EncodeToString(ocrfixture.PageImage("k"))
 	calls := map[string][2]string{
 		"ocr": {info.URL + "/chat/completions", `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "read"},
