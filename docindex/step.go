@@ -405,7 +405,9 @@ func (w *DocumentStepWorker) failed(ctx context.Context, run *stepRun, err error
 	attrs := []any{"document_id", doc.ID, "r2_key", doc.R2Key, "step", doc.CurrentStep, "error", recorded}
 	if decision.Retry {
 		w.ran(run, metrics.StepRetried)
-		w.deps.Logger.Warn("document step failed", append(attrs, "retry_in_ms", decision.Wait.Milliseconds())...)
+		// Retried: information, not a warning (the failure that ends the
+		// document is one).
+		w.deps.Logger.Info("document step failed, retrying", append(attrs, "retry_in_ms", decision.Wait.Milliseconds())...)
 		return river.JobSnooze(decision.Wait)
 	}
 	w.ran(run, metrics.StepFailed)
