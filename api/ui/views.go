@@ -12,6 +12,7 @@ import (
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/status"
 )
@@ -133,7 +134,7 @@ func (d *Dashboard) thumbnail(ctx context.Context, batchID string, fileID int64)
 	if err != nil {
 		return nil, 0, db.NotFound(err, what)
 	}
-	key, ok := d.cdnKey(thumbURL)
+	key, ok := d.cdnKey(thumbURL, batchID)
 	if !ok || d.store == nil {
 		return nil, 0, fmt.Errorf("%s: %w", what, problem.ErrNotFound)
 	}
@@ -144,15 +145,17 @@ func (d *Dashboard) thumbnail(ctx context.Context, batchID string, fileID int64)
 	return r, size, err
 }
 
-// cdnKey is the CDN bucket key of a variant URL (CDN_PUBLIC_URL + "/" +
-// the key, its segments escaped), or false for a URL elsewhere.
-func (d *Dashboard) cdnKey(u string) (string, bool) {
+// cdnKey is the CDN bucket key of a variant URL of batchID's (CDN_PUBLIC_URL
+// + "/" + the key, its segments escaped), or false for a URL elsewhere or a
+// key outside the batch's variants (phases.CheckKey): the URL comes from a
+// worker's result, and a worker names only its own batch's objects.
+func (d *Dashboard) cdnKey(u, batchID string) (string, bool) {
 	rest, ok := strings.CutPrefix(u, d.cdnPublicURL+"/")
 	if !ok || d.cdnPublicURL == "" {
 		return "", false
 	}
 	key, err := url.PathUnescape(rest)
-	if err != nil || key == "" || strings.Contains(key, "..") {
+	if err != nil || phases.CheckKey(key, phases.BatchPrefix(phases.CDNBucket, batchID)) != nil {
 		return "", false
 	}
 	return key, true

@@ -7,7 +7,8 @@ import (
 )
 
 // TestCDNKey: only URLs under CDN_PUBLIC_URL name keys of the CDN bucket,
-// unescaped segment by segment; nothing climbs out of it.
+// unescaped segment by segment, and only keys of the batch's own variants;
+// nothing climbs out of them.
 func TestCDNKey(t *testing.T) {
 	t.Parallel()
 	s := &Dashboard{cdnPublicURL: "https://cdn.test"}
@@ -22,14 +23,17 @@ func TestCDNKey(t *testing.T) {
 		{"DotDot", "https://cdn.test/variants/../secrets", "", false},
 		{"Empty", "https://cdn.test/", "", false},
 		{"BadEscape", "https://cdn.test/variants/%zz", "", false},
+		{"OtherBatch", "https://cdn.test/variants/C/a.jpg/thumbnail.jpg", "", false},
+		{"NotAVariant", "https://cdn.test/staging/B/secret.json", "", false},
+		{"Control", "https://cdn.test/variants/B/a%0d.jpg", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			key, ok := s.cdnKey(tt.url)
+			key, ok := s.cdnKey(tt.url, "B")
 			require.Equal(t, tt.ok, ok)
 			require.Equal(t, tt.key, key)
 		})
 	}
-	_, ok := (&Dashboard{}).cdnKey("/variants/a.jpg")
+	_, ok := (&Dashboard{}).cdnKey("/variants/B/a.jpg", "B")
 	require.False(t, ok, "no CDN_PUBLIC_URL: no key")
 }
