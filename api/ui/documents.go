@@ -2,8 +2,8 @@ package ui
 
 import (
 	"errors"
+	"html/template"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -30,8 +30,8 @@ type documentListPage struct {
 	Status   string
 	Statuses []string
 	Page     DocumentPage
-	// Next is the query of the next page, "" on the last.
-	Next string
+	// Next is the query of the next page, "" on the last (nextPage).
+	Next template.URL
 }
 
 // uiDocumentList is GET /ui/documents: document versions newest first,
@@ -43,13 +43,7 @@ func (d *Dashboard) uiDocumentList(c echo.Context) error {
 		return err
 	}
 	data := documentListPage{Viewer: c.Get(ViewerKey).(Viewer), Status: f.Status, Statuses: DocumentStatuses(), Page: page}
-	if page.NextCursor != nil {
-		q := url.Values{"cursor": {*page.NextCursor}}
-		if f.Status != "" {
-			q.Set("status", f.Status)
-		}
-		data.Next = q.Encode()
-	}
+	data.Next = nextPage(page.NextCursor, f.Status)
 	return render(c, http.StatusOK, "documents.html", data)
 }
 

@@ -261,8 +261,8 @@ type listPage struct {
 	Status   string
 	Statuses []string
 	Page     Page
-	// Next is the query of the next page, "" on the last.
-	Next string
+	// Next is the query of the next page, "" on the last (nextPage).
+	Next template.URL
 }
 
 // uiBatchList is GET /ui: batches newest first, filtered by ?status=.
@@ -276,14 +276,22 @@ func (d *Dashboard) uiBatchList(c echo.Context) error {
 	for _, st := range phases.Statuses() {
 		data.Statuses = append(data.Statuses, string(st))
 	}
-	if page.NextCursor != nil {
-		q := url.Values{"cursor": {*page.NextCursor}}
-		if f.Status != "" {
-			q.Set("status", f.Status)
-		}
-		data.Next = q.Encode()
-	}
+	data.Next = nextPage(page.NextCursor, f.Status)
 	return render(c, http.StatusOK, "list.html", data)
+}
+
+// nextPage is the query of a listing's next page, at cursor, of status if
+// set; "" on the last page (no cursor). It is a template.URL, escaped
+// here once: the template puts it after "?" as it is.
+func nextPage(cursor *string, status string) template.URL {
+	if cursor == nil {
+		return ""
+	}
+	q := url.Values{"cursor": {*cursor}}
+	if status != "" {
+		q.Set("status", status)
+	}
+	return template.URL(q.Encode()) //nolint:gosec // built here from url.Values, escaped
 }
 
 // batchPage is the data of the batch page.

@@ -1,6 +1,10 @@
 package ui
 
 import (
+	"html"
+	"net/url"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,4 +40,25 @@ func TestCDNKey(t *testing.T) {
 	}
 	_, ok := (&Dashboard{}).cdnKey("/variants/B/a.jpg", "B")
 	require.False(t, ok, "no CDN_PUBLIC_URL: no key")
+}
+
+// TestNextPageLinks: the "Older" link of each listing carries its cursor
+// and status escaped once, so that following it opens the next page.
+func TestNextPageLinks(t *testing.T) {
+	t.Parallel()
+	cursor := "2026-11-28T10:00:00.123456Z|01JABC"
+	for name, data := range map[string]any{
+		"list.html":      listPage{Page: Page{Batches: []Batch{{}}}, Next: nextPage(&cursor, "DONE")},
+		"documents.html": documentListPage{Page: DocumentPage{Documents: []Document{{}}}, Next: nextPage(&cursor, "failed")},
+	} {
+		var buf strings.Builder
+		require.NoError(t, uiTemplates.ExecuteTemplate(&buf, name, data), name)
+		m := regexp.MustCompile(`<a class="next" href="([^"]+)"`).FindStringSubmatch(buf.String())
+		require.NotNil(t, m, "%s has no next link", name)
+		u, err := url.Parse(html.UnescapeString(m[1]))
+		require.NoError(t, err)
+		require.Equal(t, cursor, u.Query().Get("cursor"), "%s: %s", name, m[1])
+		require.NotEmpty(t, u.Query().Get("status"), name)
+	}
+	require.Empty(t, nextPage(nil, "DONE"), "the last page has none")
 }
