@@ -227,8 +227,9 @@ func TestOCRBadKeyStopsTheChunk(t *testing.T) {
 }
 
 // TestOCRRefWithoutVariant: a ref whose variant is missing from the CDN
-// bucket, and one whose variant URL points outside CDN_PUBLIC_URL, fail
-// with a clear error and are never sent.
+// bucket, one whose variant URL points outside CDN_PUBLIC_URL, and one
+// that names another batch's variant fail with a clear error and are never
+// sent.
 func TestOCRRefWithoutVariant(t *testing.T) {
 	t.Parallel()
 	fake := fakeocr.New(t, fakeocr.Options{})
@@ -239,23 +240,27 @@ func TestOCRRefWithoutVariant(t *testing.T) {
 			return false
 		case "p001.jpg":
 			variants["medium"], variants["large"] = "https://evil.example/x.jpg", "http://169.254.169.254/latest/meta-data"
+		case "p003.jpg":
+			variants["medium"] = "https://cdn.test/variants/OTHER/a/p000.jpg/medium.jpg"
 		}
 		return true
 	}
 	env := testenv.New(t, testenv.Options{ImageRefs: true, EditRef: edit, Settings: testenv.OCRSettings(fake, map[string]string{"OCR_MAX_FAILED_FRACTION": "1"})})
-	env.Submit(t, id, testenv.Images("/a", 3, testenv.OCROn))
+	env.Submit(t, id, testenv.Images("/a", 4, testenv.OCROn))
 	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status)
 	require.Equal(t, 1, fake.Counts().Requests, "only the sound ref is sent")
 	items, err := db.New(env.Pool).ChunkItemListByBatchPhase(context.Background(), db.ChunkItemListByBatchPhaseParams{
 		BatchID: id, Phase: string(phases.OCR), AfterChunkID: "", AfterItemIndex: -1, MaxItems: 10})
 	require.NoError(t, err)
-	require.Len(t, items, 3)
+	require.Len(t, items, 4)
 	require.Equal(t, db.ItemError, items[0].Status)
 	require.Contains(t, *items[0].Error, "the medium variant variants/"+id+"/a/p000.jpg/medium.jpg is missing")
 	require.Equal(t, db.ItemError, items[1].Status)
 	require.Contains(t, *items[1].Error, `the medium variant's URL "https://evil.example/x.jpg" is not under CDN_PUBLIC_URL`)
 	require.Equal(t, db.ItemDone, items[2].Status)
+	require.Equal(t, db.ItemError, items[3].Status)
+	require.Contains(t, *items[3].Error, `is not one of the batch's variants: key "variants/OTHER/a/p000.jpg/medium.jpg" is not under the batch's prefix "variants/`+id+`/"`)
 }
 
 // TestOCRTwoProcessesShareTheProvider: a few hundred refs in 30 chunks,

@@ -140,7 +140,7 @@ func (o *Engine) Process(ctx context.Context, it chunked.Item) chunked.Outcome {
 	if err := json.Unmarshal(ref, &doc); err != nil || doc == nil {
 		return chunked.Outcome{Err: permanent("the ref %s is not a JSON object", it.R2Key)}
 	}
-	name, key, err := o.variant(doc)
+	name, key, err := o.variant(doc, it.BatchID)
 	if err != nil {
 		return chunked.Outcome{Err: err}
 	}
@@ -206,9 +206,11 @@ func (o *Engine) read(ctx context.Context, bucket, key string, limit int64, what
 
 // variant picks the variant to send from a ref's variants (the image
 // phase's RefData) and turns its URL into its key in the CDN bucket. A URL
-// outside CDN_PUBLIC_URL is refused: the orchestrator reads only its own
-// bucket, never a URL a ref names.
-func (o *Engine) variant(doc map[string]json.RawMessage) (name, key string, err error) {
+// outside CDN_PUBLIC_URL, or a key outside batchID's variants
+// (phases.CheckKey), is refused: the orchestrator reads only its own
+// bucket's objects of the batch, never a URL a ref names (a worker wrote
+// the ref).
+func (o *Engine) variant(doc map[string]json.RawMessage, batchID string) (name, key string, err error) {
 	var variants map[string]string
 	if raw, ok := doc["variants"]; !ok || json.Unmarshal(raw, &variants) != nil {
 		return "", "", permanent("the ref has no variants")
@@ -219,10 +221,14 @@ func (o *Engine) variant(doc map[string]json.RawMessage) (name, key string, err 
 			continue
 		}
 		prefix := o.cdnPublicURL + "/"
-		if o.cdnPublicURL == "" || !strings.HasPrefix(u, prefix) || strings.Contains(u[len(prefix):], "..") {
+		if o.cdnPublicURL == "" || !strings.HasPrefix(u, prefix) {
 			return "", "", permanent("the %s variant's URL %q is not under CDN_PUBLIC_URL", name, u)
 		}
-		return name, strings.SplitN(u[len(prefix):], "?", 2)[0], nil
+		key := strings.SplitN(u[len(prefix):], "?", 2)[0]
+		if err := phases.CheckKey(key, phases.BatchPrefix(phases.CDNBucket, batchID)); err != nil {
+			return "", "", permanent("the %s variant's URL %q is not one of the batch's variants: %v", name, u, err)
+		}
+		return name, key, nil
 	}
 	return "", "", permanent("the ref has none of the variants %s", strings.Join(o.variants, ", "))
 }
