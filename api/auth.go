@@ -171,7 +171,8 @@ var (
 )
 
 // checkIntake admits an intake request whose body is body: the ingest
-// token as a bearer token, or a fresh X-Signature of the body.
+// token as a bearer token, or a fresh X-Signature of the request (its
+// method, path and body).
 func (h *handlers) checkIntake(c echo.Context, body []byte) error {
 	if h.creds.IngestToken == "" && h.creds.IngestSigningSecret == "" {
 		return errIntakeDisabled
@@ -187,11 +188,12 @@ func (h *handlers) checkIntake(c echo.Context, body []byte) error {
 	if header == "" || h.creds.IngestSigningSecret == "" {
 		return errIntakeCredential
 	}
-	sig, err := intakesig.Verify(h.creds.IngestSigningSecret, header, body, time.Now())
+	sig, signed, err := intakesig.Verify(h.creds.IngestSigningSecret, header,
+		intakesig.Request{Method: r.Method, Path: r.URL.RequestURI(), Body: body}, time.Now())
 	if err != nil {
 		return echo.NewHTTPError(http.StatusUnauthorized, err.Error())
 	}
-	fresh, err := h.batches.RecordIntakeSignature(r.Context(), sig, intakesig.Window)
+	fresh, err := h.batches.RecordIntakeSignature(r.Context(), sig, signed, intakesig.Window)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,12 @@
 package api_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,10 +136,11 @@ func TestStatusPublic(t *testing.T) {
 	}
 }
 
-// TestIntakeSignature: with INGEST_SIGNING_SECRET, a body signed within
-// the window is accepted once; a replay, a stale or future timestamp, a
-// changed body and another secret's signature are refused, each saying
-// why, and nothing is created by a refused request.
+// TestIntakeSignature: with INGEST_SIGNING_SECRET, a request signed
+// within the window is accepted once; a replay, a stale or future
+// timestamp, a changed body, another route's or method's signature, a v1
+// signature of the body alone and another secret's signature are refused,
+// each saying why, and nothing is created by a refused request.
 func TestIntakeSignature(t *testing.T) {
 	t.Parallel()
 	const secret = "intake-signing-secret-for-tests"
@@ -146,15 +151,24 @@ func TestIntakeSignature(t *testing.T) {
 		return authRequest(t, env, http.MethodPost, "/batches", body, func(r *http.Request) { r.Header.Set(intakesig.Header, sig) })
 	}
 	now := time.Now()
+	sign := func(secret, method, path, body string, at time.Time) string {
+		return intakesig.Sign(secret, intakesig.Request{Method: method, Path: path, Body: []byte(body)}, at)
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(strconv.FormatInt(now.Unix(), 10) + "." + body))
+	v1 := "t=" + strconv.FormatInt(now.Unix(), 10) + ",v1=" + hex.EncodeToString(m.Sum(nil))
 
 	for name, tc := range map[string]struct{ sig, want string }{
-		"Stale":       {intakesig.Sign(secret, []byte(body), now.Add(-6*time.Minute)), "more than 5m0s from the server's time"},
-		"Future":      {intakesig.Sign(secret, []byte(body), now.Add(6*time.Minute)), "more than 5m0s from the server's time"},
-		"OtherSecret": {intakesig.Sign("another-secret-entirely", []byte(body), now), "no v1 signature matches the body"},
-		"OtherBody":   {intakesig.Sign(secret, []byte(body+" "), now), "no v1 signature matches the body"},
-		"NoV1":        {"t=123", "want t=UNIX_SECONDS,v1=HEX"},
+		"Stale":       {sign(secret, "POST", "/batches", body, now.Add(-6*time.Minute)), "more than 5m0s from the server's time"},
+		"Future":      {sign(secret, "POST", "/batches", body, now.Add(6*time.Minute)), "more than 5m0s from the server's time"},
+		"OtherSecret": {sign("another-secret-entirely", "POST", "/batches", body, now), "no v2 signature matches the request"},
+		"OtherBody":   {sign(secret, "POST", "/batches", body+" ", now), "no v2 signature matches the request"},
+		"OtherRoute":  {sign(secret, "POST", "/documents", body, now), "no v2 signature matches the request"},
+		"OtherMethod": {sign(secret, "PUT", "/batches", body, now), "no v2 signature matches the request"},
+		"V1":          {v1, "v1 signatures (of the body alone) are no longer accepted"},
+		"NoV2":        {"t=123", "want t=UNIX_SECONDS,v2=HEX"},
 		"NotKeyValue": {"garbage", "is not key=value"},
-		"NotHex":      {"t=1,v1=zz", "v1 must be 64 hex digits"},
+		"NotHex":      {"t=1,v2=zz", "v2 must be 64 hex digits"},
 	} {
 		code, msg := post(tc.sig)
 		require.Equal(t, http.StatusUnauthorized, code, "%s: %s", name, msg)
@@ -165,7 +179,7 @@ func TestIntakeSignature(t *testing.T) {
 	})
 	require.Equal(t, http.StatusNotFound, code, "refused requests created nothing: %s", msg)
 
-	sig := intakesig.Sign(secret, []byte(body), now)
+	sig := sign(secret, "POST", "/batches", body, now)
 	code, msg = post(sig)
 	require.Equal(t, http.StatusAccepted, code, msg)
 	code, msg = post(sig)
@@ -173,12 +187,12 @@ func TestIntakeSignature(t *testing.T) {
 	require.Contains(t, msg, "this signature was used before (a replay)")
 
 	// Signed anew, the same message is a harmless repeat (200).
-	code, msg = post(intakesig.Sign(secret, []byte(body), now.Add(time.Second)))
+	code, msg = post(sign(secret, "POST", "/batches", body, now.Add(time.Second)))
 	require.Equal(t, http.StatusOK, code, msg)
 	// The ingest token opens intake too; the admin token does not.
 	code, msg = authRequest(t, env, http.MethodPost, "/batches", body, func(r *http.Request) {
 		r.Header.Set("Authorization", "Bearer "+testenv.AdminToken)
-		r.Header.Set(intakesig.Header, intakesig.Sign(secret, []byte(body), now.Add(2*time.Second)))
+		r.Header.Set(intakesig.Header, sign(secret, "POST", "/batches", body, now.Add(2*time.Second)))
 	})
 	require.Equal(t, http.StatusUnauthorized, code, "a wrong bearer token is not rescued by a signature: %s", msg)
 }

@@ -88,7 +88,8 @@ func (c *Client) authorize(req *http.Request, body []byte, as credential) {
 	case asIngest:
 		token = c.cfg.IngestToken
 		if token == "" && c.cfg.IngestSigningSecret != "" {
-			req.Header.Set(intakesig.Header, intakesig.Sign(c.cfg.IngestSigningSecret, body, time.Now()))
+			req.Header.Set(intakesig.Header, intakesig.Sign(c.cfg.IngestSigningSecret,
+				intakesig.Request{Method: req.Method, Path: req.URL.RequestURI(), Body: body}, time.Now()))
 		}
 	}
 	if token != "" {

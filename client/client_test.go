@@ -327,8 +327,8 @@ func TestRequests(t *testing.T) {
 	api.mu.Lock()
 	body := api.bodies[len(api.bodies)-1]
 	api.mu.Unlock()
-	_, err = intakesig.Verify("secret", r.Header.Get(intakesig.Header), body, time.Now())
-	require.NoError(t, err, "the signature is of the body sent")
+	_, _, err = intakesig.Verify("secret", r.Header.Get(intakesig.Header), intakesig.Request{Method: r.Method, Path: r.URL.RequestURI(), Body: body}, time.Now())
+	require.NoError(t, err, "the signature is of the request sent")
 }
 
 func TestNew(t *testing.T) {

@@ -7,27 +7,34 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const intakeSignaturePrune = `-- name: IntakeSignaturePrune :exec
-DELETE FROM intake_signatures WHERE seen_at < now() - make_interval(secs => $1::float8)
+DELETE FROM intake_signatures WHERE signed_at < now() - make_interval(secs => $1::float8)
 `
 
-// Forgets signatures older than the window: their timestamps are refused
-// anyway.
+// Forgets signatures made more than older_than_secs ago (the window and a
+// margin for the replicas' clocks): their timestamps are refused anyway.
 func (q *Queries) IntakeSignaturePrune(ctx context.Context, olderThanSecs float64) error {
 	_, err := q.db.Exec(ctx, intakeSignaturePrune, olderThanSecs)
 	return err
 }
 
 const intakeSignatureRecord = `-- name: IntakeSignatureRecord :execrows
-INSERT INTO intake_signatures (signature) VALUES ($1)
+INSERT INTO intake_signatures (signature, signed_at) VALUES ($1, $2)
 ON CONFLICT (signature) DO NOTHING
 `
 
-// Records a signature once: 0 rows means it was seen before (a replay).
-func (q *Queries) IntakeSignatureRecord(ctx context.Context, signature []byte) (int64, error) {
-	result, err := q.db.Exec(ctx, intakeSignatureRecord, signature)
+type IntakeSignatureRecordParams struct {
+	Signature []byte
+	SignedAt  time.Time
+}
+
+// Records a signature, made at signed_at, once: 0 rows means it was seen
+// before (a replay).
+func (q *Queries) IntakeSignatureRecord(ctx context.Context, arg IntakeSignatureRecordParams) (int64, error) {
+	result, err := q.db.Exec(ctx, intakeSignatureRecord, arg.Signature, arg.SignedAt)
 	if err != nil {
 		return 0, err
 	}

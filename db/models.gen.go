@@ -147,6 +147,7 @@ type File struct {
 type IntakeSignature struct {
 	Signature []byte
 	SeenAt    time.Time
+	SignedAt  time.Time
 }
 
 type Listener struct {

@@ -1,14 +1,19 @@
 // Package intakesig signs and verifies intake requests the way Stripe signs
 // its webhooks: the header
 //
-//	X-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>
+//	X-Signature: t=<unix seconds>,v2=<hex HMAC-SHA256>
 //
 // carries the time of signing and the HMAC-SHA256, keyed by
-// INGEST_SIGNING_SECRET, of the string "<t>.<body>": the timestamp as sent,
-// a full stop, and the request body byte for byte. A header may carry
-// several v1 values (one per secret while a secret is rotated); one that
-// matches is enough. A signature older or newer than the window is refused,
-// and the caller refuses one it has seen before (a replay).
+// INGEST_SIGNING_SECRET, of the string "<t>\n<METHOD>\n<path>\n<body>": the
+// timestamp as sent, the request's method, its path and query as sent
+// (e.g. "/documents/12/retry"), and the request body byte for byte, each
+// after a newline (which none of the first three may hold). One signature
+// so opens one request of one route, never another route or document. A
+// header may carry several v2 values (one per secret while a secret is
+// rotated); one that matches is enough. A signature older or newer than
+// the window is refused, and the caller refuses one it has seen before (a
+// replay). The v1 scheme, which signed the body alone, is refused, saying
+// so.
 package intakesig
 
 import (
@@ -29,17 +34,30 @@ const Header = "X-Signature"
 // way.
 const Window = 5 * time.Minute
 
-// Sign returns the X-Signature value for body signed with secret at t.
-func Sign(secret string, body []byte, t time.Time) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+// Request is what a signature covers of a request besides its time.
+type Request struct {
+	// Method is the HTTP method, e.g. "POST".
+	Method string
+	// Path is the path and query as sent (net/url's URL.RequestURI), e.g.
+	// "/batches".
+	Path string
+	// Body is the body, byte for byte.
+	Body []byte
 }
 
-func mac(secret, ts string, body []byte) []byte {
+// Sign returns the X-Signature value for r signed with secret at t.
+func Sign(secret string, r Request, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v2=" + hex.EncodeToString(mac(secret, ts, r))
+}
+
+func mac(secret, ts string, r Request) []byte {
 	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
+	for _, part := range []string{ts, r.Method, r.Path} {
+		m.Write([]byte(part))
+		m.Write([]byte{'\n'})
+	}
+	m.Write(r.Body)
 	return m.Sum(nil)
 }
 
@@ -47,45 +65,52 @@ func mac(secret, ts string, body []byte) []byte {
 // is wrong without revealing the expected signature.
 var ErrInvalid = errors.New("invalid X-Signature")
 
-// Verify checks header (the X-Signature value) against body and secret at
-// now. It returns the matching signature, which the caller records to
-// refuse replays.
-func Verify(secret, header string, body []byte, now time.Time) ([]byte, error) {
+// Verify checks header (the X-Signature value) against r and secret at
+// now. It returns the matching signature and when it was made, which the
+// caller records to refuse replays until the window has passed.
+func Verify(secret, header string, r Request, now time.Time) ([]byte, time.Time, error) {
 	var ts string
 	var sigs [][]byte
+	v1 := false
 	for part := range strings.SplitSeq(header, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: %q is not key=value (want t=UNIX_SECONDS,v1=HEX)", ErrInvalid, part)
+			return nil, time.Time{}, fmt.Errorf("%w: %q is not key=value (want t=UNIX_SECONDS,v2=HEX)", ErrInvalid, part)
 		}
 		switch k {
 		case "t":
 			ts = v
-		case "v1":
+		case "v2":
 			sig, err := hex.DecodeString(v)
 			if err != nil || len(sig) != sha256.Size {
-				return nil, fmt.Errorf("%w: v1 must be %d hex digits", ErrInvalid, 2*sha256.Size)
+				return nil, time.Time{}, fmt.Errorf("%w: v2 must be %d hex digits", ErrInvalid, 2*sha256.Size)
 			}
 			sigs = append(sigs, sig)
+		case "v1":
+			v1 = true
 		}
 		// Other schemes (v0, ...) are ignored, as Stripe does.
 	}
-	if ts == "" || len(sigs) == 0 {
-		return nil, fmt.Errorf("%w: want t=UNIX_SECONDS,v1=HEX, v1 the HMAC-SHA256 of the timestamp, a full stop and the body", ErrInvalid)
+	switch {
+	case len(sigs) == 0 && v1:
+		return nil, time.Time{}, fmt.Errorf("%w: v1 signatures (of the body alone) are no longer accepted; sign with v2, the HMAC-SHA256 of the timestamp, method, path and body, each after a newline", ErrInvalid)
+	case ts == "" || len(sigs) == 0:
+		return nil, time.Time{}, fmt.Errorf("%w: want t=UNIX_SECONDS,v2=HEX, v2 the HMAC-SHA256 of the timestamp, method, path and body, each after a newline", ErrInvalid)
 	}
 	secs, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("%w: t=%q is not a Unix time in seconds", ErrInvalid, ts)
+		return nil, time.Time{}, fmt.Errorf("%w: t=%q is not a Unix time in seconds", ErrInvalid, ts)
 	}
-	if d := now.Sub(time.Unix(secs, 0)); d > Window || d < -Window {
-		return nil, fmt.Errorf("%w: signed at %s, more than %s from the server's time %s", ErrInvalid,
-			time.Unix(secs, 0).UTC().Format(time.RFC3339), Window, now.UTC().Format(time.RFC3339))
+	at := time.Unix(secs, 0)
+	if d := now.Sub(at); d > Window || d < -Window {
+		return nil, time.Time{}, fmt.Errorf("%w: signed at %s, more than %s from the server's time %s", ErrInvalid,
+			at.UTC().Format(time.RFC3339), Window, now.UTC().Format(time.RFC3339))
 	}
-	want := mac(secret, ts, body)
+	want := mac(secret, ts, r)
 	for _, sig := range sigs {
 		if hmac.Equal(sig, want) {
-			return sig, nil
+			return sig, at, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: no v1 signature matches the body (signed with another secret, or the body changed)", ErrInvalid)
+	return nil, time.Time{}, fmt.Errorf("%w: no v2 signature matches the request (signed with another secret, for another method or path, or the body changed)", ErrInvalid)
 }
