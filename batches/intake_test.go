@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/batches"
-	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/intakesig"
+	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 )
 
 // TestIntakeSignaturesKeptBySigningTime: the replay table keeps a
