@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
@@ -76,7 +77,16 @@ func TestAttemptsStageTheirOutputs(t *testing.T) {
 	got, err := env.Store.Get(ctx, env.Bucket, final)
 	require.NoError(t, err)
 	require.JSONEq(t, string(ref("attempt-2")), string(got), "the applied attempt's output, promoted")
-	eventually.True(t, 10*time.Second, "the first attempt's staged output deleted", func() bool { return len(staged()) == 0 })
+	// The check that ended the phase deletes the staging areas after its
+	// transaction (Settled), then completes: once it has, the first
+	// attempt's staged output is gone.
+	eventually.True(t, 10*time.Second, "the phase's last check done, the first attempt's staged output deleted", func() bool {
+		var unfinished int
+		require.NoError(t, env.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'batch_id' = $2
+			AND args->>'phase' = $3 AND state NOT IN ('completed', 'cancelled', 'discarded')`,
+			fanin.PhaseCheckArgs{}.Kind(), id, string(phases.ImageProcessing)).Scan(&unfinished))
+		return unfinished == 0 && len(staged()) == 0
+	})
 
 	// The first attempt writes again, late: into its own area only.
 	mu.Lock()
