@@ -81,6 +81,16 @@ func AttemptID(taskID string, tokenHash []byte) string {
 	return taskID + "." + hex.EncodeToString(tokenHash[:min(8, len(tokenHash))])
 }
 
+// StagingAttempt is the attempt's name (AttemptID) for an attempt of a
+// phase that stages its outputs (Spec.StagesOutputs), "" for one of any
+// other phase: its writes go to their keys.
+func StagingAttempt(p Phase, taskID string, tokenHash []byte) string {
+	if p == nil || !p.Spec().StagesOutputs {
+		return ""
+	}
+	return AttemptID(taskID, tokenHash)
+}
+
 // AttemptTask is the task an attempt's name (AttemptID) is of; false for a
 // name no attempt has.
 func AttemptTask(attempt string) (string, bool) {

@@ -80,10 +80,9 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 		// the margin.
 		deadline = t.Deadline.Add(2 * time.Second)
 	}
-	attempt := ""
-	if p.Spec().StagesOutputs {
-		sum := sha256.Sum256([]byte(t.Token))
-		attempt = phases.AttemptID(t.ID, sum[:])
+	sum := sha256.Sum256([]byte(t.Token))
+	attempt := phases.StagingAttempt(p, t.ID, sum[:])
+	if attempt != "" {
 		env["TASK_ATTEMPT"] = attempt
 	}
 	if err := urls.Env(context.Background(), env, t.BatchID, attempt, p, t.R2Key, batchurls.TTL(now, deadline)); err != nil {

@@ -72,11 +72,8 @@ func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body
 	if err != nil {
 		return URLsResult{}, err
 	}
-	attempt := ""
-	if p, ok := phases.Get(phases.Name(t.Phase)); ok && p.Spec().StagesOutputs {
-		attempt = phases.AttemptID(taskID, t.TokenHash)
-	}
-	urls, err := e.urls.Sign(ctx, batchID, attempt, req.Objects, ttl)
+	p, _ := phases.Get(phases.Name(t.Phase))
+	urls, err := e.urls.Sign(ctx, batchID, phases.StagingAttempt(p, taskID, t.TokenHash), req.Objects, ttl)
 	var refused *batchurls.RefusedError
 	if errors.As(err, &refused) {
 		return URLsResult{}, &problem.InputError{Msg: "refused: " + refused.Reason}
