@@ -208,6 +208,7 @@ func TestConcurrentSubmissionsAcceptOnce(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+testenv.IngestToken)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -83,6 +83,7 @@ func TestCallbackAnswers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/callback/"+batch+"/"+tc.taskID, bytes.NewReader(tc.body))
 			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
 			if tc.tok != "" {
 				req.Header.Set("Authorization", "Bearer "+tc.tok)
 			}

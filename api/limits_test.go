@@ -30,6 +30,7 @@ func sendCallback(env *testenv.Env, l fakefly.Launch) callbackAnswer {
 	if err != nil {
 		return callbackAnswer{err: err}
 	}
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+l.Env["CALLBACK_TOKEN"])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -3,9 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
-	"strings"
 
-	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/labstack/echo/v4"
 	"riverqueue.com/riverui"
 )
@@ -40,27 +38,8 @@ func (h *handlers) mountRiverUI(ctx context.Context, e *echo.Echo, cfg Config) {
 	}
 	wrapped := echo.WrapHandler(handler)
 	admin := h.require(roleAdmin)
-	e.Any(riverUIPrefix, wrapped, admin, unsafeSameOrigin, h.logUnsafe)
-	e.Any(riverUIPrefix+"/*", wrapped, admin, unsafeSameOrigin, h.logUnsafe)
-}
-
-// unsafeSameOrigin is River UI's CSRF defence: a request that may change
-// something (any method but GET, HEAD and OPTIONS) must come from a page of
-// this server (ui.SameOrigin), unless it carries a bearer token, which a
-// browser never adds to another site's request on its own; basic auth it
-// does, which is how River UI's pages are let in.
-func unsafeSameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
-	guarded := ui.SameOrigin(next)
-	return func(c echo.Context) error {
-		r := c.Request()
-		switch {
-		case r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions:
-			return next(c)
-		case strings.HasPrefix(r.Header.Get(echo.HeaderAuthorization), "Bearer "):
-			return next(c)
-		}
-		return guarded(c)
-	}
+	e.Any(riverUIPrefix, wrapped, admin, h.logUnsafe)
+	e.Any(riverUIPrefix+"/*", wrapped, admin, h.logUnsafe)
 }
 
 // logUnsafe logs River UI's state-changing requests (cancel, retry, delete

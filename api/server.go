@@ -169,37 +169,37 @@ func New(cfg Config) *echo.Echo {
 		callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery))}
 	e.HTTPErrorHandler = h.errorHandler
-	e.Use(h.requestLog)
+	e.Use(h.requestLog, sameSiteWrites)
 
 	// Every route but /healthz needs a credential (auth.go): intake the
 	// ingest credential, callbacks the task's token, reads the read token.
 	read := h.require(roleReader)
 	e.GET("/healthz", h.healthz)
 	e.GET("/openapi.yaml", h.openAPI, read)
-	e.POST("/batches", h.createBatch)
+	e.POST("/batches", h.createBatch, requireJSON)
 	e.GET("/batches", h.listBatches, read)
 	e.GET("/batches/:batchId/events", h.listEvents, read)
 	e.GET("/batches/:batchId/stream", h.streamBatch, read)
 	e.GET("/status/:batchId", h.getStatus, h.requireStatus)
-	e.POST("/callback/:batchId/:taskId", h.callback)
-	e.POST("/documents", h.createDocument)
+	e.POST("/callback/:batchId/:taskId", h.callback, requireJSON)
+	e.POST("/documents", h.createDocument, requireJSON)
 	e.GET("/documents", h.latestDocument, read)
 	e.GET("/documents/search", h.searchDocuments, read)
 	e.GET("/documents/:documentId", h.getDocument, read)
-	e.POST("/documents/:documentId/retry", h.retryDocument)
-	admin := e.Group("/admin", h.require(roleAdmin))
+	e.POST("/documents/:documentId/retry", h.retryDocument, requireJSON)
+	admin := e.Group("/admin", h.require(roleAdmin), requireJSON)
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
 	for _, r := range cfg.Executors.Routes() {
 		if r.Access == jobs.AccessTask { // the handler checks the task's token
-			e.Add(r.Method, r.Path, h.executorRoute(r))
+			e.Add(r.Method, r.Path, h.executorRoute(r), requireJSON)
 			continue
 		}
 		access := map[jobs.Access]echo.MiddlewareFunc{jobs.AccessStatus: h.requireStatus, jobs.AccessRead: read, jobs.AccessAdmin: h.require(roleAdmin)}[r.Access]
 		if access == nil {
 			panic(fmt.Sprintf("api: route %s %s asks for no credential we know", r.Method, r.Path))
 		}
-		e.Add(r.Method, r.Path, h.executorRoute(r), access)
+		e.Add(r.Method, r.Path, h.executorRoute(r), access, requireJSON)
 	}
 	ui.New(ui.Deps{Pool: cfg.Pool, Status: b.Status, Batches: b.Batches, Executors: cfg.Executors, Documents: b.Documents, Search: b.Search,
 		Store: b.Store, CDNBucket: b.CDNBucket, CDNPublicURL: b.CDNPublicURL, LogAdmin: h.logAdmin}).Mount(e.Group("/ui", h.requireViewer))

@@ -165,6 +165,7 @@ func (s *Server) heartbeat(env map[string]string) {
 	if err != nil {
 		return
 	}
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+env["CALLBACK_TOKEN"])
 	resp, err := s.client.Do(req)
 	if err != nil {
