@@ -41,8 +41,12 @@ func TestCrossSiteWritesRefused(t *testing.T) {
 	}
 	for _, w := range writes {
 		for name, set := range map[string]func(*http.Request){
-			"SameOrigin": func(r *http.Request) { adminBasic(r); r.Header.Set("Origin", base); r.Header.Set("Sec-Fetch-Site", "same-origin") },
-			"Bearer":     func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+testenv.AdminToken) },
+			"SameOrigin": func(r *http.Request) {
+				adminBasic(r)
+				r.Header.Set("Origin", base)
+				r.Header.Set("Sec-Fetch-Site", "same-origin")
+			},
+			"Bearer": func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+testenv.AdminToken) },
 		} {
 			code, body := authRequest(t, env, http.MethodPost, w.path, w.body, set)
 			require.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusUnsupportedMediaType}, code,
