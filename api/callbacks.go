@@ -12,7 +12,9 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // callback is POST /callback/:batchId/:taskId: a worker's result, with the
@@ -27,13 +29,20 @@ func (h *handlers) callback(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
+// applyCallback checks the callback's token before anything else: a token
+// this orchestrator did not seal for the path's task is refused before the
+// body is read, queued or stored, without reading the database.
 func (h *handlers) applyCallback(c echo.Context) (callbackResult, error) {
-	body, err := readBody(c)
+	batchID, taskID := c.Param("batchId"), c.Param("taskId")
+	record, err := h.tokens.Open(c.Request().Context(), tasktoken.Task(batchID, taskID), bearerToken(c.Request()))
 	if err != nil {
 		return callbackResult{}, err
 	}
-	batchID, taskID := c.Param("batchId"), c.Param("taskId")
-	out, err := h.callbacks.Apply(c.Request().Context(), fanin.NewCallback(batchID, taskID, bearerToken(c.Request()), body))
+	body, err := readBodyUpTo(c, h.callbackMax)
+	if err != nil {
+		return callbackResult{}, err
+	}
+	out, err := h.callbacks.Apply(c.Request().Context(), fanin.NewCallback(batchID, taskID, record, body))
 	if err != nil {
 		return callbackResult{}, err
 	}
@@ -67,9 +76,11 @@ func (h *handlers) countCallback(c echo.Context, res callbackResult, err error, 
 	result := metrics.CallbackApplied
 	switch reason := callbackRejection(err); {
 	case reason != "":
+		// A flood of forged callbacks makes one line per reason every
+		// coalescedLogEvery, which names no path: the last one refused.
 		result = metrics.CallbackRejected
 		h.metrics.CallbackRejected(reason)
-		h.log.Info("callback rejected", append(requestAttrs(c), "reason", reason, "error", err)...)
+		h.quiet.Warn("callback rejected: "+reason, "error", err)
 	case err != nil:
 		result = metrics.CallbackError
 	case res.Duplicate:
@@ -103,6 +114,24 @@ func callbackRejection(err error) string {
 	}
 	return ""
 }
+
+// callbackMaxBytes is the largest callback body taken: what a result of
+// maxOutputs output files needs (a PDF of PDF_MAX_PAGES pages makes two a
+// page, each about 60 bytes of JSON, more with a file name of its own),
+// with room for the rest of the result and an error message, and at most
+// MaxBodyBytes.
+func callbackMaxBytes(maxOutputs int) int64 {
+	if maxOutputs <= 0 {
+		maxOutputs = phases.DefaultMaxOutputs
+	}
+	return min(MaxBodyBytes, callbackBaseBytes+callbackBytesPerOutput*int64(maxOutputs))
+}
+
+// The parts of callbackMaxBytes.
+const (
+	callbackBaseBytes      = 64 << 10
+	callbackBytesPerOutput = 160
+)
 
 // bearerToken returns the token of an `Authorization: Bearer` header, or "".
 func bearerToken(r *http.Request) string {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // callbackServer is the API on a fresh database with one batch in
@@ -58,7 +59,12 @@ func TestCallbackAnswers(t *testing.T) {
 	require.NoError(t, err)
 	// Valid JSON that jsonb rejects (a lone surrogate).
 	poison := []byte(`{"status":"success","output_r2_key":"staging/ANSWERS/x.jpg","output_file_name":"\ud800.jpg","output_file_size":5}`)
-	token := dbtest.Token
+	token := func(taskID string) string { return dbtest.CallbackToken(t, pool, batch, taskID) }
+	sealed := func(taskID, nonce string) string {
+		tok, err := tasktoken.New(pool).Seal(ctx, tasktoken.Task(batch, taskID), nonce)
+		require.NoError(t, err)
+		return tok
+	}
 
 	for _, tc := range []struct {
 		name        string
@@ -72,7 +78,11 @@ func TestCallbackAnswers(t *testing.T) {
 		{"ErrorCallback", "tiff_t001", token("tiff_t001"), []byte(`{"status":"error","error":"corrupt TIFF"}`), 200, `{"task_id":"tiff_t001","status":"failed","duplicate":false}`},
 		{"UnknownTask", "tiff_t999", token("tiff_t999"), answersSuccess("tiff_t999"), 404, "task tiff_t999 of batch ANSWERS: not found"},
 		{"MissingToken", "tiff_t002", "", answersSuccess("tiff_t002"), 401, "unauthorized: missing bearer token"},
-		{"WrongToken", "tiff_t002", "wrong", answersSuccess("tiff_t002"), 401, "unauthorized: wrong callback token for task tiff_t002"},
+		{"WrongToken", "tiff_t002", "wrong", answersSuccess("tiff_t002"), 401, "unauthorized: the bearer token was not issued for this task or pool"},
+		{"OtherTasksToken", "tiff_t002", token("tiff_t001"), answersSuccess("tiff_t002"), 401, "unauthorized: the bearer token was not issued for this task or pool"},
+		// Sealed for the task, but not its current attempt's: the record
+		// does not match.
+		{"StaleToken", "tiff_t002", sealed("tiff_t002", "an-older-attempt"), answersSuccess("tiff_t002"), 401, "unauthorized: wrong callback token for task tiff_t002"},
 		{"UnknownStatus", "tiff_t002", token("tiff_t002"), []byte(`{"status":"maybe"}`), 400, `invalid callback: status must be "success" or "error", got "maybe"`},
 		{"OtherTaskID", "tiff_t002", token("tiff_t002"), answersSuccess("tiff_t001"), 400, `invalid callback: task_id "tiff_t001" does not match the URL's "tiff_t002"`},
 		{"NotAnObject", "tiff_t002", token("tiff_t002"), []byte(`[]`), 400, "invalid callback: body must be a JSON object"},

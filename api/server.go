@@ -32,6 +32,7 @@ import (
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // dbRetryAfter is the Retry-After of the 503 answered while the database
@@ -67,6 +68,13 @@ type Config struct {
 	// MaxStreams bounds the event streams open at once (MAX_STREAMS); one
 	// more is answered 503 with Retry-After. Zero means DefaultMaxStreams.
 	MaxStreams int
+	// ClientIPHeader, when set (CLIENT_IP_HEADER), is the header a trusted
+	// proxy names the client in, for the limit on failed credentials;
+	// otherwise the connection's address is the client's.
+	ClientIPHeader string
+	// FailureBurst is how many failed credentials a client may make before
+	// it is limited to one a second; zero means DefaultFailureBurst.
+	FailureBurst int
 }
 
 // Backends are what the routes read and act on. New builds those left nil
@@ -103,8 +111,9 @@ type Parts struct {
 type Settings struct {
 	Credentials Credentials
 	// Callbacks are the group committer's settings.
-	Callbacks  fanin.Config
-	MaxStreams int
+	Callbacks      fanin.Config
+	MaxStreams     int
+	ClientIPHeader string
 	// RetentionDays is RETENTION_DAYS, which a pruned batch's status
 	// names.
 	RetentionDays int
@@ -122,7 +131,7 @@ type Settings struct {
 // the caller to set.
 func ConfigOf(s Settings, p Parts) Config {
 	c := Config{Executors: p.Executors, Pool: p.Pool, River: p.River, Logger: p.Logger, Metrics: p.Metrics,
-		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams}
+		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams, ClientIPHeader: s.ClientIPHeader}
 	c.Status = status.New(p.Pool, p.Executors, s.RetentionDays)
 	c.Batches = batches.New(p.Pool, p.River, p.Executors, c.Status, p.Logger, p.Metrics)
 	c.Documents = docindex.NewDocuments(p.Pool, p.River, p.Store, s.StagingBucket, s.Documents.Prefix, p.Logger)
@@ -167,9 +176,10 @@ func New(cfg Config) *echo.Echo {
 	}
 	h := &handlers{status: b.Status, batches: b.Batches, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
 		callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
-		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery))}
+		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery)),
+		tokens: tasktoken.New(cfg.Pool), throttle: newThrottle(cfg.ClientIPHeader, cfg.FailureBurst), callbackMax: callbackMaxBytes(cb.MaxOutputs)}
 	e.HTTPErrorHandler = h.errorHandler
-	e.Use(h.requestLog, sameSiteWrites)
+	e.Use(h.requestLog, h.throttleFailures, boundedIDs, sameSiteWrites)
 
 	// Every route but /healthz needs a credential (auth.go): intake the
 	// ingest credential, callbacks the task's token, reads the read token.
@@ -226,8 +236,15 @@ type handlers struct {
 	// streams holds a slot per open event stream (MaxStreams of them).
 	streams chan struct{}
 	// quiet writes the log lines of expected 503s (the database away, the
-	// callback queue full): one per message per coalescedLogEvery.
+	// callback queue full) and of refused callbacks: one per message per
+	// coalescedLogEvery.
 	quiet *slog.Logger
+	// tokens opens the tasks' callback tokens.
+	tokens *tasktoken.Keyring
+	// throttle limits each client's failed credentials.
+	throttle *throttle
+	// callbackMax is the largest callback body taken (callbackMaxBytes).
+	callbackMax int64
 }
 
 // coalescedLogEvery is how often a run of expected 503s is logged: one
@@ -285,6 +302,9 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 			msg = s
 		}
 	}
+	if code == http.StatusUnauthorized {
+		h.throttle.failed(h.throttle.client(c.Request()))
+	}
 	switch {
 	case expected:
 		h.quiet.Warn("answering 503: "+msg, append(requestAttrs(c), "method", c.Request().Method, "path", c.Path(), "error", err)...)
@@ -318,6 +338,22 @@ func (h *handlers) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// maxTaskIDLength bounds a task id in a path: a phase's prefix and a file's
+// or a chunk's id are far shorter.
+const maxTaskIDLength = 128
+
+// boundedIDs answers 404 at once to a path whose batch or task id is longer
+// than any there is, before it is logged, checked or looked up.
+func boundedIDs(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if len(c.Param("batchId")) > manifest.MaxBatchIDLength || len(c.Param("taskId")) > maxTaskIDLength {
+			return echo.NewHTTPError(http.StatusNotFound, fmt.Sprintf(
+				"not found: a batch id is at most %d bytes, a task id at most %d", manifest.MaxBatchIDLength, maxTaskIDLength))
+		}
+		return next(c)
+	}
+}
+
 // requestAttrs are the log attributes naming what a request concerns: the
 // path's batch_id, and its task_id with the task's phase.
 func requestAttrs(c echo.Context) []any {
@@ -333,8 +369,12 @@ func requestAttrs(c echo.Context) []any {
 
 // readBody reads the whole request body, refusing more than MaxBodyBytes.
 func readBody(c echo.Context) ([]byte, error) {
-	body := http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes)
-	return io.ReadAll(body)
+	return readBodyUpTo(c, MaxBodyBytes)
+}
+
+// readBodyUpTo reads the whole request body, refusing more than max bytes.
+func readBodyUpTo(c echo.Context, max int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, max))
 }
 
 // healthz answers 200 once the database answers.

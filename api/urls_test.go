@@ -203,10 +203,12 @@ func TestWorkerAsksForURLs(t *testing.T) {
 		code, body = askURLs(t, env, batchID, l.TaskID, "", ok)
 		require.Equal(t, http.StatusUnauthorized, code, string(body))
 		require.Contains(t, string(body), "missing bearer token")
+		// The token opens its own task only, refused on its seal.
 		code, body = askURLs(t, env, batchID, "image_nosuchtask", token, ok)
-		require.Equal(t, http.StatusNotFound, code, string(body))
+		require.Equal(t, http.StatusUnauthorized, code, string(body))
 		code, body = askURLs(t, env, "OTHERBATCH", l.TaskID, token, ok)
-		require.Equal(t, http.StatusNotFound, code, string(body))
+		require.Equal(t, http.StatusUnauthorized, code, string(body))
+		require.Contains(t, string(body), "not issued for this task")
 	})
 
 	t.Run("TaskEnded", func(t *testing.T) {

@@ -50,6 +50,9 @@ type Config struct {
 	StatusPublic        bool
 	// MaxStreams bounds the event streams open at once (MAX_STREAMS).
 	MaxStreams int
+	// ClientIPHeader names the client behind a trusted proxy
+	// (CLIENT_IP_HEADER).
+	ClientIPHeader string
 
 	OrchestratorURL string
 	WorkerURL       string
@@ -317,6 +320,6 @@ func (c *Config) Credentials() api.Credentials {
 
 // API is the API's settings.
 func (c *Config) API() api.Settings {
-	return api.Settings{Credentials: c.Credentials(), Callbacks: c.Callbacks(), MaxStreams: c.MaxStreams, RetentionDays: c.Retention.Days,
+	return api.Settings{Credentials: c.Credentials(), Callbacks: c.Callbacks(), MaxStreams: c.MaxStreams, ClientIPHeader: c.ClientIPHeader, RetentionDays: c.Retention.Days,
 		Documents: c.Executors.Documents, StagingBucket: c.R2Bucket, CDNBucket: c.CDNBucket, CDNPublicURL: c.CDNPublicURL}
 }

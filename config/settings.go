@@ -23,6 +23,7 @@ func (c *Config) core() []setting.Group {
 			setting.URL(&c.WorkerURL, "WORKER_URL", "", "ingest service base URL, called when a batch is done; unset writes the processed manifest to `R2_BUCKET`"),
 			setting.PositiveInt(&c.CallbackCommitters, "CALLBACK_COMMITTERS", fanin.DefaultCommitters, "how many groups of callbacks commit at once (see the callback route); more make smaller groups and more commits"),
 			setting.PositiveInt(&c.CallbackQueueMax, "CALLBACK_QUEUE_MAX", fanin.DefaultMaxQueued, "callbacks waiting for their group commit; one more is answered 503 with `Retry-After: 1` (workers retry)"),
+			setting.String(&c.ClientIPHeader, "CLIENT_IP_HEADER", "", "the header a trusted proxy in front names the client in, e.g. `Fly-Client-IP` on Fly: each client may fail 30 credentials, then one a second, before it is answered 429. Unset, the connection's address is the client's, so behind a proxy set it, or every client shares one budget. Never set it without such a proxy: clients could name themselves").Shown("unset"),
 			setting.Int(&c.MaxStreams, "MAX_STREAMS", 256, 1, 100000, "event streams (`GET /batches/:batchId/stream`) open at once per process; one more is answered 503 with `Retry-After: 5`"),
 			setting.OneOf(&c.LogFormat, "LOG_FORMAT", "", []string{"json", "text"}, "the log's format").Shown("JSON, or text on a terminal"),
 			setting.OneOf(&c.LogLevel, "LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "the least level logged"),

@@ -199,6 +199,12 @@ type RiverJob struct {
 	Args  json.RawMessage
 }
 
+type ServerKey struct {
+	Name      string
+	Key       []byte
+	CreatedAt time.Time
+}
+
 type Task struct {
 	ID                    string
 	BatchID               string

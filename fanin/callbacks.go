@@ -3,7 +3,6 @@ package fanin
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -28,15 +27,12 @@ type callbackBody struct {
 	Retryable *bool `json:"retryable"`
 }
 
-// NewCallback hashes the token and parses the body, on the caller's
+// NewCallback is a callback whose token has been checked, record being
+// its record (tasktoken.Open). It parses the body on the caller's
 // goroutine: the less a group's committer does, the sooner it sends the
 // next group.
-func NewCallback(batchID, taskID, token string, body []byte) Callback {
-	cb := Callback{BatchID: batchID, TaskID: taskID}
-	if token != "" {
-		sum := sha256.Sum256([]byte(token))
-		cb.TokenHash = sum[:]
-	}
+func NewCallback(batchID, taskID string, record, body []byte) Callback {
+	cb := Callback{BatchID: batchID, TaskID: taskID, TokenHash: record}
 	cb.Status, cb.Result, cb.Error, cb.Retryable, cb.Invalid = parseCallback(taskID, batchID, body)
 	return cb
 }

@@ -76,6 +76,7 @@ func TestFanInLosesNoWakeUp(t *testing.T) {
 				})
 				req, _ := http.NewRequest(http.MethodPost, l.Env["CALLBACK_URL"], bytes.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+l.Env["CALLBACK_TOKEN"])
+				req.Header.Set("Content-Type", "application/json")
 				<-start
 				// Spread the arrivals over a few checks (River fetches a newly
 				// inserted check after its 100 ms fetch cooldown).

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/metricstest"
 	"github.com/arke-institute/orchestrator/internal/harness/syncbuf"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // TestMetricsAndLogsOfABatch runs a batch whose tasks end every way a task
@@ -73,13 +75,16 @@ func TestMetricsAndLogsOfABatch(t *testing.T) {
 	aTIFF, hung := env.LaunchOf(t, "a.tif"), env.LaunchOf(t, "c.tif")
 	env.Fly.Await(t, 30*time.Second, "hung machine destroyed", func() bool { return len(env.Fly.Destroyed()) > 0 })
 	success := `{"status": "success", "output_r2_key": "staging/` + id + `/x.jpg", "output_file_name": "x.jpg", "output_file_size": 1}`
+	// A token sealed for a task the batch does not have.
+	unknown, err := tasktoken.New(env.Pool).Seal(context.Background(), tasktoken.Task(id, "image_01unknown"), "whatever")
+	require.NoError(t, err)
 	for _, c := range []struct {
 		task, token, body string
 		want              int
 	}{
 		{hung.TaskID, hung.Env["CALLBACK_TOKEN"], success, http.StatusConflict},
 		{aTIFF.TaskID, "not-the-token", success, http.StatusUnauthorized},
-		{"image_01unknown", "whatever", success, http.StatusNotFound},
+		{"image_01unknown", unknown, success, http.StatusNotFound},
 		{aTIFF.TaskID, aTIFF.Env["CALLBACK_TOKEN"], `{"status": "maybe"}`, http.StatusBadRequest},
 		{aTIFF.TaskID, aTIFF.Env["CALLBACK_TOKEN"], `{"status": "error", "error": "` + strings.Repeat("x", 1<<20) + `"}`, http.StatusRequestEntityTooLarge},
 	} {

@@ -18,6 +18,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // TestMixedBatchEndToEnd drives a batch of TIFFs, images and documents
@@ -224,11 +225,15 @@ func requireLaunchContract(t *testing.T, env *testenv.Env, batchID string, l fak
 	require.True(t, strings.HasPrefix(l.Env["INPUT_R2_KEY"], "staging/"+batchID+"/"), l.Env["INPUT_R2_KEY"])
 	require.GreaterOrEqual(t, len(l.Env["CALLBACK_TOKEN"]), 40, "a fresh random token")
 
-	// Only the token's hash is stored.
+	// Only the hash of the token's nonce is stored, and the token is
+	// sealed for its own task.
 	var stored []byte
 	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT token_hash FROM tasks WHERE id = $1`, l.Metadata["task_id"]).Scan(&stored))
-	require.Len(t, stored, 32)
-	require.NotContains(t, string(stored), l.Env["CALLBACK_TOKEN"])
+	record, err := tasktoken.New(env.Pool).Open(context.Background(), tasktoken.Task(batchID, l.Metadata["task_id"]), l.Env["CALLBACK_TOKEN"])
+	require.NoError(t, err)
+	require.Equal(t, stored, record)
+	_, err = tasktoken.New(env.Pool).Open(context.Background(), tasktoken.Task(batchID, "tiff_other"), l.Env["CALLBACK_TOKEN"])
+	require.ErrorIs(t, err, tasktoken.ErrForged, "the token opens no other task")
 }
 
 // TestThousandsOfFiles runs a 2,000-file batch (10% TIFF) to DONE: every

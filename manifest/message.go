@@ -68,7 +68,9 @@ type CustomPrompts struct {
 // Limits from spec 001. Prompt lengths are counted in Unicode characters
 // (runes), not bytes, so that non-Latin prompts get the same allowance.
 const (
-	maxBatchIDLength  = 128
+	// MaxBatchIDLength bounds a batch id, which is ASCII: in characters
+	// and bytes alike.
+	MaxBatchIDLength  = 128
 	maxPromptChars    = 10_000
 	maxPromptsChars   = 20_000
 	batchIDCharacters = `letters, digits, ".", "_" and "-"`
@@ -167,8 +169,8 @@ func StagingPrefix(batchID string) string { return "staging/" + batchID + "/" }
 // redirect those, and "." and ".." would escape the batch's prefix.
 func checkBatchID(p *problems, id string) bool {
 	ok := true
-	if n := utf8.RuneCountInString(id); n > maxBatchIDLength {
-		p.addf("batch_id is %d characters, the limit is %d", n, maxBatchIDLength)
+	if n := utf8.RuneCountInString(id); n > MaxBatchIDLength {
+		p.addf("batch_id is %d characters, the limit is %d", n, MaxBatchIDLength)
 		ok = false
 	}
 	valid := strings.IndexFunc(id, func(r rune) bool {

@@ -69,6 +69,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // allParts are the parts of the benchmark, in the order they run.
@@ -485,11 +486,16 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	// taken from the server and Postgres being measured (pgbench's client is
 	// lean C). The server side is the real one, whole.
 	reqs := make([][]byte, len(ids))
+	keys := tasktoken.New(pool)
 	for i, id := range ids {
+		token, err := keys.Seal(ctx, tasktoken.Task(batchID, id), nonce(id))
+		if err != nil {
+			return run, err
+		}
 		body, _ := json.Marshal(map[string]any{"status": "success", "output_r2_key": fmt.Sprintf("staging/BENCH/f%06d.jpg", i),
 			"output_file_name": fmt.Sprintf("f%06d.jpg", i), "output_file_size": 1000})
 		reqs[i] = fmt.Appendf(nil, "POST /callback/%s/%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-			batchID, id, ln.Addr(), token(id), len(body), body)
+			batchID, id, ln.Addr(), token, len(body), body)
 	}
 	work := make(chan int)
 	latencies := make([]time.Duration, len(ids))
@@ -573,7 +579,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 }
 
 // seedPhase makes a batch in phase with n files and n processing tasks whose
-// callback tokens are token(id).
+// callback tokens are sealed from nonce(id).
 func seedPhase(ctx context.Context, pool *pgxpool.Pool, batchID, phase string, n int) ([]string, error) {
 	q := db.New(pool)
 	if _, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: batchID, Uploader: "bench", QueueMessage: []byte(`{}`)}); err != nil {
@@ -615,7 +621,9 @@ func seedPhase(ctx context.Context, pool *pgxpool.Pool, batchID, phase string, n
 	return ids, err
 }
 
-func token(id string) string { return "tok-" + id }
+// nonce is the nonce of task id's callback token: its SHA-256 is the
+// task's record.
+func nonce(id string) string { return "tok-" + id }
 
 // callbackConn is one keep-alive HTTP/1.1 connection of the ingest load.
 // It dials on first use, and again after close.

@@ -2,7 +2,6 @@ package machine
 
 import (
 	"context"
-	"crypto/sha256"
 	"maps"
 	"strconv"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // Task is one attempt of a task as a worker gets it: its ids, its input,
@@ -80,8 +80,7 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 		// the margin.
 		deadline = t.Deadline.Add(2 * time.Second)
 	}
-	sum := sha256.Sum256([]byte(t.Token))
-	attempt := phases.StagingAttempt(p, t.ID, sum[:])
+	attempt := phases.StagingAttempt(p, t.ID, tasktoken.RecordOf(t.Token))
 	if attempt != "" {
 		env["TASK_ATTEMPT"] = attempt
 	}

@@ -36,10 +36,12 @@ func TestCallbackRejections(t *testing.T) {
 		wantCode int
 		wantMsg  string
 	}{
-		{"UnknownBatch", "/callback/NOPE/" + l.TaskID, token, good, http.StatusNotFound, "not found"},
-		{"UnknownTask", "/callback/" + id + "/tiff_nope", token, good, http.StatusNotFound, "not found"},
+		// A token opens its own task only: presented for another batch or
+		// task, it is refused on its seal, before the database is read.
+		{"UnknownBatch", "/callback/NOPE/" + l.TaskID, token, good, http.StatusUnauthorized, "not issued for this task"},
+		{"UnknownTask", "/callback/" + id + "/tiff_nope", token, good, http.StatusUnauthorized, "not issued for this task"},
 		{"MissingToken", "/callback/" + id + "/" + l.TaskID, "", good, http.StatusUnauthorized, "missing bearer token"},
-		{"WrongToken", "/callback/" + id + "/" + l.TaskID, "not-the-token", good, http.StatusUnauthorized, "wrong callback token"},
+		{"WrongToken", "/callback/" + id + "/" + l.TaskID, "not-the-token", good, http.StatusUnauthorized, "not issued for this task"},
 		{"MalformedJSON", "/callback/" + id + "/" + l.TaskID, token, `{"status": `, http.StatusBadRequest, "invalid callback"},
 		{"NotAnObject", "/callback/" + id + "/" + l.TaskID, token, `["success"]`, http.StatusBadRequest, "JSON object"},
 		{"NoStatus", "/callback/" + id + "/" + l.TaskID, token, `{"output_r2_key": "x"}`, http.StatusBadRequest, "status is required"},

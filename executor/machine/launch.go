@@ -18,6 +18,7 @@ import (
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // PhaseLaunchArgs launches machines for the pending tasks of a batch's phase
@@ -42,6 +43,8 @@ type PhaseLaunchWorker struct {
 	cfg     Config
 	limiter *ratelimit.Limiter
 	urls    *batchurls.Signer
+	// tokens seals the tasks' callback tokens.
+	tokens *tasktoken.Keyring
 }
 
 // Work retires the machines of tasks to be retried, launches up to

@@ -11,6 +11,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // launchOne launches the machine of one task. After an ambiguous failure it
@@ -20,7 +21,11 @@ import (
 // earlier attempt (before an admin retry, a reset or a relaunch) is never
 // taken for this one, and is destroyed.
 func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) (string, error) {
-	spec := w.machineSpec(batchID, name, pcfg, row)
+	token, err := w.tokens.Seal(ctx, tasktoken.Task(batchID, row.ID), row.Token)
+	if err != nil {
+		return "", err
+	}
+	spec := w.machineSpec(batchID, name, pcfg, row, token)
 	m, err := w.deps.Compute.Launch(ctx, spec)
 	if err == nil {
 		w.deps.Metrics.MachineLaunched(string(name))
@@ -89,11 +94,11 @@ type unresolvedLaunch struct{ err error }
 func (e *unresolvedLaunch) Error() string { return e.err.Error() }
 func (e *unresolvedLaunch) Unwrap() error { return e.err }
 
-// machineSpec is the machine of spec 000 §4.3 for one task: its
-// environment is the task's (TaskEnv).
-func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) compute.MachineSpec {
+// machineSpec is the machine of spec 000 §4.3 for one task, whose callback
+// token is token: its environment is the task's (TaskEnv).
+func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow, token string) compute.MachineSpec {
 	env := TaskEnv(w.deps, w.cfg, w.urls, Task{ID: row.ID, BatchID: batchID, Phase: name, R2Key: row.R2Key, FileName: row.FileName,
-		ContentType: row.ContentType, CID: row.CID, Token: row.Token, Deadline: row.Deadline})
+		ContentType: row.ContentType, CID: row.CID, Token: token, Deadline: row.Deadline})
 	return compute.MachineSpec{
 		App: pcfg.App, Image: pcfg.Image, Region: w.cfg.Region,
 		Name:   fmt.Sprintf("%s-a%d", strings.ReplaceAll(row.ID, "_", "-"), row.Attempt),

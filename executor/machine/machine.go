@@ -23,6 +23,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // Kind is the executor's name in phases.Spec.Executor.
@@ -42,6 +43,8 @@ type Executor struct {
 	// checked is when each (batch, phase)'s machines were last checked
 	// (checkMachines).
 	checked *checkTimes
+	// tokens seals and opens the tasks' callback tokens.
+	tokens *tasktoken.Keyring
 }
 
 var (
@@ -68,7 +71,8 @@ func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error
 	if deps.Compute == nil {
 		return nil, errors.New("the machine executor needs a compute backend")
 	}
-	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls, checked: newCheckTimes()}, nil
+	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls, checked: newCheckTimes(),
+		tokens: tasktoken.New(deps.Pool)}, nil
 }
 
 // Kind is Kind.
@@ -90,7 +94,7 @@ func CheckPhase(p phases.Phase) error {
 
 // Jobs registers the launcher and machine cleanup; both are short.
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
-	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, cfg: e.cfg, limiter: e.limiter, urls: e.urls})
+	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, cfg: e.cfg, limiter: e.limiter, urls: e.urls, tokens: e.tokens})
 	river.AddWorker(w, &DestroyWorker{deps: e.deps})
 	return jobs.Jobs{Timeout: jobs.ShortTimeout}
 }

@@ -3,7 +3,6 @@ package machine
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // URLsRequest is a worker's request for presigned URLs.
@@ -42,17 +42,18 @@ type URLsResult struct {
 // blob.MaxPresignBatch, or any object a worker may not reach (the first is
 // named).
 func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body []byte) (URLsResult, error) {
+	record, err := e.tokens.Open(ctx, tasktoken.Task(batchID, taskID), token)
+	if err != nil {
+		return URLsResult{}, err
+	}
 	t, err := db.New(e.deps.Pool).TaskGetForURLs(ctx, taskID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), err == nil && t.BatchID != batchID:
 		return URLsResult{}, fmt.Errorf("task %s of batch %s: %w", taskID, batchID, problem.ErrNotFound)
 	case err != nil:
 		return URLsResult{}, fmt.Errorf("reading task %s: %w", taskID, err)
-	case token == "":
-		return URLsResult{}, fmt.Errorf("%w: missing bearer token", problem.ErrUnauthorized)
 	}
-	sum := sha256.Sum256([]byte(token))
-	if t.TokenHash == nil || subtle.ConstantTimeCompare(sum[:], t.TokenHash) != 1 {
+	if t.TokenHash == nil || subtle.ConstantTimeCompare(record, t.TokenHash) != 1 {
 		return URLsResult{}, fmt.Errorf("%w: wrong callback token for task %s", problem.ErrUnauthorized, taskID)
 	}
 	now := time.Now()

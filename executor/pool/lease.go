@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // Lease answers a pool machine's request for work (POST
@@ -62,16 +62,16 @@ const batchesPerLease = 8
 
 // Refusals of the lease and heartbeat routes.
 var (
-	errUnknownPool   = problem.ErrNotFound
-	errPoolToken     = fmt.Errorf("%w: missing, wrong or ended pool credential (POOL_TOKEN)", problem.ErrUnauthorized)
-	errNoCredentials = fmt.Errorf("%w: missing bearer token", problem.ErrUnauthorized)
+	errUnknownPool = problem.ErrNotFound
+	errPoolToken   = fmt.Errorf("%w: missing, wrong or ended pool credential (POOL_TOKEN)", problem.ErrUnauthorized)
 )
 
 // Lease leases the next task of a pool to the machine whose credential is
 // token, waiting up to LeasePoll for one (see Lease).
 func (e *Executor) Lease(ctx context.Context, poolID int64, token string, body []byte) (Lease, error) {
-	if token == "" {
-		return Lease{}, errNoCredentials
+	record, err := e.tokens.Open(ctx, tasktoken.PoolMachine(poolID), token)
+	if err != nil {
+		return Lease{}, err
 	}
 	var req LeaseRequest
 	if len(body) > 0 {
@@ -79,9 +79,8 @@ func (e *Executor) Lease(ctx context.Context, poolID int64, token string, body [
 			return Lease{}, &problem.InputError{Msg: "invalid lease request: " + err.Error()}
 		}
 	}
-	sum := sha256.Sum256([]byte(token))
 	q := db.New(e.deps.Pool)
-	m, err := q.PoolMachineByToken(ctx, sum[:])
+	m, err := q.PoolMachineByToken(ctx, record)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), err == nil && m.PoolID != poolID:
 		return Lease{}, errPoolToken
@@ -161,8 +160,12 @@ func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, pha
 			return nil, fmt.Errorf("leasing a %s task of %s: %w", phase, b.ID, err)
 		}
 		e.deps.Metrics.PoolLeased(string(phase))
+		token, err := e.tokens.Seal(ctx, tasktoken.Task(b.ID, row.ID), row.Token)
+		if err != nil {
+			return nil, err
+		}
 		env := machine.TaskEnv(e.deps, e.machines, e.urls, machine.Task{ID: row.ID, BatchID: b.ID, Phase: phase, R2Key: row.R2Key,
-			FileName: row.FileName, ContentType: row.ContentType, CID: row.CID, Token: row.Token, Deadline: row.Deadline})
+			FileName: row.FileName, ContentType: row.ContentType, CID: row.CID, Token: token, Deadline: row.Deadline})
 		return &LeasedTask{Env: env, HeartbeatMS: heartbeatEvery(pcfg.TaskTimeout).Milliseconds()}, nil
 	}
 	return nil, nil
@@ -179,12 +182,12 @@ type HeartbeatAnswer struct {
 // task is no longer leased under that token (it ended, or its lease was
 // taken back: the worker's result is not wanted).
 func (e *Executor) Heartbeat(ctx context.Context, batchID, taskID, token string) (HeartbeatAnswer, error) {
-	if token == "" {
-		return HeartbeatAnswer{}, errNoCredentials
+	record, err := e.tokens.Open(ctx, tasktoken.Task(batchID, taskID), token)
+	if err != nil {
+		return HeartbeatAnswer{}, err
 	}
 	phase := phases.OfTask(taskID)
-	sum := sha256.Sum256([]byte(token))
-	until, err := db.New(e.deps.Pool).PoolHeartbeat(ctx, db.PoolHeartbeatParams{ID: taskID, BatchID: batchID, TokenHash: sum[:],
+	until, err := db.New(e.deps.Pool).PoolHeartbeat(ctx, db.PoolHeartbeatParams{ID: taskID, BatchID: batchID, TokenHash: record,
 		LeaseSeconds: leaseFor(e.machines.Phases[phase].TaskTimeout).Seconds()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return HeartbeatAnswer{}, fmt.Errorf("%w: task %s is not leased under this token", problem.ErrConflict, taskID)

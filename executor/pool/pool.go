@@ -31,6 +31,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // Kind is the executor's name (EXECUTOR_<PHASE>=pool).
@@ -49,6 +50,8 @@ type Executor struct {
 	limiter  *ratelimit.Limiter
 	// urls presigns the URLs a leased task's worker reaches storage with.
 	urls *batchurls.Signer
+	// tokens seals and opens the machines' and the tasks' tokens.
+	tokens *tasktoken.Keyring
 }
 
 var (
@@ -75,7 +78,8 @@ func New(deps jobs.Deps, cfg Config, machines machine.Config, presigner blob.Pre
 	if deps.Compute == nil {
 		return nil, errors.New("the pool executor needs a compute backend")
 	}
-	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, machines: machines, limiter: ratelimit.New(deps.Pool), urls: urls}, nil
+	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, machines: machines, limiter: ratelimit.New(deps.Pool), urls: urls,
+		tokens: tasktoken.New(deps.Pool)}, nil
 }
 
 // Kind is Kind.

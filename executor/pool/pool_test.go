@@ -2,7 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // poolLaunches are the fake's launches of pool machines (not tasks'
@@ -118,9 +118,10 @@ func TestPoolMachineDiesMidTask(t *testing.T) {
 // batch's phase, as the pool's manager does, and returns it.
 func machineToken(t *testing.T, env *testenv.Env, poolID int64) string {
 	t.Helper()
-	token := fmt.Sprintf("test-token-%d-%d", poolID, time.Now().UnixNano())
-	sum := sha256.Sum256([]byte(token))
-	_, err := db.New(env.Pool).PoolMachineInsert(context.Background(), db.PoolMachineInsertParams{PoolID: poolID, App: testenv.TiffApp, TokenHash: sum[:]})
+	nonce := fmt.Sprintf("test-token-%d-%d", poolID, time.Now().UnixNano())
+	token, err := tasktoken.New(env.Pool).Seal(context.Background(), tasktoken.PoolMachine(poolID), nonce)
+	require.NoError(t, err)
+	_, err = db.New(env.Pool).PoolMachineInsert(context.Background(), db.PoolMachineInsertParams{PoolID: poolID, App: testenv.TiffApp, TokenHash: tasktoken.Record(nonce)})
 	require.NoError(t, err)
 	return token
 }
@@ -261,7 +262,7 @@ func TestPoolCredentials(t *testing.T) {
 		strings.NewReader(`{"status": "error", "error": "x"}`))
 	require.Equal(t, http.StatusUnauthorized, code, "%s", body)
 	code, body = env.DoAuth(t, http.MethodPost, "/callback/CRED-A/"+task.Env["TASK_ID"]+"/heartbeat", tokenA, strings.NewReader(`{}`))
-	require.Equal(t, http.StatusConflict, code, "%s", body)
+	require.Equal(t, http.StatusUnauthorized, code, "%s", body)
 	// The task's own token heartbeats, through the API.
 	code, body = env.DoAuth(t, http.MethodPost, "/callback/CRED-A/"+task.Env["TASK_ID"]+"/heartbeat", task.Env["CALLBACK_TOKEN"], strings.NewReader(`{}`))
 	require.Equal(t, http.StatusOK, code, "%s", body)
@@ -280,9 +281,8 @@ func TestPoolCredentials(t *testing.T) {
 // machineID is the pool machine row of a credential.
 func machineID(t *testing.T, env *testenv.Env, token string) int64 {
 	t.Helper()
-	sum := sha256.Sum256([]byte(token))
 	var id int64
-	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT id FROM pool_machines WHERE token_hash = $1`, sum[:]).Scan(&id))
+	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT id FROM pool_machines WHERE token_hash = $1`, tasktoken.RecordOf(token)).Scan(&id))
 	return id
 }
 

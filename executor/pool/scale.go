@@ -2,9 +2,6 @@ package pool
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,6 +17,7 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
 // ScaleArgs is the job of a pool's manager (pool_scale), unique while
@@ -208,10 +206,15 @@ func (w *ScaleWorker) launch(ctx context.Context, pool db.Pool, n int) (int, err
 func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 	e := w.e
 	q := db.New(e.deps.Pool)
-	token, hash, err := newToken()
+	nonce, err := tasktoken.NewNonce()
 	if err != nil {
 		return err
 	}
+	token, err := e.tokens.Seal(ctx, tasktoken.PoolMachine(pool.ID), nonce)
+	if err != nil {
+		return err
+	}
+	hash := tasktoken.Record(nonce)
 	id, err := q.PoolMachineInsert(ctx, db.PoolMachineInsertParams{PoolID: pool.ID, App: pool.App, TokenHash: hash})
 	if err != nil {
 		return err
@@ -252,17 +255,6 @@ func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 	// left the phase): nothing destroyed it, having no id yet.
 	_, err = river.ClientFromContext[pgx.Tx](ctx).Insert(ctx, machine.DestroyArgs{App: pool.App, MachineIDs: []string{m.ID}}, nil)
 	return err
-}
-
-// newToken is a pool machine's credential and its SHA-256.
-func newToken() (string, []byte, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", nil, err
-	}
-	token := base64.RawURLEncoding.EncodeToString(b)
-	sum := sha256.Sum256([]byte(token))
-	return token, sum[:], nil
 }
 
 // launchFailed counts a failed launch against the pool's batches

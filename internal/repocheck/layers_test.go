@@ -32,7 +32,7 @@ var layers = []struct {
 		"sql", "blob", "compute", "worker/vips", "setting",
 	}},
 	{"drivers: the database, storage, machines, providers, metrics, the API's client", []string{
-		"db", "locals3", "compute/...", "ocr", "embedding", "tagging", "metrics", "ratelimit", "client",
+		"db", "locals3", "compute/...", "ocr", "embedding", "tagging", "metrics", "ratelimit", "client", "tasktoken",
 		"reports", "batchurls", "worker/...",
 	}},
 	{"the fan-in protocol", []string{"fanin"}},

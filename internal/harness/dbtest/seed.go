@@ -9,10 +9,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/tasktoken"
 )
 
-// Token is the callback token SeedProcessingTasks gives task id.
+// Token is the nonce of the callback token SeedProcessingTasks gives task
+// id: its SHA-256 is the task's record.
 func Token(taskID string) string { return "tok-" + taskID }
+
+// CallbackToken is the callback token SeedProcessingTasks gives task taskID
+// of batch batchID, sealed as the orchestrator of pool's database seals it.
+func CallbackToken(tb testing.TB, pool *pgxpool.Pool, batchID, taskID string) string {
+	tb.Helper()
+	token, err := tasktoken.New(pool).Seal(context.Background(), tasktoken.Task(batchID, taskID), Token(taskID))
+	require.NoError(tb, err)
+	return token
+}
 
 // SeedProcessingTasks writes batch batchID in TIFF_CONVERSION with n TIFFs
 // and their tasks tiff_t000, tiff_t001, ..., all processing on a machine

@@ -249,6 +249,9 @@ func New(t *testing.T, opts Options) *Env {
 	t.Cleanup(apiCancel)
 	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
 	apiCfg.Context = apiCtx
+	// The tests of credentials fail many from this one address: the limit
+	// on failures has a test of its own (api's TestFailedCredentialsLimited).
+	apiCfg.FailureBurst = 1 << 20
 	var h http.Handler = api.New(apiCfg)
 	handler.Store(&h)
 	apiClient, err := apiclient.New(apiclient.Config{URL: srv.URL, AdminToken: cfg.AdminToken, ReadToken: cfg.ReadToken, IngestToken: cfg.IngestToken})
