@@ -100,7 +100,7 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		// the build ended then, the count would have seen all its tasks.
 		return river.JobSnooze(200 * time.Millisecond)
 	case pending == 0:
-		return nil
+		return w.finish(ctx, job)
 	case pending <= int64(ret.waiting) && ret.overdue != nil && total.launched == 0:
 		// Only tasks whose last machine could not be destroyed, some for
 		// TASK_RETIRE_LIMIT: the Machines API is out, and the outage
@@ -118,6 +118,33 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 	default:
 		return river.JobSnooze(pcfg.AlarmDelay)
 	}
+}
+
+// finish completes a launcher that found nothing pending, under the
+// batch's shared fan-in lock and after counting again. A retry or a reset
+// requeues tasks and enqueues the launcher under the exclusive lock, and
+// while this launcher runs its enqueue is skipped as a duplicate: so either
+// the retry committed first and the count sees its tasks, or it waits for
+// this job to complete and then enqueues a launcher of its own. Without
+// the lock the retried tasks would wait for the sweep's backstop.
+func (w *PhaseLaunchWorker) finish(ctx context.Context, job *river.Job[PhaseLaunchArgs]) error {
+	pending := int64(0)
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		if err := fanin.LockShared(ctx, tx, job.Args.BatchID); err != nil {
+			return err
+		}
+		var err error
+		pending, err = db.New(tx).TaskCountPending(ctx, db.TaskCountPendingParams{BatchID: job.Args.BatchID, Phase: job.Args.Phase})
+		if err != nil || pending > 0 {
+			return err
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err == nil && pending > 0 {
+		return river.JobSnooze(50 * time.Millisecond)
+	}
+	return err
 }
 
 // phaseError counts a phase-level launch failure (LaunchFailure); when
