@@ -29,6 +29,20 @@ run: build ## Install what is missing, then start the orchestrator on embedded d
 test: setup-test ## Install what is missing, then run every test with -race against real Postgres (a throwaway cluster unless TEST_DATABASE_URL/DATABASE_URL is set)
 	scripts/postgres.sh temp $(GO) test -race -count=1 ./...
 
+# The fuzz targets: `make test` runs their seed corpora, `make fuzz` each
+# for FUZZTIME beyond them.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./fanin:FuzzParseCallback ./manifest:FuzzParseQueueMessage ./manifest:FuzzParseManifest \
+	./textchunk:FuzzSplit ./worker/tiffworker:FuzzReadDirectories ./phases:FuzzCheckKey ./batchurls:FuzzCheck \
+	./intakesig:FuzzVerify ./blob:FuzzParseCompact
+
+.PHONY: fuzz
+fuzz: setup ## Fuzz each target (TIFF directories, keys and URL scope, intake signatures, compact URLs, callbacks, manifests, chunking) for FUZZTIME (30s) beyond its seed corpus, which make test runs
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*})"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}" || exit 1; \
+	done
+
 .PHONY: test-short
 test-short: setup-test ## Run the fast tests, without -race (skips the end-to-end and load tests that testing.Short() marks)
 	scripts/postgres.sh temp $(GO) test -short -count=1 ./...

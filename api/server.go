@@ -372,9 +372,9 @@ func readBody(c echo.Context) ([]byte, error) {
 	return readBodyUpTo(c, MaxBodyBytes)
 }
 
-// readBodyUpTo reads the whole request body, refusing more than max bytes.
-func readBodyUpTo(c echo.Context, max int64) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, max))
+// readBodyUpTo reads the whole request body, refusing more than limit bytes.
+func readBodyUpTo(c echo.Context, limit int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
 }
 
 // healthz answers 200 once the database answers.

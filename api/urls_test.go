@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/batchurls"
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
@@ -71,7 +72,7 @@ func askURLs(t *testing.T, env *testenv.Env, batchID, taskID, token string, body
 
 // TestMachineGetsURLsNotKeys: a machine's environment holds no storage
 // credentials but a GET of its input and PUTs of its planned outputs,
-// valid until the task's deadline plus 15 minutes, and they work on the S3
+// valid until the task's deadline plus batchurls.Margin, and they work on the S3
 // server.
 func TestMachineGetsURLsNotKeys(t *testing.T) {
 	t.Parallel()
@@ -109,8 +110,8 @@ func TestMachineGetsURLsNotKeys(t *testing.T) {
 	var deadline time.Time
 	require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT deadline FROM tasks WHERE id = $1`, l.TaskID).Scan(&deadline))
 	for _, u := range outputs {
-		require.WithinDuration(t, deadline.Add(15*time.Minute), u.Expires, 5*time.Second, u.Key)
-		require.False(t, u.Expires.Before(deadline.Add(15*time.Minute).Add(-time.Second)), "not before the deadline plus the margin")
+		require.WithinDuration(t, deadline.Add(batchurls.Margin), u.Expires, 5*time.Second, u.Key)
+		require.False(t, u.Expires.Before(deadline.Add(batchurls.Margin).Add(-time.Second)), "not before the deadline plus the margin")
 	}
 	// The ref.json's PUT works (the test's bucket is the staging bucket).
 	code, got = request(t, outputs[4], []byte(`{"url":"x"}`))
@@ -129,38 +130,36 @@ func TestWorkerAsksForURLs(t *testing.T) {
 	const batchID = "URLASK"
 	l := launchedImage(t, env, batchID, []byte("jpeg bytes"))
 	token := l.Env["CALLBACK_TOKEN"]
-	page := "staging/" + batchID + "/photos/a-p2.jpg"
+	input := "staging/" + batchID + "/photos/a.jpg"
+	staged := func(key string) string { return phases.AttemptKey(key, l.Env["TASK_ATTEMPT"]) }
 
 	t.Run("Presigns", func(t *testing.T) {
 		code, body := askURLs(t, env, batchID, l.TaskID, token, map[string]any{"objects": []blob.Object{
-			{Method: blob.MethodPutIfAbsent, Bucket: env.Bucket, Key: page},
-			{Method: blob.MethodGet, Bucket: env.Bucket, Key: page},
-			{Method: blob.MethodPut, Bucket: "arke-cdn", Key: phases.AttemptKey("variants/"+batchID+"/photos/a-p2.jpg/large.jpg", l.Env["TASK_ATTEMPT"])},
-			{Method: blob.MethodPut, Bucket: "arke-archive", Key: phases.AttemptKey("staging/"+batchID+"/photos/a-p2.jpg", l.Env["TASK_ATTEMPT"])},
+			{Method: blob.MethodPut, Bucket: env.Bucket, Key: staged(input + ".ref.json")},
+			{Method: blob.MethodGet, Bucket: env.Bucket, Key: input},
+			{Method: blob.MethodPut, Bucket: "arke-cdn", Key: staged("variants/" + batchID + "/photos/a.jpg/large.jpg")},
+			{Method: blob.MethodPut, Bucket: "arke-archive", Key: staged(input)},
 		}})
 		require.Equal(t, http.StatusOK, code, string(body))
 		var res machine.URLsResult
 		require.NoError(t, json.Unmarshal(body, &res))
 		require.Len(t, res.URLs, 4)
 		put, get := res.URLs[0], res.URLs[1]
-		require.Equal(t, map[string]string{"If-None-Match": "*"}, put.Header)
 		var deadline time.Time
 		require.NoError(t, env.Pool.QueryRow(context.Background(), `SELECT deadline FROM tasks WHERE id = $1`, l.TaskID).Scan(&deadline))
-		require.WithinDuration(t, deadline.Add(15*time.Minute), put.Expires, 2*time.Second)
+		require.WithinDuration(t, deadline.Add(batchurls.Margin), put.Expires, 2*time.Second)
 
-		code, got := request(t, put, []byte("page two"))
+		code, got := request(t, put, []byte(`{"url": "x"}`))
 		require.Equal(t, http.StatusOK, code, string(got))
-		code, _ = request(t, put, []byte("again"))
-		require.Equal(t, http.StatusPreconditionFailed, code, "the condition holds")
 		code, got = request(t, get, nil)
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, "page two", string(got))
+		require.Equal(t, "jpeg bytes", string(got))
 	})
 
 	t.Run("Refused", func(t *testing.T) {
 		many := make([]blob.Object, blob.MaxPresignBatch+1)
 		for i := range many {
-			many[i] = blob.Object{Method: blob.MethodGet, Bucket: env.Bucket, Key: fmt.Sprintf("staging/%s/p%d.jpg", batchID, i)}
+			many[i] = blob.Object{Method: blob.MethodGet, Bucket: env.Bucket, Key: input}
 		}
 		obj := func(m blob.Method, bucket, key string) map[string]any {
 			return map[string]any{"objects": []blob.Object{{Method: m, Bucket: bucket, Key: key}}}
@@ -184,6 +183,12 @@ func TestWorkerAsksForURLs(t *testing.T) {
 			"Malformed":     {`{"objects": [`, "invalid request for URLs"},
 			"NotAnArray":    {`{"objects": {"key": "x"}}`, "invalid request for URLs"},
 			"EmptyKeyFirst": {obj(blob.MethodGet, env.Bucket, ""), `refused: key "" is not under the batch's prefix`},
+			// The batch's other files and any other key of the task's
+			// folders are not the task's to reach.
+			"OtherFile":    {obj(blob.MethodGet, env.Bucket, "staging/URLASK/photos/b.jpg"), `refused: key "staging/URLASK/photos/b.jpg" of staging is neither the task's input "staging/URLASK/photos/a.jpg" nor one of its outputs`},
+			"HTMLOnCDN":    {obj(blob.MethodPut, "arke-cdn", staged("variants/URLASK/photos/a.jpg/x.html")), "nor one of its outputs"},
+			"OtherArchive": {obj(blob.MethodPut, "arke-archive", staged("staging/URLASK/photos/b.jpg")), "nor one of its outputs"},
+			"OwnInput":     {obj(blob.MethodPutIfAbsent, env.Bucket, input), "the task's input, which it may read, not write"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				code, body := askURLs(t, env, batchID, l.TaskID, token, c.body)
@@ -197,7 +202,7 @@ func TestWorkerAsksForURLs(t *testing.T) {
 	})
 
 	t.Run("NotThisTask", func(t *testing.T) {
-		ok := map[string]any{"objects": []blob.Object{{Method: blob.MethodGet, Bucket: env.Bucket, Key: page}}}
+		ok := map[string]any{"objects": []blob.Object{{Method: blob.MethodGet, Bucket: env.Bucket, Key: input}}}
 		code, body := askURLs(t, env, batchID, l.TaskID, "wrong-token", ok)
 		require.Equal(t, http.StatusUnauthorized, code, string(body))
 		code, body = askURLs(t, env, batchID, l.TaskID, "", ok)
@@ -211,10 +216,24 @@ func TestWorkerAsksForURLs(t *testing.T) {
 		require.Contains(t, string(body), "not issued for this task")
 	})
 
+	// An attempt is presigned at most MaxURLsPerAttempt URLs on request.
+	t.Run("URLCap", func(t *testing.T) {
+		_, err := env.Pool.Exec(context.Background(), `UPDATE tasks SET urls_signed = $2 WHERE id = $1`, l.TaskID, machine.MaxURLsPerAttempt-1)
+		require.NoError(t, err)
+		get := blob.Object{Method: blob.MethodGet, Bucket: env.Bucket, Key: input}
+		code, body := askURLs(t, env, batchID, l.TaskID, token, map[string]any{"objects": []blob.Object{get, get}})
+		require.Equal(t, http.StatusConflict, code, string(body))
+		require.Contains(t, string(body), "has asked for more than 50000 URLs")
+		code, body = askURLs(t, env, batchID, l.TaskID, token, map[string]any{"objects": []blob.Object{get}})
+		require.Equal(t, http.StatusOK, code, string(body))
+		code, body = askURLs(t, env, batchID, l.TaskID, token, map[string]any{"objects": []blob.Object{get}})
+		require.Equal(t, http.StatusConflict, code, string(body))
+	})
+
 	t.Run("TaskEnded", func(t *testing.T) {
 		code, body := env.DoAuth(t, http.MethodPost, "/admin/reset/"+batchID, testenv.AdminToken, nil)
 		require.Equal(t, http.StatusOK, code, string(body))
-		ok := map[string]any{"objects": []blob.Object{{Method: blob.MethodGet, Bucket: env.Bucket, Key: page}}}
+		ok := map[string]any{"objects": []blob.Object{{Method: blob.MethodGet, Bucket: env.Bucket, Key: input}}}
 		code, body = askURLs(t, env, batchID, l.TaskID, token, ok)
 		require.Equal(t, http.StatusConflict, code, string(body))
 		require.Contains(t, string(body), "task "+l.TaskID+" is failed")

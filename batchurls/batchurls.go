@@ -1,7 +1,8 @@
 // Package batchurls presigns the URLs through which a batch's worker
-// machines reach storage, in place of credentials: a machine may reach only
-// objects under its batch's prefixes (phases.BatchPrefix) of the staging,
-// archive and CDN buckets, until its task's deadline plus Margin. The
+// machines reach storage, in place of credentials: a task's machine may
+// reach only its own input and its own outputs (phases.Reach), under its
+// batch's prefixes (phases.BatchPrefix) of the staging, archive and CDN
+// buckets, until its task's deadline plus Margin. The
 // launcher puts the URLs a task needs into its machine's environment
 // (Env), compactly; the API presigns any other a worker asks for (Sign).
 package batchurls
@@ -9,7 +10,6 @@ package batchurls
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/arke-institute/orchestrator/blob"
@@ -18,8 +18,10 @@ import (
 
 // Margin is how long a task's URLs stay valid after its deadline: a
 // worker's last upload may still be under way as the deadline passes, and
-// the timeout sweep, not an expired URL, should end the task.
-const Margin = 15 * time.Minute
+// the timeout sweep, not an expired URL, should end the task. It is short:
+// a URL cannot be taken back, so a superseded attempt's, or a reset
+// batch's, last no longer than this past their deadline.
+const Margin = 2 * time.Minute
 
 // Buckets names the bucket of each role (config's R2_BUCKET,
 // ARCHIVE_BUCKET and CDN_BUCKET). One bucket may have several roles.
@@ -51,13 +53,24 @@ func TTL(now, deadline time.Time) time.Duration {
 	return min(deadline.Add(Margin).Sub(now), blob.MaxPresignExpiry).Truncate(time.Second)
 }
 
-// Check refuses an object a worker of attempt (phases.AttemptID) of a task
-// of batchID may not reach, saying why and naming the key: an unknown
-// method or bucket, a key that is not under the batch's prefix for that
-// bucket (phases.CheckKey), or, for an attempt of a phase that stages its
-// outputs (attempt not empty), a write that replaces (blob.MethodPut)
-// outside the attempt's staging area (phases.AttemptPrefix).
-func (s *Signer) Check(batchID, attempt string, o blob.Object) error {
+// Scope is what one task's worker may reach (Check).
+type Scope struct {
+	BatchID string
+	// Attempt is the attempt's id (phases.StagingAttempt) when its phase
+	// stages its outputs, "" otherwise.
+	Attempt string
+	Phase   phases.Phase
+	// Input is the task's input key, in the staging bucket.
+	Input string
+}
+
+// Check refuses an object the worker of sc may not reach, saying why and
+// naming the key: an unknown method or bucket, a key that is not under the
+// batch's prefix for that bucket (phases.CheckKey), a write that replaces
+// (blob.MethodPut) outside the attempt's staging area when the phase
+// stages its outputs (phases.AttemptPrefix), or a key that is neither the
+// task's input nor one of its outputs, written their way (phases.Reach).
+func (s *Signer) Check(sc Scope, o blob.Object) error {
 	if !o.Method.Valid() {
 		return fmt.Errorf("method %q of key %q is not GET, PUT or PUT_IF_ABSENT", o.Method, o.Key)
 	}
@@ -68,14 +81,9 @@ func (s *Signer) Check(batchID, attempt string, o blob.Object) error {
 			continue
 		}
 		known = true
-		if err = phases.CheckKey(o.Key, phases.BatchPrefix(role, batchID)); err != nil {
-			continue
+		if err = s.checkRole(sc, role, o); err == nil {
+			return nil
 		}
-		if area := phases.AttemptPrefix(role, batchID, attempt); o.Method == blob.MethodPut && attempt != "" && !strings.HasPrefix(o.Key, area) {
-			err = fmt.Errorf("key %q is not in the attempt's staging area %q: a PUT, which replaces, goes there (TASK_ATTEMPT)", o.Key, area)
-			continue
-		}
-		return nil
 	}
 	if !known {
 		return fmt.Errorf("bucket %q of key %q is not one a worker may reach", o.Bucket, o.Key)
@@ -83,11 +91,28 @@ func (s *Signer) Check(batchID, attempt string, o blob.Object) error {
 	return err
 }
 
-// Sign checks every object for attempt (Check) and presigns them all for ttl, in order.
-// A refused object fails the whole request with its reason.
-func (s *Signer) Sign(ctx context.Context, batchID, attempt string, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
+// checkRole is Check of o in the bucket of role.
+func (s *Signer) checkRole(sc Scope, role phases.Bucket, o blob.Object) error {
+	if err := phases.CheckKey(o.Key, phases.BatchPrefix(role, sc.BatchID)); err != nil {
+		return err
+	}
+	key := o.Key
+	if o.Method == blob.MethodPut && sc.Attempt != "" {
+		final, ok := phases.FinalKey(role, sc.BatchID, sc.Attempt, o.Key)
+		if !ok {
+			return fmt.Errorf("key %q is not in the attempt's staging area %q: a PUT, which replaces, goes there (TASK_ATTEMPT)",
+				o.Key, phases.AttemptPrefix(role, sc.BatchID, sc.Attempt))
+		}
+		key = final
+	}
+	return phases.Reach(sc.Phase, sc.Input, role, key, o.Method != blob.MethodGet, o.Method == blob.MethodPut)
+}
+
+// Sign checks every object for sc (Check) and presigns them all for ttl,
+// in order. A refused object fails the whole request with its reason.
+func (s *Signer) Sign(ctx context.Context, sc Scope, objs []blob.Object, ttl time.Duration) ([]blob.Presigned, error) {
 	for _, o := range objs {
-		if err := s.Check(batchID, attempt, o); err != nil {
+		if err := s.Check(sc, o); err != nil {
 			return nil, &RefusedError{Reason: err.Error()}
 		}
 	}
@@ -117,10 +142,10 @@ const (
 // if the worker had asked for them. When they are refused, the error comes
 // with INPUT_URL alone: the worker then asks for them and reports the
 // refusal.
-func (s *Signer) Env(ctx context.Context, env map[string]string, batchID, attempt string, phase phases.Phase, input string, ttl time.Duration) error {
+func (s *Signer) Env(ctx context.Context, env map[string]string, sc Scope, ttl time.Duration) error {
 	var outs []phases.Output
-	if planner, ok := phase.(phases.OutputPlanner); ok {
-		outs = planner.PlanOutputs(input)
+	if planner, ok := sc.Phase.(phases.OutputPlanner); ok {
+		outs = planner.PlanOutputs(sc.Input)
 	}
 	var refused error
 	objs := make([]blob.Object, 0, len(outs))
@@ -129,17 +154,17 @@ func (s *Signer) Env(ctx context.Context, env map[string]string, batchID, attemp
 		switch {
 		case out.IfAbsent:
 			o.Method = blob.MethodPutIfAbsent
-		case attempt != "":
-			o.Key = phases.AttemptKey(out.Key, attempt)
+		case sc.Attempt != "":
+			o.Key = phases.AttemptKey(out.Key, sc.Attempt)
 		}
-		if err := s.Check(batchID, attempt, o); err != nil {
-			refused = fmt.Errorf("planning the outputs of %s: %w", input, &RefusedError{Reason: err.Error()})
+		if err := s.Check(sc, o); err != nil {
+			refused = fmt.Errorf("planning the outputs of %s: %w", sc.Input, &RefusedError{Reason: err.Error()})
 			objs = nil
 			break
 		}
 		objs = append(objs, o)
 	}
-	get := blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: input}
+	get := blob.Object{Method: blob.MethodGet, Bucket: s.buckets[phases.StagingBucket], Key: sc.Input}
 	base, lines, err := s.presigner.PresignCompact(ctx, get, objs, ttl)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"strconv"
 	"strings"
@@ -145,7 +146,7 @@ func AppendCompact(b []byte, base Presigned, urls []Presigned) ([]byte, error) {
 		b = appendEscaped(b, u.Key, false)
 		sig, ok := s.signature(u, b[bucket:key-1], b[key:])
 		var raw [sha256.Size]byte
-		if !ok || sig != "" && !decodeLowerHex(raw[:], sig) || !u.Expires.Equal(s.expires) || !signsHeader(u.Method, u.Header) {
+		if !ok || sig != "" && !decodeLowerHex(raw[:], sig) || !u.Expires.Equal(s.expires) || !signsHeader(u.Object, u.Header) {
 			return b, fmt.Errorf("compacting %s: not presigned together with %s", addr(u.Bucket, u.Key), addr(base.Bucket, base.Key))
 		}
 		if sig != "" {
@@ -156,13 +157,10 @@ func AppendCompact(b []byte, base Presigned, urls []Presigned) ([]byte, error) {
 	return b, nil
 }
 
-// signsHeader reports whether h is the header a request made with m signs:
-// If-None-Match: * for MethodPutIfAbsent, none for the others.
-func signsHeader(m Method, h map[string]string) bool {
-	if m == MethodPutIfAbsent {
-		return len(h) == 1 && h["If-None-Match"] == "*"
-	}
-	return len(h) == 0
+// signsHeader reports whether h is the header a request on o signs
+// (SignedHeader).
+func signsHeader(o Object, h map[string]string) bool {
+	return maps.Equal(h, SignedHeader(o))
 }
 
 // ParseCompact rebuilds the requests whose lines AppendCompact wrote, given
@@ -208,9 +206,7 @@ func ParseCompact(base Presigned, lines string) ([]Presigned, error) {
 			u = hex.AppendEncode(u, raw[:])
 		}
 		p.URL = string(u)
-		if p.Method == MethodPutIfAbsent {
-			p.Header = map[string]string{"If-None-Match": "*"}
-		}
+		p.Header = SignedHeader(p.Object)
 		out = append(out, p)
 	}
 	return out, nil

@@ -63,10 +63,11 @@ func TestCompactRoundTrip(t *testing.T) {
 		require.Equal(t, urls[1:], got, baseKey)
 	}
 
-	const query = "?X-Amz-Date=20251029T120000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host&X-Amz-Signature="
-	base := blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "b", Key: "k"}, URL: "https://h/b/k" + query + "01"}
+	const query = "?X-Amz-Date=20251029T120000Z&X-Amz-Expires=60&X-Amz-SignedHeaders="
+	base := blob.Presigned{Object: blob.Object{Method: blob.MethodGet, Bucket: "b", Key: "k"}, URL: "https://h/b/k" + query + "host&X-Amz-Signature=01"}
 	put := blob.Presigned{Object: blob.Object{Method: blob.MethodPut, Bucket: "b", Key: "a b+%ü"},
-		URL: "https://h/b/a%20b%2B%25%C3%BC" + query + strings.Repeat("00ff", 16), Expires: time.Date(2025, 10, 29, 12, 1, 0, 0, time.UTC)}
+		URL:    "https://h/b/a%20b%2B%25%C3%BC" + query + "content-type%3Bhost&X-Amz-Signature=" + strings.Repeat("00ff", 16),
+		Header: map[string]string{"Content-Type": "application/octet-stream"}, Expires: time.Date(2025, 10, 29, 12, 1, 0, 0, time.UTC)}
 	line, err := blob.AppendCompact(nil, base, []blob.Presigned{put})
 	require.NoError(t, err)
 	require.Equal(t, "PUT b a%20b%2B%25%C3%BC AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8A_wD_AP8", string(line), "the format")
@@ -109,11 +110,8 @@ func TestCompactUnsigned(t *testing.T) {
 	t.Parallel()
 	expires := time.Date(2025, 10, 29, 12, 0, 0, 0, time.UTC)
 	p := func(m blob.Method, bucket, key, url string) blob.Presigned {
-		u := blob.Presigned{Object: blob.Object{Method: m, Bucket: bucket, Key: key}, URL: url, Expires: expires}
-		if m == blob.MethodPutIfAbsent {
-			u.Header = map[string]string{"If-None-Match": "*"}
-		}
-		return u
+		o := blob.Object{Method: m, Bucket: bucket, Key: key}
+		return blob.Presigned{Object: o, URL: url, Expires: expires, Header: blob.SignedHeader(o)}
 	}
 	base := p(blob.MethodGet, "s", "staging/B/a b.jpg", "http://127.0.0.1:1/s/staging/B/a%20b.jpg")
 	urls := []blob.Presigned{p(blob.MethodPut, "cdn", "v/a.jpg", "http://127.0.0.1:1/cdn/v/a.jpg"),
@@ -147,7 +145,7 @@ func TestCompactRefuses(t *testing.T) {
 	require.NoError(t, err)
 	mutate := func(f func(*blob.Presigned)) blob.Presigned {
 		u := out
-		u.Header = map[string]string{"If-None-Match": "*"}
+		u.Header = blob.SignedHeader(out.Object)
 		f(&u)
 		return u
 	}

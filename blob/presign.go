@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -58,8 +59,8 @@ type Presigned struct {
 	// URL is the request's URL, signature included.
 	URL string `json:"url"`
 	// Header holds the signed headers the request must carry exactly as
-	// given (If-None-Match for MethodPutIfAbsent); Host is left to the
-	// HTTP client.
+	// given (SignedHeader: a write's Content-Type, If-None-Match for
+	// MethodPutIfAbsent); Host is left to the HTTP client.
 	Header map[string]string `json:"headers,omitempty"`
 	// Expires is when the signature stops being accepted (at the latest:
 	// it is computed from a clock read just before signing, to the second).
@@ -156,10 +157,42 @@ func (s *S3) presign(o Object, ttl time.Duration, now time.Time, date *amzDate) 
 	p := Presigned{Object: o, URL: s.presigner.sign(o, ttl, date),
 		// X-Amz-Date has whole seconds.
 		Expires: now.UTC().Truncate(time.Second).Add(ttl)}
-	if o.Method == MethodPutIfAbsent {
-		p.Header = map[string]string{"If-None-Match": "*"}
-	}
+	p.Header = SignedHeader(o)
 	return p, nil
+}
+
+// SignedHeader is the header a presigned request on o must carry as it is:
+// a write's Content-Type, ContentTypeOf its key, so that its holder cannot
+// store another type (text/html on a public bucket, say), and a
+// MethodPutIfAbsent's If-None-Match: *. Nil for a read.
+func SignedHeader(o Object) map[string]string {
+	switch o.Method {
+	case MethodPutIfAbsent:
+		return map[string]string{"Content-Type": ContentTypeOf(o.Key), "If-None-Match": "*"}
+	case MethodPut:
+		return map[string]string{"Content-Type": ContentTypeOf(o.Key)}
+	}
+	return nil
+}
+
+// contentTypes are the media types of the extensions workers write, and
+// of the originals they archive; any other is application/octet-stream.
+var contentTypes = map[string]string{
+	".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif", ".webp": "image/webp",
+	".tif": "image/tiff", ".tiff": "image/tiff", ".bmp": "image/bmp", ".heic": "image/heic", ".avif": "image/avif",
+	".pdf": "application/pdf", ".txt": "text/plain; charset=utf-8", ".json": "application/json",
+}
+
+// ContentTypeOf is the media type a presigned write of key stores: that
+// of its extension (in any case) among contentTypes, or
+// application/octet-stream, which no browser renders.
+func ContentTypeOf(key string) string {
+	if i := strings.LastIndexByte(key, '.'); i >= 0 && !strings.ContainsRune(key[i:], '/') {
+		if t, ok := contentTypes[strings.ToLower(key[i:])]; ok {
+			return t
+		}
+	}
+	return "application/octet-stream"
 }
 
 // checkPresign refuses what cannot be presigned: an unknown method, a

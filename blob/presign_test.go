@@ -97,12 +97,34 @@ func TestPresignRoundTrip(t *testing.T) {
 		}
 		code, _, h := do(t, presign(blob.MethodGet, "put/x.jpg"), nil, "")
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, "image/jpeg", h.Get("Content-Type"), "the unsigned Content-Type is stored")
+		require.Equal(t, "image/jpeg", h.Get("Content-Type"), "the signed Content-Type is stored")
+	})
+
+	// A write's Content-Type follows from its key and is signed: the
+	// holder cannot store a page for browsers to render.
+	t.Run("ContentTypeSigned", func(t *testing.T) {
+		p := presign(blob.MethodPut, "put/y.jpg")
+		require.Equal(t, map[string]string{"Content-Type": "image/jpeg"}, p.Header)
+		code, _, _ := do(t, p, []byte("<script>"), "text/html")
+		require.Equal(t, http.StatusForbidden, code)
+		code, _, _ = do(t, p, []byte("<script>"), "", "Content-Type")
+		require.Equal(t, http.StatusForbidden, code)
+		html := presign(blob.MethodPut, "put/page.html")
+		require.Equal(t, map[string]string{"Content-Type": "application/octet-stream"}, html.Header)
+		code, msg, _ := do(t, html, []byte("<script>"), "")
+		require.Equal(t, http.StatusOK, code, string(msg))
+		_, _, h := do(t, presign(blob.MethodGet, "put/page.html"), nil, "")
+		require.Equal(t, "application/octet-stream", h.Get("Content-Type"))
+		ifAbsent := presign(blob.MethodPutIfAbsent, "put/z.txt")
+		code, _, _ = do(t, ifAbsent, []byte("text"), "text/html")
+		require.Equal(t, http.StatusForbidden, code)
+		require.Equal(t, "text/plain; charset=utf-8", blob.ContentTypeOf("a/B.TXT"))
+		require.Equal(t, "application/octet-stream", blob.ContentTypeOf("a.jpg/noext"))
 	})
 
 	t.Run("PutIfAbsent", func(t *testing.T) {
 		p := presign(blob.MethodPutIfAbsent, "once/x.jpg")
-		require.Equal(t, map[string]string{"If-None-Match": "*"}, p.Header)
+		require.Equal(t, map[string]string{"Content-Type": "image/jpeg", "If-None-Match": "*"}, p.Header)
 
 		code, msg, _ := do(t, p, []byte("first"), "")
 		require.Equal(t, http.StatusOK, code, string(msg))
@@ -203,6 +225,9 @@ func TestPresignMatchesTheSDK(t *testing.T) {
 			require.NoError(t, err)
 			if m == blob.MethodPutIfAbsent {
 				req.Header.Set("If-None-Match", "*")
+			}
+			if m != blob.MethodGet {
+				req.Header.Set("Content-Type", blob.ContentTypeOf(key))
 			}
 			want, wantHeader, err := sdk.PresignHTTP(context.Background(), creds, req, "UNSIGNED-PAYLOAD", "s3", "auto", now)
 			require.NoError(t, err)

@@ -56,7 +56,8 @@ func newPresigner(endpoint, region, accessKeyID, secret string) (*presigner, err
 }
 
 // sign returns the URL of o's request signed at now for ttl (whole
-// seconds). A MethodPutIfAbsent's signature covers If-None-Match: *.
+// seconds). A write's signature covers its Content-Type (ContentTypeOf),
+// a MethodPutIfAbsent's If-None-Match: * too.
 func (p *presigner) sign(o Object, ttl time.Duration, now *amzDate) string {
 	// Built on the stack and copied once, at its length.
 	var ubuf [768]byte
@@ -99,11 +100,20 @@ func (p *presigner) appendSigned(u []byte, o Object, ttl time.Duration, now *amz
 	c = append(c, u[pathStart:pathEnd]...)
 	c = append(c, '\n')
 	c = append(c, u[queryStart:queryEnd]...)
-	c = append(c, "\nhost:"...)
+	c = append(c, '\n')
+	if o.Method != MethodGet {
+		c = append(c, "content-type:"...)
+		c = append(c, ContentTypeOf(o.Key)...)
+		c = append(c, '\n')
+	}
+	c = append(c, "host:"...)
 	c = append(c, p.host...)
-	if ifAbsent {
-		c = append(c, "\nif-none-match:*\n\nhost;if-none-match\n"...)
-	} else {
+	switch {
+	case ifAbsent:
+		c = append(c, "\nif-none-match:*\n\ncontent-type;host;if-none-match\n"...)
+	case o.Method == MethodPut:
+		c = append(c, "\n\ncontent-type;host\n"...)
+	default:
 		c = append(c, "\n\nhost\n"...)
 	}
 	c = append(c, unsignedPayload...)
@@ -140,10 +150,14 @@ func amzDateOf(t time.Time) (d amzDate) {
 }
 
 // signedHeaders is the value of X-Amz-SignedHeaders for a request made with
-// m, escaped: Host, and If-None-Match for MethodPutIfAbsent.
+// m, escaped: Host; Content-Type for a write; If-None-Match for
+// MethodPutIfAbsent.
 func signedHeaders(m Method) string {
-	if m == MethodPutIfAbsent {
-		return "host%3Bif-none-match"
+	switch m {
+	case MethodPutIfAbsent:
+		return "content-type%3Bhost%3Bif-none-match"
+	case MethodPut:
+		return "content-type%3Bhost"
 	}
 	return "host"
 }

@@ -232,6 +232,7 @@ type Task struct {
 	MachineGone           *string
 	Failure               *string
 	FailingSince          *time.Time
+	UrlsSigned            int32
 }
 
 type TaskCount struct {

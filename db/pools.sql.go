@@ -187,7 +187,7 @@ WITH picked AS (
     FROM picked
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = $1, pool_machine_id = $2, ended_by = NULL, unheard = false, machine_gone = NULL,
+SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id = $1, pool_machine_id = $2, ended_by = NULL, unheard = false, machine_gone = NULL,
     superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),

@@ -47,7 +47,7 @@ WITH claimed AS (
     FROM claimed
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL, unheard = false, machine_gone = NULL,
+SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id = NULL, ended_by = NULL, unheard = false, machine_gone = NULL,
     superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
@@ -805,9 +805,9 @@ func (q *Queries) TaskFailOpenByBatch(ctx context.Context, arg TaskFailOpenByBat
 }
 
 const taskGetForURLs = `-- name: TaskGetForURLs :one
-SELECT id, batch_id, phase, status, token_hash, deadline
-FROM tasks
-WHERE id = $1
+SELECT t.id, t.batch_id, t.phase, t.status, t.token_hash, t.deadline, f.r2_key
+FROM tasks t JOIN files f ON f.id = t.file_id
+WHERE t.id = $1
 `
 
 type TaskGetForURLsRow struct {
@@ -817,10 +817,12 @@ type TaskGetForURLsRow struct {
 	Status    string
 	TokenHash []byte
 	Deadline  *time.Time
+	R2Key     string
 }
 
 // TaskGetForURLs reads what answering a worker's request for presigned
-// URLs needs: the task's batch, phase and state, its token and deadline.
+// URLs needs: the task's batch, phase and state, its token and deadline,
+// and its input's key.
 func (q *Queries) TaskGetForURLs(ctx context.Context, id string) (TaskGetForURLsRow, error) {
 	row := q.db.QueryRow(ctx, taskGetForURLs, id)
 	var i TaskGetForURLsRow
@@ -831,6 +833,7 @@ func (q *Queries) TaskGetForURLs(ctx context.Context, id string) (TaskGetForURLs
 		&i.Status,
 		&i.TokenHash,
 		&i.Deadline,
+		&i.R2Key,
 	)
 	return i, err
 }
@@ -1436,4 +1439,33 @@ func (q *Queries) TaskSettleUnlaunched(ctx context.Context, arg TaskSettleUnlaun
 		return nil, err
 	}
 	return items, nil
+}
+
+const taskSignURLs = `-- name: TaskSignURLs :one
+UPDATE tasks t SET urls_signed = t.urls_signed + $1::int
+WHERE t.id = $2 AND t.status = 'processing' AND t.token_hash = $3 AND t.urls_signed + $1::int <= $4::int
+RETURNING t.urls_signed
+`
+
+type TaskSignURLsParams struct {
+	N         int32
+	ID        string
+	TokenHash []byte
+	Most      int32
+}
+
+// TaskSignURLs counts n more URLs against the current attempt of a
+// processing task whose token record is the one given, unless that makes
+// more than the most allowed; no row then (or for a task no longer
+// running under that token).
+func (q *Queries) TaskSignURLs(ctx context.Context, arg TaskSignURLsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, taskSignURLs,
+		arg.N,
+		arg.ID,
+		arg.TokenHash,
+		arg.Most,
+	)
+	var urls_signed int32
+	err := row.Scan(&urls_signed)
+	return urls_signed, err
 }

@@ -64,13 +64,17 @@ func TestBatchSurvivesPostgresOutage(t *testing.T) {
 	}
 	env.Submit(t, batchID, list)
 	env.Fly.Await(t, time.Minute, "the first callbacks", func() bool { return env.Fly.Counts().Callbacks >= 5 })
-	taskID := env.Fly.Launches()[0].TaskID
+	first := env.Fly.Launches()[0]
+	taskID := first.TaskID
 
 	require.NoError(t, cluster.StopServer(ctx, "immediate"))
-	requireUnavailable(t, env, http.MethodGet, "/healthz", "")
-	requireUnavailable(t, env, http.MethodPost, "/batches", queueMessage(t, "01PGRESTART00000000000000B"))
-	requireUnavailable(t, env, http.MethodPost, "/callback/"+batchID+"/"+taskID,
-		fmt.Sprintf(`{"task_id": %q, "batch_id": %q, "status": "error", "error": "x"}`, taskID, batchID))
+	requireUnavailable(t, env, http.MethodGet, "/healthz", "", "")
+	requireUnavailable(t, env, http.MethodPost, "/batches", queueMessage(t, "01PGRESTART00000000000000B"), testenv.IngestToken)
+	callback := fmt.Sprintf(`{"task_id": %q, "batch_id": %q, "status": "error", "error": "x"}`, taskID, batchID)
+	requireUnavailable(t, env, http.MethodPost, "/callback/"+batchID+"/"+taskID, callback, first.Env["CALLBACK_TOKEN"])
+	// A forged token is refused on its seal, without the database.
+	code, body := env.DoAuth(t, http.MethodPost, "/callback/"+batchID+"/"+taskID, "not-the-token", strings.NewReader(callback))
+	require.Equal(t, http.StatusUnauthorized, code, "%s", body)
 	// The outage itself: the database stays away while workers keep
 	// calling back (and retrying), as through a restart or a failover.
 	time.Sleep(5 * time.Second)
@@ -122,17 +126,15 @@ func queueMessage(t *testing.T, batchID string) string {
 	return string(b)
 }
 
-// requireUnavailable sends a request while the database is away and
-// requires 503 with Retry-After, not a 500.
-func requireUnavailable(t *testing.T, env *testenv.Env, method, path, body string) {
+// requireUnavailable sends a request with token (none if empty) while the
+// database is away and requires 503 with Retry-After, not a 500.
+func requireUnavailable(t *testing.T, env *testenv.Env, method, path, body, token string) {
 	t.Helper()
 	req, err := http.NewRequest(method, env.Server.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
-	if path == "/batches" {
-		req.Header.Set("Authorization", "Bearer "+testenv.IngestToken)
-	} else {
-		req.Header.Set("Authorization", "Bearer not-the-token")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

@@ -71,6 +71,22 @@ func NewTesseract(cfg TesseractConfig) (*Tesseract, error) {
 	return &Tesseract{cfg: cfg, path: path, model: strings.TrimSpace(version), slots: make(chan struct{}, cfg.Concurrency)}, nil
 }
 
+// tesseractEnv is the whole environment of a tesseract run: it parses
+// images a worker wrote, so it gets none of the orchestrator's variables
+// (the database URL, tokens, storage keys), only those that choose its
+// data and locale, and one thread per run: callers run several pages at
+// once, and OpenMP threads contending for the same cores make each run
+// slower.
+func tesseractEnv() []string {
+	env := []string{"OMP_THREAD_LIMIT=1"}
+	for _, name := range []string{"TESSDATA_PREFIX", "LANG", "LC_ALL", "LC_CTYPE"} {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
+}
+
 // Provider is the name results carry: "tesseract".
 func (t *Tesseract) Provider() string { return "tesseract" }
 
@@ -92,9 +108,7 @@ func (t *Tesseract) Transcribe(ctx context.Context, img Image) (Result, error) {
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, t.path, "-", "-", "-l", t.cfg.Language)
 	cmd.Stdin = bytes.NewReader(img.Data)
-	// One thread per run: callers run several pages at once, and OpenMP
-	// threads contending for the same cores make each run slower.
-	cmd.Env = append(os.Environ(), "OMP_THREAD_LIMIT=1")
+	cmd.Env = tesseractEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

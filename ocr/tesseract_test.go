@@ -2,6 +2,7 @@ package ocr_test
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,6 +52,25 @@ func TestTesseractRefusesWhatItCannotRead(t *testing.T) {
 			require.Equal(t, ocr.Permanent, ocr.ClassOf(err), "%v", err)
 		})
 	}
+}
+
+// TestTesseractGetsNoSecrets: tesseract runs with none of the
+// orchestrator's environment (here a stand-in that prints its own): only
+// its data, locale and thread settings.
+func TestTesseractGetsNoSecrets(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://user:secret-password@db/orchestrator")
+	t.Setenv("ADMIN_TOKEN", "secret-admin-token")
+	t.Setenv("LANG", "C.UTF-8")
+	script := filepath.Join(t.TempDir(), "tesseract")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'tesseract 5'; exit 0; }\n/usr/bin/env\n"), 0o755))
+	e, err := ocr.NewTesseract(ocr.TesseractConfig{Command: script})
+	require.NoError(t, err)
+	res, err := e.Transcribe(t.Context(), page(t))
+	require.NoError(t, err)
+	require.NotContains(t, res.Text, "secret")
+	require.NotContains(t, res.Text, "DATABASE_URL")
+	require.Contains(t, res.Text, "OMP_THREAD_LIMIT=1")
+	require.Contains(t, res.Text, "LANG=C.UTF-8")
 }
 
 func TestNewTesseractWithoutTheCommand(t *testing.T) {

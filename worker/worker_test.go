@@ -98,11 +98,12 @@ func TestParseEnv(t *testing.T) {
 		expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 		require.Equal(t, []blob.Presigned{{
 			Object: blob.Object{Method: blob.MethodPutIfAbsent, Bucket: "arke-staging", Key: "staging/01BATCH/photo 1.jpg"},
-			URL:    "http://s3.test/arke-staging/staging/01BATCH/photo%201.jpg" + query + "host%3Bif-none-match&X-Amz-Signature=" + strings.Repeat("00ff", 16),
-			Header: map[string]string{"If-None-Match": "*"}, Expires: expires,
+			URL:    "http://s3.test/arke-staging/staging/01BATCH/photo%201.jpg" + query + "content-type%3Bhost%3Bif-none-match&X-Amz-Signature=" + strings.Repeat("00ff", 16),
+			Header: map[string]string{"Content-Type": "image/jpeg", "If-None-Match": "*"}, Expires: expires,
 		}, {
 			Object: blob.Object{Method: blob.MethodPut, Bucket: "arke-cdn", Key: "v/a.jpg"},
-			URL:    "http://s3.test/arke-cdn/v/a.jpg" + query + "host&X-Amz-Signature=" + strings.Repeat("0", 64), Expires: expires,
+			URL:    "http://s3.test/arke-cdn/v/a.jpg" + query + "content-type%3Bhost&X-Amz-Signature=" + strings.Repeat("0", 64),
+			Header: map[string]string{"Content-Type": "image/jpeg"}, Expires: expires,
 		}}, cfg.OutputURLs)
 	})
 

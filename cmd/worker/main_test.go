@@ -34,8 +34,12 @@ type orchestrator struct {
 	script []int
 	bodies []json.RawMessage
 	auth   []string
-	// store presigns; urlRequests are the objects of each request for URLs.
+	// signer presigns what the task of scope may reach, as the real
+	// orchestrator does, with store's credentials; urlRequests are the objects of each request for
+	// URLs.
 	store       *blob.S3
+	signer      *batchurls.Signer
+	scope       batchurls.Scope
 	urlRequests [][]blob.Object
 }
 
@@ -69,11 +73,10 @@ func (o *orchestrator) presign(t *testing.T, w http.ResponseWriter, r *http.Requ
 	o.mu.Lock()
 	o.urlRequests = append(o.urlRequests, req.Objects)
 	o.mu.Unlock()
-	urls := make([]blob.Presigned, len(req.Objects))
-	for i, obj := range req.Objects {
-		var err error
-		urls[i], err = o.store.Presign(r.Context(), obj, time.Hour)
-		assert.NoError(t, err)
+	urls, err := o.signer.Sign(r.Context(), o.scope, req.Objects, time.Hour)
+	if !assert.NoError(t, err, "the worker asked for an object its task may not reach") {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"urls": urls})
 }
@@ -102,7 +105,6 @@ func setup(t *testing.T, o *orchestrator, phase phases.Name, key string, data []
 	srv := s3test.Start(t)
 	store, err := blob.NewS3(srv.Config())
 	require.NoError(t, err)
-	o.store = store
 	bucket, archive, cdn := srv.NewBucket(t), srv.NewBucket(t), srv.NewBucket(t)
 	require.NoError(t, store.Put(t.Context(), bucket, key, bytes.NewReader(data), int64(len(data)), ""))
 	signer, err := batchurls.New(store, batchurls.Buckets{phases.StagingBucket: bucket, phases.ArchiveBucket: archive, phases.CDNBucket: cdn})
@@ -113,7 +115,8 @@ func setup(t *testing.T, o *orchestrator, phase phases.Name, key string, data []
 	if p.Spec().StagesOutputs {
 		attempt = "a1"
 	}
-	require.NoError(t, signer.Env(t.Context(), urls, "01BATCH", attempt, p, key, time.Hour))
+	o.store, o.signer, o.scope = store, signer, batchurls.Scope{BatchID: "01BATCH", Attempt: attempt, Phase: p, Input: key}
+	require.NoError(t, signer.Env(t.Context(), urls, o.scope, time.Hour))
 	return map[string]string{
 		"TASK_ATTEMPT":   attempt,
 		"TASK_ID":        "task_1",

@@ -84,7 +84,8 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 	if attempt != "" {
 		env["TASK_ATTEMPT"] = attempt
 	}
-	if err := urls.Env(context.Background(), env, t.BatchID, attempt, p, t.R2Key, batchurls.TTL(now, deadline)); err != nil {
+	scope := batchurls.Scope{BatchID: t.BatchID, Attempt: attempt, Phase: p, Input: t.R2Key}
+	if err := urls.Env(context.Background(), env, scope, batchurls.TTL(now, deadline)); err != nil {
 		// A worker without its URLs asks for them, and reports why it
 		// cannot have them.
 		deps.Logger.Error("presigning a worker's URLs", "batch_id", t.BatchID, "task_id", t.ID, "phase", string(t.Phase), "error", err)

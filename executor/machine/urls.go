@@ -74,7 +74,8 @@ func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body
 		return URLsResult{}, err
 	}
 	p, _ := phases.Get(phases.Name(t.Phase))
-	urls, err := e.urls.Sign(ctx, batchID, phases.StagingAttempt(p, taskID, t.TokenHash), req.Objects, ttl)
+	scope := batchurls.Scope{BatchID: batchID, Attempt: phases.StagingAttempt(p, taskID, t.TokenHash), Phase: p, Input: t.R2Key}
+	urls, err := e.urls.Sign(ctx, scope, req.Objects, ttl)
 	var refused *batchurls.RefusedError
 	if errors.As(err, &refused) {
 		return URLsResult{}, &problem.InputError{Msg: "refused: " + refused.Reason}
@@ -82,8 +83,23 @@ func (e *Executor) URLs(ctx context.Context, batchID, taskID, token string, body
 	if err != nil {
 		return URLsResult{}, err
 	}
+	_, err = db.New(e.deps.Pool).TaskSignURLs(ctx, db.TaskSignURLsParams{ID: taskID, TokenHash: record,
+		N: int32(len(urls)), Most: MaxURLsPerAttempt})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return URLsResult{}, fmt.Errorf("%w: task %s is no longer running, or its attempt has asked for more than %d URLs",
+			problem.ErrConflict, taskID, MaxURLsPerAttempt)
+	}
+	if err != nil {
+		return URLsResult{}, err
+	}
 	return URLsResult{URLs: urls}, nil
 }
+
+// MaxURLsPerAttempt bounds the URLs one attempt of a task is presigned on
+// request: twice the outputs of a PDF of the largest PDF_MAX_PAGES (two
+// files a page), renewed once, and more. A worker asking for more is
+// refused (409), and reports its task failed.
+const MaxURLsPerAttempt = 50_000
 
 // parseURLsRequest decodes a request for URLs, refusing unknown fields, no
 // objects and more than blob.MaxPresignBatch.

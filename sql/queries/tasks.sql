@@ -30,7 +30,7 @@ WITH claimed AS (
     FROM claimed
 )
 UPDATE tasks t
-SET status = 'processing', attempt = t.attempt + 1, machine_id = NULL, ended_by = NULL, unheard = false, machine_gone = NULL,
+SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id = NULL, ended_by = NULL, unheard = false, machine_gone = NULL,
     superseded_token_hashes = CASE WHEN t.token_hash IS NULL THEN t.superseded_token_hashes
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
@@ -293,11 +293,12 @@ WHERE batch_id = @batch_id AND phase = ANY(@phases::text[]) AND status IN ('pend
 RETURNING id, phase, machine_id, pool_machine_id;
 
 -- TaskGetForURLs reads what answering a worker's request for presigned
--- URLs needs: the task's batch, phase and state, its token and deadline.
+-- URLs needs: the task's batch, phase and state, its token and deadline,
+-- and its input's key.
 -- name: TaskGetForURLs :one
-SELECT id, batch_id, phase, status, token_hash, deadline
-FROM tasks
-WHERE id = @id;
+SELECT t.id, t.batch_id, t.phase, t.status, t.token_hash, t.deadline, f.r2_key
+FROM tasks t JOIN files f ON f.id = t.file_id
+WHERE t.id = @id;
 
 -- TaskHasOpen asks whether any task of a phase is still pending or
 -- processing: the fan-in's question. It reads the counters (task_counts),
@@ -486,3 +487,12 @@ SET machine_id = CASE WHEN u.action = 'found' THEN u.machine_id ELSE t.machine_i
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.status = 'processing' AND t.machine_id IS NULL
 RETURNING t.id, u.action::text AS action;
+
+-- TaskSignURLs counts n more URLs against the current attempt of a
+-- processing task whose token record is the one given, unless that makes
+-- more than the most allowed; no row then (or for a task no longer
+-- running under that token).
+-- name: TaskSignURLs :one
+UPDATE tasks t SET urls_signed = t.urls_signed + @n::int
+WHERE t.id = @id AND t.status = 'processing' AND t.token_hash = @token_hash AND t.urls_signed + @n::int <= @most::int
+RETURNING t.urls_signed;

@@ -215,6 +215,10 @@ func makeVariants(file string, size int64, variants []worker.Variant, quality in
 		return nil, err
 	}
 	out := &variantSet{mediaType: mediaType, width: hdr.Width(), height: hdr.Height()}
+	if err := worker.CheckPixels(out.width, out.height); err != nil {
+		hdr.Close()
+		return nil, err
+	}
 	if o := hdr.Orientation(); o >= 5 && o <= 8 {
 		out.width, out.height = out.height, out.width
 	}

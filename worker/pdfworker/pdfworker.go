@@ -423,14 +423,25 @@ type pageText struct {
 	r       *bufio.Reader
 }
 
+// The most text taken from a PDF, and from one of its pages: a small PDF
+// can make pdftotext write without end. Past either, the task fails.
+const (
+	maxTextBytes     = 64 << 20
+	maxPageTextBytes = 4 << 20
+)
+
 // extractText runs pdftotext over the n pages of file, into dir.
 func extractText(ctx context.Context, file, dir string, n int) (*pageText, error) {
-	out := filepath.Join(dir, "text.txt")
-	if err := pdftotext(ctx, file, 0, out, nil); err != nil {
+	f, err := os.Create(filepath.Join(dir, "text.txt"))
+	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(out)
-	if err != nil {
+	if err := pdftotext(ctx, file, 0, f, maxTextBytes); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
 		return nil, err
 	}
 	feeds := 0
@@ -465,7 +476,7 @@ func (t *pageText) page(ctx context.Context, page int) (string, error) {
 	var raw []byte
 	if t.perPage {
 		var out bytes.Buffer
-		if err := pdftotext(ctx, t.file, page, "-", &out); err != nil {
+		if err := pdftotext(ctx, t.file, page, &out, maxPageTextBytes); err != nil {
 			return "", err
 		}
 		raw = out.Bytes()
@@ -490,25 +501,46 @@ func (t *pageText) Close() {
 }
 
 // pdftotext extracts the text of page (1-based; 0 for every page) of file
-// into out, a file name, or "-" for stdout, which is copied to stdout.
-func pdftotext(ctx context.Context, file string, page int, out string, stdout io.Writer) error {
+// to out, at most limit bytes of it: past that, pdftotext is stopped and the
+// error says so.
+func pdftotext(ctx context.Context, file string, page int, out io.Writer, limit int64) error {
 	args := []string{"-enc", "UTF-8", "-eol", "unix"}
+	what := "extracting text"
 	if page > 0 {
 		args = append(args, "-f", strconv.Itoa(page), "-l", strconv.Itoa(page))
+		what += " of page " + strconv.Itoa(page)
 	}
-	args = append(args, file, out)
+	args = append(args, file, "-")
 	var stderr bytes.Buffer
+	capped := &cappedWriter{w: out, left: limit}
 	cmd := exec.CommandContext(ctx, "pdftotext", args...)
-	cmd.Stdout, cmd.Stderr = stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		what := "extracting text"
-		if page > 0 {
-			what += " of page " + strconv.Itoa(page)
-		}
+	cmd.Stdout, cmd.Stderr = capped, &stderr
+	err := cmd.Run()
+	if capped.over {
+		return fmt.Errorf("%s: the text is larger than %d bytes, more than a PDF's text may be", what, limit)
+	}
+	if err != nil {
 		if msgs := popplerMessages(stderr.String()); len(msgs) > 0 {
 			return fmt.Errorf("%s: pdftotext: %w (%s)", what, err, strings.Join(msgs, "; "))
 		}
 		return fmt.Errorf("%s: pdftotext: %w", what, err)
 	}
 	return nil
+}
+
+// cappedWriter writes to w until left bytes are spent, then refuses, and
+// the pipe from pdftotext closes.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
+	over bool
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		c.over = true
+		return 0, errors.New("text cap reached")
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
 }

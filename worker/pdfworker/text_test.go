@@ -1,6 +1,7 @@
 package pdfworker
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,5 +48,24 @@ func TestPageTextModes(t *testing.T) {
 		got, err = mismatched.page(t.Context(), i+1)
 		require.NoError(t, err)
 		require.Equal(t, w, got, "per page, page %d", i+1)
+	}
+}
+
+// TestTextCapped: pdftotext is stopped once its text passes the cap, and
+// the error says so.
+func TestTextCapped(t *testing.T) {
+	t.Parallel()
+	data, err := samples.PDF([]samples.PDFPage{{Width: 100, Height: 100, Lines: []string{"some text", "more text"}}}, samples.PDFOptions{})
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "in.pdf")
+	require.NoError(t, os.WriteFile(file, data, 0o600))
+	var out bytes.Buffer
+	require.NoError(t, pdftotext(t.Context(), file, 1, &out, maxPageTextBytes))
+	require.Contains(t, out.String(), "more text")
+	for _, page := range []int{0, 1} {
+		out.Reset()
+		err := pdftotext(t.Context(), file, page, &out, 8)
+		require.ErrorContains(t, err, "the text is larger than 8 bytes, more than a PDF's text may be")
+		require.LessOrEqual(t, out.Len(), 8)
 	}
 }

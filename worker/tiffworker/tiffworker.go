@@ -135,6 +135,15 @@ func Convert(ctx context.Context, cfg worker.Config, store blob.Store, log *slog
 	return res, nil
 }
 
+// maxPages bounds the pages of one TIFF, as PDF_MAX_PAGES' bound does a
+// PDF's: a result lists every page, and MAX_OUTPUTS_PER_TASK caps that.
+const maxPages = 10000
+
+// tooManyPages refuses a TIFF of n pages, more than maxPages.
+func tooManyPages(n int) error {
+	return fmt.Errorf("the TIFF has %d pages, more than the %d a worker converts", n, maxPages)
+}
+
 // source is an input file and the pages to convert.
 type source struct {
 	file   string
@@ -155,8 +164,14 @@ func inspect(file string, size int64, log *slog.Logger) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirs, dirErr := readDirectories(f)
+	dirs, dirErr := readDirectories(f, size)
 	f.Close()
+	if errors.Is(dirErr, errHostile) {
+		return nil, dirErr
+	}
+	if n := len(documentPages(dirs)); n > maxPages {
+		return nil, tooManyPages(n)
+	}
 
 	loader := vips.Loader(file)
 	switch {
@@ -192,6 +207,9 @@ func inspect(file string, size int64, log *slog.Logger) (*source, error) {
 			return nil, fmt.Errorf("the TIFF has no image directory (%w)", err)
 		}
 	}
+	if n > maxPages {
+		return nil, tooManyPages(n)
+	}
 	pages := make([]int, n)
 	for i := range pages {
 		pages[i] = i
@@ -221,6 +239,10 @@ func (s *source) convert(page, quality int, log *slog.Logger) ([]byte, error) {
 		if w > vips.JPEGMaxSide || h > vips.JPEGMaxSide {
 			im.Close()
 			return nil, fmt.Errorf("the image is %dx%d pixels; JPEG allows at most %d per side", w, h, vips.JPEGMaxSide)
+		}
+		if err := worker.CheckPixels(w, h); err != nil {
+			im.Close()
+			return nil, err
 		}
 		var jpg []byte
 		jpg, err = encode(im, quality)
