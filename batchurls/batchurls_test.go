@@ -25,7 +25,7 @@ func TestTTL(t *testing.T) {
 
 // newSigner is a signer over buckets, with credentials for a server that
 // is never called.
-func newSigner(t *testing.T, buckets batchurls.Buckets) (*blob.S3, *batchurls.Signer) {
+func newSigner(t testing.TB, buckets batchurls.Buckets) (*blob.S3, *batchurls.Signer) {
 	t.Helper()
 	store, err := blob.NewS3(blob.S3Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "id", SecretAccessKey: "secret"})
 	require.NoError(t, err)

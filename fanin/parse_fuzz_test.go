@@ -6,10 +6,11 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 )
 
-// FuzzParseCallback: go test -fuzz=FuzzParseCallback ./service; `go test`
-// runs the seed corpus. Whatever a worker posts, the callback's parse and
-// every machine phase's result check never panic, and a body is either
-// refused with a reason or read as a success or an error.
+// FuzzParseCallback: make fuzz; `go test` runs the seed corpus. Whatever a
+// worker posts, the callback's parse and every machine phase's result
+// check never panic, a body is either refused with a reason or read as a
+// success or an error, and every key of a result a phase accepts for a
+// batch, its outputs' included, lies under that batch's prefix.
 func FuzzParseCallback(f *testing.F) {
 	for _, s := range []string{
 		`{"task_id":"tiff_1","batch_id":"B","status":"success","output_r2_key":"staging/B/a.jpg","output_file_name":"a.jpg","output_file_size":10}`,
@@ -35,8 +36,22 @@ func FuzzParseCallback(f *testing.F) {
 			}
 		case status == phases.TaskCompleted:
 			for _, p := range phases.All() {
-				if p.Spec().Worker != "" {
-					_ = phases.ValidateResult(p.Spec().Name, body)
+				if p.Spec().Worker == "" {
+					continue
+				}
+				_ = phases.ValidateResult(p.Spec().Name, body)
+				if phases.ValidateBatchResult(p.Spec().Name, "B", body, 1<<20) != nil {
+					continue
+				}
+				in := phases.File{R2Key: "staging/B/d/in.bin", FileName: "in.bin", LogicalPath: "/d/in.bin"}
+				files, err := p.Transform(in, &phases.Task{Status: phases.TaskCompleted, Result: body})
+				if err != nil {
+					t.Fatalf("%s accepted a result its transform refuses: %v", p.Spec().Name, err)
+				}
+				for _, f := range files {
+					if err := phases.CheckKey(f.R2Key, "staging/B/"); err != nil {
+						t.Fatalf("%s accepted a result that puts a file outside the batch: %v", p.Spec().Name, err)
+					}
 				}
 			}
 		default:

@@ -14,7 +14,7 @@ import (
 
 // tiff builds the IFD chain of a TIFF (no pixel data: the walk reads none)
 // with one NewSubfileType per directory.
-func tiff(t *testing.T, order binary.ByteOrder, big bool, subfileTypes ...uint32) []byte {
+func tiff(t testing.TB, order binary.ByteOrder, big bool, subfileTypes ...uint32) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	if order == binary.LittleEndian {
