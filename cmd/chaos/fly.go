@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
 	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/phases"
@@ -241,8 +243,12 @@ func (c *flyChild) work(ctx context.Context, env map[string]string, body []byte)
 		if o.R2Key == in.R2Key {
 			continue
 		}
+		// As the TIFF and PDF workers: a write that never replaces, the
+		// only one their URLs allow. A retried task finds its first
+		// attempt's output, with the same content.
 		content := outputContent(o.R2Key)
-		if err := store.Put(ctx, cfg.Bucket, o.R2Key, strings.NewReader(content), int64(len(content)), "application/octet-stream"); err != nil {
+		err := store.PutIfAbsent(ctx, cfg.Bucket, o.R2Key, strings.NewReader(content), int64(len(content)), "application/octet-stream")
+		if err != nil && !errors.Is(err, blob.ErrExists) {
 			return fail(err)
 		}
 	}
