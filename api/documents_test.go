@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -240,13 +242,12 @@ func TestDocumentProviderFaults(t *testing.T) {
 		}
 		return fakeai.Behavior{}
 	}})
-	env := testenv.New(t, testenv.Options{Settings: map[string]string{
+	env := testenv.New(t, testenv.Options{Settings: testenv.RoomyLimits(map[string]string{
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
 		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
 		// Past the window at once: the three retries spec 003 grants, no more.
 		"TRANSIENT_RETRY_WINDOW": "1",
-	}})
+	})})
 	mu.Lock()
 	script["flaky"] = []fakeai.Behavior{{Status: http.StatusBadGateway}, {Status: http.StatusServiceUnavailable}}
 	script["throttled"] = []fakeai.Behavior{{Status: http.StatusTooManyRequests, RetryAfter: "1"}}
@@ -303,4 +304,58 @@ func TestDocumentProviderFaults(t *testing.T) {
 	doc = awaitDocument(t, env, doomed, ended)
 	require.Equal(t, db.DocumentCompleted, doc.Status, "resumed at embeddings, the provider healthy again")
 	require.Len(t, doc.Errors, 4, "the history is kept")
+}
+
+// TestDocumentRolesHaveBucketsOfTheirOwn: the embeddings and tags calls
+// of a document draw on one bucket per role and provider host, each with
+// its role's settings; PROVIDER_LIMIT_SHARED gives two roles one bucket,
+// under the first role's settings.
+func TestDocumentRolesHaveBucketsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		shared string
+		want   map[string]float64 // bucket name: its initial burst
+	}{
+		"OwnBuckets": {"", map[string]float64{"embeddings": 30, "tags": 40}},
+		"Shared":     {"embeddings,tags", map[string]float64{"embeddings+tags": 30}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakeai.New(t, fakeai.Options{})
+			settings := testenv.RoomyLimits(map[string]string{
+				"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
+				"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
+			})
+			settings["EMBEDDINGS_INITIAL_MAX_TOKENS"], settings["TAGS_INITIAL_MAX_TOKENS"] = "30", "40"
+			if tc.shared != "" {
+				settings["PROVIDER_LIMIT_SHARED"] = tc.shared
+			}
+			env := testenv.New(t, testenv.Options{Settings: settings})
+			const key = "documents/roles.md"
+			env.PutObject(t, key, []byte("# Roles\n\nThe harbour master keeps the lighthouse log."))
+			code, doc := postDocument(t, env, key)
+			require.Equal(t, http.StatusAccepted, code)
+			doc = awaitDocument(t, env, doc.ID, ended)
+			require.Equal(t, db.DocumentCompleted, doc.Status, "%+v", doc.Errors)
+
+			u, err := url.Parse(fake.URL)
+			require.NoError(t, err)
+			host := u.Host
+			rows, err := env.Pool.Query(context.Background(), `SELECT key, max_tokens FROM rate_limits`)
+			require.NoError(t, err)
+			got := map[string]float64{}
+			for rows.Next() {
+				var k string
+				var burst float64
+				require.NoError(t, rows.Scan(&k, &burst))
+				got[k] = burst
+			}
+			require.NoError(t, rows.Err())
+			want := map[string]float64{}
+			for bucket, burst := range tc.want {
+				want[bucket+":"+host] = burst
+			}
+			require.Equal(t, want, got)
+		})
+	}
 }

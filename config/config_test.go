@@ -255,14 +255,37 @@ func TestPhasesNeedAppsOfTheirOwn(t *testing.T) {
 func TestAdaptiveLimit(t *testing.T) {
 	c, err := Load(lookup(nil))
 	require.NoError(t, err)
-	require.Equal(t, ratelimit.DefaultAdaptive(), c.Executors.ProviderLimit, "spec 004's constants")
+	for _, a := range []ratelimit.Adaptive{c.Executors.OCRLimit, c.Executors.EmbeddingsLimit, c.Executors.TagsLimit} {
+		require.Equal(t, ratelimit.DefaultAdaptive(), a, "spec 004's constants")
+	}
 
 	c, err = Load(lookup(map[string]string{
 		"INITIAL_MAX_TOKENS": "8", "INITIAL_REFILL_RATE": "2.5", "MAX_MAX_TOKENS": "20",
 		"MAX_REFILL_RATE": "12", "MIN_MAX_TOKENS": "1", "MIN_REFILL_RATE": "0.5",
+		"EMBEDDINGS_MAX_REFILL_RATE": "300", "EMBEDDINGS_MAX_MAX_TOKENS": "50", "TAGS_INITIAL_REFILL_RATE": "4",
 	}))
 	require.NoError(t, err)
-	require.Equal(t, ratelimit.Adaptive{InitialMaxTokens: 8, InitialRefillRate: 2.5, MaxMaxTokens: 20, MaxRefillRate: 12, MinMaxTokens: 1, MinRefillRate: 0.5}, c.Executors.ProviderLimit)
+	require.Equal(t, ratelimit.Adaptive{InitialMaxTokens: 8, InitialRefillRate: 2.5, MaxMaxTokens: 20, MaxRefillRate: 12, MinMaxTokens: 1, MinRefillRate: 0.5}, c.Executors.OCRLimit)
+	embeddings, tags := ratelimit.DefaultAdaptive(), ratelimit.DefaultAdaptive()
+	embeddings.MaxRefillRate, embeddings.MaxMaxTokens, tags.InitialRefillRate = 300, 50, 4
+	require.Equal(t, embeddings, c.Executors.EmbeddingsLimit, "each role reads its own settings")
+	require.Equal(t, tags, c.Executors.TagsLimit)
+	// Each role draws on a bucket of its own, with its own limit, unless
+	// the operator shares them.
+	x := c.Executors.WithLimits()
+	require.Equal(t, "ocr", x.OCR.Bucket)
+	require.Equal(t, c.Executors.OCRLimit, x.OCR.Tuning.Limit)
+	require.Equal(t, ratelimit.RoleBucket{Name: "embeddings", Limit: embeddings}, x.Documents.Embeddings)
+	require.Equal(t, ratelimit.RoleBucket{Name: "tags", Limit: tags}, x.Documents.Tags)
+	require.Equal(t, "embeddings:api.example", x.Documents.Embeddings.Key("api.example"))
+	c.Executors.SharedLimit = "embeddings,tags"
+	x = c.Executors.WithLimits()
+	shared := ratelimit.RoleBucket{Name: "embeddings+tags", Limit: embeddings}
+	require.Equal(t, shared, x.Documents.Embeddings, "shared, under the first role's limit")
+	require.Equal(t, shared, x.Documents.Tags)
+	require.Equal(t, "ocr", x.OCR.Bucket)
+	_, err = Load(lookup(map[string]string{"PROVIDER_LIMIT_SHARED": "tags,ocr"}))
+	require.ErrorContains(t, err, "PROVIDER_LIMIT_SHARED")
 
 	for name, tc := range map[string]struct {
 		env  map[string]string
@@ -274,6 +297,7 @@ func TestAdaptiveLimit(t *testing.T) {
 		"InitialAboveMax": {map[string]string{"INITIAL_MAX_TOKENS": "16"}, "MIN_MAX_TOKENS <= INITIAL_MAX_TOKENS <= MAX_MAX_TOKENS must hold, got 2, 16, 15"},
 		"InitialBelowMin": {map[string]string{"INITIAL_REFILL_RATE": "0.5"}, "MIN_REFILL_RATE <= INITIAL_REFILL_RATE <= MAX_REFILL_RATE must hold, got 1, 0.5, 10"},
 		"MaxBelowInitial": {map[string]string{"MAX_REFILL_RATE": "2"}, "got 1, 3, 2"},
+		"RolePrefixed":    {map[string]string{"TAGS_MAX_REFILL_RATE": "2"}, "TAGS_MIN_REFILL_RATE <= TAGS_INITIAL_REFILL_RATE <= TAGS_MAX_REFILL_RATE must hold, got 1, 3, 2"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(lookup(tc.env))

@@ -31,9 +31,9 @@ type Config struct {
 	// step's run lasts a little longer, and River rescues a crashed
 	// process's step jobs once that has passed.
 	Timeout time.Duration
-	// Limit is the providers' adaptive rate limit, one bucket per
-	// provider, which the executors' registry fills in.
-	Limit ratelimit.Adaptive
+	// Embeddings and Tags are the buckets each role's calls draw on, one
+	// per provider host, which the executors' registry fills in.
+	Embeddings, Tags ratelimit.RoleBucket
 }
 
 // Settings declares document indexing's settings into c.

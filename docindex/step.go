@@ -113,15 +113,16 @@ type snoozeError struct{ wait time.Duration }
 
 func (e *snoozeError) Error() string { return fmt.Sprintf("provider busy: next token in %s", e.wait) }
 
-// call makes one request to a provider under its shared adaptive bucket
-// ("embeddings:<host>", "tags:<host>"), one bucket per provider for every
-// process, as the OCR phase's: a token before, the outcome reported after.
-// Local providers are not limited.
-func (w *DocumentStepWorker) call(ctx context.Context, service, providerName string, fn func() error) error {
+// call makes one request to a provider under its role's adaptive bucket
+// (bucket, e.g. "embeddings:<host>", "tags:<host>", or a shared
+// "embeddings+tags:<host>"), one per provider host for every process, as
+// the OCR phase's: a token before, the outcome reported after. Local
+// providers are not limited.
+func (w *DocumentStepWorker) call(ctx context.Context, bucket ratelimit.RoleBucket, providerName string, fn func() error) error {
 	if providerName == "local" || w.limiter == nil {
 		return fn()
 	}
-	key, limit := service+":"+providerName, w.cfg.Limit
+	key, limit := bucket.Key(providerName), bucket.Limit
 	g, err := w.limiter.TakeAdaptive(ctx, key, limit)
 	if err != nil {
 		return err
@@ -531,7 +532,7 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 		}
 	}
 	var vectors [][]float32
-	err = w.call(ctx, "embeddings", w.docs.Embedder.Provider(), func() (err error) {
+	err = w.call(ctx, w.cfg.Embeddings, w.docs.Embedder.Provider(), func() (err error) {
 		vectors, err = w.docs.Embedder.Embed(ctx, texts)
 		return err
 	})
@@ -566,7 +567,7 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 			texts[i], tags[i] = c.Text, c.Tags
 		}
 		var docTags []string
-		err = w.call(ctx, "tags", w.docs.Tagger.Provider(), func() (err error) {
+		err = w.call(ctx, w.cfg.Tags, w.docs.Tagger.Provider(), func() (err error) {
 			docTags, err = w.docs.Tagger.TagDocument(ctx, texts, tags)
 			return err
 		})
@@ -585,7 +586,7 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 		texts[i] = r.Text
 	}
 	var tags [][]string
-	err = w.call(ctx, "tags", w.docs.Tagger.Provider(), func() (err error) {
+	err = w.call(ctx, w.cfg.Tags, w.docs.Tagger.Provider(), func() (err error) {
 		tags, err = w.docs.Tagger.TagChunks(ctx, texts)
 		return err
 	})

@@ -33,20 +33,34 @@ type Config struct {
 	// Documents is document indexing's, which the documents executor
 	// runs.
 	Documents docindex.Config
-	// ProviderLimit is the adaptive rate limit of each external API the
-	// executors call (the OCR, embeddings and tags providers), one bucket
-	// per provider.
-	ProviderLimit ratelimit.Adaptive
+	// OCRLimit, EmbeddingsLimit and TagsLimit are the adaptive rate limits
+	// of each role's provider, one bucket per role and provider host:
+	// OCR's under spec 004's names, the others' under EMBEDDINGS_ and
+	// TAGS_.
+	OCRLimit, EmbeddingsLimit, TagsLimit ratelimit.Adaptive
+	// SharedLimit names the roles that share one bucket per provider host
+	// (PROVIDER_LIMIT_SHARED, one of ratelimit.SharedChoices).
+	SharedLimit string
 }
 
 // Settings declares every kind's settings into c: each kind contributes
 // its own.
 func Settings(c *Config) []setting.Group {
 	limit := setting.Group{
-		Title:    "External APIs",
-		Doc:      "The adaptive rate limit of each external API (the OCR, embeddings and tags providers): one bucket per provider in Postgres (`rate_limits`, e.g. key `ocr:<provider host>`), shared by every orchestrator process (spec 004; see [the limiter](operations.md#the-ocr-rate-limiter) for where ours differs from spec 004).",
-		Settings: ratelimit.Settings(&c.ProviderLimit, "", "a provider's bucket"),
-		Check:    func() []string { return c.ProviderLimit.Problems("") },
+		Title: "External APIs",
+		Doc: "The adaptive rate limit of each external API, by role: the OCR provider's under spec 004's names, the embeddings " +
+			"provider's under `EMBEDDINGS_`, the tags provider's under `TAGS_`. Each role has one bucket per provider host in " +
+			"Postgres (`rate_limits`, keys `ocr:<host>`, `embeddings:<host>`, `tags:<host>`), shared by every orchestrator " +
+			"process (spec 004; see [the limiter](operations.md#the-ocr-rate-limiter) for where ours differs from spec 004).",
+		Settings: slices.Concat(ratelimit.Settings(&c.OCRLimit, "", "the OCR provider's bucket"),
+			ratelimit.Settings(&c.EmbeddingsLimit, "EMBEDDINGS_", "the embeddings provider's bucket"),
+			ratelimit.Settings(&c.TagsLimit, "TAGS_", "the tags provider's bucket"),
+			[]setting.Setting{setting.OneOf(&c.SharedLimit, "PROVIDER_LIMIT_SHARED", "", ratelimit.SharedChoices,
+				"roles that share one bucket per provider host, e.g. `embeddings,tags` when one provider serves both under one quota: "+
+					"the bucket is named after them all (`embeddings+tags:<host>`) and takes the first role's settings").Shown("none")}),
+		Check: func() []string {
+			return slices.Concat(c.OCRLimit.Problems(""), c.EmbeddingsLimit.Problems("EMBEDDINGS_"), c.TagsLimit.Problems("TAGS_"))
+		},
 	}
 	return slices.Concat(kindSettings(c), machine.Settings(&c.Machine), pool.Settings(&c.Pool), chunked.Settings(&c.Chunked),
 		ocrrefs.Settings(&c.OCR), docindex.Settings(&c.Documents), []setting.Group{limit})
@@ -90,11 +104,13 @@ func (c Config) Missing() []string {
 	return append(c.OCR.Missing(), c.Documents.Missing()...)
 }
 
-// WithLimits is c with the providers' limit in the kinds that call
+// WithLimits is c with each role's bucket in the kinds that call
 // providers.
 func (c Config) WithLimits() Config {
-	c.OCR.Tuning.Limit = c.ProviderLimit
-	c.Documents.Limit = c.ProviderLimit
+	b := ratelimit.Shared(map[string]ratelimit.Adaptive{ratelimit.RoleOCR: c.OCRLimit,
+		ratelimit.RoleEmbeddings: c.EmbeddingsLimit, ratelimit.RoleTags: c.TagsLimit}, c.SharedLimit)
+	c.OCR.Tuning.Limit, c.OCR.Bucket = b[ratelimit.RoleOCR].Limit, b[ratelimit.RoleOCR].Name
+	c.Documents.Embeddings, c.Documents.Tags = b[ratelimit.RoleEmbeddings], b[ratelimit.RoleTags]
 	return c
 }
 

@@ -98,10 +98,9 @@ func TestRetryDoneBatchRerunsOnlyFailures(t *testing.T) {
 		}
 		return fakeai.Behavior{}
 	}})
-	env := testenv.New(t, testenv.Options{Behave: behave, Settings: map[string]string{
+	env := testenv.New(t, testenv.Options{Behave: behave, Settings: testenv.RoomyLimits(map[string]string{
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
-	}})
+	})})
 	describe := manifest.ProcessingConfig{Describe: true}
 	env.PutObject(t, "staging/"+id+"/docs/guide.md", []byte("# Harbour\n\nThe lighthouse keeper logs every ship.\n"))
 	env.PutObject(t, "staging/"+id+"/docs/minutes.txt", []byte("Minutes of the parish council: the bridge repairs are approved.\n"))
@@ -209,10 +208,9 @@ func TestRetryResumesFailedDocuments(t *testing.T) {
 				}
 				return fakeai.Behavior{}
 			}})
-			env := testenv.New(t, testenv.Options{Settings: map[string]string{
+			env := testenv.New(t, testenv.Options{Settings: testenv.RoomyLimits(map[string]string{
 				"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-				"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
-			}})
+			})})
 			describe := manifest.ProcessingConfig{Describe: true}
 			env.PutObject(t, "staging/"+id+"/slow.txt", []byte("a slow document"))
 			env.PutObject(t, "staging/"+id+"/refused.txt", []byte("a refused document"))
@@ -271,10 +269,9 @@ func stuckEmbeddingsEnv(t *testing.T) *testenv.Env {
 		}
 		return fakeai.Behavior{}
 	}})
-	return testenv.New(t, testenv.Options{Settings: map[string]string{
+	return testenv.New(t, testenv.Options{Settings: testenv.RoomyLimits(map[string]string{
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
-	}})
+	})})
 }
 
 // TestAbandonedDocumentFails: a batch document whose step job River stops

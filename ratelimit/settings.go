@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/arke-institute/orchestrator/setting"
 )
@@ -38,4 +39,47 @@ func (a Adaptive) Problems(prefix string) []string {
 		problems = append(problems, fmt.Sprintf("%[1]sMIN_REFILL_RATE <= %[1]sINITIAL_REFILL_RATE <= %[1]sMAX_REFILL_RATE must hold, got %[2]v, %[3]v, %[4]v", prefix, a.MinRefillRate, a.InitialRefillRate, a.MaxRefillRate))
 	}
 	return problems
+}
+
+// RoleBucket is the bucket a role's calls to a provider draw on: its
+// name, before ":" and the provider's host in the key, and its limit.
+type RoleBucket struct {
+	Name  string
+	Limit Adaptive
+}
+
+// Key is the bucket's key for provider (a host, or a local engine's name).
+func (b RoleBucket) Key(provider string) string { return b.Name + ":" + provider }
+
+// The roles that call providers, each with a bucket of its own per
+// provider unless the operator shares them (Shared).
+const (
+	RoleOCR        = "ocr"
+	RoleEmbeddings = "embeddings"
+	RoleTags       = "tags"
+)
+
+// SharedChoices are the values of PROVIDER_LIMIT_SHARED: which roles share
+// one bucket per provider host (unset: none).
+var SharedChoices = []string{"embeddings,tags", "ocr,tags", "ocr,embeddings", "ocr,embeddings,tags"}
+
+// Shared is each role's bucket given limits, each role's own, and shared,
+// "" or a value of SharedChoices: the roles it names draw on one bucket per
+// provider host, named after them all ("embeddings+tags"), under the
+// first one's limit. Roles that call different hosts still draw on
+// different buckets.
+func Shared(limits map[string]Adaptive, shared string) map[string]RoleBucket {
+	out := make(map[string]RoleBucket, len(limits))
+	for role, limit := range limits {
+		out[role] = RoleBucket{Name: role, Limit: limit}
+	}
+	if shared == "" {
+		return out
+	}
+	roles := strings.Split(shared, ",")
+	b := RoleBucket{Name: strings.Join(roles, "+"), Limit: limits[roles[0]]}
+	for _, role := range roles {
+		out[role] = b
+	}
+	return out
 }

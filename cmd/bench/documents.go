@@ -173,7 +173,9 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 	// its outcome, but never waits.
 	pool, cfg, logger, err := env.documentsDB(ctx, "bench_documents", map[string]string{
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fake.Key, "TAGS_API_URL": fake.URL, "TAGS_API_KEY": fake.Key,
-		"INITIAL_MAX_TOKENS": "100000", "MAX_MAX_TOKENS": "100000", "INITIAL_REFILL_RATE": "100000", "MAX_REFILL_RATE": "100000",
+		"EMBEDDINGS_INITIAL_MAX_TOKENS": "100000", "EMBEDDINGS_MAX_MAX_TOKENS": "100000",
+		"EMBEDDINGS_INITIAL_REFILL_RATE": "100000", "EMBEDDINGS_MAX_REFILL_RATE": "100000",
+		"TAGS_INITIAL_MAX_TOKENS": "100000", "TAGS_MAX_MAX_TOKENS": "100000", "TAGS_INITIAL_REFILL_RATE": "100000", "TAGS_MAX_REFILL_RATE": "100000",
 	})
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func (o ocrOptions) limit() (ratelimit.Adaptive, error) {
 	if err != nil {
 		return ratelimit.Adaptive{}, err
 	}
-	return cfg.Executors.ProviderLimit, nil
+	return cfg.Executors.OCRLimit, nil
 }
 
 // ocrMode is a way of limiting the OCR phase's requests.

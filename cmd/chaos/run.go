@@ -313,6 +313,8 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 			"EMBEDDINGS_API_URL=" + l.provider.AI, "EMBEDDINGS_API_KEY=" + providerKey,
 			"TAGS_API_URL=" + l.provider.AI, "TAGS_API_KEY=" + providerKey,
 			"INITIAL_MAX_TOKENS=10", "INITIAL_REFILL_RATE=10", "MAX_MAX_TOKENS=30", "MAX_REFILL_RATE=30",
+			"EMBEDDINGS_INITIAL_MAX_TOKENS=10", "EMBEDDINGS_INITIAL_REFILL_RATE=10", "EMBEDDINGS_MAX_MAX_TOKENS=30", "EMBEDDINGS_MAX_REFILL_RATE=30",
+			"TAGS_INITIAL_MAX_TOKENS=10", "TAGS_INITIAL_REFILL_RATE=10", "TAGS_MAX_MAX_TOKENS=30", "TAGS_MAX_REFILL_RATE=30",
 		}
 		// Every machine phase runs on -executor (a machine per task, or
 		// pools), launches quickly and times out soon.

@@ -71,15 +71,14 @@ func TestDocumentKill9MidEmbeddings(t *testing.T) {
 		}
 		return fakeai.Behavior{}
 	}})
-	env := testenv.New(t, testenv.Options{NoWorkers: true, Settings: map[string]string{
+	env := testenv.New(t, testenv.Options{NoWorkers: true, Settings: testenv.RoomyLimits(map[string]string{
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
 		"TAGS_API_URL": fake.URL, "TAGS_API_KEY": fakeai.DefaultKey,
-		"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200",
 		"DOCUMENT_CHUNK_TOKENS": "50",
 		// A run's bound, and so how soon a dead process's job is rescued:
 		// 1 s + 15 s.
 		"DOCUMENT_TIMEOUT_MS": "1000", "OCR_TIMEOUT_MS": "1000",
-	}})
+	})})
 	child := env.StartChild(t, "default")
 
 	env.PutObject(t, "documents/harbours.md", []byte(text))

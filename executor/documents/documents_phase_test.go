@@ -183,10 +183,9 @@ func TestLastDocumentDuringCheck(t *testing.T) {
 			}})
 			hold, counted, release := testenv.HoldCheck(id, 1, 30*time.Second)
 			env := testenv.New(t, testenv.Options{
-				NoSweep: true,
-				Settings: map[string]string{"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey,
-					"INITIAL_REFILL_RATE": "100", "INITIAL_MAX_TOKENS": "50", "MAX_MAX_TOKENS": "100", "MAX_REFILL_RATE": "200"},
-				Hooks: &jobs.TestHooks{NoFanInGuard: !tc.guard, AfterOpenCount: hold},
+				NoSweep:  true,
+				Settings: testenv.RoomyLimits(map[string]string{"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fakeai.DefaultKey}),
+				Hooks:    &jobs.TestHooks{NoFanInGuard: !tc.guard, AfterOpenCount: hold},
 			})
 			var once sync.Once
 			free := func() { once.Do(func() { close(release) }) }

@@ -8,6 +8,7 @@ package ocrrefs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/ocr"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
 // Name is the engine's name, which the OCR phase's Spec.Engine gives.
@@ -69,15 +71,16 @@ func (o *Engine) Provider() string { return o.engine.Provider() }
 func (o *Engine) Tuning() chunked.Tuning { return o.cfg.Tuning }
 
 // LimitKey is the limiter bucket a batch's OCR chunk takes its tokens
-// from: "ocr:" and the provider (OCR_API_URL's host, or "tesseract"), one
-// for every chunk of every process; with OCR_LIMIT_PER_CHUNK, one per
-// chunk as spec 004 has it ("ocr:<provider>:<batch>:<chunk>").
+// from: "ocr:" (or the shared bucket's name) and the provider (OCR_API_URL's
+// host, or "tesseract"), one for every chunk of every process; with
+// OCR_LIMIT_PER_CHUNK, one per chunk as spec 004 has it
+// ("ocr:<provider>:<batch>:<chunk>").
 func (o *Engine) LimitKey(batchID, chunkID string) string {
 	provider := "tesseract"
 	if u, err := url.Parse(o.cfg.APIURL); err == nil && o.cfg.APIURL != "" {
 		provider = u.Host
 	}
-	key := "ocr:" + provider
+	key := cmp.Or(o.cfg.Bucket, ratelimit.RoleOCR) + ":" + provider
 	if o.cfg.LimitPerChunk {
 		key += ":" + batchID + ":" + chunkID
 	}

@@ -20,6 +20,10 @@ type Config struct {
 	// LimitPerChunk gives every chunk its own limiter bucket, as spec 004
 	// does, instead of one per provider (OCR_LIMIT_PER_CHUNK).
 	LimitPerChunk bool
+	// Bucket names the limiter bucket, before ":" and the provider:
+	// "ocr", or the shared bucket's name (PROVIDER_LIMIT_SHARED), which
+	// the executors' registry fills in; "" means "ocr".
+	Bucket string
 	// Tuning says how the chunks run; its Limit is the providers' adaptive
 	// limit, which the executors' registry fills in.
 	Tuning chunked.Tuning

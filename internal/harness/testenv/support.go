@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -17,6 +18,18 @@ import (
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/stretchr/testify/require"
 )
+
+// RoomyLimits is settings with every role's limiter (OCR's, EMBEDDINGS_,
+// TAGS_) roomy enough for tests: a fake's capacity, when it has one, is
+// what pushes back.
+func RoomyLimits(settings map[string]string) map[string]string {
+	out := maps.Clone(settings)
+	for _, role := range []string{"", "EMBEDDINGS_", "TAGS_"} {
+		out[role+"INITIAL_REFILL_RATE"], out[role+"INITIAL_MAX_TOKENS"] = "100", "50"
+		out[role+"MAX_MAX_TOKENS"], out[role+"MAX_REFILL_RATE"] = "100", "200"
+	}
+	return out
+}
 
 // OCRSettings point the OCR phase at fake, with a limiter roomy enough
 // for tests (fake's capacity, when it has one, is what pushes back) and
