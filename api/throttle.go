@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -33,6 +34,9 @@ type throttle struct {
 	now    func() time.Time
 	mu     sync.Mutex
 	spent  map[string]*budget
+	// tracked is len(spent), read without the lock: while no client has
+	// failed, a request costs no lock.
+	tracked atomic.Int64
 }
 
 // budget is an address's remaining failures, as of at.
@@ -69,6 +73,9 @@ func (t *throttle) refill(b *budget, now time.Time) float64 {
 
 // wait is how long addr must wait before its next request, 0 for none.
 func (t *throttle) wait(addr string) time.Duration {
+	if t.tracked.Load() == 0 {
+		return 0
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b, ok := t.spent[addr]
@@ -94,6 +101,7 @@ func (t *throttle) failed(addr string) {
 		}
 		b = &budget{left: t.burst, at: now}
 		t.spent[addr] = b
+		t.tracked.Store(int64(len(t.spent)))
 	}
 	b.left, b.at = math.Max(0, t.refill(b, now)-1), now
 }
@@ -108,6 +116,7 @@ func (t *throttle) forget(now time.Time) {
 	if len(t.spent) >= maxClients {
 		clear(t.spent)
 	}
+	t.tracked.Store(int64(len(t.spent)))
 }
 
 // throttleFailures answers 429 to a client past its budget of failed

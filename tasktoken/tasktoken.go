@@ -24,6 +24,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ type Keyring struct {
 	key  atomic.Pointer[[]byte]
 	// mu lets one caller at a time read the key.
 	mu sync.Mutex
+	// macs are HMACs of the key, reused: a callback costs no allocation
+	// of one.
+	macs sync.Pool
 }
 
 // New is a Keyring of the database behind pool.
@@ -108,7 +112,8 @@ func (k *Keyring) Seal(ctx context.Context, scope Scope, nonce string) (string, 
 	if err != nil {
 		return "", err
 	}
-	return nonce + "." + tag(key, scope, nonce), nil
+	var buf [sha256.Size]byte
+	return nonce + "." + base64.RawURLEncoding.EncodeToString(k.tag(key, scope, nonce, buf[:0])), nil
 }
 
 // Open checks that token was sealed for scope and returns its record, the
@@ -126,7 +131,12 @@ func (k *Keyring) Open(ctx context.Context, scope Scope, token string) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	if !hmac.Equal([]byte(got), []byte(tag(key, scope, nonce))) {
+	var presented [tagBytes]byte
+	if n, err := base64.RawURLEncoding.Strict().Decode(presented[:], []byte(got)); err != nil || n != tagBytes {
+		return nil, ErrForged
+	}
+	var buf [sha256.Size]byte
+	if !hmac.Equal(presented[:], k.tag(key, scope, nonce, buf[:0])) {
 		return nil, ErrForged
 	}
 	return Record(nonce), nil
@@ -154,11 +164,19 @@ func NewNonce() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// tag is the HMAC of scope and nonce under key, in URL-safe base64.
-func tag(key []byte, scope Scope, nonce string) string {
-	m := hmac.New(sha256.New, key)
+// tag appends to dst the HMAC of scope and nonce under key, cut to
+// tagBytes, and returns it.
+func (k *Keyring) tag(key []byte, scope Scope, nonce string, dst []byte) []byte {
+	m, _ := k.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, key)
+	} else {
+		m.Reset()
+	}
 	m.Write([]byte(scope))
 	m.Write([]byte{0})
 	m.Write([]byte(nonce))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:tagBytes])
+	dst = m.Sum(dst)
+	k.macs.Put(m)
+	return dst[:tagBytes]
 }
