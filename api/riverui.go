@@ -46,9 +46,7 @@ func (h *handlers) mountRiverUI(ctx context.Context, e *echo.Echo, cfg Config) {
 // jobs; pause queues) as admin actions, with who made them.
 func (h *handlers) logUnsafe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		switch c.Request().Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
-		default:
+		if !safeMethod(c.Request().Method) {
 			h.logAdmin(c, "riverui")
 		}
 		return next(c)

@@ -71,11 +71,13 @@ func (t *throttle) refill(b *budget, now time.Time) float64 {
 	return math.Min(t.burst, b.left+now.Sub(b.at).Seconds()*failureRate)
 }
 
-// wait is how long addr must wait before its next request, 0 for none.
-func (t *throttle) wait(addr string) time.Duration {
+// wait is how long r's client must wait before its next request, 0 for
+// none. A client whose budget has refilled is forgotten.
+func (t *throttle) wait(r *http.Request) time.Duration {
 	if t.tracked.Load() == 0 {
 		return 0
 	}
+	addr := t.client(r)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b, ok := t.spent[addr]
@@ -83,6 +85,10 @@ func (t *throttle) wait(addr string) time.Duration {
 		return 0
 	}
 	left := t.refill(b, t.now())
+	if left >= t.burst {
+		delete(t.spent, addr)
+		t.tracked.Store(int64(len(t.spent)))
+	}
 	if left >= 1 {
 		return 0
 	}
@@ -126,7 +132,7 @@ func (h *handlers) throttleFailures(next echo.HandlerFunc) echo.HandlerFunc {
 		if c.Path() == "/healthz" {
 			return next(c)
 		}
-		if wait := h.throttle.wait(h.throttle.client(c.Request())); wait > 0 {
+		if wait := h.throttle.wait(c.Request()); wait > 0 {
 			secs := int(math.Ceil(wait.Seconds()))
 			c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 			return echo.NewHTTPError(http.StatusTooManyRequests,
