@@ -294,8 +294,8 @@ func TestAdaptiveLimit(t *testing.T) {
 		"NotANumber":      {map[string]string{"MAX_REFILL_RATE": "NaN"}, `MAX_REFILL_RATE must be a positive number, got "NaN"`},
 		"Zero":            {map[string]string{"MIN_REFILL_RATE": "0"}, `MIN_REFILL_RATE must be a positive number, got "0"`},
 		"TokenFloor":      {map[string]string{"MIN_MAX_TOKENS": "0.5"}, "MIN_MAX_TOKENS must be at least 1"},
-		"InitialAboveMax": {map[string]string{"INITIAL_MAX_TOKENS": "16"}, "MIN_MAX_TOKENS <= INITIAL_MAX_TOKENS <= MAX_MAX_TOKENS must hold, got 2, 16, 15"},
-		"InitialBelowMin": {map[string]string{"INITIAL_REFILL_RATE": "0.5"}, "MIN_REFILL_RATE <= INITIAL_REFILL_RATE <= MAX_REFILL_RATE must hold, got 1, 0.5, 10"},
+		"InitialAboveMax": {map[string]string{"INITIAL_MAX_TOKENS": "16", "MAX_MAX_TOKENS": "15"}, "MIN_MAX_TOKENS <= INITIAL_MAX_TOKENS <= MAX_MAX_TOKENS must hold, got 2, 16, 15"},
+		"InitialBelowMin": {map[string]string{"INITIAL_REFILL_RATE": "0.5"}, "MIN_REFILL_RATE <= INITIAL_REFILL_RATE <= MAX_REFILL_RATE must hold, got 1, 0.5, 1000"},
 		"MaxBelowInitial": {map[string]string{"MAX_REFILL_RATE": "2"}, "got 1, 3, 2"},
 		"RolePrefixed":    {map[string]string{"TAGS_MAX_REFILL_RATE": "2"}, "TAGS_MIN_REFILL_RATE <= TAGS_INITIAL_REFILL_RATE <= TAGS_MAX_REFILL_RATE must hold, got 1, 3, 2"},
 	} {

@@ -116,7 +116,7 @@ func (t *Tesseract) Transcribe(ctx context.Context, img Image) (Result, error) {
 	case ctx.Err() != nil:
 		return Result{}, fmt.Errorf("ocr: running tesseract: %w", ctx.Err())
 	case runCtx.Err() != nil:
-		return Result{}, &Error{Class: Transient, Message: fmt.Sprintf("tesseract did not finish within %s", t.cfg.Timeout), Err: err}
+		return Result{}, &Error{Class: Transient, Timeout: true, Message: fmt.Sprintf("tesseract did not finish within %s", t.cfg.Timeout), Err: err}
 	case err != nil:
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {

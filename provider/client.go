@@ -116,7 +116,7 @@ func (c *Client) Call(ctx context.Context, do func(ctx context.Context) error) e
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: calling %s: %w", c.service, c.host, ctx.Err())
 	case callCtx.Err() != nil:
-		return &Error{Service: c.service, Class: Transient, Message: fmt.Sprintf("no answer from %s within %s", c.host, c.cfg.Timeout), Err: err}
+		return &Error{Service: c.service, Class: Transient, Timeout: true, Message: fmt.Sprintf("no answer from %s within %s", c.host, c.cfg.Timeout), Err: err}
 	}
 	if pe, ok := errors.AsType[*Error](err); ok {
 		return pe

@@ -65,6 +65,8 @@ type Error struct {
 	// RetryAfter is the provider's Retry-After (seconds or an HTTP date),
 	// 0 when absent or unparsable. Only set on RateLimited and 503 errors.
 	RetryAfter time.Duration
+	// Timeout reports that no answer came within the call's timeout.
+	Timeout bool
 	// Err is the underlying error, if any (a transport error, a decoding
 	// error, an exec error).
 	Err error
@@ -105,6 +107,17 @@ func ClassOf(err error) Class {
 		return e.Class
 	}
 	return Transient
+}
+
+// Overloaded reports whether err says the provider is short of capacity
+// without a 429: a 503, or no answer within the call's timeout. A limiter
+// slows down for these as for a 429.
+func Overloaded(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	if !ok || e.Class != Transient {
+		return false
+	}
+	return e.Status == http.StatusServiceUnavailable || e.Timeout
 }
 
 // ParseRetryAfter reads a Retry-After header value, delay-seconds or an

@@ -51,24 +51,58 @@ func (l *Limiter) TakeAdaptiveN(ctx context.Context, key string, p Adaptive, n i
 	if n < 1 {
 		return 0, Grant{}, errors.New("rate limit: n must be positive")
 	}
-	err = l.update(ctx, key, p, func(b Bucket, now time.Time) Bucket {
-		granted, g = 0, Grant{At: now, Bucket: b}
-		for granted < n {
-			next, ok, wait := g.Bucket.Take(now)
-			g.Bucket = next
+	x, err := l.Exchange(ctx, key, p, nil, n)
+	return x.Granted, x.Grant, err
+}
+
+// Exchanged is the answer of Exchange.
+type Exchanged struct {
+	// Grant is the take's: Granted, when at least one token was taken,
+	// and Wait, when fewer than asked for, as TakeAdaptiveN's.
+	Grant
+	// Granted is how many tokens were taken.
+	Granted int
+	// Changed reports that the results moved the bucket's limits, Slowed
+	// that one of them slowed it down.
+	Changed, Slowed bool
+}
+
+// Exchange applies results to the adaptive bucket named key, in order (as
+// Report applies one), then takes up to n tokens from it (n may be 0), in
+// one transaction: a caller that keeps many requests going pays one round
+// of locking for the outcomes of those that ended and the tokens of those
+// it starts next, rather than one per request and per outcome.
+func (l *Limiter) Exchange(ctx context.Context, key string, p Adaptive, results []Result, n int) (Exchanged, error) {
+	if n < 0 {
+		return Exchanged{}, errors.New("rate limit: n must not be negative")
+	}
+	var x Exchanged
+	err := l.update(ctx, key, p, func(b Bucket, now time.Time) Bucket {
+		x = Exchanged{Grant: Grant{At: now}}
+		slowedAt := b.SlowedAt
+		for _, r := range results {
+			var changed bool
+			b, changed = b.Apply(p, r, now)
+			x.Changed = x.Changed || changed
+		}
+		x.Slowed = b.SlowedAt != slowedAt
+		for x.Granted < n {
+			next, ok, wait := b.Take(now)
+			b = next
 			if !ok {
-				g.Wait = wait
+				x.Wait = wait
 				break
 			}
-			granted++
+			x.Granted++
 		}
-		g.Granted = granted > 0
-		return g.Bucket
+		x.Grant.Granted = x.Granted > 0
+		x.Bucket = b
+		return b
 	})
 	if err != nil {
-		return 0, Grant{}, fmt.Errorf("taking %d tokens from %s: %w", n, key, err)
+		return Exchanged{}, fmt.Errorf("exchanging %d outcomes for %d tokens with %s: %w", len(results), n, key, err)
 	}
-	return granted, g, nil
+	return x, nil
 }
 
 // Report applies one request's outcome to the adaptive bucket named key

@@ -74,18 +74,28 @@ func TestAdaptiveTakeReportState(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.Equal(t, []float64{3, 2}, []float64{b.MaxTokens, b.RefillRate})
+	require.True(t, b.BackoffUntil.IsZero(), "the first 429 of a run slows down without backing off")
 
 	g, err = l.TakeAdaptive(ctx, "ocr", p)
 	require.NoError(t, err)
+	require.False(t, g.Granted, "the slow-down emptied the bucket")
+	require.LessOrEqual(t, g.Wait, time.Second/2+time.Millisecond, "one token at 2/s")
+
+	b, changed, err = l.Report(ctx, "ocr", p, ratelimit.Result{Outcome: ratelimit.RateLimited, RetryAfter: 30 * time.Second, TakenAt: g.At})
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, []float64{2, 1}, []float64{b.MaxTokens, b.RefillRate})
+	g, err = l.TakeAdaptive(ctx, "ocr", p)
+	require.NoError(t, err)
 	require.False(t, g.Granted, "backing off")
-	require.Greater(t, g.Wait, 29*time.Second, "until the Retry-After")
+	require.Greater(t, g.Wait, 29*time.Second, "the second 429 in a row backs off until the Retry-After")
 
 	st, found, err := l.State(ctx, "ocr")
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, b.BackoffUntil, st.BackoffUntil)
-	require.Equal(t, []float64{3, 2}, []float64{st.MaxTokens, st.RefillRate})
-	require.Equal(t, 1, st.RateLimits)
+	require.Equal(t, []float64{2, 1}, []float64{st.MaxTokens, st.RefillRate})
+	require.Equal(t, 2, st.RateLimits)
 
 	_, changed, err = l.Report(ctx, "ocr", p, ratelimit.Result{Outcome: ratelimit.Neutral})
 	require.NoError(t, err)
@@ -158,7 +168,7 @@ func TestAdaptiveConcurrentReports(t *testing.T) {
 	t.Parallel()
 	limiters := twoProcesses(t)
 	ctx := context.Background()
-	p := ratelimit.DefaultAdaptive()
+	p := spec004()
 	const reporters = 8
 
 	report := func(r ratelimit.Result, each int) (changes int) {
@@ -199,6 +209,38 @@ func TestAdaptiveConcurrentReports(t *testing.T) {
 	require.Zero(t, b.RateLimits)
 	require.Equal(t, []float64{15, 10}, []float64{b.MaxTokens, b.RefillRate})
 	require.Equal(t, 18, changes, "1/s to 10/s in steps of 0.5")
+}
+
+// TestAdaptiveExchange: one transaction applies the outcomes, in order,
+// then takes tokens from the bucket as they left it.
+func TestAdaptiveExchange(t *testing.T) {
+	t.Parallel()
+	l := ratelimit.New(dbtest.New(t))
+	ctx := context.Background()
+	p := ratelimit.DefaultAdaptive()
+
+	x, err := l.Exchange(ctx, "ocr", p, nil, 3)
+	require.NoError(t, err)
+	require.Equal(t, 3, x.Granted)
+	require.True(t, x.Grant.Granted)
+	require.False(t, x.Changed)
+
+	ok := ratelimit.Result{Outcome: ratelimit.Success, TakenAt: x.At}
+	x, err = l.Exchange(ctx, "ocr", p, []ratelimit.Result{ok, ok, {Outcome: ratelimit.RateLimited, TakenAt: x.At}}, 2)
+	require.NoError(t, err)
+	require.True(t, x.Changed)
+	require.True(t, x.Slowed)
+	require.Zero(t, x.Granted, "the 429 emptied the bucket before the take")
+	require.False(t, x.Grant.Granted)
+	require.Greater(t, x.Wait, time.Duration(0))
+	require.Equal(t, []float64{3, 2}, []float64{x.Bucket.MaxTokens, x.Bucket.RefillRate})
+
+	x, err = l.Exchange(ctx, "ocr", p, []ratelimit.Result{{Outcome: ratelimit.Neutral}}, 0)
+	require.NoError(t, err)
+	require.False(t, x.Changed)
+	require.False(t, x.Slowed)
+	_, err = l.Exchange(ctx, "ocr", p, nil, -1)
+	require.ErrorContains(t, err, "must not be negative")
 }
 
 // BenchmarkAdaptiveTake measures takes from one contended bucket: the cost

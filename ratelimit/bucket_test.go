@@ -1,11 +1,15 @@
 package ratelimit_test
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
 )
 
@@ -21,7 +25,7 @@ func TestAdaptiveValidate(t *testing.T) {
 		"ZeroRate":           {func(p *ratelimit.Adaptive) { p.MinRefillRate = 0 }, "min refill rate must be a positive number"},
 		"NegativeTokens":     {func(p *ratelimit.Adaptive) { p.MaxMaxTokens = -1 }, "max max tokens must be a positive number"},
 		"TokenFloorBelowOne": {func(p *ratelimit.Adaptive) { p.MinMaxTokens = 0.5 }, "min max tokens must be at least 1"},
-		"InitialAboveMax":    {func(p *ratelimit.Adaptive) { p.InitialMaxTokens = 20 }, "min <= initial <= max"},
+		"InitialAboveMax":    {func(p *ratelimit.Adaptive) { p.InitialMaxTokens = 2000 }, "min <= initial <= max"},
 		"RateMinAboveInit":   {func(p *ratelimit.Adaptive) { p.MinRefillRate = 4 }, "min <= initial <= max"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -63,10 +67,19 @@ func TestBucketTake(t *testing.T) {
 	}
 }
 
+// spec004 is spec 004's bucket, capped at 15 tokens and 10/s, for the
+// tables of additive steps.
+func spec004() ratelimit.Adaptive {
+	p := ratelimit.DefaultAdaptive()
+	p.MaxMaxTokens, p.MaxRefillRate = 15, 10
+	return p
+}
+
 func TestBucketApply(t *testing.T) {
 	t.Parallel()
-	p := ratelimit.DefaultAdaptive()
-	start := ratelimit.NewBucket(p, t0)
+	p := spec004()
+	// start has seen a 429 (its ceiling is far above): spec 004's steps.
+	start := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.Ceiling = 100 })
 	type want struct {
 		maxTokens, rate   float64
 		successes, streak int
@@ -87,42 +100,44 @@ func TestBucketApply(t *testing.T) {
 			out: want{maxTokens: 15, rate: 10}},
 		"SuccessEndsRateLimitRun": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 3 }), r: success(),
 			out: want{maxTokens: 5, rate: 3, successes: 1}},
-		"RateLimitSlowsDown": {b: with(start, func(b *ratelimit.Bucket) { b.Successes = 7 }), r: limited(0),
-			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 2 * time.Second, changed: true}},
+		"FirstRateLimitSlowsDownWithoutBackoff": {b: with(start, func(b *ratelimit.Bucket) { b.Successes = 7 }), r: limited(time.Second),
+			out: want{maxTokens: 3, rate: 2, streak: 1, changed: true}},
+		"OverloadSlowsDownAsA429": {b: start, r: ratelimit.Result{Outcome: ratelimit.Overloaded},
+			out: want{maxTokens: 3, rate: 2, streak: 1, changed: true}},
+		"LargeBucketLosesAFifth": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate = 15, 10 }), r: limited(0),
+			out: want{maxTokens: 12, rate: 8, streak: 1, changed: true}},
 		"SlowDownFloored": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate = 3, 1.5 }), r: limited(0),
-			out: want{maxTokens: 2, rate: 1, streak: 1, backoff: 2 * time.Second, changed: true}},
-		"AtFloorsNoChange": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate, b.RateLimits = 2, 1, 1 }), r: limited(0),
-			out: want{maxTokens: 2, rate: 1, streak: 2, backoff: 4 * time.Second}},
-		"BackoffGrows": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 4 }), r: limited(0),
-			out: want{maxTokens: 3, rate: 2, streak: 5, backoff: 32 * time.Second, changed: true}},
-		"BackoffCapped": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 5 }), r: limited(0),
-			out: want{maxTokens: 3, rate: 2, streak: 6, backoff: time.Minute, changed: true}},
+			out: want{maxTokens: 2, rate: 1, streak: 1, changed: true}},
+		"SecondInARowBacksOff": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 1 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 2, backoff: 2 * time.Second, changed: true}},
+		"AtFloorsNoChange": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate, b.RateLimits = 2, 1, 2 }), r: limited(0),
+			out: want{maxTokens: 2, rate: 1, streak: 3, backoff: 4 * time.Second}},
+		"BackoffGrows": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 5 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 6, backoff: 32 * time.Second, changed: true}},
+		"BackoffCapped": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 6 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 7, backoff: time.Minute, changed: true}},
 		"BackoffCappedLongRun": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 100 }), r: limited(0),
 			out: want{maxTokens: 3, rate: 2, streak: 101, backoff: time.Minute, changed: true}},
-		"RetryAfterLonger": {b: start, r: limited(10 * time.Second),
-			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 10 * time.Second, changed: true}},
-		"RetryAfterShorter": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 3 }), r: limited(time.Second),
-			out: want{maxTokens: 3, rate: 2, streak: 4, backoff: 16 * time.Second, changed: true}},
+		"RetryAfterLonger": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 1 }), r: limited(10 * time.Second),
+			out: want{maxTokens: 3, rate: 2, streak: 2, backoff: 10 * time.Second, changed: true}},
+		"RetryAfterShorter": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 4 }), r: limited(time.Second),
+			out: want{maxTokens: 3, rate: 2, streak: 5, backoff: 16 * time.Second, changed: true}},
 		"RetryAfterBeyondCap": {b: with(start, func(b *ratelimit.Bucket) { b.RateLimits = 9 }), r: limited(2 * time.Minute),
 			out: want{maxTokens: 3, rate: 2, streak: 10, backoff: 2 * time.Minute, changed: true}},
-		"BackoffNeverShortened": {b: with(start, func(b *ratelimit.Bucket) { b.BackoffUntil = t0.Add(50 * time.Second) }), r: limited(0),
-			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 50 * time.Second, changed: true}},
+		"BackoffNeverShortened": {b: with(start, func(b *ratelimit.Bucket) { b.BackoffUntil, b.RateLimits = t0.Add(50*time.Second), 1 }), r: limited(0),
+			out: want{maxTokens: 3, rate: 2, streak: 2, backoff: 50 * time.Second, changed: true}},
 		"StaleRateLimitOnlyEndsSuccesses": {
 			b: with(start, func(b *ratelimit.Bucket) {
 				b.MaxTokens, b.RefillRate, b.RateLimits, b.Successes, b.SlowedAt = 3, 2, 1, 4, t0
 			}),
-			r:   ratelimit.Result{Outcome: ratelimit.RateLimited, TakenAt: t0.Add(-time.Second)},
-			out: want{maxTokens: 3, rate: 2, streak: 1}},
-		"StaleRateLimitHonoursRetryAfter": {
-			b:   with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate, b.RateLimits, b.SlowedAt = 3, 2, 1, t0 }),
 			r:   ratelimit.Result{Outcome: ratelimit.RateLimited, RetryAfter: 5 * time.Second, TakenAt: t0.Add(-time.Second)},
-			out: want{maxTokens: 3, rate: 2, streak: 1, backoff: 5 * time.Second}},
+			out: want{maxTokens: 3, rate: 2, streak: 1}},
 		"FreshRateLimitAfterSlowDown": {
 			b: with(start, func(b *ratelimit.Bucket) {
 				b.MaxTokens, b.RefillRate, b.RateLimits, b.SlowedAt = 3, 2, 1, t0.Add(-time.Minute)
 			}),
 			r:   ratelimit.Result{Outcome: ratelimit.RateLimited, TakenAt: t0.Add(-time.Second)},
-			out: want{maxTokens: 2, rate: 1, streak: 2, backoff: 4 * time.Second, changed: true}},
+			out: want{maxTokens: 2, rate: 1, streak: 2, backoff: 2 * time.Second, changed: true}},
 		"NeutralChangesNothing": {b: with(start, func(b *ratelimit.Bucket) { b.Successes, b.RateLimits = 4, 2 }), r: ratelimit.Result{},
 			out: want{maxTokens: 5, rate: 3, successes: 4, streak: 2}},
 		"ClampsToNewSettings": {b: with(start, func(b *ratelimit.Bucket) { b.MaxTokens, b.RefillRate = 40, 0.1 }), r: ratelimit.Result{},
@@ -141,12 +156,57 @@ func TestBucketApply(t *testing.T) {
 	}
 }
 
+// TestBucketSlowStart: until its first 429, a bucket in use multiplies its
+// rate by 1.5 for each run of successes worth half a second (10 at
+// least); one that is not in use stays put; the first 429 ends it.
+func TestBucketSlowStart(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.DefaultAdaptive()
+	b := ratelimit.NewBucket(p, t0)
+	for range 10 {
+		b, _ = b.Apply(p, success(), t0)
+	}
+	require.Equal(t, 3.0, b.RefillRate, "a full bucket is not in use: no speed-up")
+
+	b.Tokens = 0
+	var changes int
+	for range 9 {
+		var changed bool
+		b, changed = b.Apply(p, success(), t0)
+		require.False(t, changed)
+	}
+	b, changed := b.Apply(p, success(), t0)
+	require.True(t, changed)
+	require.Equal(t, 4.5, b.RefillRate, "10 successes: x1.5")
+	require.Equal(t, 5.0, b.MaxTokens, "the burst stays while above a second's worth")
+	for b.RefillRate < 200 {
+		var changed bool
+		b, changed = b.Apply(p, success(), t0)
+		if changed {
+			changes++
+		}
+	}
+	require.InDelta(t, 4.5*math.Pow(1.5, float64(changes)), b.RefillRate, 1e-9)
+	require.Equal(t, 10, changes, "4.5/s to 200/s in ten steps")
+	require.Equal(t, b.RefillRate, b.MaxTokens, "a second's burst")
+
+	rate := b.RefillRate
+	b, _ = b.Apply(p, limited(time.Second), t0)
+	require.Equal(t, rate, b.Ceiling, "the first 429 records its rate")
+	require.InDelta(t, 0.8*rate, b.RefillRate, 1e-9)
+	require.True(t, b.BackoffUntil.IsZero(), "the first 429 of a run does not back off")
+	for range 20 {
+		b, _ = b.Apply(p, success(), t0)
+	}
+	require.InDelta(t, 0.8*rate+1, b.RefillRate, 1e-9, "after a 429, spec 004's additive steps")
+}
+
 // TestBucketApplyRefillsAtOldRate checks that tokens earned before a change
 // are counted at the rate they were earned at.
 func TestBucketApplyRefillsAtOldRate(t *testing.T) {
 	t.Parallel()
-	p := ratelimit.DefaultAdaptive()
-	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.Tokens, b.Successes = 0, 9 })
+	p := spec004()
+	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.Tokens, b.Successes, b.Ceiling = 0, 9, 100 })
 	b, changed := b.Apply(p, success(), t0.Add(time.Second))
 	require.True(t, changed)
 	require.Equal(t, 3.5, b.RefillRate)
@@ -159,20 +219,24 @@ func TestBucketApplyRefillsAtOldRate(t *testing.T) {
 // from no token at its new rate, not with a full burst.
 func TestBucketSlowDownEmptiesTheBucket(t *testing.T) {
 	t.Parallel()
-	p := ratelimit.DefaultAdaptive()
+	p := spec004()
 	b := ratelimit.NewBucket(p, t0) // 5 tokens
 	b, changed := b.Apply(p, limited(0), t0)
 	require.True(t, changed)
 	require.Zero(t, b.Tokens)
-	require.Equal(t, t0.Add(2*time.Second), b.BackoffUntil)
+	_, granted, wait := b.Take(t0)
+	require.False(t, granted)
+	require.Equal(t, time.Second/2, wait, "one token at the new 2/s")
 
-	_, granted, wait := b.Take(t0.Add(1900 * time.Millisecond))
+	b, _ = b.Apply(p, limited(0), t0) // the second in a row backs off
+	require.Equal(t, t0.Add(2*time.Second), b.BackoffUntil)
+	_, granted, wait = b.Take(t0.Add(1900 * time.Millisecond))
 	require.False(t, granted)
 	require.Equal(t, 100*time.Millisecond, wait, "the backoff's end")
 	_, granted, wait = b.Take(t0.Add(2 * time.Second))
 	require.False(t, granted, "nothing earned during the backoff")
-	require.Equal(t, time.Second/2, wait, "one token at the new 2/s")
-	next, granted, _ := b.Take(t0.Add(2500 * time.Millisecond))
+	require.Equal(t, time.Second, wait, "one token at the new 1/s")
+	next, granted, _ := b.Take(t0.Add(3 * time.Second))
 	require.True(t, granted)
 	require.InDelta(t, 0, next.Tokens, 1e-9)
 
@@ -184,10 +248,10 @@ func TestBucketSlowDownEmptiesTheBucket(t *testing.T) {
 }
 
 // TestBucketConverges runs the arithmetic to its ends: 429s in a row reach
-// the floors, successes in a row the caps, by spec 004's steps.
+// the floors, successes in a row the caps.
 func TestBucketConverges(t *testing.T) {
 	t.Parallel()
-	p := ratelimit.DefaultAdaptive()
+	p := spec004()
 	b := ratelimit.NewBucket(p, t0)
 	changes := 0
 	for range 10 {
@@ -216,13 +280,6 @@ func TestBucketConverges(t *testing.T) {
 	require.Equal(t, []float64{15, 10}, []float64{b.MaxTokens, b.RefillRate})
 	require.Equal(t, 18, changes, "the rate needs 18 steps of 0.5 from 1 to 10")
 	require.Zero(t, b.RateLimits)
-
-	// A fresh bucket (no 429 yet) climbs at spec 004's pace.
-	b = ratelimit.NewBucket(p, t0)
-	for range 14 * 10 {
-		b, _ = b.Apply(p, success(), t0)
-	}
-	require.Equal(t, 10.0, b.RefillRate, "3/s to 10/s in 14 steps of 10 successes")
 }
 
 // TestBucketCeiling: after a slow-down, the steps below the rate that drew
@@ -230,27 +287,27 @@ func TestBucketConverges(t *testing.T) {
 // and the steps beyond 10 again.
 func TestBucketCeiling(t *testing.T) {
 	t.Parallel()
-	p := ratelimit.DefaultAdaptive()
-	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.RefillRate, b.MaxTokens = 8, 10 })
+	p := spec004()
+	b := with(ratelimit.NewBucket(p, t0), func(b *ratelimit.Bucket) { b.RefillRate, b.MaxTokens = 5, 10 })
 	b, _ = b.Apply(p, limited(0), t0)
-	require.Equal(t, []float64{8, 7}, []float64{b.Ceiling, b.RefillRate})
+	require.Equal(t, []float64{5, 4}, []float64{b.Ceiling, b.RefillRate})
 	b, _ = b.Apply(p, limited(0), t0.Add(10*time.Second))
-	require.Equal(t, []float64{8, 6}, []float64{b.Ceiling, b.RefillRate}, "a 429 in the same run keeps the ceiling")
+	require.Equal(t, []float64{5, 3}, []float64{b.Ceiling, b.RefillRate}, "a 429 in the same run keeps the ceiling")
 	steps := func(n int) {
 		for range n {
 			b, _ = b.Apply(p, success(), t0)
 		}
 	}
 	steps(20)
-	require.Equal(t, 7.0, b.RefillRate, "below the ceiling: 10 successes a step")
+	require.Equal(t, 4.0, b.RefillRate, "below the ceiling: 10 successes a step")
 	steps(10 + 299)
-	require.Equal(t, 7.5, b.RefillRate, "the step to the ceiling waits for 300")
+	require.Equal(t, 4.5, b.RefillRate, "the step to the ceiling waits for 300")
 	steps(1 + 600)
-	require.Equal(t, 9.0, b.RefillRate, "to 8.5, then 9: 300 each")
+	require.Equal(t, 6.0, b.RefillRate, "to 5.5, then 6: 300 each")
 	steps(10)
-	require.Equal(t, 9.5, b.RefillRate, "past the ceiling's neighbourhood: 10 again")
+	require.Equal(t, 6.5, b.RefillRate, "past the ceiling's neighbourhood: 10 again")
 	b, _ = b.Apply(p, limited(0), t0.Add(time.Minute))
-	require.Equal(t, 9.5, b.Ceiling, "a new run of 429s moves the ceiling to its rate")
+	require.Equal(t, 6.5, b.Ceiling, "a new run of 429s moves the ceiling to its rate")
 }
 
 func with(b ratelimit.Bucket, change func(*ratelimit.Bucket)) ratelimit.Bucket {
@@ -262,4 +319,31 @@ func success() ratelimit.Result { return ratelimit.Result{Outcome: ratelimit.Suc
 
 func limited(retryAfter time.Duration) ratelimit.Result {
 	return ratelimit.Result{Outcome: ratelimit.RateLimited, RetryAfter: retryAfter}
+}
+
+// TestResultOf: a 429 slows down, and so do a 503 and a timeout; any other
+// failure says nothing of the provider's capacity.
+func TestResultOf(t *testing.T) {
+	t.Parallel()
+	at := t0
+	for name, tc := range map[string]struct {
+		err     error
+		outcome ratelimit.Outcome
+		retry   time.Duration
+	}{
+		"Success":      {nil, ratelimit.Success, 0},
+		"429":          {&provider.Error{Class: provider.RateLimited, Status: 429, RetryAfter: 3 * time.Second}, ratelimit.RateLimited, 3 * time.Second},
+		"503":          {&provider.Error{Class: provider.Transient, Status: 503, RetryAfter: time.Second}, ratelimit.Overloaded, time.Second},
+		"Timeout":      {&provider.Error{Class: provider.Transient, Timeout: true}, ratelimit.Overloaded, 0},
+		"500":          {&provider.Error{Class: provider.Transient, Status: 500}, ratelimit.Neutral, 0},
+		"Permanent":    {&provider.Error{Class: provider.Permanent, Status: 400}, ratelimit.Neutral, 0},
+		"Wrapped429":   {fmt.Errorf("ocr: %w", &provider.Error{Class: provider.RateLimited, Status: 429}), ratelimit.RateLimited, 0},
+		"Unclassified": {errors.New("connection reset"), ratelimit.Neutral, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := ratelimit.ResultOf(tc.err, at)
+			require.Equal(t, ratelimit.Result{Outcome: tc.outcome, RetryAfter: tc.retry, TakenAt: at}, r)
+		})
+	}
 }

@@ -16,11 +16,11 @@ func Settings(dst *Adaptive, prefix, what string) []setting.Setting {
 	def := DefaultAdaptive()
 	return []setting.Setting{
 		setting.PositiveFloat(&dst.InitialMaxTokens, prefix+"INITIAL_MAX_TOKENS", def.InitialMaxTokens, what+" at start: its burst (requests)"),
-		setting.PositiveFloat(&dst.InitialRefillRate, prefix+"INITIAL_REFILL_RATE", def.InitialRefillRate, what+" at start: requests per second"),
-		setting.PositiveFloat(&dst.MaxMaxTokens, prefix+"MAX_MAX_TOKENS", def.MaxMaxTokens, "the largest burst "+what+" grows to: +1 request after 10 successes in a row"),
-		setting.PositiveFloat(&dst.MaxRefillRate, prefix+"MAX_REFILL_RATE", def.MaxRefillRate, "the highest rate "+what+" grows to: +0.5/s after 10 successes in a row"),
-		setting.PositiveFloat(&dst.MinMaxTokens, prefix+"MIN_MAX_TOKENS", def.MinMaxTokens, "the smallest burst "+what+" shrinks to (at least 1): -2 requests on a 429"),
-		setting.PositiveFloat(&dst.MinRefillRate, prefix+"MIN_REFILL_RATE", def.MinRefillRate, "the lowest rate "+what+" shrinks to: -1/s on a 429, which also backs off min(60 s, 2^n s) for the n-th 429 in a row, or the provider's `Retry-After` if longer"),
+		setting.PositiveFloat(&dst.InitialRefillRate, prefix+"INITIAL_REFILL_RATE", def.InitialRefillRate, what+" at start: requests per second; until the first 429 it grows x1.5 for every half second's worth of successes (slow start), then +0.5/s for every 10 in a row"),
+		setting.PositiveFloat(&dst.MaxMaxTokens, prefix+"MAX_MAX_TOKENS", def.MaxMaxTokens, "the largest burst "+what+" grows to"),
+		setting.PositiveFloat(&dst.MaxRefillRate, prefix+"MAX_REFILL_RATE", def.MaxRefillRate, "the highest rate "+what+" grows to, for the whole fleet: the provider's contracted limit, if known; its 429s find it otherwise"),
+		setting.PositiveFloat(&dst.MinMaxTokens, prefix+"MIN_MAX_TOKENS", def.MinMaxTokens, "the smallest burst "+what+" shrinks to (at least 1)"),
+		setting.PositiveFloat(&dst.MinRefillRate, prefix+"MIN_REFILL_RATE", def.MinRefillRate, "the lowest rate "+what+" shrinks to: a 429, a 503 or a timeout cuts the rate by 1/s or to 0.8 of itself, whichever is lower; the n-th in a row with no success between also backs off min(60 s, 2^(n-1) s), or the provider's `Retry-After` if longer"),
 	}
 }
 

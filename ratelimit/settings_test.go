@@ -19,6 +19,6 @@ func TestSettingsPrefix(t *testing.T) {
 		[]setting.Group{{Settings: ratelimit.Settings(&a, "EMBEDDINGS_", "the embeddings bucket")}}))
 	require.Equal(t, 40.0, a.MaxRefillRate, "a prefixed name is read, not the unprefixed one")
 	require.Equal(t, ratelimit.DefaultAdaptive().InitialMaxTokens, a.InitialMaxTokens)
-	require.Equal(t, []string{"EMBEDDINGS_MIN_MAX_TOKENS <= EMBEDDINGS_INITIAL_MAX_TOKENS <= EMBEDDINGS_MAX_MAX_TOKENS must hold, got 9, 5, 15"}, a.Problems("EMBEDDINGS_"))
+	require.Equal(t, []string{"EMBEDDINGS_MIN_MAX_TOKENS <= EMBEDDINGS_INITIAL_MAX_TOKENS <= EMBEDDINGS_MAX_MAX_TOKENS must hold, got 9, 5, 1000"}, a.Problems("EMBEDDINGS_"))
 	require.Empty(t, ratelimit.DefaultAdaptive().Problems(""))
 }
