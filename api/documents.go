@@ -102,26 +102,22 @@ func (h *handlers) retryDocument(c echo.Context) error {
 
 // searchResults is the answer of GET /documents/search.
 type searchResults struct {
-	Query   string          `json:"query"`
-	Results []search.Result `json:"results"`
+	Query string `json:"query"`
+	search.Answer
 }
 
-// searchDocuments is GET /documents/search?q=...&k=10.
+// searchDocuments is GET /documents/search?q=...&k=10: a page of the
+// chunks that answer q, filtered by batch_id, prefix and tag.
 func (h *handlers) searchDocuments(c echo.Context) error {
-	k := 10
-	if v := c.QueryParam("k"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return &problem.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
-		}
-		k = n
-	}
-	q := c.QueryParam("q")
-	res, err := h.search.Search(c.Request().Context(), q, k)
+	q, err := search.QueryOf(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, searchResults{Query: q, Results: res})
+	answer, err := h.search.Search(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, searchResults{Query: c.QueryParam("q"), Answer: answer})
 }
 
 func documentID(c echo.Context) (int64, error) {

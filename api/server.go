@@ -138,7 +138,8 @@ func ConfigOf(s Settings, p Parts) Config {
 	if providers, err := docindex.NewProviders(s.Documents); err != nil {
 		p.Logger.Error("document search is unavailable", "error", err)
 	} else {
-		c.Search = search.New(p.Pool, providers.Embedder)
+		c.Search = search.New(p.Pool, providers.Embedder, search.Config{TextConfig: s.Documents.SearchTextConfig,
+			MaxIndexChunks: s.Documents.SearchIndexMaxChunks, Logger: p.Logger})
 	}
 	c.Store, c.CDNBucket, c.CDNPublicURL = p.Store, s.CDNBucket, s.CDNPublicURL
 	return c

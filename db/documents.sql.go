@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const documentBatchHasOpen = `-- name: DocumentBatchHasOpen :one
@@ -401,18 +403,36 @@ func (q *Queries) DocumentChunkList(ctx context.Context, arg DocumentChunkListPa
 }
 
 const documentChunkSetEmbedding = `-- name: DocumentChunkSetEmbedding :exec
-UPDATE document_chunks SET embedding = $1::real[], status = 'embedding_done'
-WHERE document_id = $2 AND chunk_index = $3 AND status = 'pending'
+WITH c AS (
+    UPDATE document_chunks u SET embedding = $3::real[], embedding_model = $1::text,
+        embedding_dims = $2::int, status = 'embedding_done'
+    WHERE u.document_id = $4::bigint AND u.chunk_index = $5::int AND u.status = 'pending'
+    RETURNING u.document_id, u.chunk_index, u.embedding
+)
+INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
+SELECT c.document_id, c.chunk_index, $1::text, $2::int, embedding_signature(c.embedding) FROM c
+ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+    embedding_dims = excluded.embedding_dims, signature = excluded.signature
 `
 
 type DocumentChunkSetEmbeddingParams struct {
-	Embedding  []float32
-	DocumentID int64
-	ChunkIndex int32
+	EmbeddingModel string
+	EmbeddingDims  int32
+	Embedding      []float32
+	DocumentID     int64
+	ChunkIndex     int32
 }
 
+// Stores a chunk's vector with its embedder's identity, and the vector's
+// signature (chunk_signatures), which search's vector candidates come from.
 func (q *Queries) DocumentChunkSetEmbedding(ctx context.Context, arg DocumentChunkSetEmbeddingParams) error {
-	_, err := q.db.Exec(ctx, documentChunkSetEmbedding, arg.Embedding, arg.DocumentID, arg.ChunkIndex)
+	_, err := q.db.Exec(ctx, documentChunkSetEmbedding,
+		arg.EmbeddingModel,
+		arg.EmbeddingDims,
+		arg.Embedding,
+		arg.DocumentID,
+		arg.ChunkIndex,
+	)
 	return err
 }
 
@@ -452,56 +472,6 @@ func (q *Queries) DocumentChunkTags(ctx context.Context, documentID int64) ([]Do
 	for rows.Next() {
 		var i DocumentChunkTagsRow
 		if err := rows.Scan(&i.ChunkIndex, &i.Text, &i.Tags); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const documentChunksByKeys = `-- name: DocumentChunksByKeys :many
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
-FROM document_chunks c JOIN documents d ON d.id = c.document_id
-WHERE c.document_id = ANY($1::bigint[]) AND c.chunk_index = ANY($2::int[])
-`
-
-type DocumentChunksByKeysParams struct {
-	DocumentIDs  []int64
-	ChunkIndexes []int32
-}
-
-type DocumentChunksByKeysRow struct {
-	DocumentID int64
-	R2Key      string
-	ChunkIndex int32
-	Text       string
-	Tags       []string
-	FirstPage  int32
-	LastPage   int32
-}
-
-// The chunks search found, with their documents' keys.
-func (q *Queries) DocumentChunksByKeys(ctx context.Context, arg DocumentChunksByKeysParams) ([]DocumentChunksByKeysRow, error) {
-	rows, err := q.db.Query(ctx, documentChunksByKeys, arg.DocumentIDs, arg.ChunkIndexes)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []DocumentChunksByKeysRow
-	for rows.Next() {
-		var i DocumentChunksByKeysRow
-		if err := rows.Scan(
-			&i.DocumentID,
-			&i.R2Key,
-			&i.ChunkIndex,
-			&i.Text,
-			&i.Tags,
-			&i.FirstPage,
-			&i.LastPage,
-		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -575,6 +545,23 @@ func (q *Queries) DocumentChunksMove(ctx context.Context, arg DocumentChunksMove
 	return err
 }
 
+const documentChunksSetSearchText = `-- name: DocumentChunksSetSearchText :exec
+UPDATE document_chunks SET search_text = to_tsvector($1::regconfig, heading || ' ' || text), text_config = $1::text
+WHERE document_id = $2
+`
+
+type DocumentChunksSetSearchTextParams struct {
+	TextConfig interface{}
+	DocumentID int64
+}
+
+// Writes the full-text search vector of a document's chunks (their heading
+// and text) as the text search configuration text_config parses them.
+func (q *Queries) DocumentChunksSetSearchText(ctx context.Context, arg DocumentChunksSetSearchTextParams) error {
+	_, err := q.db.Exec(ctx, documentChunksSetSearchText, arg.TextConfig, arg.DocumentID)
+	return err
+}
+
 const documentChunksStored = `-- name: DocumentChunksStored :exec
 UPDATE document_chunks SET status = 'stored' WHERE document_id = $1
 `
@@ -585,7 +572,7 @@ func (q *Queries) DocumentChunksStored(ctx context.Context, documentID int64) er
 }
 
 const documentComplete = `-- name: DocumentComplete :exec
-UPDATE documents SET status = 'completed', current = true, processed_chunks = total_chunks,
+UPDATE documents SET status = 'completed', current = true, search_xid = pg_current_xact_id(), processed_chunks = total_chunks,
     completed_at = now(), updated_at = now()
 WHERE id = $1
 `
@@ -616,7 +603,7 @@ func (q *Queries) DocumentCountProcessed(ctx context.Context, arg DocumentCountP
 }
 
 const documentCurrentBySHA = `-- name: DocumentCurrentBySHA :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents WHERE r2_key = $1 AND current AND content_sha256 = $2
 `
 
 type DocumentCurrentBySHAParams struct {
@@ -655,32 +642,9 @@ func (q *Queries) DocumentCurrentBySHA(ctx context.Context, arg DocumentCurrentB
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
-}
-
-const documentCurrentIDs = `-- name: DocumentCurrentIDs :many
-SELECT id FROM documents WHERE current
-`
-
-func (q *Queries) DocumentCurrentIDs(ctx context.Context) ([]int64, error) {
-	rows, err := q.db.Query(ctx, documentCurrentIDs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const documentDownloaded = `-- name: DocumentDownloaded :exec
@@ -709,7 +673,7 @@ func (q *Queries) DocumentDownloaded(ctx context.Context, arg DocumentDownloaded
 }
 
 const documentGet = `-- name: DocumentGet :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE id = $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents WHERE id = $1
 `
 
 func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
@@ -742,12 +706,13 @@ func (q *Queries) DocumentGet(ctx context.Context, id int64) (Document, error) {
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
 }
 
 const documentGetForUpdate = `-- name: DocumentGetForUpdate :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents WHERE id = $1 FOR NO KEY UPDATE
 `
 
 func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document, error) {
@@ -780,6 +745,7 @@ func (q *Queries) DocumentGetForUpdate(ctx context.Context, id int64) (Document,
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
 }
@@ -788,7 +754,7 @@ const documentInsert = `-- name: DocumentInsert :one
 INSERT INTO documents (r2_key, version, etag, size_bytes, batch_id, file_id)
 VALUES ($1, COALESCE((SELECT max(version) FROM documents WHERE r2_key = $1), 0) + 1,
         $2, $3, $4, $5)
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid
 `
 
 type DocumentInsertParams struct {
@@ -835,6 +801,7 @@ func (q *Queries) DocumentInsert(ctx context.Context, arg DocumentInsertParams) 
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
 }
@@ -887,7 +854,7 @@ func (q *Queries) DocumentInsertBatch(ctx context.Context, arg DocumentInsertBat
 }
 
 const documentLatest = `-- name: DocumentLatest :one
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents WHERE r2_key = $1 ORDER BY version DESC LIMIT 1
 `
 
 func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, error) {
@@ -920,12 +887,13 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
 }
 
 const documentList = `-- name: DocumentList :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents ORDER BY id DESC LIMIT $1
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents ORDER BY id DESC LIMIT $1
 `
 
 func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, error) {
@@ -964,6 +932,7 @@ func (q *Queries) DocumentList(ctx context.Context, maxRows int32) ([]Document, 
 			&i.StepTiming,
 			&i.FailingSince,
 			&i.Failure,
+			&i.SearchXid,
 		); err != nil {
 			return nil, err
 		}
@@ -1023,7 +992,7 @@ func (q *Queries) DocumentListAbandoned(ctx context.Context, max int32) ([]Docum
 }
 
 const documentListPage = `-- name: DocumentListPage :many
-SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure FROM documents
+SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents
 WHERE ($1::text IS NULL OR status = $1::text)
     AND ($2::bigint IS NULL OR id < $2::bigint)
 ORDER BY id DESC
@@ -1075,6 +1044,7 @@ func (q *Queries) DocumentListPage(ctx context.Context, arg DocumentListPagePara
 			&i.StepTiming,
 			&i.FailingSince,
 			&i.Failure,
+			&i.SearchXid,
 		); err != nil {
 			return nil, err
 		}
@@ -1118,7 +1088,7 @@ UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
     failure = CASE WHEN $2::boolean THEN nullif($4::text, '') ELSE failure END,
     updated_at = now()
 WHERE id = $5
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid
 `
 
 type DocumentRecordErrorParams struct {
@@ -1169,6 +1139,7 @@ func (q *Queries) DocumentRecordError(ctx context.Context, arg DocumentRecordErr
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
 }
@@ -1214,7 +1185,7 @@ func (q *Queries) DocumentRecordStepRun(ctx context.Context, arg DocumentRecordS
 const documentRetry = `-- name: DocumentRetry :one
 UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, failure = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure
+RETURNING id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid
 `
 
 // Resumes a failed document from the step that failed, with its retries
@@ -1249,33 +1220,77 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.StepTiming,
 		&i.FailingSince,
 		&i.Failure,
+		&i.SearchXid,
 	)
 	return i, err
 }
 
-const documentSearchRows = `-- name: DocumentSearchRows :many
-SELECT d.id, c.chunk_index, c.embedding
-FROM documents d JOIN document_chunks c ON c.document_id = d.id
-WHERE d.current AND d.id = ANY($1::bigint[]) AND c.embedding IS NOT NULL
+const documentSearchCandidates = `-- name: DocumentSearchCandidates :many
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page,
+    (CASE WHEN c.embedding_model = $1::text AND c.embedding_dims = $2::int
+        THEN c.embedding END)::real[] AS embedding
+FROM (SELECT unnest($3::bigint[]) AS document_id, unnest($4::int[]) AS chunk_index) k
+JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
+JOIN documents d ON d.id = c.document_id
+WHERE d.current
+    AND ($5::text IS NULL OR d.batch_id = $5::text)
+    AND ($6::text = '' OR d.r2_key LIKE $6::text)
+    AND (cardinality($7::text[]) = 0 OR c.tags @> $7::text[])
 `
 
-type DocumentSearchRowsRow struct {
-	ID         int64
+type DocumentSearchCandidatesParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+	DocumentIDs    []int64
+	ChunkIndexes   []int32
+	BatchID        *string
+	KeyPattern     string
+	Tags           []string
+}
+
+type DocumentSearchCandidatesRow struct {
+	DocumentID int64
+	R2Key      string
 	ChunkIndex int32
+	Text       string
+	Tags       []string
+	FirstPage  int32
+	LastPage   int32
 	Embedding  []float32
 }
 
-// The chunks search ranks: those of current documents.
-func (q *Queries) DocumentSearchRows(ctx context.Context, ids []int64) ([]DocumentSearchRowsRow, error) {
-	rows, err := q.db.Query(ctx, documentSearchRows, ids)
+// The candidates of a search (document and chunk indexes, in pairs) that
+// are chunks of current versions and pass its filters: the batch, the key
+// pattern (a LIKE prefix pattern, ” for any key) and tags the chunk
+// carries. Each comes with its vector when the embedder's (model and
+// dimensions) made it, else none: a search never compares another's.
+func (q *Queries) DocumentSearchCandidates(ctx context.Context, arg DocumentSearchCandidatesParams) ([]DocumentSearchCandidatesRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchCandidates,
+		arg.EmbeddingModel,
+		arg.EmbeddingDims,
+		arg.DocumentIDs,
+		arg.ChunkIndexes,
+		arg.BatchID,
+		arg.KeyPattern,
+		arg.Tags,
+	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []DocumentSearchRowsRow
+	var items []DocumentSearchCandidatesRow
 	for rows.Next() {
-		var i DocumentSearchRowsRow
-		if err := rows.Scan(&i.ID, &i.ChunkIndex, &i.Embedding); err != nil {
+		var i DocumentSearchCandidatesRow
+		if err := rows.Scan(
+			&i.DocumentID,
+			&i.R2Key,
+			&i.ChunkIndex,
+			&i.Text,
+			&i.Tags,
+			&i.FirstPage,
+			&i.LastPage,
+			&i.Embedding,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1284,6 +1299,283 @@ func (q *Queries) DocumentSearchRows(ctx context.Context, ids []int64) ([]Docume
 		return nil, err
 	}
 	return items, nil
+}
+
+const documentSearchChanged = `-- name: DocumentSearchChanged :many
+SELECT id, current FROM documents WHERE search_xid >= ($1::bigint)::text::xid8 ORDER BY id
+`
+
+type DocumentSearchChangedRow struct {
+	ID      int64
+	Current bool
+}
+
+// The versions made current or not current by transactions from since
+// on (an xid8, as DocumentSearchXmin gives it), for an in-memory index
+// to bring itself in step.
+func (q *Queries) DocumentSearchChanged(ctx context.Context, since int64) ([]DocumentSearchChangedRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchChanged, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchChangedRow
+	for rows.Next() {
+		var i DocumentSearchChangedRow
+		if err := rows.Scan(&i.ID, &i.Current); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchHasSignatures = `-- name: DocumentSearchHasSignatures :one
+SELECT EXISTS (SELECT 1 FROM chunk_signatures WHERE embedding_model = $1 AND embedding_dims = $2)
+`
+
+type DocumentSearchHasSignaturesParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+}
+
+// Whether any chunk has a vector of the embedder, so that a search that
+// found no vector candidate can say why.
+func (q *Queries) DocumentSearchHasSignatures(ctx context.Context, arg DocumentSearchHasSignaturesParams) (bool, error) {
+	row := q.db.QueryRow(ctx, documentSearchHasSignatures, arg.EmbeddingModel, arg.EmbeddingDims)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const documentSearchSignatureScan = `-- name: DocumentSearchSignatureScan :many
+SELECT s.document_id, s.chunk_index
+FROM chunk_signatures s JOIN documents d ON d.id = s.document_id
+WHERE d.current AND s.embedding_model = $1::text AND s.embedding_dims = $2::int
+    AND ($3::text IS NULL OR d.batch_id = $3::text)
+    AND ($4::text = '' OR d.r2_key LIKE $4::text)
+    AND (cardinality($5::text[]) = 0 OR EXISTS (SELECT 1 FROM document_chunks c
+        WHERE c.document_id = s.document_id AND c.chunk_index = s.chunk_index AND c.tags @> $5::text[]))
+ORDER BY bit_count(s.signature # embedding_signature($6::real[])), s.document_id, s.chunk_index
+LIMIT $7
+`
+
+type DocumentSearchSignatureScanParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+	BatchID        *string
+	KeyPattern     string
+	Tags           []string
+	Query          []float32
+	Max            int32
+}
+
+type DocumentSearchSignatureScanRow struct {
+	DocumentID int64
+	ChunkIndex int32
+}
+
+// The vector candidates of a search by a scan of the signatures: the
+// chunks of current versions passing the filters (as
+// DocumentSearchCandidates') whose vectors' signatures are nearest the
+// query's (Hamming distance). It reads every signature the filters leave,
+// so a process uses it for filtered searches and until its in-memory index
+// is loaded.
+func (q *Queries) DocumentSearchSignatureScan(ctx context.Context, arg DocumentSearchSignatureScanParams) ([]DocumentSearchSignatureScanRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchSignatureScan,
+		arg.EmbeddingModel,
+		arg.EmbeddingDims,
+		arg.BatchID,
+		arg.KeyPattern,
+		arg.Tags,
+		arg.Query,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchSignatureScanRow
+	for rows.Next() {
+		var i DocumentSearchSignatureScanRow
+		if err := rows.Scan(&i.DocumentID, &i.ChunkIndex); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchSignatures = `-- name: DocumentSearchSignatures :many
+SELECT document_id, chunk_index, signature FROM chunk_signatures
+WHERE document_id = ANY($1::bigint[]) AND embedding_model = $2 AND embedding_dims = $3
+`
+
+type DocumentSearchSignaturesParams struct {
+	DocumentIDs    []int64
+	EmbeddingModel string
+	EmbeddingDims  int32
+}
+
+type DocumentSearchSignaturesRow struct {
+	DocumentID int64
+	ChunkIndex int32
+	Signature  pgtype.Bits
+}
+
+// The signatures of the embedder's vectors of these versions' chunks.
+func (q *Queries) DocumentSearchSignatures(ctx context.Context, arg DocumentSearchSignaturesParams) ([]DocumentSearchSignaturesRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchSignatures, arg.DocumentIDs, arg.EmbeddingModel, arg.EmbeddingDims)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchSignaturesRow
+	for rows.Next() {
+		var i DocumentSearchSignaturesRow
+		if err := rows.Scan(&i.DocumentID, &i.ChunkIndex, &i.Signature); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchSignaturesPage = `-- name: DocumentSearchSignaturesPage :many
+SELECT s.document_id, s.chunk_index, s.signature
+FROM chunk_signatures s JOIN documents d ON d.id = s.document_id
+WHERE d.current AND s.embedding_model = $1 AND s.embedding_dims = $2
+    AND (s.document_id, s.chunk_index) > ($3::bigint, $4::int)
+ORDER BY s.document_id, s.chunk_index
+LIMIT $5
+`
+
+type DocumentSearchSignaturesPageParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+	AfterDocument  int64
+	AfterChunk     int32
+	Max            int32
+}
+
+type DocumentSearchSignaturesPageRow struct {
+	DocumentID int64
+	ChunkIndex int32
+	Signature  pgtype.Bits
+}
+
+// A page of the signatures of the embedder's vectors of current versions'
+// chunks, after the chunk (after_document, after_chunk), in key order:
+// what an in-memory index loads.
+func (q *Queries) DocumentSearchSignaturesPage(ctx context.Context, arg DocumentSearchSignaturesPageParams) ([]DocumentSearchSignaturesPageRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchSignaturesPage,
+		arg.EmbeddingModel,
+		arg.EmbeddingDims,
+		arg.AfterDocument,
+		arg.AfterChunk,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchSignaturesPageRow
+	for rows.Next() {
+		var i DocumentSearchSignaturesPageRow
+		if err := rows.Scan(&i.DocumentID, &i.ChunkIndex, &i.Signature); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchText = `-- name: DocumentSearchText :many
+SELECT m.document_id, m.chunk_index FROM (
+    SELECT c.document_id, c.chunk_index, c.search_text
+    FROM document_chunks c JOIN documents d ON d.id = c.document_id
+    WHERE c.search_text @@ websearch_to_tsquery($1::regconfig, $2::text) AND d.current
+        AND ($3::text IS NULL OR d.batch_id = $3::text)
+        AND ($4::text = '' OR d.r2_key LIKE $4::text)
+        AND (cardinality($5::text[]) = 0 OR c.tags @> $5::text[])
+    LIMIT $6
+) m
+ORDER BY ts_rank_cd(m.search_text, websearch_to_tsquery($1::regconfig, $2::text)) DESC, m.document_id, m.chunk_index
+LIMIT $7
+`
+
+type DocumentSearchTextParams struct {
+	TextConfig interface{}
+	Query      string
+	BatchID    *string
+	KeyPattern string
+	Tags       []string
+	Scan       int32
+	Max        int32
+}
+
+type DocumentSearchTextRow struct {
+	DocumentID int64
+	ChunkIndex int32
+}
+
+// The full-text candidates of a search: chunks of current versions
+// passing the filters (as DocumentSearchCandidates') that match the query
+// (websearch_to_tsquery: words, "quoted phrases", or, -excluded), the
+// first scan of them ranked by ts_rank_cd, best first: a bound on the
+// work a query of common words does.
+func (q *Queries) DocumentSearchText(ctx context.Context, arg DocumentSearchTextParams) ([]DocumentSearchTextRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchText,
+		arg.TextConfig,
+		arg.Query,
+		arg.BatchID,
+		arg.KeyPattern,
+		arg.Tags,
+		arg.Scan,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchTextRow
+	for rows.Next() {
+		var i DocumentSearchTextRow
+		if err := rows.Scan(&i.DocumentID, &i.ChunkIndex); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchXmin = `-- name: DocumentSearchXmin :one
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+`
+
+// The oldest transaction still running (pg_snapshot_xmin), taken before an
+// in-memory index reads what changed: any that commits later has an xid at
+// least this one.
+func (q *Queries) DocumentSearchXmin(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, documentSearchXmin)
+	var xmin int64
+	err := row.Scan(&xmin)
+	return xmin, err
 }
 
 const documentSetStep = `-- name: DocumentSetStep :exec
@@ -1325,7 +1617,7 @@ func (q *Queries) DocumentStart(ctx context.Context, id int64) error {
 }
 
 const documentUncurrent = `-- name: DocumentUncurrent :exec
-UPDATE documents SET current = false, updated_at = now() WHERE r2_key = $1 AND current AND id <> $2
+UPDATE documents SET current = false, search_xid = pg_current_xact_id(), updated_at = now() WHERE r2_key = $1 AND current AND id <> $2
 `
 
 type DocumentUncurrentParams struct {

@@ -7,6 +7,8 @@ package db
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Batch struct {
@@ -81,6 +83,14 @@ type ChunkItem struct {
 	Failure       *string
 }
 
+type ChunkSignature struct {
+	DocumentID     int64
+	ChunkIndex     int32
+	EmbeddingModel string
+	EmbeddingDims  int32
+	Signature      pgtype.Bits
+}
+
 type Document struct {
 	ID              int64
 	R2Key           string
@@ -108,19 +118,24 @@ type Document struct {
 	StepTiming      json.RawMessage
 	FailingSince    *time.Time
 	Failure         *string
+	SearchXid       pgtype.Uint64
 }
 
 type DocumentChunk struct {
-	DocumentID int64
-	ChunkIndex int32
-	Text       string
-	Heading    string
-	Tokens     int32
-	Embedding  []float32
-	Tags       []string
-	Status     DocumentChunkStatus
-	FirstPage  int32
-	LastPage   int32
+	DocumentID     int64
+	ChunkIndex     int32
+	Text           string
+	Heading        string
+	Tokens         int32
+	Embedding      []float32
+	Tags           []string
+	Status         DocumentChunkStatus
+	FirstPage      int32
+	LastPage       int32
+	SearchText     interface{}
+	TextConfig     *string
+	EmbeddingModel *string
+	EmbeddingDims  *int32
 }
 
 type File struct {

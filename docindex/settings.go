@@ -31,6 +31,13 @@ type Config struct {
 	// step's run lasts a little longer, and River rescues a crashed
 	// process's step jobs once that has passed.
 	Timeout time.Duration
+	// SearchTextConfig is the text search configuration chunks' text is
+	// parsed with for full-text search, and queries too
+	// (SEARCH_TEXT_CONFIG).
+	SearchTextConfig string
+	// SearchIndexMaxChunks bounds each process's in-memory index of
+	// vector signatures (SEARCH_INDEX_MAX_CHUNKS).
+	SearchIndexMaxChunks int
 	// Embeddings and Tags are the buckets each role's calls draw on, one
 	// per provider host, which the executors' registry fills in.
 	Embeddings, Tags ratelimit.RoleBucket
@@ -52,6 +59,8 @@ func Settings(c *Config) []setting.Group {
 			setting.URL(&c.TagsAPIURL, "TAGS_API_URL", "", "OpenAI-compatible chat completions that tag chunks and documents").Shown("(local tagger)"),
 			setting.Secret(&c.TagsAPIKey, "TAGS_API_KEY", "its key, required with the URL; never logged"),
 			setting.String(&c.TagsModel, "TAGS_MODEL", "gpt-4o-mini", "the tags model"),
+			setting.String(&c.SearchTextConfig, "SEARCH_TEXT_CONFIG", "simple", "the Postgres text search configuration chunks and queries are parsed with for full-text search (`simple`: no stemming, no stopwords, for any language; e.g. `english` for English archives); chunks written under another are parsed again by a re-index"),
+			setting.Int(&c.SearchIndexMaxChunks, "SEARCH_INDEX_MAX_CHUNKS", 4_000_000, 0, 1_000_000_000, "most chunks each process holds in its in-memory index of vector signatures (dimensions/8 + 12 bytes a chunk: 76 MB a million at 512 dimensions); with more, or 0, vector candidates come from a scan in Postgres (slower)"),
 			setting.Millis(&c.Timeout, "DOCUMENT_TIMEOUT_MS", 45*time.Second, "bound on one embeddings or tags call; a step's run lasts at most this plus 15 s, which is also how soon a dead process's steps are picked up again (plus River's 30 s rescue interval)"),
 		},
 	}}

@@ -8,6 +8,7 @@
 package docindex
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -26,6 +27,7 @@ import (
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/tagging"
 	"github.com/arke-institute/orchestrator/textchunk"
 )
@@ -134,18 +136,8 @@ func (w *DocumentStepWorker) call(ctx context.Context, bucket ratelimit.RoleBuck
 	if ctx.Err() != nil {
 		return err
 	}
-	res := ratelimit.Result{TakenAt: g.At}
-	switch provider.ClassOf(err) {
-	case 0:
-		res.Outcome = ratelimit.Success
-	case provider.RateLimited:
-		res.Outcome = ratelimit.RateLimited
-		if pe, ok := errors.AsType[*provider.Error](err); ok {
-			res.RetryAfter = pe.RetryAfter
-		}
-	}
 	w.deps.Metrics.ProviderRequest(providerName, metrics.ProviderOutcomeOf(err))
-	if _, _, rerr := w.limiter.Report(ctx, key, limit, res); rerr != nil {
+	if _, _, rerr := w.limiter.Report(ctx, key, limit, ratelimit.ResultOf(err, g.At)); rerr != nil {
 		return rerr
 	}
 	return err
@@ -469,7 +461,7 @@ func (w *DocumentStepWorker) download(ctx context.Context, run *stepRun) error {
 		case !errors.Is(err, pgx.ErrNoRows):
 			return false, err
 		}
-		if err := storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data))); err != nil {
+		if err := storeChunks(ctx, q, doc, chunks, sum[:], int64(len(data)), cmp.Or(cfg.SearchTextConfig, search.DefaultTextConfig)); err != nil {
 			return false, err
 		}
 		return false, run.record(ctx, q, true, true)
@@ -477,8 +469,9 @@ func (w *DocumentStepWorker) download(ctx context.Context, run *stepRun) error {
 }
 
 // storeChunks writes the chunks of doc's content (of size bytes, hashing
-// as sum); the next step is embeddings.
-func storeChunks(ctx context.Context, q *db.Queries, doc db.Document, chunks []textchunk.Chunk, sum []byte, size int64) error {
+// as sum), with their full-text search vectors as the text search
+// configuration textConfig parses them; the next step is embeddings.
+func storeChunks(ctx context.Context, q *db.Queries, doc db.Document, chunks []textchunk.Chunk, sum []byte, size int64, textConfig string) error {
 	if err := q.DocumentChunksDelete(ctx, doc.ID); err != nil {
 		return err
 	}
@@ -489,6 +482,9 @@ func storeChunks(ctx context.Context, q *db.Queries, doc db.Document, chunks []t
 	}
 	if _, err := q.DocumentChunkInsertMany(ctx, rows); err != nil {
 		return err
+	}
+	if err := q.DocumentChunksSetSearchText(ctx, db.DocumentChunksSetSearchTextParams{DocumentID: doc.ID, TextConfig: textConfig}); err != nil {
+		return fmt.Errorf("parsing the chunks' text for full-text search (SEARCH_TEXT_CONFIG %q): %w", textConfig, err)
 	}
 	return q.DocumentDownloaded(ctx, db.DocumentDownloadedParams{ID: doc.ID, ContentSha256: sum, SizeBytes: &size, TotalChunks: int32(len(chunks))})
 }
@@ -539,9 +535,14 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 	if err != nil {
 		return err
 	}
+	model, dims := w.docs.Embedder.Model(), int32(w.docs.Embedder.Dimensions())
 	return w.commitChunks(ctx, run, statuses(db.DocumentChunkEmbeddingDone, db.DocumentChunkTagsDone, db.DocumentChunkStored), func(q *db.Queries) error {
 		for i, r := range rows {
-			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Embedding: vectors[i]}); err != nil {
+			if len(vectors[i]) != int(dims) {
+				return fmt.Errorf("the embedder %s answered a vector of %d dimensions for chunk %d, want %d", model, len(vectors[i]), r.ChunkIndex, dims)
+			}
+			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Embedding: vectors[i],
+				EmbeddingModel: model, EmbeddingDims: dims}); err != nil {
 				return err
 			}
 		}

@@ -1,14 +1,23 @@
-// Package search finds the chunks of documents closest in meaning to a
-// query, by the cosine of their embeddings (issue 18; a later issue moves
-// it onto Postgres).
+// Package search finds the chunks of current documents that answer a
+// query, on Postgres (issue 30): full-text candidates from each chunk's
+// tsvector, vector candidates from the signatures of the chunks' vectors,
+// the union ranked with the exact cosine of the vectors in the table and
+// the full-text rank, fused by reciprocal rank. No process keeps the
+// corpus: an in-memory index of signatures (dims/8 bytes a chunk) gives
+// the vector candidates of unfiltered searches once loaded, and a scan of
+// the signatures in Postgres those of filtered searches and of searches
+// before it is.
 package search
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,148 +28,442 @@ import (
 
 // Result is a chunk a search found.
 type Result struct {
-	DocumentID int64    `json:"documentId"`
-	R2Key      string   `json:"r2Key"`
-	ChunkIndex int32    `json:"chunkIndex"`
-	Score      float32  `json:"score"`
-	Text       string   `json:"text"`
-	Tags       []string `json:"tags"`
+	DocumentID int64  `json:"documentId"`
+	R2Key      string `json:"r2Key"`
+	ChunkIndex int32  `json:"chunkIndex"`
+	// Score orders the results: the reciprocal-rank fusion of the chunk's
+	// rank by cosine similarity and its rank by full-text match.
+	Score float32 `json:"score"`
+	// Similarity is the cosine of the chunk's vector and the query's;
+	// absent when the chunk has no vector of the search's embedder.
+	Similarity *float32 `json:"similarity,omitempty"`
+	// TextMatch says the chunk matched the query's words (full-text).
+	TextMatch bool     `json:"textMatch"`
+	Text      string   `json:"text"`
+	Tags      []string `json:"tags"`
 	// FirstPage and LastPage are the pages of a PDF the chunk is from;
 	// absent for a document without pages.
 	FirstPage int32 `json:"firstPage,omitempty"`
 	LastPage  int32 `json:"lastPage,omitempty"`
 }
 
-// MaxResults bounds k.
-const MaxResults = 100
+// Mode says how a search ranked its results.
+type Mode string
 
-// Search embeds the query with the documents' embedder and ranks
-// the chunks of every current document version by cosine similarity, an
-// exact scan over an in-memory copy of their vectors kept in step with
-// the table.
-func (x *Index) Search(ctx context.Context, query string, k int) ([]Result, error) {
-	query = strings.TrimSpace(query)
-	switch {
-	case query == "":
-		return nil, &problem.InputError{Msg: "invalid search: q is required"}
-	case k < 1 || k > MaxResults:
-		return nil, &problem.InputError{Msg: fmt.Sprintf("invalid search: k must be from 1 to %d, got %d", MaxResults, k)}
-	case x == nil || x.embedder == nil:
-		return nil, errors.New("search has no embedder")
-	}
-	vecs, err := x.embedder.Embed(ctx, []string{query})
-	if err != nil {
-		return nil, fmt.Errorf("embedding the query: %w", err)
-	}
-	if err := x.refresh(ctx, db.New(x.pool)); err != nil {
-		return nil, err
-	}
-	matches, err := x.vectors.Search(vecs[0], k)
-	if err != nil {
-		return nil, err
-	}
-	if len(matches) == 0 {
-		return []Result{}, nil
-	}
-	docIDs, idxs := make([]int64, len(matches)), make([]int32, len(matches))
-	for i, m := range matches {
-		docIDs[i], idxs[i] = chunkKey(m.Index)
-	}
-	rows, err := db.New(x.pool).DocumentChunksByKeys(ctx, db.DocumentChunksByKeysParams{DocumentIDs: docIDs, ChunkIndexes: idxs})
-	if err != nil {
-		return nil, err
-	}
-	type key struct {
-		doc int64
-		idx int32
-	}
-	byKey := make(map[key]db.DocumentChunksByKeysRow, len(rows))
-	for _, r := range rows {
-		byKey[key{r.DocumentID, r.ChunkIndex}] = r
-	}
-	out := make([]Result, 0, len(matches))
-	for i, m := range matches {
-		r, ok := byKey[key{docIDs[i], idxs[i]}]
-		if !ok {
-			continue // replaced since the index was read
-		}
-		tags := r.Tags
-		if tags == nil {
-			tags = []string{}
-		}
-		out = append(out, Result{DocumentID: r.DocumentID, R2Key: r.R2Key, ChunkIndex: r.ChunkIndex, Score: m.Score, Text: r.Text, Tags: tags,
-			FirstPage: r.FirstPage, LastPage: r.LastPage})
-	}
-	return out, nil
+// The modes.
+const (
+	// Hybrid: full-text and vector candidates, ranked with both.
+	Hybrid Mode = "hybrid"
+	// TextOnly: full-text candidates alone; Answer.Notice says why.
+	TextOnly Mode = "text"
+)
+
+// Answer is a page of a search's results.
+type Answer struct {
+	Results []Result `json:"results"`
+	Mode    Mode     `json:"mode"`
+	// Notice says why the search answered from full-text alone.
+	Notice string `json:"notice,omitempty"`
+	// NextOffset is the offset of the next page, absent on the last.
+	NextOffset *int `json:"nextOffset,omitempty"`
 }
 
-// chunkBits is how many bits of an index id hold the chunk's index.
-const chunkBits = 24
+// Query is a search: its text, the page asked for and the filters.
+type Query struct {
+	Text string
+	// K is the page's size (1 to MaxResults), Offset how many results
+	// come before it; Offset+K is at most MaxDepth.
+	K, Offset int
+	// BatchID, KeyPrefix and Tags filter the chunks: those of documents
+	// the batch indexed, whose keys begin with KeyPrefix, that carry every
+	// tag. Empty means no filter.
+	BatchID   string
+	KeyPrefix string
+	Tags      []string
+}
 
-func chunkID(doc int64, idx int32) int64 { return doc<<chunkBits | int64(idx) }
+func (q Query) filtered() bool { return q.BatchID != "" || q.KeyPrefix != "" || len(q.Tags) > 0 }
 
-func chunkKey(id int64) (int64, int32) { return id >> chunkBits, int32(id & (1<<chunkBits - 1)) }
+// Bounds of a search.
+const (
+	// MaxResults bounds a page.
+	MaxResults = 100
+	// MaxDepth bounds how far pages go: the results are ranked from at
+	// most this many candidates of each kind.
+	MaxDepth = 200
+	// MaxTags bounds the tags a search filters by.
+	MaxTags = 20
+	// textScan bounds the full-text matches a search ranks: a query of
+	// common words ranks the first textScan chunks that match it.
+	textScan = 2000
+	// fusionK is reciprocal-rank fusion's constant: a result's score is
+	// the sum over the rankings it is in of 1 / (fusionK + rank).
+	fusionK = 60
+)
 
-// Index searches the chunks of the current documents: it embeds a query
-// as the document steps embed chunks, and ranks an in-memory copy of the
-// current documents' vectors. Each search first brings the copy in step:
-// the current versions are listed (one indexed query), versions that
-// stopped being current are dropped and new ones loaded.
+// Config configures search.
+type Config struct {
+	// TextConfig is the text search configuration queries are parsed with
+	// (SEARCH_TEXT_CONFIG), as the chunks' text was; DefaultTextConfig if
+	// empty.
+	TextConfig string
+	// MaxIndexChunks bounds the in-memory index of signatures
+	// (SEARCH_INDEX_MAX_CHUNKS). With more chunks of the embedder, or
+	// none allowed (0), vector candidates come from Postgres alone.
+	MaxIndexChunks int
+	Logger         *slog.Logger
+}
+
+// DefaultTextConfig is Config.TextConfig unless set.
+const (
+	DefaultTextConfig = "simple"
+)
+
+// indexState is where an Index's in-memory signatures are.
+type indexState int
+
+const (
+	indexIdle     indexState = iota // not loaded: the next search starts loading it
+	indexLoading                    // loading in the background
+	indexReady                      // loaded and kept in step
+	indexUnheld                     // more than MaxIndexChunks: never held
+)
+
+// Index searches the chunks of current documents. It embeds a query as
+// the document steps embed chunks and compares only vectors of its own
+// embedder (model and dimensions). It is safe for concurrent use.
 type Index struct {
 	pool     *pgxpool.Pool
 	embedder embedding.Embedder
+	cfg      Config
 
-	mu      sync.Mutex
-	vectors *embedding.Index
-	chunks  map[int64][]int32 // document id -> its chunk indexes in vectors
+	mu    sync.Mutex
+	state indexState
+	mem   *signatures
 }
 
 // New returns an Index whose queries embedder embeds (the documents').
-func New(pool *pgxpool.Pool, embedder embedding.Embedder) *Index {
-	return &Index{pool: pool, embedder: embedder, vectors: embedding.NewIndex(embedder.Dimensions()), chunks: map[int64][]int32{}}
+func New(pool *pgxpool.Pool, embedder embedding.Embedder, cfg Config) *Index {
+	if cfg.TextConfig == "" {
+		cfg.TextConfig = DefaultTextConfig
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	x := &Index{pool: pool, embedder: embedder, cfg: cfg}
+	if cfg.MaxIndexChunks <= 0 {
+		x.state = indexUnheld
+	}
+	return x
 }
 
-func (x *Index) refresh(ctx context.Context, q *db.Queries) error {
-	ids, err := q.DocumentCurrentIDs(ctx)
+// Search answers a page of q's results, best first.
+func (x *Index) Search(ctx context.Context, q Query) (Answer, error) {
+	if err := x.check(&q); err != nil {
+		return Answer{}, err
+	}
+	queries := db.New(x.pool)
+	model, dims := x.embedder.Model(), x.embedder.Dimensions()
+	var batchID *string
+	if q.BatchID != "" {
+		batchID = &q.BatchID
+	}
+	pattern := keyPattern(q.KeyPrefix)
+	tags := q.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+
+	text, err := queries.DocumentSearchText(ctx, db.DocumentSearchTextParams{TextConfig: x.cfg.TextConfig, Query: q.Text,
+		BatchID: batchID, KeyPattern: pattern, Tags: tags, Scan: textScan, Max: MaxDepth})
 	if err != nil {
+		return Answer{}, fmt.Errorf("full-text search: %w", err)
+	}
+	answer := Answer{Mode: Hybrid}
+	var vector []float32
+	var near []int64
+	switch vecs, err := x.embedder.Embed(ctx, []string{q.Text}); {
+	case ctx.Err() != nil:
+		return Answer{}, ctx.Err()
+	case err != nil:
+		answer.Mode, answer.Notice = TextOnly, "the query could not be embedded, so the results are from full-text search alone: "+err.Error()
+	case len(vecs) != 1 || len(vecs[0]) != dims:
+		answer.Mode, answer.Notice = TextOnly, fmt.Sprintf("the embedder answered a vector of the wrong size (want %d dimensions), so the results are from full-text search alone", dims)
+	default:
+		vector = vecs[0]
+		if near, err = x.vectorCandidates(ctx, queries, q, vector, batchID, pattern, tags); err != nil {
+			return Answer{}, err
+		}
+		if len(near) == 0 {
+			has, err := queries.DocumentSearchHasSignatures(ctx, db.DocumentSearchHasSignaturesParams{EmbeddingModel: model, EmbeddingDims: int32(dims)})
+			if err != nil {
+				return Answer{}, err
+			}
+			if !has {
+				answer.Mode, answer.Notice = TextOnly, fmt.Sprintf("no chunk has a vector of the embedder %s (%d dimensions) yet, so the results are from full-text search alone; "+
+					"chunks embedded by another embedder are searched by vector once re-indexed (orchestrator reindex)", model, dims)
+			}
+		}
+	}
+
+	// The union of the candidates, full-text first.
+	textRank := make(map[int64]int, len(text))
+	var docs []int64
+	var idxs []int32
+	for i, r := range text {
+		key := chunkKey(r.DocumentID, r.ChunkIndex)
+		textRank[key] = i + 1
+		docs, idxs = append(docs, r.DocumentID), append(idxs, r.ChunkIndex)
+	}
+	for _, key := range near {
+		if _, ok := textRank[key]; !ok {
+			doc, idx := splitKey(key)
+			docs, idxs = append(docs, doc), append(idxs, idx)
+		}
+	}
+	if len(docs) == 0 {
+		answer.Results = []Result{}
+		return answer, nil
+	}
+	rows, err := queries.DocumentSearchCandidates(ctx, db.DocumentSearchCandidatesParams{EmbeddingModel: model, EmbeddingDims: int32(dims),
+		DocumentIDs: docs, ChunkIndexes: idxs, BatchID: batchID, KeyPattern: pattern, Tags: tags})
+	if err != nil {
+		return Answer{}, fmt.Errorf("reading the candidates: %w", err)
+	}
+	results := rank(rows, textRank, vector)
+	end := min(q.Offset+q.K, len(results))
+	if q.Offset >= len(results) {
+		answer.Results = []Result{}
+		return answer, nil
+	}
+	answer.Results = results[q.Offset:end]
+	if end < len(results) {
+		answer.NextOffset = &end
+	}
+	return answer, nil
+}
+
+// check validates q and trims its text.
+func (x *Index) check(q *Query) error {
+	q.Text = strings.TrimSpace(q.Text)
+	invalid := func(format string, args ...any) error {
+		return &problem.InputError{Msg: "invalid search: " + fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case q.Text == "":
+		return invalid("q is required")
+	case q.K < 1 || q.K > MaxResults:
+		return invalid("k must be from 1 to %d, got %d", MaxResults, q.K)
+	case q.Offset < 0 || q.Offset+q.K > MaxDepth:
+		return invalid("offset must be from 0 to %d less k (results are ranked from the best %d candidates), got %d", MaxDepth, MaxDepth, q.Offset)
+	case len(q.Tags) > MaxTags:
+		return invalid("at most %d tags, got %d", MaxTags, len(q.Tags))
+	case x == nil || x.embedder == nil:
+		return errors.New("search has no embedder")
+	}
+	return nil
+}
+
+// vectorCandidates are the keys of the chunks whose vectors' signatures
+// are nearest vector's: from the in-memory index for an unfiltered search
+// once it is loaded, else from a scan of the signatures in Postgres, which
+// applies the filters first.
+func (x *Index) vectorCandidates(ctx context.Context, queries *db.Queries, q Query, vector []float32, batchID *string, pattern string, tags []string) ([]int64, error) {
+	if !q.filtered() {
+		if mem := x.memory(ctx, queries); mem != nil {
+			return mem.nearest(signatureOf(vector), MaxDepth), nil
+		}
+	}
+	rows, err := queries.DocumentSearchSignatureScan(ctx, db.DocumentSearchSignatureScanParams{EmbeddingModel: x.embedder.Model(),
+		EmbeddingDims: int32(x.embedder.Dimensions()), BatchID: batchID, KeyPattern: pattern, Tags: tags, Query: vector, Max: MaxDepth})
+	if err != nil {
+		return nil, fmt.Errorf("scanning the signatures: %w", err)
+	}
+	keys := make([]int64, len(rows))
+	for i, r := range rows {
+		keys[i] = chunkKey(r.DocumentID, r.ChunkIndex)
+	}
+	return keys, nil
+}
+
+// memory is the in-memory index brought in step, or nil while it is not
+// loaded (the first call starts loading it in the background) or cannot
+// be held.
+func (x *Index) memory(ctx context.Context, queries *db.Queries) *signatures {
+	x.mu.Lock()
+	state, mem := x.state, x.mem
+	if state == indexIdle {
+		x.state = indexLoading
+		go x.load()
+	}
+	x.mu.Unlock()
+	if state != indexReady {
+		return nil
+	}
+	err := mem.refresh(ctx, queries, x.embedder.Model(), x.cfg.MaxIndexChunks)
+	switch {
+	case errors.Is(err, errTooLarge):
+		x.drop(err)
+		return nil
+	case err != nil && ctx.Err() == nil:
+		// The index as it was still gives candidates; the candidates'
+		// read drops those no longer current.
+		x.cfg.Logger.Warn("search index refresh failed", "error", err)
+	}
+	return mem
+}
+
+// Load loads the in-memory index now, unless it is loaded or loading.
+// Searches load it when first needed; a caller may start it at boot.
+func (x *Index) Load(ctx context.Context) error {
+	x.mu.Lock()
+	if x.state != indexIdle {
+		x.mu.Unlock()
+		return nil
+	}
+	x.state = indexLoading
+	x.mu.Unlock()
+	return x.loadWith(ctx)
+}
+
+// loadTimeout bounds a background load.
+const loadTimeout = 10 * time.Minute
+
+func (x *Index) load() {
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
+	defer cancel()
+	if err := x.loadWith(ctx); err != nil && !errors.Is(err, errTooLarge) {
+		x.cfg.Logger.Warn("search index load failed; searches scan the signatures in Postgres until a later one loads it", "error", err)
+	}
+}
+
+// loadWith loads the index; the caller has set the state to loading.
+func (x *Index) loadWith(ctx context.Context) error {
+	start := time.Now()
+	mem := newSignatures(x.embedder.Dimensions())
+	err := mem.load(ctx, db.New(x.pool), x.embedder.Model(), x.cfg.MaxIndexChunks)
+	if errors.Is(err, errTooLarge) {
+		x.drop(err)
 		return err
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	current := make(map[int64]bool, len(ids))
-	var added []int64
-	for _, id := range ids {
-		current[id] = true
-		if _, ok := x.chunks[id]; !ok {
-			added = append(added, id)
-		}
-	}
-	for doc, idxs := range x.chunks {
-		if current[doc] {
-			continue
-		}
-		del := make([]int64, len(idxs))
-		for i, idx := range idxs {
-			del[i] = chunkID(doc, idx)
-		}
-		x.vectors.Delete(del...)
-		delete(x.chunks, doc)
-	}
-	if len(added) == 0 {
-		return nil
-	}
-	rows, err := q.DocumentSearchRows(ctx, added)
 	if err != nil {
+		x.state = indexIdle
 		return err
 	}
-	for _, id := range added {
-		x.chunks[id] = []int32{}
-	}
-	for _, r := range rows {
-		if err := x.vectors.Set(chunkID(r.ID, r.ChunkIndex), r.Embedding); err != nil {
-			return fmt.Errorf("document %d chunk %d: %w", r.ID, r.ChunkIndex, err)
-		}
-		x.chunks[r.ID] = append(x.chunks[r.ID], r.ChunkIndex)
-	}
+	x.state, x.mem = indexReady, mem
+	x.cfg.Logger.Info("search index loaded", "chunks", mem.len(), "model", x.embedder.Model(), "dimensions", x.embedder.Dimensions(),
+		"bytes", mem.bytes(), "took_ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// drop gives up the in-memory index for good: there are more chunks than
+// it may hold.
+func (x *Index) drop(err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.state, x.mem = indexUnheld, nil
+	x.cfg.Logger.Warn("search index not held; vector candidates come from Postgres", "error", err)
+}
+
+// rank orders the candidates that passed (rows) by reciprocal-rank
+// fusion of their rank by cosine similarity to vector (when there is one
+// and the row has a vector) and their rank by full-text match (textRank,
+// from 1; absent when they did not match), best first.
+func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector []float32) []Result {
+	type scored struct {
+		Result
+		key int64
+		sim float32
+		has bool
+	}
+	all := make([]scored, len(rows))
+	for i, r := range rows {
+		tags := r.Tags
+		if tags == nil {
+			tags = []string{}
+		}
+		s := scored{Result: Result{DocumentID: r.DocumentID, R2Key: r.R2Key, ChunkIndex: r.ChunkIndex, Text: r.Text, Tags: tags,
+			FirstPage: r.FirstPage, LastPage: r.LastPage}, key: chunkKey(r.DocumentID, r.ChunkIndex)}
+		if vector != nil && len(r.Embedding) == len(vector) {
+			s.sim, s.has = embedding.Cosine(vector, r.Embedding), true
+			sim := s.sim
+			s.Similarity = &sim
+		}
+		all[i] = s
+	}
+	bySimilarity := slices.Clone(all)
+	slices.SortFunc(bySimilarity, func(a, b scored) int {
+		switch {
+		case a.has != b.has:
+			if a.has {
+				return -1
+			}
+			return 1
+		case a.sim != b.sim:
+			if a.sim > b.sim {
+				return -1
+			}
+			return 1
+		}
+		return compareKeys(a.key, b.key)
+	})
+	simRank := make(map[int64]int, len(all))
+	for i, s := range bySimilarity {
+		if s.has {
+			simRank[s.key] = i + 1
+		}
+	}
+	for i := range all {
+		s := &all[i]
+		var score float64
+		if r, ok := simRank[s.key]; ok {
+			score += 1 / float64(fusionK+r)
+		}
+		if r, ok := textRank[s.key]; ok {
+			score += 1 / float64(fusionK+r)
+			s.TextMatch = true
+		}
+		s.Score = float32(score)
+	}
+	slices.SortFunc(all, func(a, b scored) int {
+		switch {
+		case a.Score != b.Score:
+			if a.Score > b.Score {
+				return -1
+			}
+			return 1
+		case a.sim != b.sim:
+			if a.sim > b.sim {
+				return -1
+			}
+			return 1
+		}
+		return compareKeys(a.key, b.key)
+	})
+	out := make([]Result, len(all))
+	for i, s := range all {
+		out[i] = s.Result
+	}
+	return out
+}
+
+func compareKeys(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// keyPattern is the LIKE pattern of the keys beginning with prefix, ""
+// for any key.
+func keyPattern(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
 }

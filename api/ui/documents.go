@@ -13,9 +13,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// defaultSearchResults is k when the search box does not say.
-const defaultSearchResults = 10
-
 // mountUIDocuments registers the dashboard's document pages on its group.
 func (d *Dashboard) mountUIDocuments(g *echo.Group) {
 	g.GET("/documents", d.uiDocumentList)
@@ -51,30 +48,51 @@ func (d *Dashboard) uiDocumentList(c echo.Context) error {
 type searchPage struct {
 	Viewer Viewer
 	// Query is the search box's text, "" before a search.
-	Query   string
-	Results []search.Result
+	Query string
+	search.Answer
+	// Results are the answer's, each with its similarity as shown.
+	Results []searchResult
+	// Next is the query of the next page, "" on the last.
+	Next template.URL
+}
+
+// searchResult is a result as the search page shows it.
+type searchResult struct {
+	search.Result
+	// Similarity is the cosine similarity to three places, "" when the
+	// chunk has no vector of the search's embedder.
+	Similarity string
 }
 
 // uiDocumentSearch is GET /ui/documents/search?q=...&k=...: the results
-// of GET /documents/search as a page; without q, the search box alone.
+// of GET /documents/search (with its parameters) as a page; without q,
+// the search box alone.
 func (d *Dashboard) uiDocumentSearch(c echo.Context) error {
 	data := searchPage{Viewer: c.Get(ViewerKey).(Viewer), Query: strings.TrimSpace(c.QueryParam("q"))}
 	if data.Query == "" {
 		return render(c, http.StatusOK, "search.html", data)
 	}
-	k := defaultSearchResults
-	if v := c.QueryParam("k"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return &problem.InputError{Msg: "invalid search: k must be a whole number, got " + strconv.Quote(v)}
-		}
-		k = n
-	}
-	res, err := d.search.Search(c.Request().Context(), data.Query, k)
+	q, err := search.QueryOf(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	data.Results = res
+	answer, err := d.search.Search(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	data.Answer = answer
+	for _, r := range answer.Results {
+		v := searchResult{Result: r}
+		if r.Similarity != nil {
+			v.Similarity = strconv.FormatFloat(float64(*r.Similarity), 'f', 3, 32)
+		}
+		data.Results = append(data.Results, v)
+	}
+	if answer.NextOffset != nil {
+		next := c.QueryParams()
+		next.Set("offset", strconv.Itoa(*answer.NextOffset))
+		data.Next = template.URL("?" + next.Encode())
+	}
 	return render(c, http.StatusOK, "search.html", data)
 }
 

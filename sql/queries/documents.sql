@@ -103,8 +103,18 @@ ORDER BY chunk_index
 LIMIT @max;
 
 -- name: DocumentChunkSetEmbedding :exec
-UPDATE document_chunks SET embedding = @embedding::real[], status = 'embedding_done'
-WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'pending';
+-- Stores a chunk's vector with its embedder's identity, and the vector's
+-- signature (chunk_signatures), which search's vector candidates come from.
+WITH c AS (
+    UPDATE document_chunks u SET embedding = @embedding::real[], embedding_model = @embedding_model::text,
+        embedding_dims = @embedding_dims::int, status = 'embedding_done'
+    WHERE u.document_id = @document_id::bigint AND u.chunk_index = @chunk_index::int AND u.status = 'pending'
+    RETURNING u.document_id, u.chunk_index, u.embedding
+)
+INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
+SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, embedding_signature(c.embedding) FROM c
+ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+    embedding_dims = excluded.embedding_dims, signature = excluded.signature;
 
 -- name: DocumentChunkSetTags :exec
 UPDATE document_chunks SET tags = @tags::text[], status = 'tags_done'
@@ -112,12 +122,6 @@ WHERE document_id = @document_id AND chunk_index = @chunk_index AND status = 'em
 
 -- name: DocumentChunkTags :many
 SELECT chunk_index, text, tags FROM document_chunks WHERE document_id = @document_id ORDER BY chunk_index;
-
--- name: DocumentChunksByKeys :many
--- The chunks search found, with their documents' keys.
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
-FROM document_chunks c JOIN documents d ON d.id = c.document_id
-WHERE c.document_id = ANY(@document_ids::bigint[]) AND c.chunk_index = ANY(@chunk_indexes::int[]);
 
 -- name: DocumentChunksDelete :exec
 DELETE FROM document_chunks WHERE document_id = @document_id;
@@ -132,13 +136,19 @@ ORDER BY chunk_index LIMIT @max_chunks;
 -- Moves the chunks of one version to another (unchanged content).
 UPDATE document_chunks SET document_id = @to_id WHERE document_id = @from_id;
 
+-- name: DocumentChunksSetSearchText :exec
+-- Writes the full-text search vector of a document's chunks (their heading
+-- and text) as the text search configuration text_config parses them.
+UPDATE document_chunks SET search_text = to_tsvector(@text_config::regconfig, heading || ' ' || text), text_config = @text_config::text
+WHERE document_id = @document_id;
+
 -- name: DocumentChunksStored :exec
 UPDATE document_chunks SET status = 'stored' WHERE document_id = @document_id;
 
 -- name: DocumentComplete :exec
 -- The store step: the version becomes the key's current one, its chunks
 -- stored, in the transaction that unmarks the previous one.
-UPDATE documents SET status = 'completed', current = true, processed_chunks = total_chunks,
+UPDATE documents SET status = 'completed', current = true, search_xid = pg_current_xact_id(), processed_chunks = total_chunks,
     completed_at = now(), updated_at = now()
 WHERE id = @id;
 
@@ -152,9 +162,6 @@ WHERE id = @id;
 -- name: DocumentCurrentBySHA :one
 -- The key's current version, if its content hashes as sha.
 SELECT * FROM documents WHERE r2_key = @r2_key AND current AND content_sha256 = @content_sha256;
-
--- name: DocumentCurrentIDs :many
-SELECT id FROM documents WHERE current;
 
 -- name: DocumentDownloaded :exec
 -- The download step's outcome: the content's hash and its chunks' count;
@@ -264,11 +271,90 @@ UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NUL
 WHERE id = @id AND status = 'failed'
 RETURNING *;
 
--- name: DocumentSearchRows :many
--- The chunks search ranks: those of current documents.
-SELECT d.id, c.chunk_index, c.embedding
-FROM documents d JOIN document_chunks c ON c.document_id = d.id
-WHERE d.current AND d.id = ANY(@ids::bigint[]) AND c.embedding IS NOT NULL;
+-- name: DocumentSearchCandidates :many
+-- The candidates of a search (document and chunk indexes, in pairs) that
+-- are chunks of current versions and pass its filters: the batch, the key
+-- pattern (a LIKE prefix pattern, '' for any key) and tags the chunk
+-- carries. Each comes with its vector when the embedder's (model and
+-- dimensions) made it, else none: a search never compares another's.
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page,
+    (CASE WHEN c.embedding_model = @embedding_model::text AND c.embedding_dims = @embedding_dims::int
+        THEN c.embedding END)::real[] AS embedding
+FROM (SELECT unnest(@document_ids::bigint[]) AS document_id, unnest(@chunk_indexes::int[]) AS chunk_index) k
+JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
+JOIN documents d ON d.id = c.document_id
+WHERE d.current
+    AND (sqlc.narg(batch_id)::text IS NULL OR d.batch_id = sqlc.narg(batch_id)::text)
+    AND (@key_pattern::text = '' OR d.r2_key LIKE @key_pattern::text)
+    AND (cardinality(@tags::text[]) = 0 OR c.tags @> @tags::text[]);
+
+-- name: DocumentSearchChanged :many
+-- The versions made current or not current by transactions from since
+-- on (an xid8, as DocumentSearchXmin gives it), for an in-memory index
+-- to bring itself in step.
+SELECT id, current FROM documents WHERE search_xid >= (@since::bigint)::text::xid8 ORDER BY id;
+
+-- name: DocumentSearchHasSignatures :one
+-- Whether any chunk has a vector of the embedder, so that a search that
+-- found no vector candidate can say why.
+SELECT EXISTS (SELECT 1 FROM chunk_signatures WHERE embedding_model = @embedding_model AND embedding_dims = @embedding_dims);
+
+-- name: DocumentSearchSignatureScan :many
+-- The vector candidates of a search by a scan of the signatures: the
+-- chunks of current versions passing the filters (as
+-- DocumentSearchCandidates') whose vectors' signatures are nearest the
+-- query's (Hamming distance). It reads every signature the filters leave,
+-- so a process uses it for filtered searches and until its in-memory index
+-- is loaded.
+SELECT s.document_id, s.chunk_index
+FROM chunk_signatures s JOIN documents d ON d.id = s.document_id
+WHERE d.current AND s.embedding_model = @embedding_model::text AND s.embedding_dims = @embedding_dims::int
+    AND (sqlc.narg(batch_id)::text IS NULL OR d.batch_id = sqlc.narg(batch_id)::text)
+    AND (@key_pattern::text = '' OR d.r2_key LIKE @key_pattern::text)
+    AND (cardinality(@tags::text[]) = 0 OR EXISTS (SELECT 1 FROM document_chunks c
+        WHERE c.document_id = s.document_id AND c.chunk_index = s.chunk_index AND c.tags @> @tags::text[]))
+ORDER BY bit_count(s.signature # embedding_signature(@query::real[])), s.document_id, s.chunk_index
+LIMIT @max;
+
+-- name: DocumentSearchSignatures :many
+-- The signatures of the embedder's vectors of these versions' chunks.
+SELECT document_id, chunk_index, signature FROM chunk_signatures
+WHERE document_id = ANY(@document_ids::bigint[]) AND embedding_model = @embedding_model AND embedding_dims = @embedding_dims;
+
+-- name: DocumentSearchSignaturesPage :many
+-- A page of the signatures of the embedder's vectors of current versions'
+-- chunks, after the chunk (after_document, after_chunk), in key order:
+-- what an in-memory index loads.
+SELECT s.document_id, s.chunk_index, s.signature
+FROM chunk_signatures s JOIN documents d ON d.id = s.document_id
+WHERE d.current AND s.embedding_model = @embedding_model AND s.embedding_dims = @embedding_dims
+    AND (s.document_id, s.chunk_index) > (@after_document::bigint, @after_chunk::int)
+ORDER BY s.document_id, s.chunk_index
+LIMIT @max;
+
+-- name: DocumentSearchText :many
+-- The full-text candidates of a search: chunks of current versions
+-- passing the filters (as DocumentSearchCandidates') that match the query
+-- (websearch_to_tsquery: words, "quoted phrases", or, -excluded), the
+-- first scan of them ranked by ts_rank_cd, best first: a bound on the
+-- work a query of common words does.
+SELECT m.document_id, m.chunk_index FROM (
+    SELECT c.document_id, c.chunk_index, c.search_text
+    FROM document_chunks c JOIN documents d ON d.id = c.document_id
+    WHERE c.search_text @@ websearch_to_tsquery(@text_config::regconfig, @query::text) AND d.current
+        AND (sqlc.narg(batch_id)::text IS NULL OR d.batch_id = sqlc.narg(batch_id)::text)
+        AND (@key_pattern::text = '' OR d.r2_key LIKE @key_pattern::text)
+        AND (cardinality(@tags::text[]) = 0 OR c.tags @> @tags::text[])
+    LIMIT @scan
+) m
+ORDER BY ts_rank_cd(m.search_text, websearch_to_tsquery(@text_config::regconfig, @query::text)) DESC, m.document_id, m.chunk_index
+LIMIT @max;
+
+-- name: DocumentSearchXmin :one
+-- The oldest transaction still running (pg_snapshot_xmin), taken before an
+-- in-memory index reads what changed: any that commits later has an xid at
+-- least this one.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin;
 
 -- name: DocumentSetStep :exec
 UPDATE documents SET current_step = @current_step, updated_at = now() WHERE id = @id;
@@ -281,4 +367,4 @@ UPDATE documents SET status = 'processing', started_at = COALESCE(started_at, no
 WHERE id = @id;
 
 -- name: DocumentUncurrent :exec
-UPDATE documents SET current = false, updated_at = now() WHERE r2_key = @r2_key AND current AND id <> @id;
+UPDATE documents SET current = false, search_xid = pg_current_xact_id(), updated_at = now() WHERE r2_key = @r2_key AND current AND id <> @id;
