@@ -206,9 +206,14 @@ func TestPhasesFromRegistry(t *testing.T) {
 			require.Equal(t, spec.Defaults.ChunkSize, c.Executors.Chunked.ChunkSize[spec.Name])
 			c2, err := Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "3"}))
 			require.NoError(t, err)
-			require.Equal(t, 3, c2.Executors.Chunked.ChunkSize[spec.Name])
-			_, err = Load(lookup(map[string]string{spec.Short + "_CHUNK_SIZE": "0"}))
-			require.ErrorContains(t, err, spec.Short+"_CHUNK_SIZE must be a whole number")
+			require.Equal(t, phases.ChunkSize{Groups: 3, Refs: spec.Defaults.ChunkSize.Refs}, c2.Executors.Chunked.ChunkSize[spec.Name])
+			c2, err = Load(lookup(map[string]string{spec.Short + "_CHUNK_REFS": "7"}))
+			require.NoError(t, err)
+			require.Equal(t, phases.ChunkSize{Groups: spec.Defaults.ChunkSize.Groups, Refs: 7}, c2.Executors.Chunked.ChunkSize[spec.Name])
+			for _, name := range []string{"_CHUNK_SIZE", "_CHUNK_REFS"} {
+				_, err = Load(lookup(map[string]string{spec.Short + name: "0"}))
+				require.ErrorContains(t, err, spec.Short+name+" must be a whole number")
+			}
 		}
 		if spec.Worker == "" {
 			_, ok := c.Executors.Machine.Phases[spec.Name]

@@ -111,7 +111,7 @@ type chunkerOf struct {
 	c phases.Chunker
 }
 
-func (c chunkerOf) Chunks(files []phases.File, size int) []phases.Chunk {
+func (c chunkerOf) Chunks(files []phases.File, size phases.ChunkSize) []phases.Chunk {
 	return c.c.Chunks(files, size)
 }
 

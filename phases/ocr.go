@@ -16,9 +16,11 @@ const OCR Name = "OCR"
 // TagOCR marks a ref whose published version carries its OCR text.
 const TagOCR = "OCR"
 
-// DefaultOCRChunkSize is how many directory groups (spec 004's PIs) one
-// chunk holds unless OCR_CHUNK_SIZE says otherwise.
-const DefaultOCRChunkSize = 10
+// DefaultOCRChunkSize bounds an OCR chunk unless OCR_CHUNK_SIZE (directory
+// groups, spec 004's PIs) and OCR_CHUNK_REFS say otherwise: a chunk is the
+// unit of the phase's concurrency (it keeps MAX_CONCURRENT_PER_ALARM refs
+// in flight), so a directory of thousands of pages is split into many.
+var DefaultOCRChunkSize = ChunkSize{Groups: 10, Refs: 50}
 
 // SkipTextLayer is why a PDF page is skipped: the PDF phase already wrote
 // its text layer next to it.
@@ -57,7 +59,7 @@ type ocr struct{}
 
 var _ Chunker = ocr{}
 
-// Spec: chunks of DefaultOCRChunkSize directory groups, no machines.
+// Spec: chunks of DefaultOCRChunkSize, no machines.
 func (ocr) Spec() Spec {
 	return Spec{
 		Name:       OCR,
@@ -113,12 +115,14 @@ func OCRSkipped(files []File) map[int]string {
 	return out
 }
 
-// OCRChunks groups the refs Work finds (kept ones are no items) by their manifest directory
-// (DirectoryPath), in order of first appearance, and packs the groups into
-// chunks of groupsPerChunk (at least 1) with ids "0", "1", ... in order,
-// as spec 004 chunks PIs. Skipped refs are items too, marked.
-func OCRChunks(files []File, groupsPerChunk int) []Chunk {
-	groupsPerChunk = max(groupsPerChunk, 1)
+// OCRChunks groups the refs Work finds (kept ones are no items) by their
+// manifest directory (DirectoryPath), in order of first appearance, and
+// packs them, group after group in list order, into chunks of at most
+// size.Groups groups and size.Refs refs (each at least 1) with ids "0",
+// "1", ... in order, as spec 004 chunks PIs, but splitting a group of more
+// refs than a chunk holds. Skipped refs are items too, marked.
+func OCRChunks(files []File, size ChunkSize) []Chunk {
+	size.Groups, size.Refs = max(size.Groups, 1), max(size.Refs, 1)
 	skipped := OCRSkipped(files)
 	var order []string
 	groups := map[string][]ChunkItem{}
@@ -132,19 +136,24 @@ func OCRChunks(files []File, groupsPerChunk int) []Chunk {
 		groups[f.DirectoryPath] = append(groups[f.DirectoryPath], ChunkItem{Index: i, Ref: f, SkipReason: skipped[i]})
 	}
 	var chunks []Chunk
-	for start := 0; start < len(order); start += groupsPerChunk {
-		end := min(start+groupsPerChunk, len(order))
-		c := Chunk{ID: strconv.Itoa(len(chunks)), Groups: order[start:end:end]} // clipped: chunks share no spare capacity
-		for _, g := range c.Groups {
-			c.Items = append(c.Items, groups[g]...)
+	var c *Chunk
+	for _, g := range order {
+		for items := groups[g]; len(items) > 0; {
+			if c == nil || len(c.Groups) == size.Groups || len(c.Items) == size.Refs {
+				chunks = append(chunks, Chunk{ID: strconv.Itoa(len(chunks))})
+				c = &chunks[len(chunks)-1]
+			}
+			n := min(len(items), size.Refs-len(c.Items))
+			c.Groups = append(c.Groups, g)
+			c.Items = append(c.Items, items[:n:n]...)
+			items = items[n:]
 		}
-		chunks = append(chunks, c)
 	}
 	return chunks
 }
 
 // Chunks is OCRChunks.
-func (ocr) Chunks(files []File, size int) []Chunk { return OCRChunks(files, size) }
+func (ocr) Chunks(files []File, size ChunkSize) []Chunk { return OCRChunks(files, size) }
 
 // Transform replaces a done item's ref by its published version: the new
 // object and size, tagged OCR. A failed or skipped item (no completed

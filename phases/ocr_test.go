@@ -2,6 +2,7 @@ package phases
 
 import (
 	"encoding/json"
+	"fmt"
 	"path"
 	"testing"
 
@@ -112,7 +113,7 @@ func TestOCRChunks(t *testing.T) {
 			{ID: "0", Groups: []string{"/a", "/b"}, Items: items(0, 3, 1)},
 			{ID: "1", Groups: []string{"/d", "/e"}, Items: items(5, 6)},
 		}},
-		{"AllInOne", DefaultOCRChunkSize, []Chunk{{ID: "0", Groups: []string{"/a", "/b", "/d", "/e"}, Items: items(0, 3, 1, 5, 6)}}},
+		{"AllInOne", DefaultOCRChunkSize.Groups, []Chunk{{ID: "0", Groups: []string{"/a", "/b", "/d", "/e"}, Items: items(0, 3, 1, 5, 6)}}},
 		{"OneGroupEach", 1, []Chunk{
 			{ID: "0", Groups: []string{"/a"}, Items: items(0, 3)},
 			{ID: "1", Groups: []string{"/b"}, Items: items(1)},
@@ -124,15 +125,15 @@ func TestOCRChunks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := OCRChunks(files, tt.size)
+			got := OCRChunks(files, ChunkSize{Groups: tt.size, Refs: 1000})
 			if tt.want == nil {
-				require.Equal(t, OCRChunks(files, 1), got)
+				require.Equal(t, OCRChunks(files, ChunkSize{Groups: 1, Refs: 1000}), got)
 				return
 			}
 			require.Equal(t, tt.want, got)
 		})
 	}
-	require.Empty(t, OCRChunks(files[2:3], 10))
+	require.Empty(t, OCRChunks(files[2:3], DefaultOCRChunkSize))
 
 	// Kept refs (a DONE batch's retry) are no items: the skipped page is
 	// not made again, a kept group makes no chunk.
@@ -141,7 +142,38 @@ func TestOCRChunks(t *testing.T) {
 		rerun[i].Kept = true
 	}
 	require.Equal(t, []Chunk{{ID: "0", Groups: []string{"/b", "/e"}, Items: []ChunkItem{{Index: 1, Ref: rerun[1]}, {Index: 6, Ref: rerun[6]}}}},
-		OCRChunks(rerun, 2))
+		OCRChunks(rerun, ChunkSize{Groups: 2, Refs: 1000}))
+}
+
+// TestOCRChunksSplitsLargeDirectories: a chunk holds at most size.Refs
+// refs, a directory of more is split across chunks, and the next
+// directory fills the rest of the last one's chunk.
+func TestOCRChunksSplitsLargeDirectories(t *testing.T) {
+	t.Parallel()
+	var files []File
+	for i := range 7 {
+		files = append(files, ref(int64(i+1), "/big", fmt.Sprintf("/big/%d.jpg.ref.json", i), true))
+	}
+	files = append(files, ref(8, "/small", "/small/1.jpg.ref.json", true), ref(9, "/small", "/small/2.jpg.ref.json", true))
+	items := func(from, to int) []ChunkItem {
+		var out []ChunkItem
+		for i := from; i < to; i++ {
+			out = append(out, ChunkItem{Index: i, Ref: files[i]})
+		}
+		return out
+	}
+	require.Equal(t, []Chunk{
+		{ID: "0", Groups: []string{"/big"}, Items: items(0, 3)},
+		{ID: "1", Groups: []string{"/big"}, Items: items(3, 6)},
+		{ID: "2", Groups: []string{"/big", "/small"}, Items: items(6, 9)},
+	}, OCRChunks(files, ChunkSize{Groups: 10, Refs: 3}))
+	require.Equal(t, []Chunk{
+		{ID: "0", Groups: []string{"/big"}, Items: items(0, 3)},
+		{ID: "1", Groups: []string{"/big"}, Items: items(3, 6)},
+		{ID: "2", Groups: []string{"/big"}, Items: items(6, 7)},
+		{ID: "3", Groups: []string{"/small"}, Items: items(7, 9)},
+	}, OCRChunks(files, ChunkSize{Groups: 1, Refs: 3}), "one group a chunk: the rest of /big's chunk stays empty")
+	require.Len(t, OCRChunks(files, ChunkSize{}), 9, "zero bounds mean one ref a chunk")
 }
 
 func TestOCRTransform(t *testing.T) {

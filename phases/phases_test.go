@@ -160,7 +160,7 @@ func TestCheckRegistryWithoutWorkers(t *testing.T) {
 	t.Parallel()
 
 	chunked := func(name Name, prefix, short string) Phase {
-		s := Spec{Name: name, TaskPrefix: prefix, Short: short, Title: "chunks", Executor: "chunked", Defaults: Defaults{ChunkSize: 10}}
+		s := Spec{Name: name, TaskPrefix: prefix, Short: short, Title: "chunks", Executor: "chunked", Defaults: Defaults{ChunkSize: ChunkSize{Groups: 10, Refs: 50}}}
 		return renamedChunker{Chunker: ocr{}, spec: s}
 	}
 	require.NoError(t, checkRegistry([]Phase{tiffConversion{}, chunked("CHUNKY", "chunky", "CHUNKY"), chunked("LUMPY", "lumpy", "LUMPY")}))

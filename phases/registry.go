@@ -27,11 +27,18 @@ var registry = []Phase{
 }
 
 // Chunker is a phase whose work is done in chunks: it packs the files its
-// Discover finds into chunks of size groups, whose items are then
+// Discover finds into chunks of at most size, whose items are then
 // processed one by one.
 type Chunker interface {
 	Phase
-	Chunks(files []File, size int) []Chunk
+	Chunks(files []File, size ChunkSize) []Chunk
+}
+
+// ChunkSize bounds a chunk: at most Groups directory groups and Refs
+// refs, each at least 1. A directory of more refs is split across chunks.
+type ChunkSize struct {
+	Groups int
+	Refs   int
 }
 
 // Guest sizes a phase's machines (spec 000 §4.3).
@@ -46,7 +53,7 @@ type Defaults struct {
 	FlyAppName  string        // FLY_<SHORT>_APP_NAME
 	WorkerImage string        // FLY_<SHORT>_WORKER_IMAGE
 	BatchSize   int           // BATCH_SIZE_<PHASE>: tasks one launch round claims
-	ChunkSize   int           // chunked phases: directory groups per chunk
+	ChunkSize   ChunkSize     // chunked phases: a chunk's bounds
 	AlarmDelay  time.Duration // ALARM_DELAY_<PHASE>: pause between launch rounds
 	TaskTimeout time.Duration // TASK_TIMEOUT_<PHASE>: how long a task may run
 	// TaskTimeoutPerGB (TASK_TIMEOUT_PER_GB_<PHASE>) is added to TaskTimeout

@@ -254,6 +254,9 @@ type orchestratorRun struct {
 	pprofAddr string // "" unless -profile
 	label     string // names its log and profiles
 	cleanups  []func()
+	// settings and logDir are proc's, for the processes addProcess starts.
+	settings map[string]string
+	logDir   string
 }
 
 // startRun creates database dbName afresh and starts bin on it, against a
@@ -310,6 +313,7 @@ func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, fly 
 	if env.opts.profileDir != "" {
 		logDir = env.opts.profileDir // kept for reading beside the profiles
 	}
+	r.settings, r.logDir = all, logDir
 	if r.proc, err = startOrchestrator(ctx, bin, all, filepath.Join(logDir, "orchestrator-"+label+".log")); err != nil {
 		return r, err
 	}
@@ -318,6 +322,31 @@ func (env *e2eEnv) startRun(ctx context.Context, bin, dbName, label string, fly 
 		return r, err
 	}
 	return r, r.proc.awaitHealthy(ctx, r.api)
+}
+
+// addProcess starts one more process of bin on r's database, a second
+// orchestrator of the fleet: r's settings, an address of its own, no
+// profiles.
+func (r *orchestratorRun) addProcess(ctx context.Context, bin string) error {
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	all := maps.Clone(r.settings)
+	all["LISTEN_ADDR"], all["ORCHESTRATOR_URL"] = addr, "http://"+addr
+	delete(all, "PPROF_ADDR")
+	delete(all, "CPU_PROFILE")
+	n := len(r.cleanups)
+	proc, err := startOrchestrator(ctx, bin, all, filepath.Join(r.logDir, fmt.Sprintf("orchestrator-%s-%d.log", r.label, n)))
+	if err != nil {
+		return err
+	}
+	r.cleanups = append(r.cleanups, func() { proc.stop() }) //nolint:errcheck // as the first process's
+	api, err := client.New(client.Config{URL: "http://" + addr, AdminToken: all["ADMIN_TOKEN"], ReadToken: all["READ_TOKEN"], IngestToken: all["INGEST_TOKEN"]})
+	if err != nil {
+		return err
+	}
+	return proc.awaitHealthy(ctx, api)
 }
 
 // close stops the process and the fake and drops the database.

@@ -15,9 +15,9 @@
 //     the fake Fly Machines API (calls back at once, no launch limit), a
 //     real S3 server and a fake ingest service (see e2e.go).
 //  4. workers: the workers' conversions against the vips CLI (workers.go).
-//  5. ocr: a batch of image refs through the OCR phase against a fake
-//     provider of capacity C, with the shared adaptive limiter and with
-//     spec 004's per-chunk limiters (see ocr.go).
+//  5. ocr: for each capacity C, a batch of image refs through the OCR
+//     phase, run by two orchestrator processes against a fake provider of
+//     capacity C (see ocr.go).
 //  6. launch: a phase's machines launched with presigned URLs against the
 //     same launches with unsigned ones (see launch.go).
 //  7. documents: documents through every indexing step against an instant
@@ -88,10 +88,11 @@ func main() {
 	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof; documents: one of the bench process during the steps, documents-cpu.pprof")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
-	ocrCapacity := flag.Float64("ocr-capacity", 8, "ocr: the fake provider's capacity C, requests/s (inside the OCR limiter's default range, 1 to 10/s)")
+	ocrCapacities := flag.String("ocr-capacities", "8,50,200", "ocr: the fake provider's capacities C, requests/s, comma-separated: a run each")
 	ocrBurst := flag.Int("ocr-burst", 0, "ocr: the fake provider's burst, requests (default: C rounded up)")
-	ocrRefs := flag.Int("ocr-refs", 2500, "ocr: JPEGs in the batch, all with OCR on")
-	ocrDirFiles := flag.Int("ocr-dir-files", 5, "ocr: JPEGs per directory (OCR_CHUNK_SIZE directories make a chunk)")
+	ocrSeconds := flag.Float64("ocr-seconds", 75, "ocr: each run's batch holds C times this many JPEGs (at least 100), all with OCR on")
+	ocrDirFiles := flag.Int("ocr-dir-files", 500, "ocr: JPEGs per directory (split into chunks of OCR_CHUNK_REFS)")
+	ocrProcesses := flag.Int("ocr-processes", 2, "ocr: orchestrator processes sharing the database")
 	launchTasks := flag.Int("launch-tasks", 5000, "launch: machines launched per run")
 	launchWith := flag.String("launch-backends", strings.Join(launchBackends, ","), "launch: backends to launch with, comma-separated: fakefly, instant")
 	ocrEnv := flag.String("ocr-env", "", "ocr: extra orchestrator settings for both modes, KEY=VALUE,... (the figures are spec 004's limiter defaults without it)")
@@ -115,13 +116,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -doc-count, -doc-chunks and -searches must be positive, -search-chunks at least 10")
 		os.Exit(2)
 	}
-	if !(*ocrCapacity > 0) || *ocrRefs < 1 || *ocrDirFiles < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -ocr-capacity, -ocr-refs and -ocr-dir-files must be positive")
+	capacities, capErr := parseFloats(*ocrCapacities)
+	if capErr != nil || !(*ocrSeconds > 0) || *ocrDirFiles < 1 || *ocrProcesses < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -ocr-capacities must be positive numbers, and -ocr-seconds, -ocr-dir-files and -ocr-processes positive")
 		os.Exit(2)
 	}
 	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
 		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
-		ocrOpts: ocrOptions{capacity: *ocrCapacity, burst: *ocrBurst, refs: *ocrRefs, dirFiles: *ocrDirFiles}, launchTasks: *launchTasks,
+		ocrOpts: ocrOptions{capacities: capacities, burst: *ocrBurst, seconds: *ocrSeconds, dirFiles: *ocrDirFiles, processes: *ocrProcesses}, launchTasks: *launchTasks,
 		docOpts: documentsOptions{docs: *docCount, chunks: *docChunks, searchChunks: *searchChunks, searches: *searches}}
 	for _, f := range strings.Split(*poolsSizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -193,6 +195,19 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("wrote", *out)
+}
+
+// parseFloats reads a comma-separated list of positive numbers.
+func parseFloats(list string) ([]float64, error) {
+	var out []float64
+	for v := range strings.SplitSeq(list, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || !(f > 0) {
+			return nil, fmt.Errorf("%q is not a positive number", v)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // parseSettings reads KEY=VALUE,... (flag names the flag, for errors).
@@ -910,7 +925,7 @@ func (r *results) targets() string {
 		row("workers vs vips CLI (the worst of the three)", "<= 1.2x", fmt.Sprintf("%.2fx", worst), worst <= 1.2)
 	}
 	if r.has("ocr") {
-		ocrTargets(r.ocr, r.ocrOpts, row)
+		ocrTargets(r.ocr, row)
 	}
 	for _, s := range summarizeLaunch(r.launches) {
 		got := s.ratio[urlsPresigned]

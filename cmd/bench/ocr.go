@@ -1,20 +1,18 @@
 package main
 
-// The OCR figures: one batch of image refs through IMAGE_PROCESSING into
-// the OCR phase, against a fake OpenAI-compatible provider whose capacity
-// is C requests/s (internal/fakes/fakeocr, a token bucket answering 429 with
-// Retry-After above it), once per limiter mode on a fresh database and a
-// fresh provider: the shared adaptive limiter (one bucket per provider, the
-// default) and spec 004's per-chunk limiters (OCR_LIMIT_PER_CHUNK). The
-// limiter keeps spec 004's defaults. The image phase's fake machines write
-// each image's variants and ref (internal/fakes/ocrfixture), so the OCR phase
-// reads and writes real objects.
+// The OCR figures: for each provider capacity C, one batch of image refs
+// through IMAGE_PROCESSING into the OCR phase, run by two orchestrator
+// processes on one database against a fake OpenAI-compatible provider of
+// C requests/s (internal/fakes/fakeocr, a token bucket answering 429 with
+// Retry-After above it), with the default limiter settings: a fresh
+// database and provider per capacity. The image phase's fake machines write
+// each image's variants and ref (internal/fakes/ocrfixture), so the OCR
+// phase reads and writes real objects.
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"strings"
@@ -35,23 +33,35 @@ import (
 
 // ocrOptions configure the OCR part.
 type ocrOptions struct {
-	capacity float64 // the fake provider's requests/s (C)
-	burst    int     // its bucket's size; 0 is C rounded up
-	refs     int     // JPEGs in the batch, all with OCR on
-	dirFiles int     // JPEGs per directory
-	// settings are extra orchestrator settings for both modes (-ocr-env).
+	capacities []float64 // the fake provider's requests/s (C), one run each
+	burst      int       // its bucket's size; 0 is C rounded up
+	seconds    float64   // each run's batch holds C times this many refs
+	dirFiles   int       // JPEGs per directory
+	processes  int       // orchestrator processes sharing the database
+	// settings are extra orchestrator settings (-ocr-env).
 	settings map[string]string
 }
 
-// dirs is how many directories the batch has.
-func (o ocrOptions) dirs() int { return (o.refs + o.dirFiles - 1) / o.dirFiles }
+// refs is how many JPEGs the batch of capacity c holds: seconds' worth at
+// c, at least 100.
+func (o ocrOptions) refs(c float64) int { return max(100, int(c*o.seconds)) }
 
-// chunks is how many chunks the OCR phase packs them into.
-func (o ocrOptions) chunks() int {
-	return (o.dirs() + phases.DefaultOCRChunkSize - 1) / phases.DefaultOCRChunkSize
+// dirs is how many directories a batch of n refs has.
+func (o ocrOptions) dirs(n int) int { return (n + o.dirFiles - 1) / o.dirFiles }
+
+// chunks is how many chunks the OCR phase packs n refs into, with the
+// default chunk size (phases.OCRChunks on the batch's shape).
+func (o ocrOptions) chunks(n int) int {
+	var files []phases.File
+	for i := range n {
+		dir := fmt.Sprintf("/dir%05d", i/o.dirFiles)
+		files = append(files, phases.File{ID: int64(i + 1), DirectoryPath: dir, LogicalPath: dir + "/x.jpg", FileName: "x.jpg.ref.json",
+			Tags: []string{phases.TagImageProcessor}, ProcessingConfig: phases.ProcessingConfig{OCR: true}})
+	}
+	return len(phases.OCRChunks(files, phases.DefaultOCRChunkSize))
 }
 
-// limit is the limiter's shape: spec 004's, unless -ocr-env changes it.
+// limit is the limiter's shape: the defaults, unless -ocr-env changes it.
 func (o ocrOptions) limit() (ratelimit.Adaptive, error) {
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := o.settings[k]; return v, ok })
 	if err != nil {
@@ -60,21 +70,10 @@ func (o ocrOptions) limit() (ratelimit.Adaptive, error) {
 	return cfg.Executors.OCRLimit, nil
 }
 
-// ocrMode is a way of limiting the OCR phase's requests.
-type ocrMode struct {
-	name     string
-	settings map[string]string
-}
-
-// ocrModes are the modes compared, in the order they run.
-var ocrModes = []ocrMode{
-	{name: "shared"},
-	{name: "per-chunk", settings: map[string]string{"OCR_LIMIT_PER_CHUNK": "true"}},
-}
-
-// ocrRun is one mode's figures.
+// ocrRun is one capacity's figures.
 type ocrRun struct {
-	mode string
+	capacity float64
+	refs     int
 	// counts are the provider's answers over the run; only the OCR phase
 	// calls it.
 	counts fakeocr.Counts
@@ -85,15 +84,20 @@ type ocrRun struct {
 	// limitChanges counts rate_limit.changed events, slowDowns those after
 	// a 429.
 	limitChanges, slowDowns int
-	// peakRate is the highest refill rate a bucket reached (its initial
+	// peakRate is the highest refill rate the bucket reached (its initial
 	// one without a change), peakAfter when it first did, from the phase's
 	// start.
 	peakRate  float64
 	peakAfter time.Duration
-	// okAfterPeak is the provider's successful answers a second from
-	// peakAfter to the phase's end (0 when too short to tell).
-	okAfterPeak float64
+	// reached is when the provider's successful answers first came at 0.8
+	// of C over ocrWindow, from the phase's start (-1: never); okAfter its
+	// successful answers a second from then to the phase's end.
+	reached time.Duration
+	okAfter float64
 }
+
+// ocrWindow is the span over which the time to 0.8 of C is measured.
+const ocrWindow = 2 * time.Second
 
 // throughput is the successful requests a second over the OCR phase.
 func (r ocrRun) throughput() float64 { return float64(r.counts.OK) / r.phase.Seconds() }
@@ -112,7 +116,7 @@ type ocrSample struct {
 	counts fakeocr.Counts
 }
 
-// benchOCR runs every mode, on orchestrator binary bin.
+// benchOCR runs every capacity, on orchestrator binary bin.
 func benchOCR(ctx context.Context, admin *pgx.Conn, base, bin string, e2eOpts e2eOptions, opts ocrOptions) ([]ocrRun, error) {
 	if _, err := opts.limit(); err != nil {
 		return nil, fmt.Errorf("-ocr-env: %w", err)
@@ -123,16 +127,16 @@ func benchOCR(ctx context.Context, admin *pgx.Conn, base, bin string, e2eOpts e2
 	}
 	defer env.close()
 	var out []ocrRun
-	for _, mode := range ocrModes {
-		fmt.Fprintf(os.Stderr, "ocr %s: %d refs in %d directories (%d chunks), provider capacity %g/s...\n",
-			mode.name, opts.refs, opts.dirs(), opts.chunks(), opts.capacity)
-		r, err := env.ocrOnce(ctx, bin, mode, opts)
+	for _, c := range opts.capacities {
+		n := opts.refs(c)
+		fmt.Fprintf(os.Stderr, "ocr C=%g/s: %d refs in %d directories (%d chunks), %d processes...\n", c, n, opts.dirs(n), opts.chunks(n), opts.processes)
+		r, err := env.ocrOnce(ctx, bin, c, opts)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", mode.name, err)
+			return nil, fmt.Errorf("C=%g/s: %w", c, err)
 		}
-		fmt.Fprintf(os.Stderr, "ocr %s: OCR phase %s, %.2f OK/s (%.2f C), %d requests, %d answered 429 (%.1f%%), %d limit changes\n",
-			mode.name, r.phase.Round(time.Millisecond), r.throughput(), r.throughput()/opts.capacity, r.counts.Requests,
-			r.counts.RateLimited, 100*r.limitedShare(), r.limitChanges)
+		fmt.Fprintf(os.Stderr, "ocr C=%g/s: OCR phase %s, %.2f OK/s (%.2f C), %d requests, %d answered 429 (%.1f%%), 0.8 C after %s, %d limit changes\n",
+			c, r.phase.Round(time.Millisecond), r.throughput(), r.throughput()/c, r.counts.Requests,
+			r.counts.RateLimited, 100*r.limitedShare(), r.reachedText(), r.limitChanges)
 		out = append(out, r)
 	}
 	return out, nil
@@ -141,27 +145,32 @@ func benchOCR(ctx context.Context, admin *pgx.Conn, base, bin string, e2eOpts e2
 // ocrProgressEvery is how often a run prints its progress.
 const ocrProgressEvery = 15 * time.Second
 
-// ocrOnce takes one batch through a fresh database, provider and
-// orchestrator process in mode.
-func (env *e2eEnv) ocrOnce(ctx context.Context, bin string, mode ocrMode, opts ocrOptions) (ocrRun, error) {
-	r := ocrRun{mode: mode.name}
+// ocrOnce takes one batch through a fresh database and provider of
+// capacity c, and opts.processes orchestrator processes.
+func (env *e2eEnv) ocrOnce(ctx context.Context, bin string, c float64, opts ocrOptions) (ocrRun, error) {
+	n := opts.refs(c)
+	r := ocrRun{capacity: c, refs: n}
 	tb := &benchTB{}
 	defer tb.close()
-	fake := fakeocr.New(tb, fakeocr.Options{Rate: opts.capacity, Burst: opts.burst, ImageLimit: 1})
+	fake := fakeocr.New(tb, fakeocr.Options{Rate: c, Burst: opts.burst, ImageLimit: 1})
 	behave := ocrfixture.ImageWorker(ocrfixture.Stores{Store: env.store, StagingBucket: benchStaging,
 		CDNBucket: e2eSettings["CDN_BUCKET"], CDNPublicURL: e2eSettings["CDN_PUBLIC_URL"]})
 	settings := map[string]string{"OCR_API_URL": fake.URL, "OCR_API_KEY": fake.Key}
 	maps.Copy(settings, opts.settings)
-	maps.Copy(settings, mode.settings)
-	name := strings.ReplaceAll(mode.name, "-", "_")
-	run, err := env.startRun(ctx, bin, "bench_ocr_"+name, "ocr-"+mode.name, fakefly.Options{Behave: behave}, settings)
+	label := fmt.Sprintf("ocr-%g", c)
+	run, err := env.startRun(ctx, bin, "bench_"+strings.ReplaceAll(label, "-", "_"), label, fakefly.Options{Behave: behave}, settings)
 	if err != nil {
 		return r, err
 	}
 	defer run.close()
+	for range opts.processes - 1 {
+		if err := run.addProcess(ctx, bin); err != nil {
+			return r, err
+		}
+	}
 
 	batchID := ulid.Make().String()
-	msg, err := env.uploadManifest(ctx, batchID, ocrGroups("staging/"+batchID+"/", opts.refs, opts.dirFiles))
+	msg, err := env.uploadManifest(ctx, batchID, ocrGroups("staging/"+batchID+"/", n, opts.dirFiles))
 	if err != nil {
 		return r, err
 	}
@@ -169,18 +178,18 @@ func (env *e2eEnv) ocrOnce(ctx context.Context, bin string, mode ocrMode, opts o
 	lastPrint := time.Now()
 	onPoll := func(st client.Status) {
 		now := time.Now()
-		c := fake.Counts()
-		samples = append(samples, ocrSample{at: now, counts: c})
+		counts := fake.Counts()
+		samples = append(samples, ocrSample{at: now, counts: counts})
 		if now.Sub(lastPrint) >= ocrProgressEvery {
 			lastPrint = now
-			fmt.Fprintf(os.Stderr, "ocr %s: %s, batch %s, provider: %d of %d refs answered, %d 429s of %d requests\n",
-				mode.name, now.Sub(samples[0].at).Round(time.Second), st.Status, c.OK, opts.refs, c.RateLimited, c.Requests)
+			fmt.Fprintf(os.Stderr, "ocr C=%g/s: %s, batch %s, provider: %d of %d refs answered, %d 429s of %d requests\n",
+				c, now.Sub(samples[0].at).Round(time.Second), st.Status, counts.OK, n, counts.RateLimited, counts.Requests)
 		}
 	}
 	// Slow enough for a provider at a quarter of its capacity.
-	timeout := 3*time.Minute + time.Duration(4*float64(opts.refs)/opts.capacity*float64(time.Second))
+	timeout := 3*time.Minute + time.Duration(4*float64(n)/c*float64(time.Second))
 	// Each JPEG's ref is replaced by its OCR'd one.
-	if _, _, err := run.process(ctx, env, msg, timeout, int64(opts.refs), onPoll); err != nil {
+	if _, _, err := run.process(ctx, env, msg, timeout, int64(n), onPoll); err != nil {
 		return r, err
 	}
 	if _, err := run.finish(ctx, env); err != nil {
@@ -217,13 +226,13 @@ func collectOCR(ctx context.Context, dbURL, batchID string, opts ocrOptions, sam
 		&r.chunks, &chunksDone, &refs, &r.refsDone, &failed, &skipped); err != nil {
 		return err
 	}
-	if r.chunks != opts.chunks() || chunksDone != r.chunks || refs != opts.refs || r.refsDone != opts.refs {
+	if want := opts.chunks(r.refs); r.chunks != want || chunksDone != r.chunks || refs != r.refs || r.refsDone != r.refs {
 		return fmt.Errorf("%d chunks (want %d), %d DONE; %d refs (want %d): %d done, %d failed, %d skipped",
-			r.chunks, opts.chunks(), chunksDone, refs, opts.refs, r.refsDone, failed, skipped)
+			r.chunks, want, chunksDone, refs, r.refs, r.refsDone, failed, skipped)
 	}
-	if c := r.counts; c.OK < opts.refs || c.OK+c.RateLimited != c.Requests {
+	if c := r.counts; c.OK < r.refs || c.OK+c.RateLimited != c.Requests {
 		return fmt.Errorf("the provider answered %d requests: %d OK, %d 429, by status %v; want an OK for each of %d refs and nothing but OK and 429",
-			c.Requests, c.OK, c.RateLimited, c.ByStatus, opts.refs)
+			c.Requests, c.OK, c.RateLimited, c.ByStatus, r.refs)
 	}
 
 	var started, completed []time.Time
@@ -273,7 +282,22 @@ func collectOCR(ctx context.Context, dbURL, batchID string, opts ocrOptions, sam
 		r.peakRate, firstPeak = initial, &phaseStart
 	}
 	r.peakAfter = firstPeak.Sub(phaseStart)
-	r.okAfterPeak = rateBetween(samples, *firstPeak, phaseEnd)
+	r.reached = -1
+	for i, a := range samples {
+		if a.at.Before(phaseStart) {
+			continue
+		}
+		j, _ := slices.BinarySearchFunc(samples, a.at.Add(ocrWindow), func(s ocrSample, t time.Time) int { return s.at.Compare(t) })
+		if j == len(samples) {
+			break
+		}
+		b := samples[j]
+		if float64(b.counts.OK-a.counts.OK)/b.at.Sub(a.at).Seconds() >= 0.8*r.capacity {
+			r.reached = samples[i].at.Sub(phaseStart)
+			r.okAfter = rateBetween(samples, a.at, phaseEnd)
+			break
+		}
+	}
 	return nil
 }
 
@@ -303,110 +327,55 @@ func ocrGroups(prefix string, n, dirFiles int) []manifest.DirectoryGroup {
 	})
 }
 
-// ocrComparison is the per-chunk mode's figures set against the shared
-// mode's: how many times more 429s it got, and the shared mode's
-// throughput over its.
-type ocrComparison struct {
-	shared, perChunk ocrRun
-}
-
-func compareOCR(runs []ocrRun) (ocrComparison, bool) {
-	var c ocrComparison
-	var hasShared, hasPerChunk bool
-	for _, r := range runs {
-		switch r.mode {
-		case "shared":
-			c.shared, hasShared = r, true
-		case "per-chunk":
-			c.perChunk, hasPerChunk = r, true
-		}
-	}
-	return c, hasShared && hasPerChunk
-}
-
-// fewer429s is per-chunk's 429s over shared's (+Inf when shared had none
-// and per-chunk some, 1 when neither had any).
-func (c ocrComparison) fewer429s() float64 {
-	s, p := c.shared.counts.RateLimited, c.perChunk.counts.RateLimited
-	switch {
-	case s == 0 && p == 0:
-		return 1
-	case s == 0:
-		return math.Inf(1)
-	}
-	return float64(p) / float64(s)
-}
-
-func (c ocrComparison) throughputRatio() float64 {
-	return c.shared.throughput() / c.perChunk.throughput()
-}
-
 // The OCR issue's goals.
 const (
-	ocrGoalThroughput   = 0.8  // OK requests/s over C, shared mode
-	ocrGoalLimitedShare = 0.05 // requests answered 429, shared mode
-	ocrGoalFewer429s    = 5.0  // per-chunk's 429s over shared's
+	ocrGoalThroughput   = 0.8 // OK requests/s over C from the time it is reached
+	ocrGoalReached      = 30 * time.Second
+	ocrGoalLimitedShare = 0.05 // requests answered 429
 )
+
+// reachedText is when 0.8 of C was reached, or "never".
+func (r ocrRun) reachedText() string {
+	if r.reached < 0 {
+		return "never"
+	}
+	return r.reached.Round(100 * time.Millisecond).String()
+}
 
 func ocrTable(runs []ocrRun, opts ocrOptions) string {
 	var b strings.Builder
 	row := func(figure, value string) { fmt.Fprintf(&b, "%-44s %14s\n", figure, value) }
 	for _, r := range runs {
-		p := "ocr " + r.mode + ": "
-		row(p+"OCR phase", r.phase.Round(time.Millisecond).String())
+		p := fmt.Sprintf("ocr C=%g/s: ", r.capacity)
+		row(p+fmt.Sprintf("OCR phase (%d refs)", r.refs), r.phase.Round(time.Millisecond).String())
 		row(p+"OK requests/s", fmt.Sprintf("%.2f", r.throughput()))
-		row(p+fmt.Sprintf("OK requests/s / C (%g/s)", opts.capacity), fmt.Sprintf("%.2f", r.throughput()/opts.capacity))
+		row(p+"OK requests/s / C", fmt.Sprintf("%.2f", r.throughput()/r.capacity))
+		row(p+"0.8 C reached after", r.reachedText())
+		if r.okAfter > 0 {
+			row(p+"OK requests/s / C from then on", fmt.Sprintf("%.2f", r.okAfter/r.capacity))
+		}
 		row(p+"requests / answered 429", fmt.Sprintf("%d / %d", r.counts.Requests, r.counts.RateLimited))
 		row(p+"429 share", fmt.Sprintf("%.1f%%", 100*r.limitedShare()))
 		row(p+"rate_limit.changed (after a 429)", fmt.Sprintf("%d (%d)", r.limitChanges, r.slowDowns))
-		row(p+"limiter peak rate, reached after", fmt.Sprintf("%g/s, %s", r.peakRate, r.peakAfter.Round(100*time.Millisecond)))
-		if r.okAfterPeak > 0 && r.mode == "shared" { // per chunk, one bucket's peak says little of the others
-			row(p+"OK requests/s / C from then on", fmt.Sprintf("%.2f", r.okAfterPeak/opts.capacity))
-		}
-	}
-	if limit, err := opts.limit(); err == nil && len(runs) > 0 {
-		row("ocr limiter ceiling: MAX_REFILL_RATE / C", fmt.Sprintf("%.2f", limit.MaxRefillRate/opts.capacity))
-	}
-	if c, ok := compareOCR(runs); ok {
-		row("ocr 429s, per-chunk / shared", c.fewer429sText())
-		row("ocr OK requests/s, shared / per-chunk", fmt.Sprintf("%.2fx", c.throughputRatio()))
+		row(p+"limiter peak rate, reached after", fmt.Sprintf("%.1f/s, %s", r.peakRate, r.peakAfter.Round(100*time.Millisecond)))
 	}
 	return b.String()
 }
 
 // ocrTargets are the OCR issue's goals as rows of the targets table.
-func ocrTargets(runs []ocrRun, opts ocrOptions, row func(figure, target, got string, met bool)) {
+func ocrTargets(runs []ocrRun, row func(figure, target, got string, met bool)) {
 	for _, r := range runs {
-		if r.mode != "shared" {
-			continue
-		}
-		t := r.throughput() / opts.capacity
-		row("OCR, shared limiter: OK requests/s / provider capacity", fmt.Sprintf(">= %.1f", ocrGoalThroughput), fmt.Sprintf("%.2f", t), t >= ocrGoalThroughput)
+		p := fmt.Sprintf("OCR, C=%g/s: ", r.capacity)
+		row(p+"time to 0.8 of capacity", fmt.Sprintf("<= %s", ocrGoalReached), r.reachedText(), r.reached >= 0 && r.reached <= ocrGoalReached)
+		held := r.okAfter / r.capacity
+		row(p+"OK requests/s / capacity from then on", fmt.Sprintf(">= %.1f", ocrGoalThroughput), fmt.Sprintf("%.2f", held), held >= ocrGoalThroughput)
 		s := r.limitedShare()
-		row("OCR, shared limiter: requests answered 429", fmt.Sprintf("<= %.0f%%", 100*ocrGoalLimitedShare), fmt.Sprintf("%.1f%%", 100*s), s <= ocrGoalLimitedShare)
+		row(p+"requests answered 429", fmt.Sprintf("<= %.0f%%", 100*ocrGoalLimitedShare), fmt.Sprintf("%.1f%%", 100*s), s <= ocrGoalLimitedShare)
 	}
-	if c, ok := compareOCR(runs); ok {
-		f := c.fewer429s()
-		row("OCR: 429s with per-chunk limiters / with the shared one", fmt.Sprintf(">= %.0fx", ocrGoalFewer429s), c.fewer429sText(), f >= ocrGoalFewer429s)
-		t := c.throughputRatio()
-		row("OCR: OK requests/s, shared / per-chunk limiters", ">= 1.0x", fmt.Sprintf("%.2fx", t), t >= 1)
-	}
-}
-
-// fewer429sText is fewer429s, with the counts when shared had none.
-func (c ocrComparison) fewer429sText() string {
-	if f := c.fewer429s(); !math.IsInf(f, 1) {
-		return fmt.Sprintf("%.1fx", f)
-	}
-	return fmt.Sprintf("inf (%d vs 0)", c.perChunk.counts.RateLimited)
 }
 
 // ocrMarkdown describes the OCR part.
 func ocrMarkdown(opts ocrOptions) string {
-	burst := opts.burst
-	if burst <= 0 {
-		burst = int(math.Ceil(opts.capacity))
-	}
 	extra := "none"
 	if len(opts.settings) > 0 {
 		var kv []string
@@ -416,35 +385,40 @@ func ocrMarkdown(opts ocrOptions) string {
 		slices.Sort(kv)
 		extra = strings.Join(kv, ", ")
 	}
-	return fmt.Sprintf(`- **OCR**: one batch of %d JPEGs in %d directories of %d, all with `+"`ocr: true`"+`
-  (%d chunks of OCR_CHUNK_SIZE %d directories), through `+"`orchestrator serve`"+` as a
-  separate process, against a fake OpenAI-compatible provider
-  (`+"`internal/fakes/fakeocr`"+`, through the real client) whose capacity is a token bucket
-  of C = %g requests/s and %d requests of burst, answering 429 with Retry-After
-  above it. The image phase's fake machines write each image's variants and ref
-  (`+"`internal/fakes/ocrfixture`"+`), so OCR reads and writes real objects. Run twice, each
-  time with a fresh database, provider and process: *shared*, one adaptive
-  bucket per provider (the default), and *per-chunk*, a bucket per chunk as in
-  spec 004 (`+"`OCR_LIMIT_PER_CHUNK=true`"+`). The limiter keeps spec 004's shape
-  (start at 5 tokens and 3/s, between 2 tokens at 1/s and 15 tokens at 10/s;
-  +1/+0.5 after 10 successes, -2/-1 and a backoff on a 429; docs/operations.md, "The
-  OCR rate limiter", says where ours departs from it), as do
-  MAX_CONCURRENT_PER_ALARM and ALARM_INTERVAL_MS; other settings: %s. C lies
-  inside the limiter's range (1/s to 10/s), so that the shared bucket has to
-  find it: with C above the range's top (the issue's example of 12/s), the
-  shared bucket runs at its cap, 10/s, without a 429, and can reach no more
-  than 10/C of C.
-  - *OCR phase*: from its `+"`phase.started`"+` to its `+"`phase.completed`"+` event.
+	var caps []string
+	for _, c := range opts.capacities {
+		n := opts.refs(c)
+		caps = append(caps, fmt.Sprintf("C = %g/s: %d JPEGs, %d chunks", c, n, opts.chunks(n)))
+	}
+	burst := "C rounded up"
+	if opts.burst > 0 {
+		burst = fmt.Sprint(opts.burst)
+	}
+	// ¬ stands for a backquote.
+	return strings.ReplaceAll(fmt.Sprintf(`- **OCR**: for each provider capacity C, one batch of C x %g JPEGs (at least
+  100) in directories of %d, all with ¬ocr: true¬, through %d ¬orchestrator serve¬
+  processes on one database, against a fake OpenAI-compatible provider
+  (¬internal/fakes/fakeocr¬, through the real client) whose capacity is a token
+  bucket of C requests/s and a burst of %s, answering 429 with Retry-After
+  (whole seconds) above it; a fresh database and provider each time (%s).
+  The chunks hold OCR_CHUNK_REFS %d refs (OCR_CHUNK_SIZE %d directories),
+  so each directory is split across chunks. The image phase's fake machines
+  write each image's variants and ref (¬internal/fakes/ocrfixture¬), so OCR
+  reads and writes real objects. The limiter keeps its defaults
+  (docs/operations.md, "The OCR rate limiter"); other settings: %s.
+  - *OCR phase*: from its ¬phase.started¬ to its ¬phase.completed¬ event.
     *OK requests/s*: the provider's successful answers over it (only the OCR
     phase calls the provider), and over C; *429 share*: the provider's 429s
     over every request it received.
-  - *limiter peak rate*: the highest refill rate a bucket reached
-    (`+"`rate_limit.changed`"+` events), and when it first did, from the phase's
-    start; *from then on* (shared only): the successful answers a second from
-    that moment to the phase's end (the provider's counts, sampled every %s).
+  - *0.8 C reached after*: from the phase's start to the first moment the
+    provider's successful answers over the next %s came at 0.8 C or more
+    (its counts sampled every %s); *from then on*: its successful answers a
+    second from that moment to the phase's end.
+  - *limiter peak rate*: the highest refill rate the bucket reached
+    (¬rate_limit.changed¬ events), and when it first did.
   - Checked every run: the batch ends DONE, every chunk DONE, every ref done
-    (the chunks' completed counts sum to %d) with a successful answer each, the
-    provider answered nothing but 200 and 429, and ingest received the final
-    manifest with every ref.
-`, opts.refs, opts.dirs(), opts.dirFiles, opts.chunks(), phases.DefaultOCRChunkSize, opts.capacity, burst, extra, e2ePoll, opts.refs)
+    with a successful answer each, the provider answered nothing but 200 and
+    429, and ingest received the final manifest with every ref.
+`, opts.seconds, opts.dirFiles, opts.processes, burst, strings.Join(caps, "; "),
+		phases.DefaultOCRChunkSize.Refs, phases.DefaultOCRChunkSize.Groups, extra, ocrWindow, e2ePoll), "¬", "`")
 }

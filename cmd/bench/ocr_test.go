@@ -7,21 +7,22 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
 )
 
-// TestOCRGroups checks the OCR batch's shape: the 2,500 refs make
-// 500 directories of 5 with OCR on, packed into 50 chunks.
+// TestOCRGroups checks the OCR batch's shape: directories of dirFiles
+// refs with OCR on, split into chunks of OCR_CHUNK_REFS.
 func TestOCRGroups(t *testing.T) {
 	for _, tc := range []struct {
 		refs, dirFiles, dirs, chunks, lastDir int
 	}{
-		{refs: 2500, dirFiles: 5, dirs: 500, chunks: 50, lastDir: 5},
-		{refs: 200, dirFiles: 5, dirs: 40, chunks: 4, lastDir: 5},
+		{refs: 600, dirFiles: 500, dirs: 2, chunks: 12, lastDir: 100},
+		{refs: 15000, dirFiles: 500, dirs: 30, chunks: 300, lastDir: 500},
 		{refs: 12, dirFiles: 5, dirs: 3, chunks: 1, lastDir: 2},
+		{refs: 120, dirFiles: 5, dirs: 24, chunks: 3, lastDir: 5}, // 10 directories a chunk
 	} {
-		opts := ocrOptions{refs: tc.refs, dirFiles: tc.dirFiles}
+		opts := ocrOptions{dirFiles: tc.dirFiles}
 		groups := ocrGroups("staging/B/", tc.refs, tc.dirFiles)
-		if len(groups) != tc.dirs || opts.dirs() != tc.dirs || opts.chunks() != tc.chunks {
+		if len(groups) != tc.dirs || opts.dirs(tc.refs) != tc.dirs || opts.chunks(tc.refs) != tc.chunks {
 			t.Errorf("%d refs: %d groups, dirs() %d, chunks() %d; want %d dirs, %d chunks",
-				tc.refs, len(groups), opts.dirs(), opts.chunks(), tc.dirs, tc.chunks)
+				tc.refs, len(groups), opts.dirs(tc.refs), opts.chunks(tc.refs), tc.dirs, tc.chunks)
 			continue
 		}
 		files := 0

@@ -70,7 +70,7 @@ func (e *Executor) Check(p phases.Phase) error {
 	if _, ok := p.(phases.Chunker); !ok {
 		return errors.New("a chunked phase must make chunks (phases.Chunker)")
 	}
-	if s.Defaults.ChunkSize <= 0 {
+	if s.Defaults.ChunkSize.Groups <= 0 || s.Defaults.ChunkSize.Refs <= 0 {
 		return errors.New("a chunked phase needs a default chunk size")
 	}
 	if _, ok := e.engines[s.Engine]; !ok {

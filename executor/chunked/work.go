@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,8 +48,10 @@ func (w *ChunkWorker) Timeout(job *river.Job[ChunkArgs]) time.Duration {
 	return runTimeout(w.engine(job.Args).Tuning().Timeout)
 }
 
-// runTimeout is a chunk run's bound for an engine call timeout.
-func runTimeout(call time.Duration) time.Duration { return call + 15*time.Second }
+// runTimeout is a chunk run's bound for an engine call timeout: items are
+// started for runBudget, each may take the call's timeout, and 15 s are
+// left for reads and writes.
+func runTimeout(call time.Duration) time.Duration { return runBudget + call + 15*time.Second }
 
 // engine is the engine of a's phase.
 func (w *ChunkWorker) engine(a ChunkArgs) Engine {
@@ -156,26 +157,11 @@ func (r chunkRun) work(ctx context.Context) error {
 		return river.JobSnooze(prog.NextDue.Sub(prog.Now)) // every pending item is backing off
 	}
 
-	cfg := r.cfg
-	want := min(int64(cfg.MaxConcurrentPerAlarm), prog.Pending)
-	granted, grant, err := r.w.limiter.TakeAdaptiveN(ctx, r.key, cfg.Limit, int(want))
+	wait, stopWith, err := r.keepBusy(ctx)
 	if err != nil {
 		return err
 	}
-	wait := grant.Wait
-	if granted == 0 {
-		return river.JobSnooze(jitter(wait, cfg.AlarmInterval))
-	}
-	items, err := q.ChunkItemClaimPending(ctx, db.ChunkItemClaimPendingParams{
-		BatchID: batchID, Phase: phase, ChunkID: chunkID, MaxItems: int32(granted),
-	})
-	if err != nil {
-		return fmt.Errorf("claiming items of chunk %s: %w", chunkID, err)
-	}
-
-	if stopWith, err := r.items(ctx, items, grant); err != nil {
-		return err
-	} else if stopWith != "" {
+	if stopWith != "" {
 		return r.finish(ctx, stopWith)
 	}
 	prog, err = q.ChunkItemProgress(ctx, db.ChunkItemProgressParams{BatchID: batchID, Phase: phase, ChunkID: chunkID})
@@ -185,36 +171,164 @@ func (r chunkRun) work(ctx context.Context) error {
 	if prog.Pending+prog.Processing == 0 {
 		return r.finish(ctx, "")
 	}
-	next := cfg.AlarmInterval
 	if wait > 0 {
-		next = jitter(wait, cfg.AlarmInterval)
+		return river.JobSnooze(jitter(wait, r.cfg.AlarmInterval))
 	}
-	return river.JobSnooze(next)
+	return river.JobSnooze(r.cfg.AlarmInterval)
 }
 
-// items processes the claimed items at once, each committing its own
-// outcome. stopWith is set when the chunk must stop (item's stop); err is
-// the first failure to commit, which fails the run.
-func (r chunkRun) items(ctx context.Context, items []db.ChunkItem, grant ratelimit.Grant) (stopWith string, err error) {
+// runBudget is how long a run of a chunk job goes on starting items; the
+// items it started then finish, within their call's timeout. Runs end so
+// that River's rescue of a dead process's job, which waits for the run's
+// Timeout, stays prompt, and so that the chunks of other batches get
+// their turn at the workers.
+const runBudget = 10 * time.Second
+
+// exchangeEvery spaces a run's exchanges with the limiter: the outcomes
+// of the items that ended and the tokens for as many new ones, in one
+// transaction, at most this often, so the bucket's row sees a few
+// transactions a second per chunk rather than two per request.
+const exchangeEvery = 50 * time.Millisecond
+
+// ended is an item's end, as its goroutine hands it back to the run.
+type ended struct {
+	called bool
+	result ratelimit.Result
+	stop   string
+	err    error
+}
+
+// keepBusy keeps MAX_CONCURRENT_PER_ALARM items of the chunk going for up
+// to runBudget: as each ends, the next is started with a token of the
+// provider's bucket, so a slow item holds its own slot and no other. It
+// returns when none is in flight: the run's budget spent, the chunk's
+// pending items all claimed (the rest backing off or done), or the bucket
+// empty for longer than a pause, when wait says how long until its next
+// token. stopWith is set when the chunk must stop (an item's stop); err
+// is the first failure to exchange with the limiter or commit an item,
+// which fails the run once its items in flight have ended.
+func (r chunkRun) keepBusy(ctx context.Context) (wait time.Duration, stopWith string, err error) {
+	slots := r.cfg.MaxConcurrentPerAlarm
+	done := make(chan ended, slots)
 	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
+		inflight  int
+		results   []ratelimit.Result
+		exhausted bool // no pending item was left to claim
+		lastSwap  time.Time
 	)
-	for _, it := range items {
-		wg.Go(func() {
-			stop, ierr := r.item(ctx, it, grant)
-			mu.Lock()
-			defer mu.Unlock()
-			if ierr != nil && err == nil {
-				err = ierr
-			}
-			if stop != "" && stopWith == "" {
-				stopWith = stop
-			}
-		})
+	budget := time.Now().Add(runBudget)
+	collect := func(e ended) {
+		inflight--
+		if e.called {
+			results = append(results, e.result)
+		}
+		if e.err != nil && err == nil {
+			err = e.err
+		}
+		if e.stop != "" && stopWith == "" {
+			stopWith = e.stop
+		}
 	}
-	wg.Wait()
-	return stopWith, err
+	for {
+		starting := !exhausted && stopWith == "" && err == nil && ctx.Err() == nil && time.Now().Before(budget)
+		want := 0
+		if starting {
+			want = slots - inflight
+		}
+		wait = 0
+		if want > 0 || (len(results) > 0 && inflight == 0) || len(results) >= slots {
+			if pause := exchangeEvery - time.Since(lastSwap); pause > 0 && inflight > 0 {
+				// Too soon after the last exchange: let more items end first.
+				select {
+				case e := <-done:
+					collect(e)
+					continue
+				case <-time.After(pause):
+				}
+			}
+			lastSwap = time.Now()
+			granted, grant, xerr := r.exchange(ctx, results, want)
+			results = results[:0]
+			if xerr != nil && err == nil {
+				err = xerr
+			}
+			if granted > 0 {
+				n, cerr := r.launch(ctx, granted, grant, done)
+				inflight += n
+				if cerr != nil && err == nil {
+					err = cerr
+				}
+				exhausted = n < granted
+			}
+			if granted < want {
+				wait = grant.Wait
+			}
+		}
+		if inflight == 0 {
+			return wait, stopWith, err
+		}
+		var next <-chan time.Time
+		if starting && wait > 0 && inflight < slots {
+			next = time.After(max(wait, exchangeEvery))
+		}
+		select {
+		case e := <-done:
+			collect(e)
+		case <-next:
+		}
+	}
+}
+
+// exchange reports the outcomes of the items that ended and takes up to
+// want tokens (see ratelimit.Exchange); a change of the bucket's shape is
+// recorded as an event of this chunk's batch (one per exchange that
+// changed it, not one per request) and in the metrics. A run cut short
+// still reports.
+func (r chunkRun) exchange(ctx context.Context, results []ratelimit.Result, want int) (int, ratelimit.Grant, error) {
+	if want == 0 {
+		ctx = context.WithoutCancel(ctx)
+	}
+	x, err := r.w.limiter.Exchange(ctx, r.key, r.cfg.Limit, results, want)
+	if err != nil {
+		return 0, ratelimit.Grant{}, err
+	}
+	b := x.Bucket
+	if len(results) > 0 {
+		r.w.deps.Metrics.RateLimitShape(r.key, b.RefillRate, b.MaxTokens)
+	}
+	if !x.Changed {
+		return x.Granted, x.Grant, nil
+	}
+	batchID, phase, chunkID := r.params()
+	data := map[string]any{"key": r.key, "max_tokens": b.MaxTokens, "rps": b.RefillRate, "chunk_id": chunkID}
+	if x.Slowed {
+		data["cause"] = "rate_limited"
+		if b.BackoffUntil.After(x.At) {
+			data["backoff_until"] = b.BackoffUntil
+		}
+	} else {
+		data["cause"] = "successes"
+	}
+	r.w.deps.Logger.Info("rate limit changed", "key", r.key, "max_tokens", b.MaxTokens, "rps", b.RefillRate, "cause", data["cause"])
+	err = db.New(r.w.deps.Pool).EventRecord(context.WithoutCancel(ctx), db.Event{BatchID: batchID, Type: db.EventRateLimitChanged, Phase: phase, TaskID: chunkID, Data: data})
+	return x.Granted, x.Grant, err
+}
+
+// launch claims up to n pending items and starts each in a goroutine of
+// its own with its token, which hands its end to done; started is how
+// many it claimed (fewer when fewer were pending: their tokens go unused).
+func (r chunkRun) launch(ctx context.Context, n int, grant ratelimit.Grant, done chan<- ended) (started int, err error) {
+	batchID, phase, chunkID := r.params()
+	items, err := db.New(r.w.deps.Pool).ChunkItemClaimPending(ctx, db.ChunkItemClaimPendingParams{
+		BatchID: batchID, Phase: phase, ChunkID: chunkID, MaxItems: int32(n),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claiming items of chunk %s: %w", chunkID, err)
+	}
+	for _, it := range items {
+		go func() { done <- r.item(ctx, it, grant) }()
+	}
+	return len(items), nil
 }
 
 // jitter is wait, at least min, plus up to half of min at random: the
@@ -243,27 +357,21 @@ func (r chunkRun) start(ctx context.Context) error {
 	})
 }
 
-// item processes one claimed item with its token and commits its outcome.
-// stop is set when the whole chunk must stop (the provider refused the
-// key); err only for a failure to commit.
-func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Grant) (stop string, err error) {
+// item processes one claimed item with its token and commits its outcome;
+// its end carries the outcome for the limiter when the provider was
+// called, a stop when the whole chunk must stop (the provider refused the
+// key), and an error only for a failure to commit.
+func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Grant) (e ended) {
 	batchID, phase, chunkID := r.params()
 	w := r.w
 	out := r.engine.Process(ctx, Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key})
 	cut := ctx.Err() != nil // the run was cut short (timeout, shutdown): not the item's fault
 	if out.Called && !cut {
-		outcome := ratelimit.Result{TakenAt: grant.At}
-		switch provider.ClassOf(out.Err) {
-		case 0:
-			outcome.Outcome = ratelimit.Success
-		case provider.RateLimited:
-			outcome.Outcome = ratelimit.RateLimited
-			outcome.RetryAfter = out.RetryAfter
+		e.called, e.result = true, ratelimit.ResultOf(out.Err, grant.At)
+		if e.result.Outcome == ratelimit.RateLimited && out.RetryAfter > e.result.RetryAfter {
+			e.result.RetryAfter = out.RetryAfter
 		}
 		w.deps.Metrics.ProviderRequest(r.engine.Provider(), metrics.ProviderOutcomeOf(out.Err))
-		if err := r.report(ctx, outcome); err != nil {
-			return "", err
-		}
 	}
 	ctx = context.WithoutCancel(ctx) // the outcome is committed even if the run is cut short now
 	q := db.New(w.deps.Pool)
@@ -273,7 +381,10 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		msg = out.Err.Error()
 	}
 	class := provider.ClassOf(out.Err)
-	var retry provider.Decision
+	var (
+		retry provider.Decision
+		err   error
+	)
 	if class == provider.Transient || class == provider.RateLimited {
 		var since time.Time
 		if it.FailingSince != nil {
@@ -293,7 +404,7 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemDone, 1)
 	case class == provider.Auth:
 		_, err = q.ChunkItemSetPending(ctx, key)
-		stop = "the provider refused the request: " + msg
+		e.stop = "the provider refused the request: " + msg
 	case retry.Retry:
 		_, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
 			Error: &msg, Counted: retry.Counted, BackoffSecs: retry.Wait.Seconds()})
@@ -306,32 +417,9 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)
 	}
 	if err != nil {
-		return "", fmt.Errorf("recording item %d of chunk %s: %w", it.ItemIndex, chunkID, err)
+		e.err = fmt.Errorf("recording item %d of chunk %s: %w", it.ItemIndex, chunkID, err)
 	}
-	return stop, nil
-}
-
-// report tells the limiter how a request went; a change of its shape is
-// recorded as an event of this chunk's batch (one per change, not one per
-// request) and in the metrics.
-func (r chunkRun) report(ctx context.Context, res ratelimit.Result) error {
-	b, changed, err := r.w.limiter.Report(ctx, r.key, r.cfg.Limit, res)
-	if err != nil {
-		return err
-	}
-	r.w.deps.Metrics.RateLimitShape(r.key, b.RefillRate, b.MaxTokens)
-	if !changed {
-		return nil
-	}
-	batchID, phase, chunkID := r.params()
-	data := map[string]any{"key": r.key, "max_tokens": b.MaxTokens, "rps": b.RefillRate, "chunk_id": chunkID}
-	if res.Outcome == ratelimit.RateLimited {
-		data["cause"], data["backoff_until"] = "rate_limited", b.BackoffUntil
-	} else {
-		data["cause"] = "successes"
-	}
-	r.w.deps.Logger.Info("rate limit changed", "key", r.key, "max_tokens", b.MaxTokens, "rps", b.RefillRate, "cause", data["cause"])
-	return db.New(r.w.deps.Pool).EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventRateLimitChanged, Phase: phase, TaskID: chunkID, Data: data})
+	return e
 }
 
 // finish ends the chunk: PUBLISHING (each done item's ref was written as
