@@ -113,7 +113,7 @@ func TestSearchByMeaningThroughTheProvider(t *testing.T) {
 
 	for query, want := range map[string]string{
 		"q=bread&offset=x":    "offset must be a whole number",
-		"q=bread&offset=199":  "offset must be from 0 to 200 less k",
+		"q=bread&offset=99":   "offset must be from 0 to 100 less k",
 		"q=bread&k=0":         "k must be from 1 to 100",
 		"k=3":                 "q is required",
 		"q=bread&tag=a&tag=b": "", // fine: nothing carries both

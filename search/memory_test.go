@@ -82,7 +82,7 @@ func TestSignaturesNearestAndRemove(t *testing.T) {
 		for _, p := range positions {
 			d, _ := splitKey(s.keys[p])
 			require.Equal(t, doc, d, "entry %d", p)
-			require.Equal(t, []uint64(signatureOf(vectors[s.keys[p]])), s.sigs[int(p)*s.words:(int(p)+1)*s.words])
+			require.Equal(t, signatureOf(vectors[s.keys[p]]), s.signature(int(p)))
 		}
 	}
 	require.Len(t, s.nearest(signatureOf(q), 1000), 184)

@@ -89,8 +89,9 @@ const (
 	// MaxResults bounds a page.
 	MaxResults = 100
 	// MaxDepth bounds how far pages go: the results are ranked from at
-	// most this many candidates of each kind.
-	MaxDepth = 200
+	// most this many candidates of each kind (full-text and vector), whose
+	// vectors are read from the table.
+	MaxDepth = 100
 	// MaxTags bounds the tags a search filters by.
 	MaxTags = 20
 	// textScan bounds the full-text matches a search ranks: a query of
@@ -123,10 +124,10 @@ const (
 type indexState int
 
 const (
-	indexIdle     indexState = iota // not loaded: the next search starts loading it
-	indexLoading                    // loading in the background
-	indexReady                      // loaded and kept in step
-	indexUnheld                     // more than MaxIndexChunks: never held
+	indexIdle    indexState = iota // not loaded: the next search starts loading it
+	indexLoading                   // loading in the background
+	indexReady                     // loaded and kept in step
+	indexUnheld                    // more than MaxIndexChunks: never held
 )
 
 // Index searches the chunks of current documents. It embeds a query as
@@ -255,7 +256,7 @@ func (x *Index) check(q *Query) error {
 	case q.K < 1 || q.K > MaxResults:
 		return invalid("k must be from 1 to %d, got %d", MaxResults, q.K)
 	case q.Offset < 0 || q.Offset+q.K > MaxDepth:
-		return invalid("offset must be from 0 to %d less k (results are ranked from the best %d candidates), got %d", MaxDepth, MaxDepth, q.Offset)
+		return invalid("offset must be from 0 to %d less k (results are ranked from the best %d candidates of each kind), got %d", MaxDepth, MaxDepth, q.Offset)
 	case len(q.Tags) > MaxTags:
 		return invalid("at most %d tags, got %d", MaxTags, len(q.Tags))
 	case x == nil || x.embedder == nil:

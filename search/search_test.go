@@ -315,8 +315,8 @@ func TestSearchRefusals(t *testing.T) {
 		{search.Query{Text: "  ", K: 1}, "q is required"},
 		{search.Query{Text: "x", K: 0}, "k must be from 1 to 100, got 0"},
 		{search.Query{Text: "x", K: 101}, "k must be from 1 to 100, got 101"},
-		{search.Query{Text: "x", K: 10, Offset: 195}, "offset must be from 0 to 200 less k"},
-		{search.Query{Text: "x", K: 10, Offset: -1}, "offset must be from 0 to 200 less k"},
+		{search.Query{Text: "x", K: 10, Offset: 95}, "offset must be from 0 to 100 less k"},
+		{search.Query{Text: "x", K: 10, Offset: -1}, "offset must be from 0 to 100 less k"},
 		{search.Query{Text: "x", K: 10, Tags: make([]string, 21)}, "at most 20 tags, got 21"},
 	} {
 		_, err := x.Search(context.Background(), tc.q)

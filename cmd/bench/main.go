@@ -22,6 +22,8 @@
 //     same launches with unsigned ones (see launch.go).
 //  7. documents: documents through every indexing step against an instant
 //     fake provider, and search over stored chunks (see documents.go).
+//  8. search: search over 100,000 and 1,000,000 chunks loaded into Postgres,
+//     through `orchestrator serve` restarted on them (see search.go).
 //
 // Baseline and ingest run in alternating pairs (-pairs, default 3: baseline,
 // ingest, baseline, ...), and the ratio reported is the median of the
@@ -73,7 +75,7 @@ import (
 )
 
 // allParts are the parts of the benchmark, in the order they run.
-var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch", "documents", "pools"}
+var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch", "documents", "pools", "search"}
 
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
@@ -250,6 +252,8 @@ type results struct {
 
 	poolsOpts poolsOptions
 	pools     []poolsRun
+
+	search []searchRun
 }
 
 // ingestRun is one callback-ingest run's figures.
@@ -312,7 +316,7 @@ func run(ctx context.Context, base string, r *results) error {
 	// The e2e and ocr parts build the orchestrator first: building is
 	// CPU-heavy and must not overlap a measurement, and it needs the working
 	// directory that the S3 server later changes.
-	if (r.has("e2e") || r.has("ocr") || r.has("pools")) && r.e2eOpts.orchestrator == "" {
+	if (r.has("e2e") || r.has("ocr") || r.has("pools") || r.has("search")) && r.e2eOpts.orchestrator == "" {
 		fmt.Fprintln(os.Stderr, "building the orchestrator...")
 		bin, cleanup, err := buildOrchestrator(ctx)
 		if err != nil {
@@ -374,6 +378,12 @@ func run(ctx context.Context, base string, r *results) error {
 		bin, _, _ := strings.Cut(r.e2eOpts.orchestrator, ",")
 		if r.pools, err = benchPools(ctx, admin, base, bin, r.e2eOpts, r.poolsOpts); err != nil {
 			return fmt.Errorf("pools: %w", err)
+		}
+	}
+	if r.has("search") {
+		bin, _, _ := strings.Cut(r.e2eOpts.orchestrator, ",")
+		if r.search, err = benchSearch(ctx, admin, base, bin, r.e2eOpts); err != nil {
+			return fmt.Errorf("search: %w", err)
 		}
 	}
 	return nil
@@ -781,6 +791,9 @@ func (r *results) table() string {
 	if r.has("pools") {
 		b.WriteString(poolsTable(r.pools))
 	}
+	if r.has("search") {
+		b.WriteString(searchTable(r.search))
+	}
 	return b.String()
 }
 
@@ -845,6 +858,9 @@ Parts run: %s.
 	}
 	if r.has("pools") {
 		b.WriteString(poolsMarkdown(r.poolsOpts))
+	}
+	if r.has("search") {
+		b.WriteString(searchMarkdown(r.search))
 	}
 	b.WriteString(r.targets())
 	b.WriteString(`
@@ -936,6 +952,9 @@ func (r *results) targets() string {
 	}
 	if r.has("pools") {
 		poolsTargets(r.pools, row)
+	}
+	if r.has("search") {
+		searchTargets(r.search, row)
 	}
 	if len(rows) == 0 {
 		return ""
