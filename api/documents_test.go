@@ -229,6 +229,9 @@ func TestDocumentProviderFaults(t *testing.T) {
 	var mu sync.Mutex
 	script := map[string][]fakeai.Behavior{} // by the first input's first word: answers in turn
 	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.Route == fakeai.Chat && len(r.Messages) > 1 && strings.Contains(r.Messages[1].Content, "garbled") {
+			return fakeai.Behavior{Content: "Sure! Lighthouses, harbours."} // never JSON, even when shown its answer
+		}
 		if r.Route != fakeai.Embeddings || len(r.Inputs) == 0 {
 			return fakeai.Behavior{}
 		}
@@ -263,8 +266,24 @@ func TestDocumentProviderFaults(t *testing.T) {
 		return doc.ID
 	}
 	flaky, throttled, refused, doomed, exhausted := post("flaky"), post("throttled"), post("refused"), post("doomed"), post("exhausted")
+	garbled := post("garbled")
 
-	doc := awaitDocument(t, env, flaky, ended)
+	// Tags that cannot be read even after a repair prompt fail the tags
+	// alone: the document is searchable by its text and vectors.
+	doc := awaitDocument(t, env, garbled, ended)
+	require.Equal(t, db.DocumentCompleted, doc.Status, "%+v", doc.Errors)
+	require.Empty(t, doc.DocumentTags)
+	require.Len(t, doc.Errors, 2, "the chunks' tags and the document's")
+	for _, e := range doc.Errors {
+		require.Equal(t, "tags", e.Step)
+		require.Contains(t, e.Error, "malformed answer, also after a repair prompt")
+	}
+	var untagged, embedded int
+	require.NoError(t, env.Pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE tags = '{}'), count(*) FILTER (WHERE embedding IS NOT NULL)
+		FROM document_chunks WHERE document_id = $1`, garbled).Scan(&untagged, &embedded))
+	require.Equal(t, []int{1, 1}, []int{untagged, embedded})
+
+	doc = awaitDocument(t, env, flaky, ended)
 	require.Equal(t, db.DocumentCompleted, doc.Status, "%+v", doc.Errors)
 	require.Len(t, doc.Errors, 2, "each transient failure is in the history")
 	require.Equal(t, "embeddings", doc.Errors[0].Step)

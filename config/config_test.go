@@ -247,6 +247,11 @@ func TestOCR(t *testing.T) {
 	c, err = Load(lookup(map[string]string{"DATABASE_URL": "postgres://x/y", "OCR_API_URL": "https://api.example"}))
 	require.NoError(t, err)
 	require.ErrorContains(t, c.CheckServe(), "OCR_API_KEY (OCR_API_URL is set)")
+	c, err = Load(lookup(map[string]string{"DATABASE_URL": "postgres://x/y", "OCR_API_URL": "http://localhost:11434/v1"}))
+	require.NoError(t, err)
+	if err := c.CheckServe(); err != nil {
+		require.NotContains(t, err.Error(), "OCR_API_KEY", "a server of your own may take no key")
+	}
 }
 
 func TestPhasesNeedAppsOfTheirOwn(t *testing.T) {

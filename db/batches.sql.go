@@ -31,6 +31,21 @@ func (q *Queries) BatchBuildAdvance(ctx context.Context, arg BatchBuildAdvancePa
 	return err
 }
 
+const batchGeneralPrompt = `-- name: BatchGeneralPrompt :one
+SELECT coalesce(queue_message->'custom_prompts'->>'general', '')::text AS general
+FROM batches WHERE id = $1
+`
+
+// The batch's own instructions for every AI call (its manifest's
+// custom_prompts.general), ” when it gave none: read alone, without the
+// rest of its queue message.
+func (q *Queries) BatchGeneralPrompt(ctx context.Context, id string) (string, error) {
+	row := q.db.QueryRow(ctx, batchGeneralPrompt, id)
+	var general string
+	err := row.Scan(&general)
+	return general, err
+}
+
 const batchGetByID = `-- name: BatchGetByID :one
 SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at FROM batches WHERE id = $1
 `

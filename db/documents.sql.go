@@ -1078,6 +1078,26 @@ func (q *Queries) DocumentMarkFailing(ctx context.Context, id int64) error {
 	return err
 }
 
+const documentNoteError = `-- name: DocumentNoteError :exec
+UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
+        'step', current_step, 'error', $1::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
+    updated_at = now()
+WHERE id = $2
+`
+
+type DocumentNoteErrorParams struct {
+	Error string
+	ID    int64
+}
+
+// Appends an error of the current step to the history without failing
+// the document or counting a retry: a part of the step given up (the tags
+// of some chunks) while the document goes on.
+func (q *Queries) DocumentNoteError(ctx context.Context, arg DocumentNoteErrorParams) error {
+	_, err := q.db.Exec(ctx, documentNoteError, arg.Error, arg.ID)
+	return err
+}
+
 const documentRecordError = `-- name: DocumentRecordError :one
 UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
         'step', current_step, 'error', $1::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
@@ -1349,6 +1369,148 @@ func (q *Queries) DocumentSearchHasSignatures(ctx context.Context, arg DocumentS
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
+}
+
+const documentSearchReindexNext = `-- name: DocumentSearchReindexNext :many
+SELECT c.document_id, c.chunk_index, c.heading, c.text
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.current AND c.status <> 'pending'
+    AND (c.embedding_model IS DISTINCT FROM $1::text OR c.embedding_dims IS DISTINCT FROM $2::int)
+ORDER BY c.document_id, c.chunk_index
+LIMIT $3
+FOR UPDATE OF c SKIP LOCKED
+`
+
+type DocumentSearchReindexNextParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+	Max            int32
+}
+
+type DocumentSearchReindexNextRow struct {
+	DocumentID int64
+	ChunkIndex int32
+	Heading    string
+	Text       string
+}
+
+// The next chunks of current versions whose vectors are not the
+// embedder's (another model or size, or none known), locked for the
+// re-index that embeds them again; those locked by another are skipped.
+// Chunks still pending are the document steps'.
+func (q *Queries) DocumentSearchReindexNext(ctx context.Context, arg DocumentSearchReindexNextParams) ([]DocumentSearchReindexNextRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchReindexNext, arg.EmbeddingModel, arg.EmbeddingDims, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchReindexNextRow
+	for rows.Next() {
+		var i DocumentSearchReindexNextRow
+		if err := rows.Scan(
+			&i.DocumentID,
+			&i.ChunkIndex,
+			&i.Heading,
+			&i.Text,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchReindexProgress = `-- name: DocumentSearchReindexProgress :one
+SELECT count(*) AS chunks,
+    count(*) FILTER (WHERE c.embedding_model = $1::text AND c.embedding_dims = $2::int
+        AND c.text_config = $3::text) AS done
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.current AND c.status <> 'pending'
+`
+
+type DocumentSearchReindexProgressParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+	TextConfig     string
+}
+
+type DocumentSearchReindexProgressRow struct {
+	Chunks int64
+	Done   int64
+}
+
+// How many chunks of current versions search reads, and how many of them
+// have a vector of the embedder and search text of the configuration.
+func (q *Queries) DocumentSearchReindexProgress(ctx context.Context, arg DocumentSearchReindexProgressParams) (DocumentSearchReindexProgressRow, error) {
+	row := q.db.QueryRow(ctx, documentSearchReindexProgress, arg.EmbeddingModel, arg.EmbeddingDims, arg.TextConfig)
+	var i DocumentSearchReindexProgressRow
+	err := row.Scan(&i.Chunks, &i.Done)
+	return i, err
+}
+
+const documentSearchReindexText = `-- name: DocumentSearchReindexText :execrows
+UPDATE document_chunks u SET search_text = to_tsvector(CAST($1::text AS regconfig), u.heading || ' ' || u.text), text_config = $1::text
+FROM (
+    SELECT c.document_id, c.chunk_index FROM document_chunks c JOIN documents d ON d.id = c.document_id
+    WHERE d.current AND c.text_config IS DISTINCT FROM $1::text
+    LIMIT $2
+    FOR UPDATE OF c SKIP LOCKED
+) k
+WHERE u.document_id = k.document_id AND u.chunk_index = k.chunk_index
+`
+
+type DocumentSearchReindexTextParams struct {
+	TextConfig string
+	Max        int32
+}
+
+// Parses again the text of the next chunks (at most max) of current versions written
+// under another text search configuration.
+func (q *Queries) DocumentSearchReindexText(ctx context.Context, arg DocumentSearchReindexTextParams) (int64, error) {
+	result, err := q.db.Exec(ctx, documentSearchReindexText, arg.TextConfig, arg.Max)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const documentSearchReindexVector = `-- name: DocumentSearchReindexVector :exec
+WITH c AS (
+    UPDATE document_chunks u SET embedding = $2::real[], embedding_model = $3::text, embedding_dims = $4::int
+    WHERE u.document_id = $1::bigint AND u.chunk_index = $5::int
+    RETURNING u.document_id, u.chunk_index, u.embedding
+), s AS (
+    INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
+    SELECT c.document_id, c.chunk_index, $3::text, $4::int, embedding_signature(c.embedding) FROM c
+    ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+        embedding_dims = excluded.embedding_dims, signature = excluded.signature
+)
+UPDATE documents SET search_xid = pg_current_xact_id() WHERE id = $1::bigint
+`
+
+type DocumentSearchReindexVectorParams struct {
+	DocumentID     int64
+	Embedding      []float32
+	EmbeddingModel string
+	EmbeddingDims  int32
+	ChunkIndex     int32
+}
+
+// Replaces a chunk's vector with the embedder's, and its signature; the
+// version is marked changed (search_xid) so that in-memory indexes read
+// its signatures again.
+func (q *Queries) DocumentSearchReindexVector(ctx context.Context, arg DocumentSearchReindexVectorParams) error {
+	_, err := q.db.Exec(ctx, documentSearchReindexVector,
+		arg.DocumentID,
+		arg.Embedding,
+		arg.EmbeddingModel,
+		arg.EmbeddingDims,
+		arg.ChunkIndex,
+	)
+	return err
 }
 
 const documentSearchSignatureScan = `-- name: DocumentSearchSignatureScan :many

@@ -3,6 +3,7 @@ package docindex
 import (
 	"time"
 
+	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/setting"
 )
@@ -53,11 +54,11 @@ func Settings(c *Config) []setting.Group {
 			setting.PositiveInt64(&c.MaxBytes, "DOCUMENT_MAX_BYTES", 20_000_000, "a larger document fails at download (a batch's file passes through without document fields)"),
 			setting.Int(&c.ChunkTokens, "DOCUMENT_CHUNK_TOKENS", 500, 50, 8000, "target size of a document's chunks, in (estimated) tokens"),
 			setting.URL(&c.EmbeddingsAPIURL, "EMBEDDINGS_API_URL", "", "OpenAI-compatible `/embeddings` API").Shown("(local embedder)"),
-			setting.Secret(&c.EmbeddingsAPIKey, "EMBEDDINGS_API_KEY", "its key, required with the URL; never logged"),
+			setting.Secret(&c.EmbeddingsAPIKey, "EMBEDDINGS_API_KEY", "its key, required with an `https://` URL, optional with an `http://` one (a server of your own: Ollama, vLLM, llama.cpp); never logged"),
 			setting.String(&c.EmbeddingsModel, "EMBEDDINGS_MODEL", "text-embedding-3-small", "the embeddings model"),
 			setting.Int(&c.EmbeddingsDimensions, "EMBEDDINGS_DIMENSIONS", 512, 8, 4096, "the vectors' length (the model's `dimensions` parameter)"),
 			setting.URL(&c.TagsAPIURL, "TAGS_API_URL", "", "OpenAI-compatible chat completions that tag chunks and documents").Shown("(local tagger)"),
-			setting.Secret(&c.TagsAPIKey, "TAGS_API_KEY", "its key, required with the URL; never logged"),
+			setting.Secret(&c.TagsAPIKey, "TAGS_API_KEY", "its key, required with an `https://` URL, optional with an `http://` one; never logged"),
 			setting.String(&c.TagsModel, "TAGS_MODEL", "gpt-4o-mini", "the tags model"),
 			setting.String(&c.SearchTextConfig, "SEARCH_TEXT_CONFIG", "simple", "the Postgres text search configuration chunks and queries are parsed with for full-text search (`simple`: no stemming, no stopwords, for any language; e.g. `english` for English archives); chunks written under another are parsed again by a re-index"),
 			setting.Int(&c.SearchIndexMaxChunks, "SEARCH_INDEX_MAX_CHUNKS", 4_000_000, 0, 1_000_000_000, "most chunks each process holds in its in-memory index of vector signatures (dimensions/8 + 12 bytes a chunk: 76 MB a million at 512 dimensions); with more, or 0, vector candidates come from a scan in Postgres (slower)"),
@@ -67,13 +68,13 @@ func Settings(c *Config) []setting.Group {
 }
 
 // Missing names the settings document indexing lacks to serve: a key
-// for each provider given.
+// for each https provider given.
 func (c Config) Missing() []string {
 	var missing []string
-	if c.EmbeddingsAPIURL != "" && c.EmbeddingsAPIKey == "" {
+	if provider.KeyMissing(c.EmbeddingsAPIURL, c.EmbeddingsAPIKey) {
 		missing = append(missing, "EMBEDDINGS_API_KEY (EMBEDDINGS_API_URL is set)")
 	}
-	if c.TagsAPIURL != "" && c.TagsAPIKey == "" {
+	if provider.KeyMissing(c.TagsAPIURL, c.TagsAPIKey) {
 		missing = append(missing, "TAGS_API_KEY (TAGS_API_URL is set)")
 	}
 	return missing

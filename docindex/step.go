@@ -558,6 +558,10 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 	if err != nil {
 		return err
 	}
+	instructions, err := w.instructions(ctx, doc)
+	if err != nil {
+		return err
+	}
 	if len(rows) == 0 {
 		all, err := q.DocumentChunkTags(ctx, doc.ID)
 		if err != nil {
@@ -569,16 +573,22 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 		}
 		var docTags []string
 		err = w.call(ctx, w.cfg.Tags, w.docs.Tagger.Provider(), func() (err error) {
-			docTags, err = w.docs.Tagger.TagDocument(ctx, texts, tags)
+			docTags, err = w.docs.Tagger.TagDocument(ctx, texts, tags, instructions)
 			return err
 		})
-		if err != nil {
+		gaveUp := tagsGivenUp(err)
+		if err != nil && !gaveUp {
 			return err
 		}
 		if docTags == nil {
 			docTags = []string{}
 		}
 		return w.commit(ctx, run, true, func(q *db.Queries) error {
+			if gaveUp {
+				if err := q.DocumentNoteError(ctx, db.DocumentNoteErrorParams{ID: doc.ID, Error: "the document's tags: " + err.Error()}); err != nil {
+					return err
+				}
+			}
 			return q.DocumentSetTags(ctx, db.DocumentSetTagsParams{ID: doc.ID, DocumentTags: docTags})
 		})
 	}
@@ -588,15 +598,25 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 	}
 	var tags [][]string
 	err = w.call(ctx, w.cfg.Tags, w.docs.Tagger.Provider(), func() (err error) {
-		tags, err = w.docs.Tagger.TagChunks(ctx, texts)
+		tags, err = w.docs.Tagger.TagChunks(ctx, texts, instructions)
 		return err
 	})
-	if err != nil {
+	gaveUp := tagsGivenUp(err)
+	if err != nil && !gaveUp {
 		return err
 	}
 	return w.commitChunks(ctx, run, statuses(db.DocumentChunkTagsDone, db.DocumentChunkStored), func(q *db.Queries) error {
+		if gaveUp {
+			msg := fmt.Sprintf("the tags of chunks %d to %d: %v", rows[0].ChunkIndex, rows[len(rows)-1].ChunkIndex, err)
+			if err := q.DocumentNoteError(ctx, db.DocumentNoteErrorParams{ID: doc.ID, Error: msg}); err != nil {
+				return err
+			}
+		}
 		for i, r := range rows {
-			t := tags[i]
+			var t []string
+			if i < len(tags) {
+				t = tags[i]
+			}
 			if t == nil {
 				t = []string{}
 			}
@@ -607,6 +627,15 @@ func (w *DocumentStepWorker) tag(ctx context.Context, run *stepRun) error {
 		return nil
 	})
 }
+
+// tagsGivenUp reports that a tags call failed for good in a way that
+// concerns the tags alone: an answer that could not be read even after a
+// repair prompt, or texts the provider refuses. The chunks (or the
+// document) then go on without tags, the error kept in the document's
+// history: its text and vectors are searchable all the same. A refused
+// key, an outage or a 429 are not given up so; they stop or retry the
+// step as any provider failure does.
+func tagsGivenUp(err error) bool { return provider.ClassOf(err) == provider.Permanent }
 
 // commit runs write and records the run (finished: it finished its step)
 // in one transaction, so the step's outcome and its timing agree.

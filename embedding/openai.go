@@ -7,9 +7,11 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
 
 	"github.com/arke-institute/orchestrator/provider"
 )
@@ -28,14 +30,16 @@ type OpenAIConfig struct {
 	// URL is the API base; requests go to {URL}/embeddings (e.g.
 	// https://api.openai.com/v1). Required.
 	URL string
-	// APIKey is sent as "Authorization: Bearer {APIKey}". Required; never
-	// logged nor put in an error.
+	// APIKey is sent as "Authorization: Bearer {APIKey}"; empty, none is
+	// sent (a local server). Never logged nor put in an error.
 	APIKey string
 	// Model is the model asked for (DefaultModel if empty).
 	Model string
 	// Dimensions is the vectors' length, sent as the "dimensions"
 	// parameter (text-embedding-3-* shorten their vectors so) and checked
-	// in every answer (DefaultDimensions if zero).
+	// in every answer (DefaultDimensions if zero). A model that refuses
+	// the parameter (400 naming it) is asked again without it, and from
+	// then on never with it: its own vectors must then be this long.
 	Dimensions int
 	// BatchSize is the most texts one request carries (DefaultBatchSize if
 	// zero); Embed sends a longer list as several requests, in order.
@@ -58,6 +62,8 @@ type OpenAI struct {
 	cfg    OpenAIConfig
 	client *provider.Client
 	svc    openai.EmbeddingService
+	// native is set once the model refused the dimensions parameter.
+	native atomic.Bool
 }
 
 var _ Embedder = (*OpenAI)(nil)
@@ -121,15 +127,24 @@ func (e *OpenAI) embedBatch(ctx context.Context, texts []string) ([][]float32, e
 	params := openai.EmbeddingNewParams{
 		Model:          e.cfg.Model,
 		Input:          openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts},
-		Dimensions:     openai.Int(int64(e.cfg.Dimensions)),
 		EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat,
 	}
+	native := e.native.Load()
+	if !native {
+		params.Dimensions = openai.Int(int64(e.cfg.Dimensions))
+	}
 	var answer *openai.CreateEmbeddingResponse
-	err := e.client.Call(ctx, func(ctx context.Context) error {
+	call := func(ctx context.Context) error {
 		var err error
 		answer, err = e.svc.New(ctx, params)
 		return err
-	})
+	}
+	err := e.client.Call(ctx, call)
+	if !native && provider.Refused(err, "dimensions") {
+		e.native.Store(true)
+		native, params.Dimensions = true, param.Opt[int64]{}
+		err = e.client.Call(ctx, call)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +157,9 @@ func (e *OpenAI) embedBatch(ctx context.Context, texts []string) ([][]float32, e
 			return nil, e.client.Errorf(provider.Permanent, "malformed answer: embedding %d has index %s", i, cmp.Or(d.JSON.Index.Raw(), "missing"))
 		}
 		if len(d.Embedding) != e.cfg.Dimensions {
+			if native {
+				return nil, e.client.Errorf(provider.Permanent, "model %s does not take the dimensions parameter and answers vectors of %d dimensions, not %d: configure %d dimensions", e.cfg.Model, len(d.Embedding), e.cfg.Dimensions, len(d.Embedding))
+			}
 			return nil, e.client.Errorf(provider.Permanent, "malformed answer: embedding %d has %d dimensions, not %d", d.Index, len(d.Embedding), e.cfg.Dimensions)
 		}
 		v := make([]float32, len(d.Embedding))

@@ -188,10 +188,39 @@ func TestNewOpenAIValidates(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []embedding.OpenAIConfig{
 		{APIKey: "k"},
-		{URL: "https://api.example.com/v1"},
+		{URL: "api.example.com/v1", APIKey: "k"},
 		{URL: "https://api.example.com/v1", APIKey: "k", Dimensions: -1},
 	} {
 		_, err := embedding.NewOpenAI(cfg)
 		require.Error(t, err, "%+v", cfg)
 	}
+}
+
+// TestOpenAIModelWithoutDimensions: a model that refuses the dimensions
+// parameter is asked again without it, and never with it after that; its
+// own vectors must be as long as configured, or the error says what to
+// configure. A server without a key gets no Authorization.
+func TestOpenAIModelWithoutDimensions(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{Keyless: true, RefuseDimensions: true, MaxDimensions: 64})
+	e := newOpenAI(t, fake, func(c *embedding.OpenAIConfig) { c.APIKey, c.Dimensions = "", 64 })
+	for range 2 {
+		v, err := e.Embed(t.Context(), []string{"bees"})
+		require.NoError(t, err)
+		require.Equal(t, fakeai.VectorFor(embedding.DefaultModel, "bees", 64), v[0])
+	}
+	c := fake.Counts()
+	require.Equal(t, 3, c.Requests, "one refused, then two without dimensions")
+	require.Equal(t, 1, c.BadRequest)
+	for _, r := range fake.Requests() {
+		require.Zero(t, r.Dimensions)
+		require.False(t, r.Authorized)
+	}
+
+	e = newOpenAI(t, fake, func(c *embedding.OpenAIConfig) { c.APIKey, c.Dimensions = "", 512 })
+	_, err := e.Embed(t.Context(), []string{"bees"})
+	pe, ok := errors.AsType[*provider.Error](err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, provider.Permanent, pe.Class)
+	require.ErrorContains(t, err, "does not take the dimensions parameter and answers vectors of 64 dimensions, not 512: configure 64 dimensions")
 }

@@ -47,6 +47,10 @@ func (u Unavailable) Provider() string { return u.Name }
 type Image struct {
 	Data      []byte
 	MediaType string
+	// Instructions are the batch's own for every AI call (its manifest's
+	// custom_prompts.general): an API engine adds them to its prompt, the
+	// local one has no prompt to add them to.
+	Instructions string
 }
 
 // Result is the text an engine read from an image, with the engine that

@@ -98,7 +98,7 @@ func (e *OpenAI) Transcribe(ctx context.Context, img Image) (Result, error) {
 		Model: e.cfg.Model,
 		Messages: []openai.ChatCompletionMessageParamUnion{
 			openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
-				openai.TextContentPart(e.cfg.Prompt),
+				openai.TextContentPart(Prompt(e.cfg.Prompt, img.Instructions)),
 				openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: dataURL}),
 			}),
 		},
@@ -139,4 +139,12 @@ func imageType(img Image) (string, error) {
 		return "", &Error{Class: Permanent, Message: fmt.Sprintf("not an image (%s)", mediaType)}
 	}
 	return mediaType, nil
+}
+
+// Prompt is base followed by a batch's own instructions, if any.
+func Prompt(base, instructions string) string {
+	if instructions = strings.TrimSpace(instructions); instructions != "" {
+		return base + "\nThe archive's own instructions for this batch:\n" + instructions
+	}
+	return base
 }

@@ -28,8 +28,9 @@ type Config struct {
 	// URL is the API base; requests go to {URL}/chat/completions,
 	// {URL}/embeddings... (e.g. https://api.openai.com/v1). Required.
 	URL string
-	// APIKey is sent as "Authorization: Bearer {APIKey}". Required. It is
-	// never logged nor put in an error.
+	// APIKey is sent as "Authorization: Bearer {APIKey}"; empty, no
+	// Authorization is sent (a local server: Ollama, vLLM, llama.cpp). It
+	// is never logged nor put in an error.
 	APIKey string
 	// Timeout bounds one call, answer included (DefaultTimeout if zero).
 	Timeout time.Duration
@@ -60,9 +61,6 @@ func NewClient(service string, cfg Config) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%s: provider URL %q is not an http(s) URL", service, cfg.URL)
 	}
-	if cfg.APIKey == "" {
-		return nil, fmt.Errorf("%s: the provider needs an API key", service)
-	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
@@ -87,13 +85,25 @@ func (c *Client) Timeout() time.Duration { return c.cfg.Timeout }
 // Options are the openai-go request options for a service of this
 // provider (openai.NewEmbeddingService(c.Options()...)).
 func (c *Client) Options() []option.RequestOption {
-	return []option.RequestOption{
+	opts := []option.RequestOption{
 		option.WithBaseURL(strings.TrimSuffix(c.cfg.URL, "/") + "/"),
-		option.WithAPIKey(c.cfg.APIKey),
 		option.WithHTTPClient(c.cfg.HTTPClient),
 		option.WithMaxRetries(0),
 		option.WithMiddleware(c.guard),
 	}
+	if c.cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(c.cfg.APIKey))
+	} else {
+		opts = append(opts, option.WithHeaderDel("Authorization"))
+	}
+	return opts
+}
+
+// KeyMissing reports that a provider at url needs a key it was not given:
+// one reached over https (a service on the internet) does; a plain http
+// one (a server of your own: Ollama, vLLM, llama.cpp) may take none.
+func KeyMissing(url, key string) bool {
+	return key == "" && strings.HasPrefix(strings.ToLower(url), "https://")
 }
 
 // Errorf is a classified error of this client's service.

@@ -120,6 +120,14 @@ func Overloaded(err error) bool {
 	return e.Status == http.StatusServiceUnavailable || e.Timeout
 }
 
+// Refused reports that err is the provider's 400 refusing a parameter
+// named in its message: what a model without the feature (shortened
+// vectors, a JSON mode) answers, so that the caller asks again without it.
+func Refused(err error, parameter string) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Message), strings.ToLower(parameter))
+}
+
 // ParseRetryAfter reads a Retry-After header value, delay-seconds or an
 // HTTP date, as a duration from now; 0 when empty, unparsable or past.
 // Seconds are capped at a day.

@@ -72,7 +72,6 @@ func TestNewClientValidates(t *testing.T) {
 		{APIKey: "k"},
 		{URL: "ftp://example.com", APIKey: "k"},
 		{URL: "https://", APIKey: "k"},
-		{URL: "https://example.com/v1"},
 	} {
 		_, err := provider.NewClient("embeddings", cfg)
 		require.ErrorContains(t, err, "embeddings: ", "%+v", cfg.URL)
@@ -81,6 +80,24 @@ func TestNewClientValidates(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "api.example.com:8443", c.Host())
 	require.Equal(t, provider.DefaultTimeout, c.Timeout())
+
+	_, err = provider.NewClient("embeddings", provider.Config{URL: "http://localhost:11434/v1"})
+	require.NoError(t, err, "a local server may take no key")
+	require.True(t, provider.KeyMissing("https://api.example.com/v1", ""))
+	require.True(t, provider.KeyMissing("HTTPS://api.example.com/v1", ""))
+	require.False(t, provider.KeyMissing("https://api.example.com/v1", "k"))
+	require.False(t, provider.KeyMissing("http://localhost:11434/v1", ""))
+}
+
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	refusal := &provider.Error{Class: provider.Permanent, Status: 400, Message: "This model does not support 'dimensions'"}
+	require.True(t, provider.Refused(refusal, "dimensions"))
+	require.True(t, provider.Refused(fmt.Errorf("wrapped: %w", refusal), "Dimensions"))
+	require.False(t, provider.Refused(refusal, "response_format"))
+	require.False(t, provider.Refused(&provider.Error{Class: provider.Permanent, Status: 422, Message: "dimensions"}, "dimensions"))
+	require.False(t, provider.Refused(errors.New("dimensions"), "dimensions"))
+	require.False(t, provider.Refused(nil, "dimensions"))
 }
 
 // TestRetryDecide: transient failures and 429s are retried by time, from

@@ -39,7 +39,7 @@ func (Local) Model() string { return LocalModel }
 const chunkTagCount = 5
 
 // TagChunks returns each text's best candidates.
-func (Local) TagChunks(ctx context.Context, texts []string) ([][]string, error) {
+func (Local) TagChunks(ctx context.Context, texts []string, _ string) ([][]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (Local) TagChunks(ctx context.Context, texts []string) ([][]string, error) 
 
 // TagDocument sums the chunks' candidate scores and adds a vote per chunk
 // tag.
-func (Local) TagDocument(ctx context.Context, texts []string, chunkTags [][]string) ([]string, error) {
+func (Local) TagDocument(ctx context.Context, texts []string, chunkTags [][]string, _ string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -22,12 +22,12 @@ func tagDocument(t *testing.T, tg tagging.Tagger, text string) ([]textchunk.Chun
 	}
 	var chunkTags [][]string
 	for start := 0; start < len(texts); start += tagging.DefaultBatchSize {
-		tags, err := tg.TagChunks(t.Context(), texts[start:min(start+tagging.DefaultBatchSize, len(texts))])
+		tags, err := tg.TagChunks(t.Context(), texts[start:min(start+tagging.DefaultBatchSize, len(texts))], "")
 		require.NoError(t, err)
 		chunkTags = append(chunkTags, tags...)
 	}
 	require.Len(t, chunkTags, len(chunks))
-	docTags, err := tg.TagDocument(t.Context(), texts, chunkTags)
+	docTags, err := tg.TagDocument(t.Context(), texts, chunkTags, "")
 	require.NoError(t, err)
 	return chunks, chunkTags, docTags
 }
@@ -94,12 +94,12 @@ func TestLocalLeavesOutGenericWords(t *testing.T) {
 	tags, err := tagging.Local{}.TagChunks(t.Context(), []string{
 		"It usually gives results quickly; keeping and making things takes time every day. 2024 12 ab",
 		"",
-	})
+	}, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"results"}, tags[0])
 	require.Empty(t, tags[1])
 
-	doc, err := tagging.Local{}.TagDocument(t.Context(), nil, [][]string{{"Archives"}, {"archives", "maps"}})
+	doc, err := tagging.Local{}.TagDocument(t.Context(), nil, [][]string{{"Archives"}, {"archives", "maps"}}, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"archives", "maps"}, doc, "chunk tags vote")
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -35,8 +36,8 @@ Answer with JSON only: {"tags": [[...], [...]]}, one list per text, in the order
 type OpenAIConfig struct {
 	// URL is the API base; requests go to {URL}/chat/completions. Required.
 	URL string
-	// APIKey is sent as "Authorization: Bearer {APIKey}". Required; never
-	// logged nor put in an error.
+	// APIKey is sent as "Authorization: Bearer {APIKey}"; empty, none is
+	// sent (a local server). Never logged nor put in an error.
 	APIKey string
 	// Model is the model asked for (DefaultModel if empty). It must
 	// follow instructions to answer JSON; the request also asks for the
@@ -56,12 +57,16 @@ type OpenAIConfig struct {
 
 // OpenAI is a Tagger asking an OpenAI-compatible chat model for JSON
 // through the official openai-go client, with its own retries off. Each
-// TagChunks or TagDocument call is one request. An answer that is not
-// {"tags": [[...], ...]} with one list per text is a permanent error.
+// TagChunks or TagDocument call is one request, or two when the first
+// answer could not be read (see ask). An answer that is not
+// {"tags": [[...], ...]} with one list per text, twice, is a permanent
+// error.
 type OpenAI struct {
 	cfg    OpenAIConfig
 	client *provider.Client
 	chat   openai.ChatCompletionService
+	// plain is set once the model refused the JSON response format.
+	plain atomic.Bool
 }
 
 var _ Tagger = (*OpenAI)(nil)
@@ -92,17 +97,17 @@ func (o *OpenAI) Provider() string { return o.client.Host() }
 func (o *OpenAI) Model() string { return o.cfg.Model }
 
 // TagChunks asks for the tags of texts in one request.
-func (o *OpenAI) TagChunks(ctx context.Context, texts []string) ([][]string, error) {
+func (o *OpenAI) TagChunks(ctx context.Context, texts []string, instructions string) ([][]string, error) {
 	if len(texts) == 0 {
 		return [][]string{}, nil
 	}
-	return o.ask(ctx, texts, MaxChunkTags)
+	return o.ask(ctx, texts, MaxChunkTags, instructions)
 }
 
 // TagDocument asks for a document's tags in one request, showing the
 // model the tags its chunks got (most frequent first) and the start of its
 // text.
-func (o *OpenAI) TagDocument(ctx context.Context, texts []string, chunkTags [][]string) ([]string, error) {
+func (o *OpenAI) TagDocument(ctx context.Context, texts []string, chunkTags [][]string, instructions string) ([]string, error) {
 	counts := map[string]int{}
 	var order []string
 	for _, tags := range chunkTags {
@@ -126,50 +131,92 @@ func (o *OpenAI) TagDocument(ctx context.Context, texts []string, chunkTags [][]
 		start = string(r[:o.cfg.DocumentChars])
 	}
 	b.WriteString(start)
-	tags, err := o.ask(ctx, []string{b.String()}, MaxDocumentTags)
+	tags, err := o.ask(ctx, []string{b.String()}, MaxDocumentTags, instructions)
 	if err != nil {
 		return nil, err
 	}
 	return tags[0], nil
 }
 
-func (o *OpenAI) ask(ctx context.Context, texts []string, limit int) ([][]string, error) {
+// repairPrompt follows an answer that could not be read: the model is
+// shown its answer and asked again.
+const repairPrompt = `That answer could not be read: %s.
+Answer again with JSON only: {"tags": [[...], ...]}, exactly %d lists, one per text, in the order of the texts.`
+
+// ask sends texts and reads their tags, with the batch's instructions
+// after the prompt. A model that refuses the JSON
+// response format (400 naming it) is asked again without it, and from then
+// on never with it. An answer that cannot be read is shown to the model
+// with what is wrong, once (repairPrompt); a second such answer is a
+// permanent error.
+func (o *OpenAI) ask(ctx context.Context, texts []string, limit int, instructions string) ([][]string, error) {
 	input, err := json.Marshal(map[string]any{"texts": texts})
 	if err != nil {
 		return nil, err
 	}
-	params := openai.ChatCompletionNewParams{
-		Model: o.cfg.Model,
-		Messages: []openai.ChatCompletionMessageParamUnion{
-			openai.SystemMessage(fmt.Sprintf(prompt, limit)),
-			openai.UserMessage(string(input)),
-		},
-		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}},
+	messages := []openai.ChatCompletionMessageParamUnion{
+		openai.SystemMessage(system(limit, instructions)),
+		openai.UserMessage(string(input)),
+	}
+	for attempt := 1; ; attempt++ {
+		content, finish, err := o.complete(ctx, messages)
+		if err != nil {
+			return nil, err
+		}
+		tags, err := parseTags(content, len(texts))
+		if err == nil {
+			for i := range tags {
+				tags[i] = Normalize(tags[i], limit)
+			}
+			return tags, nil
+		}
+		if finish == "length" {
+			return nil, o.client.Errorf(provider.Permanent, "malformed answer, cut at the model's length limit: %v", err)
+		}
+		if attempt == 2 {
+			return nil, o.client.Errorf(provider.Permanent, "malformed answer, also after a repair prompt: %v", err)
+		}
+		messages = append(messages, openai.AssistantMessage(content), openai.UserMessage(fmt.Sprintf(repairPrompt, err, len(texts))))
+	}
+}
+
+// system is the system message: the prompt, then the batch's own
+// instructions, if any.
+func system(limit int, instructions string) string {
+	p := fmt.Sprintf(prompt, limit)
+	if instructions = strings.TrimSpace(instructions); instructions != "" {
+		p += "\nThe archive's own instructions for this batch:\n" + instructions
+	}
+	return p
+}
+
+// complete makes one chat request and returns the first choice's content
+// and finish reason.
+func (o *OpenAI) complete(ctx context.Context, messages []openai.ChatCompletionMessageParamUnion) (content, finish string, err error) {
+	params := openai.ChatCompletionNewParams{Model: o.cfg.Model, Messages: messages}
+	plain := o.plain.Load()
+	if !plain {
+		params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
 	}
 	var answer *openai.ChatCompletion
-	err = o.client.Call(ctx, func(ctx context.Context) error {
+	call := func(ctx context.Context) error {
 		var err error
 		answer, err = o.chat.New(ctx, params)
 		return err
-	})
+	}
+	err = o.client.Call(ctx, call)
+	if !plain && provider.Refused(err, "response_format") {
+		o.plain.Store(true)
+		params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{}
+		err = o.client.Call(ctx, call)
+	}
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	if len(answer.Choices) == 0 {
-		return nil, o.client.Errorf(provider.Permanent, "malformed answer: no choices")
+		return "", "", o.client.Errorf(provider.Permanent, "malformed answer: no choices")
 	}
-	choice := answer.Choices[0]
-	tags, err := parseTags(choice.Message.Content, len(texts))
-	if err != nil {
-		if choice.FinishReason == "length" {
-			return nil, o.client.Errorf(provider.Permanent, "malformed answer, cut at the model's length limit: %v", err)
-		}
-		return nil, o.client.Errorf(provider.Permanent, "malformed answer: %v", err)
-	}
-	for i := range tags {
-		tags[i] = Normalize(tags[i], limit)
-	}
-	return tags, nil
+	return answer.Choices[0].Message.Content, string(answer.Choices[0].FinishReason), nil
 }
 
 // parseTags reads {"tags": [[...], ...]} with n lists from a model's

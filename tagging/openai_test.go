@@ -86,7 +86,7 @@ func TestOpenAINormalisesAndForgives(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			fake := fakeai.New(t, fakeai.Options{Behave: func(fakeai.Request) fakeai.Behavior { return fakeai.Behavior{Content: tc.content} }})
-			tags, err := newOpenAI(t, fake).TagChunks(t.Context(), make([]string, tc.n))
+			tags, err := newOpenAI(t, fake).TagChunks(t.Context(), make([]string, tc.n), "")
 			require.NoError(t, err)
 			require.Equal(t, tc.want, tags)
 		})
@@ -102,6 +102,7 @@ func TestOpenAIClassifiesErrors(t *testing.T) {
 		status     int
 		message    string
 		retryAfter time.Duration
+		repaired   bool // a malformed answer is shown to the model once more
 	}{
 		{name: "BadRequest", behave: fakeai.Behavior{Status: 400, Message: "context too long"}, class: provider.Permanent, status: 400, message: "context too long"},
 		{name: "Unauthorized", behave: fakeai.Behavior{Status: 401}, class: provider.Auth, status: 401},
@@ -112,17 +113,17 @@ func TestOpenAIClassifiesErrors(t *testing.T) {
 		{name: "Hangup", behave: fakeai.Behavior{Hangup: true}, class: provider.Transient},
 		{name: "NotJSONBody", behave: fakeai.Behavior{Body: []byte(`{"choices": [`)}, class: provider.Permanent, message: "undecodable answer"},
 		{name: "NoChoices", behave: fakeai.Behavior{Body: []byte(`{"choices": []}`)}, class: provider.Permanent, message: "no choices"},
-		{name: "ProseContent", behave: fakeai.Behavior{Content: "Sure! Here are the tags: bees, honey"}, class: provider.Permanent, message: "malformed answer: not JSON: Sure!"},
-		{name: "EmptyContent", behave: fakeai.Behavior{Content: " "}, class: provider.Permanent, message: "empty content"},
-		{name: "NoTagsKey", behave: fakeai.Behavior{Content: `{"keywords": [["a"], ["b"]]}`}, class: provider.Permanent, message: `no "tags"`},
-		{name: "WrongCount", behave: fakeai.Behavior{Content: `{"tags": [["a"]]}`}, class: provider.Permanent, message: "1 tag lists for 2 texts"},
-		{name: "WrongShape", behave: fakeai.Behavior{Content: `{"tags": "a, b"}`}, class: provider.Permanent, message: "not a list of lists"},
+		{name: "ProseContent", behave: fakeai.Behavior{Content: "Sure! Here are the tags: bees, honey"}, class: provider.Permanent, message: "malformed answer, also after a repair prompt: not JSON: Sure!", repaired: true},
+		{name: "EmptyContent", behave: fakeai.Behavior{Content: " "}, class: provider.Permanent, message: "empty content", repaired: true},
+		{name: "NoTagsKey", behave: fakeai.Behavior{Content: `{"keywords": [["a"], ["b"]]}`}, class: provider.Permanent, message: `no "tags"`, repaired: true},
+		{name: "WrongCount", behave: fakeai.Behavior{Content: `{"tags": [["a"]]}`}, class: provider.Permanent, message: "1 tag lists for 2 texts", repaired: true},
+		{name: "WrongShape", behave: fakeai.Behavior{Content: `{"tags": "a, b"}`}, class: provider.Permanent, message: "not a list of lists", repaired: true},
 		{name: "Truncated", behave: fakeai.Behavior{Body: []byte(`{"choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "{\"tags\": [[\"a\""}}]}`)}, class: provider.Permanent, message: "cut at the model's length limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			fake := fakeai.New(t, fakeai.Options{Behave: func(fakeai.Request) fakeai.Behavior { return tc.behave }})
-			_, err := newOpenAI(t, fake).TagChunks(t.Context(), []string{"one", "two"})
+			_, err := newOpenAI(t, fake).TagChunks(t.Context(), []string{"one", "two"}, "")
 			pe, ok := errors.AsType[*provider.Error](err)
 			require.True(t, ok, "want a *provider.Error, got %v", err)
 			require.Equal(t, tc.class, pe.Class, "%v", err)
@@ -130,16 +131,80 @@ func TestOpenAIClassifiesErrors(t *testing.T) {
 			require.Equal(t, tc.retryAfter, pe.RetryAfter)
 			require.Contains(t, err.Error(), tc.message)
 			require.True(t, strings.HasPrefix(err.Error(), "tags "), err.Error())
-			require.Equal(t, 1, fake.Counts().Requests, "the client does not retry on its own")
+			want := 1 // the client does not retry on its own
+			if tc.repaired {
+				want = 2
+			}
+			require.Equal(t, want, fake.Counts().Requests)
 		})
 	}
+}
+
+// TestOpenAIRepairsAMalformedAnswer: an answer that cannot be read is
+// shown to the model with what is wrong, and its second answer counts.
+func TestOpenAIRepairsAMalformedAnswer(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{Behave: func(r fakeai.Request) fakeai.Behavior {
+		if r.N == 1 {
+			return fakeai.Behavior{Content: "Sure! bees, honey"}
+		}
+		return fakeai.Behavior{Content: `{"tags": [["bees"], ["honey"]]}`}
+	}})
+	tags, err := newOpenAI(t, fake).TagChunks(t.Context(), []string{"one", "two"}, "")
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{"bees"}, {"honey"}}, tags)
+	reqs := fake.Requests()
+	require.Len(t, reqs, 2)
+	m := reqs[1].Messages
+	require.Len(t, m, 4)
+	require.Equal(t, fakeai.Message{Role: "assistant", Content: "Sure! bees, honey"}, m[2])
+	require.Equal(t, "user", m[3].Role)
+	require.Contains(t, m[3].Content, "could not be read: not JSON")
+	require.Contains(t, m[3].Content, "exactly 2 lists")
+}
+
+// TestOpenAIWithoutJSONMode: a model that refuses the JSON response
+// format is asked again without it, and never with it after that.
+func TestOpenAIWithoutJSONMode(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{RefuseJSONMode: true, Behave: func(fakeai.Request) fakeai.Behavior {
+		return fakeai.Behavior{Content: `{"tags": [["bees"]]}`}
+	}})
+	tg := newOpenAI(t, fake)
+	for range 2 {
+		tags, err := tg.TagChunks(t.Context(), []string{"one"}, "")
+		require.NoError(t, err)
+		require.Equal(t, [][]string{{"bees"}}, tags)
+	}
+	c := fake.Counts()
+	require.Equal(t, 3, c.Requests, "one refused, then two without the format")
+	require.Equal(t, 1, c.BadRequest)
+	for _, r := range fake.Requests() {
+		require.Empty(t, r.ResponseFormat)
+	}
+}
+
+// TestOpenAIInstructionsAndNoKey: a batch's instructions follow the
+// prompt; a tagger without a key sends no Authorization to a server that
+// takes none.
+func TestOpenAIInstructionsAndNoKey(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{Keyless: true, Behave: func(fakeai.Request) fakeai.Behavior {
+		return fakeai.Behavior{Content: `{"tags": [["bees"]]}`}
+	}})
+	tg := newOpenAI(t, fake, func(c *tagging.OpenAIConfig) { c.APIKey = "" })
+	_, err := tg.TagChunks(t.Context(), []string{"one"}, "  Name the beekeepers.  ")
+	require.NoError(t, err)
+	r := fake.Requests()[0]
+	require.False(t, r.Authorized)
+	require.True(t, strings.HasSuffix(r.Messages[0].Content, "\nThe archive's own instructions for this batch:\nName the beekeepers."), r.Messages[0].Content)
 }
 
 func TestOpenAIDocumentTextIsBounded(t *testing.T) {
 	t.Parallel()
 	fake := fakeai.New(t, fakeai.Options{})
 	tg := newOpenAI(t, fake, func(c *tagging.OpenAIConfig) { c.DocumentChars = 100 })
-	_, err := tg.TagDocument(t.Context(), []string{strings.Repeat("é", 300), "second chunk"}, nil)
+	_, err := tg.TagDocument(t.Context(), []string{strings.Repeat("é", 300), "second chunk"}, nil, "")
 	require.NoError(t, err)
 	var sent struct {
 		Texts []string `json:"texts"`
@@ -147,7 +212,7 @@ func TestOpenAIDocumentTextIsBounded(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(fake.Requests()[0].Messages[1].Content), &sent))
 	require.Equal(t, "The document's beginning:\n\n"+strings.Repeat("é", 100), sent.Texts[0])
 
-	none, err := tg.TagChunks(t.Context(), nil)
+	none, err := tg.TagChunks(t.Context(), nil, "")
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.Equal(t, 1, fake.Counts().Requests)
@@ -155,7 +220,7 @@ func TestOpenAIDocumentTextIsBounded(t *testing.T) {
 
 func TestNewOpenAIValidates(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []tagging.OpenAIConfig{{APIKey: "k"}, {URL: "https://api.example.com/v1"}} {
+	for _, cfg := range []tagging.OpenAIConfig{{APIKey: "k"}, {URL: "ftp://api.example.com/v1"}} {
 		_, err := tagging.NewOpenAI(cfg)
 		require.ErrorContains(t, err, "tags: ")
 	}

@@ -32,12 +32,14 @@ type Tagger interface {
 	// DefaultBatchSize for an API), in the texts' order: at most
 	// MaxChunkTags normalised tags each. An OpenAI tagger's errors are
 	// *provider.Error (or wrap one), except that a cancelled ctx yields
-	// an error wrapping ctx.Err().
-	TagChunks(ctx context.Context, texts []string) ([][]string, error)
+	// an error wrapping ctx.Err(). instructions, when not empty, are the
+	// operator's own for this batch (its custom_prompts' general),
+	// which an API tagger adds to its prompt.
+	TagChunks(ctx context.Context, texts []string, instructions string) ([][]string, error)
 	// TagDocument returns a document's tags, at most MaxDocumentTags,
 	// from its chunks' texts and the tags TagChunks gave them (in the
 	// same order; nil when there are none).
-	TagDocument(ctx context.Context, texts []string, chunkTags [][]string) ([]string, error)
+	TagDocument(ctx context.Context, texts []string, chunkTags [][]string, instructions string) ([]string, error)
 	// Provider names who tags (the API's host, or "local"): what a rate
 	// limit is keyed by.
 	Provider() string

@@ -61,6 +61,9 @@ type Item struct {
 	Index   int32
 	// R2Key is the item's file in the staging bucket.
 	R2Key string
+	// Instructions are the batch's own for every AI call (its manifest's
+	// custom_prompts.general), "" when it gave none.
+	Instructions string
 }
 
 // Outcome is how an item went.

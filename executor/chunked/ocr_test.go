@@ -20,6 +20,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
+	"github.com/arke-institute/orchestrator/ocr"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/status"
 )
@@ -59,11 +60,17 @@ func TestOCRPhaseEndToEnd(t *testing.T) {
 	const id = "OCR-E2E"
 	files := append(testenv.Images("/a", 3, testenv.OCROn), testenv.Images("/b", 2, testenv.OCROn)...)
 	files = append(files, testenv.Images("/c", 1, manifest.ProcessingConfig{Pinax: true})...)
-	env.Submit(t, id, files)
+	const instructions = "Keep the long s (ſ) as written."
+	env.SubmitWith(t, id, files, func(m *manifest.QueueMessage) {
+		m.CustomPrompts = &manifest.CustomPrompts{General: instructions, Pinax: "not for OCR"}
+	})
 
 	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 5, RefsDone: 4, RefsFailed: 1}, testenv.OCROf(st))
+	for _, r := range fake.Requests() {
+		require.Equal(t, ocr.Prompt(ocr.DefaultPrompt, instructions), r.Prompt, "the batch's general prompt follows the OCR prompt")
+	}
 
 	final := env.Delivered(t)
 	require.Len(t, final, 6)

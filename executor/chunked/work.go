@@ -74,6 +74,9 @@ type chunkRun struct {
 	engine Engine
 	cfg    Tuning
 	key    string // the limiter's key
+	// instructions are the batch's own for every AI call, read at the
+	// run's start.
+	instructions string
 }
 
 // retryRule is how the chunk's items retry the provider's transient
@@ -157,6 +160,9 @@ func (r chunkRun) work(ctx context.Context) error {
 		return river.JobSnooze(prog.NextDue.Sub(prog.Now)) // every pending item is backing off
 	}
 
+	if r.instructions, err = q.BatchGeneralPrompt(ctx, batchID); err != nil {
+		return fmt.Errorf("reading the instructions of batch %s: %w", batchID, err)
+	}
 	wait, stopWith, err := r.keepBusy(ctx)
 	if err != nil {
 		return err
@@ -364,7 +370,7 @@ func (r chunkRun) start(ctx context.Context) error {
 func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Grant) (e ended) {
 	batchID, phase, chunkID := r.params()
 	w := r.w
-	out := r.engine.Process(ctx, Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key})
+	out := r.engine.Process(ctx, Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key, Instructions: r.instructions})
 	cut := ctx.Err() != nil // the run was cut short (timeout, shutdown): not the item's fault
 	if out.Called && !cut {
 		e.called, e.result = true, ratelimit.ResultOf(out.Err, grant.At)

@@ -7,6 +7,13 @@ SET build_cursor = sqlc.narg(cursor)::integer,
     updated_at = clock_timestamp()
 WHERE id = @id;
 
+-- name: BatchGeneralPrompt :one
+-- The batch's own instructions for every AI call (its manifest's
+-- custom_prompts.general), '' when it gave none: read alone, without the
+-- rest of its queue message.
+SELECT coalesce(queue_message->'custom_prompts'->>'general', '')::text AS general
+FROM batches WHERE id = @id;
+
 -- name: BatchGetByID :one
 SELECT * FROM batches WHERE id = $1;
 

@@ -236,6 +236,15 @@ SELECT pg_advisory_xact_lock(hashtextextended('document:' || @r2_key::text, 0));
 -- in its history), unless it already is.
 UPDATE documents SET failing_since = now() WHERE id = @id AND failing_since IS NULL;
 
+-- name: DocumentNoteError :exec
+-- Appends an error of the current step to the history without failing
+-- the document or counting a retry: a part of the step given up (the tags
+-- of some chunks) while the document goes on.
+UPDATE documents SET errors = errors || jsonb_build_array(jsonb_build_object(
+        'step', current_step, 'error', @error::text, 'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))),
+    updated_at = now()
+WHERE id = @id;
+
 -- name: DocumentRecordError :one
 -- Appends an error to the history and marks when the document began
 -- failing in a row; with fail the document ends failed, for failure's
@@ -298,6 +307,56 @@ SELECT id, current FROM documents WHERE search_xid >= (@since::bigint)::text::xi
 -- Whether any chunk has a vector of the embedder, so that a search that
 -- found no vector candidate can say why.
 SELECT EXISTS (SELECT 1 FROM chunk_signatures WHERE embedding_model = @embedding_model AND embedding_dims = @embedding_dims);
+
+-- name: DocumentSearchReindexNext :many
+-- The next chunks of current versions whose vectors are not the
+-- embedder's (another model or size, or none known), locked for the
+-- re-index that embeds them again; those locked by another are skipped.
+-- Chunks still pending are the document steps'.
+SELECT c.document_id, c.chunk_index, c.heading, c.text
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.current AND c.status <> 'pending'
+    AND (c.embedding_model IS DISTINCT FROM @embedding_model::text OR c.embedding_dims IS DISTINCT FROM @embedding_dims::int)
+ORDER BY c.document_id, c.chunk_index
+LIMIT @max
+FOR UPDATE OF c SKIP LOCKED;
+
+-- name: DocumentSearchReindexProgress :one
+-- How many chunks of current versions search reads, and how many of them
+-- have a vector of the embedder and search text of the configuration.
+SELECT count(*) AS chunks,
+    count(*) FILTER (WHERE c.embedding_model = @embedding_model::text AND c.embedding_dims = @embedding_dims::int
+        AND c.text_config = @text_config::text) AS done
+FROM document_chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.current AND c.status <> 'pending';
+
+-- name: DocumentSearchReindexText :execrows
+-- Parses again the text of the next chunks (at most max) of current versions written
+-- under another text search configuration.
+UPDATE document_chunks u SET search_text = to_tsvector(CAST(@text_config::text AS regconfig), u.heading || ' ' || u.text), text_config = @text_config::text
+FROM (
+    SELECT c.document_id, c.chunk_index FROM document_chunks c JOIN documents d ON d.id = c.document_id
+    WHERE d.current AND c.text_config IS DISTINCT FROM @text_config::text
+    LIMIT @max
+    FOR UPDATE OF c SKIP LOCKED
+) k
+WHERE u.document_id = k.document_id AND u.chunk_index = k.chunk_index;
+
+-- name: DocumentSearchReindexVector :exec
+-- Replaces a chunk's vector with the embedder's, and its signature; the
+-- version is marked changed (search_xid) so that in-memory indexes read
+-- its signatures again.
+WITH c AS (
+    UPDATE document_chunks u SET embedding = @embedding::real[], embedding_model = @embedding_model::text, embedding_dims = @embedding_dims::int
+    WHERE u.document_id = @document_id::bigint AND u.chunk_index = @chunk_index::int
+    RETURNING u.document_id, u.chunk_index, u.embedding
+), s AS (
+    INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
+    SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, embedding_signature(c.embedding) FROM c
+    ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+        embedding_dims = excluded.embedding_dims, signature = excluded.signature
+)
+UPDATE documents SET search_xid = pg_current_xact_id() WHERE id = @document_id::bigint;
 
 -- name: DocumentSearchSignatureScan :many
 -- The vector candidates of a search by a scan of the signatures: the

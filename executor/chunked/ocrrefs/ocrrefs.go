@@ -151,7 +151,7 @@ func (o *Engine) Process(ctx context.Context, it chunked.Item) chunked.Outcome {
 	if err != nil {
 		return chunked.Outcome{Err: err}
 	}
-	res, err := o.engine.Transcribe(ctx, ocr.Image{Data: img})
+	res, err := o.engine.Transcribe(ctx, ocr.Image{Data: img, Instructions: it.Instructions})
 	if err != nil {
 		out := chunked.Outcome{Called: true, Err: err}
 		if e, ok := errors.AsType[*ocr.Error](err); ok {

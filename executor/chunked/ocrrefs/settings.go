@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/executor/chunked"
+	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/setting"
 )
 
@@ -37,7 +38,7 @@ func Settings(c *Config) []setting.Group {
 		Doc:   "The OCR phase's provider and chunk jobs (spec 004; see [OCR](operations.md#ocr)).",
 		Settings: []setting.Setting{
 			setting.URL(&c.APIURL, "OCR_API_URL", "", "OpenAI-compatible provider of the OCR phase; requests go to `{OCR_API_URL}/chat/completions` (e.g. `https://api.deepinfra.com/v1/openai`) with the page's medium variant as a `data:` URL. Without it the local `tesseract` reads the large variant").Shown("(none: local `tesseract`)"),
-			setting.Secret(&c.APIKey, "OCR_API_KEY", "sent as `Authorization: Bearer`; never logged; required with `OCR_API_URL`"),
+			setting.Secret(&c.APIKey, "OCR_API_KEY", "sent as `Authorization: Bearer`; never logged; required with an `https://` `OCR_API_URL`, optional with an `http://` one (a server of your own: Ollama, vLLM, llama.cpp)"),
 			setting.String(&c.Model, "OCR_MODEL", "allenai/olmOCR-2-7B-1025", "the provider's model"),
 			setting.Millis(&t.Timeout, "OCR_TIMEOUT_MS", 45*time.Second, "bound on one OCR call; a chunk job's run starts refs for 10 s and lasts at most that plus this plus 15 s, which is also how soon a dead process's chunks are picked up again (plus River's 30 s rescue interval)"),
 			setting.Int(&t.MaxConcurrentPerAlarm, "MAX_CONCURRENT_PER_ALARM", 5, 1, 100, "refs of one chunk in flight at once: as each ends the next starts, so a slow ref holds its own slot only (spec 004's alarm sent this many and waited for all)"),
@@ -51,10 +52,10 @@ func Settings(c *Config) []setting.Group {
 	}}
 }
 
-// Missing names the settings the OCR phase lacks to serve: a key for its
-// provider.
+// Missing names the settings the OCR phase lacks to serve: a key for an
+// https provider.
 func (c Config) Missing() []string {
-	if c.APIURL != "" && c.APIKey == "" {
+	if provider.KeyMissing(c.APIURL, c.APIKey) {
 		return []string{"OCR_API_KEY (OCR_API_URL is set)"}
 	}
 	return nil

@@ -77,6 +77,15 @@ type Options struct {
 	// and decoded, how the fake answers. nil means success. It is called
 	// concurrently and must be safe for that.
 	Behave func(r Request) Behavior
+	// Keyless takes requests without a key, as a local server (Ollama,
+	// vLLM, llama.cpp) does; Request.Authorized says whether one came.
+	Keyless bool
+	// RefuseDimensions answers 400 to an embeddings request that asks for
+	// dimensions, as models without shortened vectors do.
+	RefuseDimensions bool
+	// RefuseJSONMode answers 400 to a chat that asks for a
+	// response_format, as models without a JSON mode do.
+	RefuseJSONMode bool
 }
 
 // Route names what a request asked for.
@@ -107,6 +116,8 @@ type Request struct {
 	// Status is the HTTP status the fake answered: 0 when it hung up, 499
 	// when the client went away during Behavior.Delay.
 	Status int
+	// Authorized says whether the request carried an Authorization header.
+	Authorized bool
 }
 
 // Message is one chat message, its content flattened to text.
@@ -308,8 +319,8 @@ func (s *Server) record(r Request, status int, count func(*Counts)) {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, route Route) {
-	req := Request{N: s.next(), Route: route}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.opts.Key)) != 1 {
+	req := Request{N: s.next(), Route: route, Authorized: r.Header.Get("Authorization") != ""}
+	if !s.opts.Keyless && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.opts.Key)) != 1 {
 		s.record(Request{}, http.StatusUnauthorized, func(c *Counts) { c.Unauthorized++ })
 		writeError(w, http.StatusUnauthorized, "Invalid API key", "authentication_error")
 		return
@@ -325,6 +336,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, route Route) {
 		err = s.decodeEmbeddings(r, &req)
 	} else {
 		err = decodeChat(r, &req)
+	}
+	switch {
+	case err != nil:
+	case s.opts.RefuseDimensions && req.Dimensions != 0:
+		err = fmt.Errorf("this model does not support 'dimensions'")
+	case s.opts.RefuseJSONMode && req.ResponseFormat != "":
+		err = fmt.Errorf("response_format %q is not supported by this model", req.ResponseFormat)
 	}
 	if err != nil {
 		s.record(Request{}, http.StatusBadRequest, func(c *Counts) { c.BadRequest++ })

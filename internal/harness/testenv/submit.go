@@ -26,6 +26,13 @@ type File struct {
 // Files are grouped by directory, in the order given.
 func (e *Env) Submit(t *testing.T, batchID string, files []File) manifest.Manifest {
 	t.Helper()
+	return e.SubmitWith(t, batchID, files, nil)
+}
+
+// SubmitWith is Submit with the queue message changed by edit (when not
+// nil) before it is posted: custom prompts, metadata.
+func (e *Env) SubmitWith(t *testing.T, batchID string, files []File, edit func(*manifest.QueueMessage)) manifest.Manifest {
+	t.Helper()
 	prefix := "staging/" + batchID + "/"
 	groups := make([]manifest.DirectoryGroup, 0, len(files))
 	for _, f := range files {
@@ -48,12 +55,16 @@ func (e *Env) Submit(t *testing.T, batchID string, files []File) manifest.Manife
 	e.PutObject(t, prefix+"_manifest.json", body)
 
 	now := time.Now().UTC()
-	acc, err := e.Client.Submit(context.Background(), manifest.QueueMessage{
+	msg := manifest.QueueMessage{
 		BatchID: batchID, ManifestR2Key: prefix + "_manifest.json", R2Prefix: prefix,
 		Uploader: "tester@arke.institute", RootPath: "/tests", ParentPI: "00000000000000000000000000",
 		TotalFiles: m.TotalFiles, TotalBytes: m.TotalBytes, UploadedAt: now, FinalizedAt: now,
 		Metadata: map[string]any{"test": t.Name()},
-	})
+	}
+	if edit != nil {
+		edit(&msg)
+	}
+	acc, err := e.Client.Submit(context.Background(), msg)
 	require.NoError(t, err, "submitting %s", batchID)
 	require.True(t, acc.Created, "submitting %s: the batch was known already (status %s)", batchID, acc.Status)
 	return m
