@@ -155,6 +155,7 @@ type Document struct {
 		TotalChunks     int32 `json:"totalChunks"`
 		ProcessedChunks int32 `json:"processedChunks"`
 		Percentage      int   `json:"percentage"`
+		StepPercentage  int   `json:"stepPercentage"`
 	} `json:"progress"`
 	Errors []struct {
 		Step      string `json:"step"`

@@ -1741,7 +1741,7 @@ func (q *Queries) DocumentSearchXmin(ctx context.Context) (int64, error) {
 }
 
 const documentSetStep = `-- name: DocumentSetStep :exec
-UPDATE documents SET current_step = $1, updated_at = now() WHERE id = $2
+UPDATE documents SET current_step = $1, processed_chunks = 0, updated_at = now() WHERE id = $2
 `
 
 type DocumentSetStepParams struct {
@@ -1749,13 +1749,15 @@ type DocumentSetStepParams struct {
 	ID          int64
 }
 
+// Moves the document on to its next step, none of whose chunks is done
+// yet (processed_chunks counts the current step's).
 func (q *Queries) DocumentSetStep(ctx context.Context, arg DocumentSetStepParams) error {
 	_, err := q.db.Exec(ctx, documentSetStep, arg.CurrentStep, arg.ID)
 	return err
 }
 
 const documentSetTags = `-- name: DocumentSetTags :exec
-UPDATE documents SET document_tags = $1::text[], current_step = 'store', updated_at = now() WHERE id = $2
+UPDATE documents SET document_tags = $1::text[], current_step = 'store', processed_chunks = 0, updated_at = now() WHERE id = $2
 `
 
 type DocumentSetTagsParams struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,11 +59,39 @@ type Document struct {
 	Message string `json:"message,omitempty"`
 }
 
-// DocumentProgress counts the chunks done with the current step.
+// DocumentProgress counts the chunks done with the current step
+// (ProcessedChunks, spec 003's, starts again from 0 at each step) and the
+// document's whole progress (Percentage), which never goes backwards: the
+// embeddings, tags and store steps each count for a third, each by its
+// chunks done. StepPercentage is the current step's alone.
 type DocumentProgress struct {
 	TotalChunks     int32 `json:"totalChunks"`
 	ProcessedChunks int32 `json:"processedChunks"`
 	Percentage      int   `json:"percentage"`
+	StepPercentage  int   `json:"stepPercentage"`
+}
+
+// chunkSteps are the steps that go through the chunks one by one, in
+// order; download makes them.
+var chunkSteps = []string{"embeddings", "tags", "store"}
+
+// progressOf is d's progress (see DocumentProgress).
+func progressOf(d db.Document) DocumentProgress {
+	p := DocumentProgress{TotalChunks: d.TotalChunks, ProcessedChunks: d.ProcessedChunks}
+	if d.Status == db.DocumentCompleted {
+		p.Percentage, p.StepPercentage = 100, 100
+		return p
+	}
+	if d.TotalChunks <= 0 {
+		return p
+	}
+	done := min(float64(d.ProcessedChunks)/float64(d.TotalChunks), 1)
+	p.StepPercentage = int(math.Floor(100 * done))
+	if i := slices.Index(chunkSteps, d.CurrentStep); i >= 0 {
+		// 100 means completed.
+		p.Percentage = min(99, int(math.Floor(100*(float64(i)+done)/float64(len(chunkSteps)))))
+	}
+	return p
 }
 
 // DocumentError is one failure of a step.
@@ -82,16 +111,11 @@ type DocumentTiming struct {
 // DocumentOf is the status of the document version d.
 func DocumentOf(d db.Document) Document {
 	out := Document{ID: d.ID, R2Key: d.R2Key, Version: d.Version, Status: d.Status, CurrentStep: d.CurrentStep,
-		Progress:     DocumentProgress{TotalChunks: d.TotalChunks, ProcessedChunks: d.ProcessedChunks},
+		Progress:     progressOf(d),
 		Timing:       DocumentTiming{StartedAt: d.StartedAt, CompletedAt: d.CompletedAt, FailedAt: d.FailedAt},
 		DocumentTags: d.DocumentTags, Errors: []DocumentError{}}
 	if out.DocumentTags == nil {
 		out.DocumentTags = []string{}
-	}
-	if d.TotalChunks > 0 {
-		out.Progress.Percentage = int(math.Round(100 * float64(d.ProcessedChunks) / float64(d.TotalChunks)))
-	} else if d.Status == db.DocumentCompleted {
-		out.Progress.Percentage = 100
 	}
 	_ = json.Unmarshal(d.Errors, &out.Errors)
 	return out

@@ -416,10 +416,12 @@ LIMIT @max;
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin;
 
 -- name: DocumentSetStep :exec
-UPDATE documents SET current_step = @current_step, updated_at = now() WHERE id = @id;
+-- Moves the document on to its next step, none of whose chunks is done
+-- yet (processed_chunks counts the current step's).
+UPDATE documents SET current_step = @current_step, processed_chunks = 0, updated_at = now() WHERE id = @id;
 
 -- name: DocumentSetTags :exec
-UPDATE documents SET document_tags = @document_tags::text[], current_step = 'store', updated_at = now() WHERE id = @id;
+UPDATE documents SET document_tags = @document_tags::text[], current_step = 'store', processed_chunks = 0, updated_at = now() WHERE id = @id;
 
 -- name: DocumentStart :exec
 UPDATE documents SET status = 'processing', started_at = COALESCE(started_at, now()), updated_at = now()
