@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -126,4 +127,34 @@ func documentID(c echo.Context) (int64, error) {
 		return 0, &problem.InputError{Msg: "invalid document id " + strconv.Quote(c.Param("documentId")) + ": a positive whole number"}
 	}
 	return id, nil
+}
+
+// startReindex is POST /admin/reindex: the chunks of current documents
+// are embedded again by the configured embedder and their text parsed
+// again by SEARCH_TEXT_CONFIG, in the background of this process; it
+// answers 202 with the progress. Stopped (a restart, a failure), it
+// resumes where it was when asked again.
+func (h *handlers) startReindex(c echo.Context) error {
+	if h.search == nil {
+		return errors.New("search is unavailable: its embedder could not be made (see the log at start)")
+	}
+	h.logAdmin(c, "reindex")
+	h.search.StartReindex(h.ctx)
+	p, err := h.search.Progress(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, p)
+}
+
+// reindexProgress is GET /admin/reindex: how far the re-index is.
+func (h *handlers) reindexProgress(c echo.Context) error {
+	if h.search == nil {
+		return errors.New("search is unavailable: its embedder could not be made (see the log at start)")
+	}
+	p, err := h.search.Progress(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
 }

@@ -1,16 +1,19 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
+	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/search"
 )
@@ -137,4 +140,59 @@ func TestSearchByMeaningThroughTheProvider(t *testing.T) {
 type searchAnswer struct {
 	Query string `json:"query"`
 	search.Answer
+}
+
+// TestReindexRoute: POST /admin/reindex (admin only) embeds again the
+// chunks another embedder made, in the background, and GET /admin/reindex
+// follows it to the end.
+func TestReindexRoute(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, testenv.Options{})
+	for key, text := range corpus {
+		env.PutObject(t, key, []byte(text))
+		code, doc := postDocument(t, env, key)
+		require.Equal(t, http.StatusAccepted, code)
+		require.Equal(t, db.DocumentCompleted, awaitDocument(t, env, doc.ID, ended).Status)
+	}
+	// The vectors were made by another embedder, as after EMBEDDINGS_MODEL
+	// changed.
+	for _, table := range []string{"document_chunks", "chunk_signatures"} {
+		_, err := env.Pool.Exec(context.Background(), `UPDATE `+table+` SET embedding_model = 'an-older-model'`)
+		require.NoError(t, err)
+	}
+	a, code, body := searchAs(t, env, "q=who+lights+the+lamp+in+the+tower")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, search.TextOnly, a.Mode)
+
+	code, raw := env.DoAuth(t, http.MethodPost, "/admin/reindex", testenv.ReadToken, nil)
+	require.Equal(t, http.StatusForbidden, code, string(raw))
+	code, raw = env.DoAuth(t, http.MethodPost, "/admin/reindex", testenv.AdminToken, nil)
+	require.Equal(t, http.StatusAccepted, code, string(raw))
+	var p search.ReindexProgress
+	require.True(t, eventually.Within(30*time.Second, func() bool {
+		code, body := env.DoAuth(t, http.MethodGet, "/admin/reindex", testenv.AdminToken, nil)
+		require.Equal(t, http.StatusOK, code, string(body))
+		p = search.ReindexProgress{}
+		require.NoError(t, json.Unmarshal(body, &p))
+		require.Empty(t, p.Error)
+		return !p.Running && p.Done == p.Chunks
+	}), "%+v", p)
+	require.Positive(t, p.Chunks)
+	require.Equal(t, "simple", p.TextConfig)
+
+	a, code, body = searchAs(t, env, "q=who+lights+the+lamp+in+the+tower")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, search.Hybrid, a.Mode)
+	require.Equal(t, "documents/lighthouse.md", a.Results[0].R2Key)
+}
+
+// searchAs is GET /documents/search?query with the read token.
+func searchAs(t *testing.T, env *testenv.Env, query string) (searchAnswer, int, string) {
+	t.Helper()
+	code, body := env.Do(t, http.MethodGet, "/documents/search?"+query, nil)
+	var a searchAnswer
+	if code == http.StatusOK {
+		require.NoError(t, json.Unmarshal(body, &a), string(body))
+	}
+	return a, code, string(body)
 }

@@ -201,6 +201,8 @@ func New(cfg Config) *echo.Echo {
 	admin := e.Group("/admin", h.require(roleAdmin), requireJSON)
 	admin.POST("/reset/:batchId", h.resetBatch)
 	admin.POST("/retry/:batchId", h.retryBatch)
+	admin.POST("/reindex", h.startReindex)
+	admin.GET("/reindex", h.reindexProgress)
 	for _, r := range cfg.Executors.Routes() {
 		if r.Access == jobs.AccessTask { // the handler checks the task's token
 			e.Add(r.Method, r.Path, h.executorRoute(r), requireJSON)

@@ -138,9 +138,10 @@ type Index struct {
 	embedder embedding.Embedder
 	cfg      Config
 
-	mu    sync.Mutex
-	state indexState
-	mem   *signatures
+	mu      sync.Mutex
+	state   indexState
+	mem     *signatures
+	reindex reindexState
 }
 
 // New returns an Index whose queries embedder embeds (the documents').

@@ -337,3 +337,45 @@ func TestConceptVector(t *testing.T) {
 	require.InDelta(t, 1, v[0], 1e-6)
 	require.InDelta(t, 0, math.Abs(float64(v[1])), 1e-6)
 }
+
+// TestReindex: after the embedder and the text search configuration
+// change, a search answers from full-text alone until the re-index has
+// embedded every chunk of a current version again and parsed its text
+// again; then by meaning too, with the in-memory index in step. Chunks of
+// replaced versions are left alone.
+func TestReindex(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ids := seed(t, pool)
+	ctx := context.Background()
+	store(t, pool, concept, "documents/log_book.md", "b1", chunk{"The mariner steered the ship through the storm.", nil})
+
+	next := conceptEmbedder{model: "concepts-v2", dims: 24}
+	x := search.New(pool, next, search.Config{TextConfig: "english", MaxIndexChunks: 1000})
+	require.NoError(t, x.Load(ctx))
+	before, err := x.Progress(ctx)
+	require.NoError(t, err)
+	require.Equal(t, search.ReindexProgress{Embedder: "concepts-v2 (24 dimensions)", TextConfig: "english", Chunks: 4, Done: 0}, before)
+	a, err := x.Search(ctx, search.Query{Text: "sailor boat", K: 10})
+	require.NoError(t, err)
+	require.Equal(t, search.TextOnly, a.Mode)
+
+	require.NoError(t, x.Reindex(ctx))
+	after, err := x.Progress(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), after.Done)
+	a, err = x.Search(ctx, search.Query{Text: "sailor boat", K: 10})
+	require.NoError(t, err)
+	require.Equal(t, search.Hybrid, a.Mode)
+	require.Equal(t, "documents/log_book.md#0", keys(a)[0])
+	require.NotEqual(t, ids["sea"], a.Results[0].DocumentID, "the current version")
+	// english stems: "steering" finds "steered".
+	a, err = x.Search(ctx, search.Query{Text: "steering", K: 1})
+	require.NoError(t, err)
+	require.True(t, a.Results[0].TextMatch)
+
+	var model string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT embedding_model FROM document_chunks WHERE document_id = $1 AND chunk_index = 0`, ids["sea"]).Scan(&model))
+	require.Equal(t, "concepts-v1", model, "a replaced version keeps its vectors")
+	require.NoError(t, x.Reindex(ctx), "nothing left: a second run does nothing")
+}

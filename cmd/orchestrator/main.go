@@ -43,6 +43,8 @@ Usage:
                                      (status, reset, retry, retry-infra: -url, default $ORCHESTRATOR_URL)
   orchestrator document [flags] FILE upload a markdown or text file and index it (document -h)
   orchestrator search [-k 10] QUERY  search the indexed documents
+  orchestrator reindex               re-index the documents for search after the embedder or
+                                     SEARCH_TEXT_CONFIG changed, and follow it (ADMIN_TOKEN)
   orchestrator report [NAME] [-since 7d] [-format table|csv|json] [-limit 20]
                                      print a report of DATABASE_URL; no NAME lists them
   orchestrator help                  show this help
@@ -89,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return document(ctx, args[1:], stdout, stderr)
 	case "search":
 		return search(ctx, args[1:], stdout, stderr)
+	case "reindex":
+		return reindex(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
