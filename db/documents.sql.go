@@ -404,13 +404,13 @@ func (q *Queries) DocumentChunkList(ctx context.Context, arg DocumentChunkListPa
 
 const documentChunkSetEmbedding = `-- name: DocumentChunkSetEmbedding :exec
 WITH c AS (
-    UPDATE document_chunks u SET embedding = $3::real[], embedding_model = $1::text,
+    UPDATE document_chunks u SET embedding = $4::real[], embedding_model = $1::text,
         embedding_dims = $2::int, status = 'embedding_done'
-    WHERE u.document_id = $4::bigint AND u.chunk_index = $5::int AND u.status = 'pending'
-    RETURNING u.document_id, u.chunk_index, u.embedding
+    WHERE u.document_id = $5::bigint AND u.chunk_index = $6::int AND u.status = 'pending'
+    RETURNING u.document_id, u.chunk_index
 )
 INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
-SELECT c.document_id, c.chunk_index, $1::text, $2::int, embedding_signature(c.embedding) FROM c
+SELECT c.document_id, c.chunk_index, $1::text, $2::int, $3::bit varying FROM c
 ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
     embedding_dims = excluded.embedding_dims, signature = excluded.signature
 `
@@ -418,17 +418,20 @@ ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.
 type DocumentChunkSetEmbeddingParams struct {
 	EmbeddingModel string
 	EmbeddingDims  int32
+	Signature      pgtype.Bits
 	Embedding      []float32
 	DocumentID     int64
 	ChunkIndex     int32
 }
 
 // Stores a chunk's vector with its embedder's identity, and the vector's
-// signature (chunk_signatures), which search's vector candidates come from.
+// signature (chunk_signatures, search.Signature), which search's vector
+// candidates come from.
 func (q *Queries) DocumentChunkSetEmbedding(ctx context.Context, arg DocumentChunkSetEmbeddingParams) error {
 	_, err := q.db.Exec(ctx, documentChunkSetEmbedding,
 		arg.EmbeddingModel,
 		arg.EmbeddingDims,
+		arg.Signature,
 		arg.Embedding,
 		arg.DocumentID,
 		arg.ChunkIndex,
@@ -1481,10 +1484,10 @@ const documentSearchReindexVector = `-- name: DocumentSearchReindexVector :exec
 WITH c AS (
     UPDATE document_chunks u SET embedding = $2::real[], embedding_model = $3::text, embedding_dims = $4::int
     WHERE u.document_id = $1::bigint AND u.chunk_index = $5::int
-    RETURNING u.document_id, u.chunk_index, u.embedding
+    RETURNING u.document_id, u.chunk_index
 ), s AS (
     INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
-    SELECT c.document_id, c.chunk_index, $3::text, $4::int, embedding_signature(c.embedding) FROM c
+    SELECT c.document_id, c.chunk_index, $3::text, $4::int, $6::bit varying FROM c
     ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
         embedding_dims = excluded.embedding_dims, signature = excluded.signature
 )
@@ -1497,6 +1500,7 @@ type DocumentSearchReindexVectorParams struct {
 	EmbeddingModel string
 	EmbeddingDims  int32
 	ChunkIndex     int32
+	Signature      pgtype.Bits
 }
 
 // Replaces a chunk's vector with the embedder's, and its signature; the
@@ -1509,6 +1513,7 @@ func (q *Queries) DocumentSearchReindexVector(ctx context.Context, arg DocumentS
 		arg.EmbeddingModel,
 		arg.EmbeddingDims,
 		arg.ChunkIndex,
+		arg.Signature,
 	)
 	return err
 }
@@ -1521,7 +1526,7 @@ WHERE d.current AND s.embedding_model = $1::text AND s.embedding_dims = $2::int
     AND ($4::text = '' OR d.r2_key LIKE $4::text)
     AND (cardinality($5::text[]) = 0 OR EXISTS (SELECT 1 FROM document_chunks c
         WHERE c.document_id = s.document_id AND c.chunk_index = s.chunk_index AND c.tags @> $5::text[]))
-ORDER BY bit_count(s.signature # embedding_signature($6::real[])), s.document_id, s.chunk_index
+ORDER BY bit_count(s.signature # $6::bit varying), s.document_id, s.chunk_index
 LIMIT $7
 `
 
@@ -1531,7 +1536,7 @@ type DocumentSearchSignatureScanParams struct {
 	BatchID        *string
 	KeyPattern     string
 	Tags           []string
-	Query          []float32
+	Signature      pgtype.Bits
 	Max            int32
 }
 
@@ -1543,7 +1548,7 @@ type DocumentSearchSignatureScanRow struct {
 // The vector candidates of a search by a scan of the signatures: the
 // chunks of current versions passing the filters (as
 // DocumentSearchCandidates') whose vectors' signatures are nearest the
-// query's (Hamming distance). It reads every signature the filters leave,
+// query's signature (Hamming distance). It reads every signature the filters leave,
 // so a process uses it for filtered searches and until its in-memory index
 // is loaded.
 func (q *Queries) DocumentSearchSignatureScan(ctx context.Context, arg DocumentSearchSignatureScanParams) ([]DocumentSearchSignatureScanRow, error) {
@@ -1553,7 +1558,7 @@ func (q *Queries) DocumentSearchSignatureScan(ctx context.Context, arg DocumentS
 		arg.BatchID,
 		arg.KeyPattern,
 		arg.Tags,
-		arg.Query,
+		arg.Signature,
 		arg.Max,
 	)
 	if err != nil {

@@ -34,16 +34,16 @@ const (
 )
 
 // signatures is a process's in-memory index of the vector signatures of
-// current versions' chunks of one embedder: dims/8 bytes of signature and
-// 12 of key and position a chunk (76 MB a million chunks at 512
-// dimensions). A search compares the first 256 bits of every entry's
+// current versions' chunks of one embedder: 64 bytes of signature and 12
+// of key and position a chunk (76 MB a million chunks). A search compares the first 256 bits of every entry's
 // signature (a scan of 32 MB a million chunks, which memory bandwidth
 // bounds), then the whole signature of the nearest by those. It holds no
 // text and no vector: search reranks its candidates with the vectors in
 // the table, which also drops any that stopped being current since the
 // index last looked.
 type signatures struct {
-	dims, words int
+	// dims is the vectors' size, bits their signatures' (signatureLen).
+	dims, bits, words int
 	// cw and fw split a signature's words: the first cw are in coarse, the
 	// rest in fine (entry i's at coarse[i*cw:(i+1)*cw], fine[i*fw:...]).
 	cw, fw int
@@ -62,8 +62,9 @@ type signatures struct {
 }
 
 func newSignatures(dims int) *signatures {
-	w := words(dims)
-	return &signatures{dims: dims, words: w, cw: min(w, coarseWords), fw: w - min(w, coarseWords), byDoc: map[int64][]int32{}}
+	n := signatureLen(dims)
+	w := words(n)
+	return &signatures{dims: dims, bits: n, words: w, cw: min(w, coarseWords), fw: w - min(w, coarseWords), byDoc: map[int64][]int32{}}
 }
 
 // len is the number of chunks the index holds.
@@ -172,7 +173,7 @@ func (s *signatures) refresh(ctx context.Context, q *db.Queries, model string, l
 // add appends a chunk's signature. The caller holds mu.
 func (s *signatures) add(doc int64, idx int32, sig []byte) error {
 	whole := make([]uint64, s.words)
-	if err := signatureFromBits(whole, sig, s.dims); err != nil {
+	if err := signatureFromBits(whole, sig, s.bits); err != nil {
 		return fmt.Errorf("document %d chunk %d: %w", doc, idx, err)
 	}
 	pos := len(s.keys)
@@ -222,7 +223,7 @@ func (s *signatures) nearest(q signature, n int) []int64 {
 		*buf = make([]uint16, len(s.keys))
 	}
 	dist := (*buf)[:len(s.keys)]
-	hist := make([]int, s.dims+1)
+	hist := make([]int, s.bits+1)
 	qc, qf := q[:s.cw], q[s.cw:]
 	if s.cw == 4 {
 		distances4(dist, hist, qc, s.coarse)
@@ -244,7 +245,7 @@ func (s *signatures) nearest(q signature, n int) []int64 {
 		m = refineFactor * n
 	}
 	// Entries at the limit itself are taken first come until there are m.
-	limit, below := s.dims, 0
+	limit, below := s.bits, 0
 	for d, c := range hist {
 		if below+c >= m {
 			limit = d

@@ -112,7 +112,7 @@ func store(t *testing.T, pool *pgxpool.Pool, e embedding.Embedder, key, batch st
 		}
 		for i, c := range chunks {
 			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: id, ChunkIndex: int32(i), Embedding: vecs[i],
-				EmbeddingModel: e.Model(), EmbeddingDims: int32(e.Dimensions())}); err != nil {
+				EmbeddingModel: e.Model(), EmbeddingDims: int32(e.Dimensions()), Signature: search.Signature(vecs[i])}); err != nil {
 				return err
 			}
 			if err := q.DocumentChunkSetTags(ctx, db.DocumentChunkSetTagsParams{DocumentID: id, ChunkIndex: int32(i), Tags: c.tags}); err != nil {

@@ -352,7 +352,7 @@ func loadSearchChunks(ctx context.Context, pool *pgxpool.Pool, n, dims int) erro
 			ws := words(rng, 40)
 			text := strings.Join(ws, " ") + "."
 			v := embedder.Vector(text)
-			sigs[i] = signatureBits(v)
+			sigs[i] = search.Signature(v)
 			row := []any{ids[i/perDoc], int32(i % perDoc), text, "", int32(45), v, []string{}, "stored",
 				simpleTSVector(ws), "simple", model, int32(dims)}
 			i++
@@ -397,18 +397,6 @@ func simpleTSVector(ws []string) pgtype.TSVector {
 		tsv.Lexemes = append(tsv.Lexemes, pgtype.TSVectorLexeme{Word: w, Positions: at[w]})
 	}
 	return tsv
-}
-
-// signatureBits is v's signature as Postgres's embedding_signature makes
-// it: a bit a dimension, set where the component is positive.
-func signatureBits(v []float32) pgtype.Bits {
-	b := make([]byte, (len(v)+7)/8)
-	for i, x := range v {
-		if x > 0 {
-			b[i/8] |= 0x80 >> (i % 8)
-		}
-	}
-	return pgtype.Bits{Bytes: b, Len: int32(len(v)), Valid: true}
 }
 
 func searchTable(runs []searchRun) string {

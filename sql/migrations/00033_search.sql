@@ -28,23 +28,15 @@ CREATE INDEX document_chunks_tags_idx ON document_chunks USING gin (tags);
 -- A search filtered by key prefix finds the current versions under it.
 CREATE INDEX documents_current_key_idx ON documents (r2_key text_pattern_ops) WHERE current;
 
--- embedding_signature is a vector's binary signature: one bit a dimension,
--- set where the component is positive. The Hamming distance of two
--- signatures estimates the angle between the vectors; search takes its
--- vector candidates by it and ranks them by the exact cosine.
--- +goose StatementBegin
-CREATE FUNCTION embedding_signature(v real[]) RETURNS bit varying
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT string_agg(CASE WHEN x > 0 THEN '1' ELSE '0' END, '' ORDER BY i)::bit varying
-    FROM unnest(v) WITH ORDINALITY AS u(x, i)
-$$;
--- +goose StatementEnd
-
--- chunk_signatures holds the signature of each chunk's vector, apart from
--- the wide chunk rows (text, vector) so that a scan of every signature
--- reads 100 bytes a chunk: a process loads them into its in-memory index,
--- and searches scan them here until it has. A chunk moved to a new version
--- (unchanged content) takes its signature along.
+-- chunk_signatures holds the signature of each chunk's vector (512 bits:
+-- the signs of the vector after a fixed pseudo-random rotation,
+-- search.Signature; the share of bits two signatures differ in estimates
+-- the angle between their vectors), apart from the wide chunk rows (text,
+-- vector) so that a scan of every signature reads 100 bytes a chunk: a
+-- process loads them into its in-memory index, and searches scan them here
+-- until it has. Search takes its vector candidates by them and ranks them
+-- by the exact cosine. A chunk moved to a new version (unchanged content)
+-- takes its signature along.
 CREATE TABLE chunk_signatures (
     document_id     bigint      NOT NULL,
     chunk_index     integer     NOT NULL,
@@ -67,7 +59,6 @@ CREATE INDEX documents_search_xid_idx ON documents (search_xid) WHERE search_xid
 DROP INDEX documents_search_xid_idx;
 ALTER TABLE documents DROP COLUMN search_xid;
 DROP TABLE chunk_signatures;
-DROP FUNCTION embedding_signature(real[]);
 DROP INDEX documents_current_key_idx;
 DROP INDEX document_chunks_tags_idx;
 DROP INDEX document_chunks_search_text_idx;

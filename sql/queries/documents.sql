@@ -104,15 +104,16 @@ LIMIT @max;
 
 -- name: DocumentChunkSetEmbedding :exec
 -- Stores a chunk's vector with its embedder's identity, and the vector's
--- signature (chunk_signatures), which search's vector candidates come from.
+-- signature (chunk_signatures, search.Signature), which search's vector
+-- candidates come from.
 WITH c AS (
     UPDATE document_chunks u SET embedding = @embedding::real[], embedding_model = @embedding_model::text,
         embedding_dims = @embedding_dims::int, status = 'embedding_done'
     WHERE u.document_id = @document_id::bigint AND u.chunk_index = @chunk_index::int AND u.status = 'pending'
-    RETURNING u.document_id, u.chunk_index, u.embedding
+    RETURNING u.document_id, u.chunk_index
 )
 INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
-SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, embedding_signature(c.embedding) FROM c
+SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @signature::bit varying FROM c
 ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
     embedding_dims = excluded.embedding_dims, signature = excluded.signature;
 
@@ -349,10 +350,10 @@ WHERE u.document_id = k.document_id AND u.chunk_index = k.chunk_index;
 WITH c AS (
     UPDATE document_chunks u SET embedding = @embedding::real[], embedding_model = @embedding_model::text, embedding_dims = @embedding_dims::int
     WHERE u.document_id = @document_id::bigint AND u.chunk_index = @chunk_index::int
-    RETURNING u.document_id, u.chunk_index, u.embedding
+    RETURNING u.document_id, u.chunk_index
 ), s AS (
     INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
-    SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, embedding_signature(c.embedding) FROM c
+    SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @signature::bit varying FROM c
     ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
         embedding_dims = excluded.embedding_dims, signature = excluded.signature
 )
@@ -362,7 +363,7 @@ UPDATE documents SET search_xid = pg_current_xact_id() WHERE id = @document_id::
 -- The vector candidates of a search by a scan of the signatures: the
 -- chunks of current versions passing the filters (as
 -- DocumentSearchCandidates') whose vectors' signatures are nearest the
--- query's (Hamming distance). It reads every signature the filters leave,
+-- query's signature (Hamming distance). It reads every signature the filters leave,
 -- so a process uses it for filtered searches and until its in-memory index
 -- is loaded.
 SELECT s.document_id, s.chunk_index
@@ -372,7 +373,7 @@ WHERE d.current AND s.embedding_model = @embedding_model::text AND s.embedding_d
     AND (@key_pattern::text = '' OR d.r2_key LIKE @key_pattern::text)
     AND (cardinality(@tags::text[]) = 0 OR EXISTS (SELECT 1 FROM document_chunks c
         WHERE c.document_id = s.document_id AND c.chunk_index = s.chunk_index AND c.tags @> @tags::text[]))
-ORDER BY bit_count(s.signature # embedding_signature(@query::real[])), s.document_id, s.chunk_index
+ORDER BY bit_count(s.signature # @signature::bit varying), s.document_id, s.chunk_index
 LIMIT @max;
 
 -- name: DocumentSearchSignatures :many
