@@ -895,6 +895,38 @@ func (q *Queries) DocumentLatest(ctx context.Context, r2Key string) (Document, e
 	return i, err
 }
 
+const documentLatestETags = `-- name: DocumentLatestETags :many
+SELECT DISTINCT ON (r2_key) r2_key, etag FROM documents
+WHERE r2_key = ANY($1::text[])
+ORDER BY r2_key, version DESC
+`
+
+type DocumentLatestETagsRow struct {
+	R2Key string
+	Etag  *string
+}
+
+// The ETag of each key's latest version, for the keys that have one.
+func (q *Queries) DocumentLatestETags(ctx context.Context, r2Keys []string) ([]DocumentLatestETagsRow, error) {
+	rows, err := q.db.Query(ctx, documentLatestETags, r2Keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentLatestETagsRow
+	for rows.Next() {
+		var i DocumentLatestETagsRow
+		if err := rows.Scan(&i.R2Key, &i.Etag); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const documentList = `-- name: DocumentList :many
 SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents ORDER BY id DESC LIMIT $1
 `
@@ -1244,6 +1276,54 @@ func (q *Queries) DocumentRetry(ctx context.Context, id int64) (Document, error)
 		&i.FailingSince,
 		&i.Failure,
 		&i.SearchXid,
+	)
+	return i, err
+}
+
+const documentScanAdvance = `-- name: DocumentScanAdvance :exec
+UPDATE document_scans SET after = $1, queued = queued + $2, updated_at = now() WHERE prefix = $3
+`
+
+type DocumentScanAdvanceParams struct {
+	After  string
+	Queued int64
+	Prefix string
+}
+
+// Records a page of the scan of prefix handled: after is its last key,
+// queued how many documents it queued.
+func (q *Queries) DocumentScanAdvance(ctx context.Context, arg DocumentScanAdvanceParams) error {
+	_, err := q.db.Exec(ctx, documentScanAdvance, arg.After, arg.Queued, arg.Prefix)
+	return err
+}
+
+const documentScanEnd = `-- name: DocumentScanEnd :exec
+UPDATE document_scans SET after = '', passes = passes + 1, last_pass_at = now(), updated_at = now() WHERE prefix = $1
+`
+
+// Ends a pass of the scan of prefix: the next starts from the first key.
+func (q *Queries) DocumentScanEnd(ctx context.Context, prefix string) error {
+	_, err := q.db.Exec(ctx, documentScanEnd, prefix)
+	return err
+}
+
+const documentScanGet = `-- name: DocumentScanGet :one
+INSERT INTO document_scans (prefix) VALUES ($1)
+ON CONFLICT (prefix) DO UPDATE SET prefix = EXCLUDED.prefix
+RETURNING prefix, after, passes, last_pass_at, queued, updated_at
+`
+
+// The scan of prefix, made the first time.
+func (q *Queries) DocumentScanGet(ctx context.Context, prefix string) (DocumentScan, error) {
+	row := q.db.QueryRow(ctx, documentScanGet, prefix)
+	var i DocumentScan
+	err := row.Scan(
+		&i.Prefix,
+		&i.After,
+		&i.Passes,
+		&i.LastPassAt,
+		&i.Queued,
+		&i.UpdatedAt,
 	)
 	return i, err
 }

@@ -138,6 +138,15 @@ type DocumentChunk struct {
 	EmbeddingDims  *int32
 }
 
+type DocumentScan struct {
+	Prefix     string
+	After      string
+	Passes     int64
+	LastPassAt *time.Time
+	Queued     int64
+	UpdatedAt  time.Time
+}
+
 type File struct {
 	ID               int64
 	BatchID          string

@@ -127,23 +127,43 @@ func DocumentOf(d db.Document) Document {
 // that version and created is false; otherwise it makes a new version and
 // queues its steps in the same transaction.
 func (d *Documents) Create(ctx context.Context, r2Key string) (doc Document, created bool, err error) {
-	prefix := d.prefix
-	if !strings.HasPrefix(r2Key, prefix) {
-		return Document{}, false, &problem.InputError{Msg: fmt.Sprintf("invalid document: r2_key %q is not under DOCUMENTS_PREFIX %q", r2Key, prefix)}
+	if err := d.checkKey(r2Key); err != nil {
+		return Document{}, false, err
 	}
-	if err := phases.CheckKey(r2Key, prefix); err != nil {
-		return Document{}, false, &problem.InputError{Msg: "invalid document: r2_key: " + err.Error()}
-	}
-	var etag *string
-	var size *int64
+	var info *blob.Info
 	if st, ok := d.store.(blob.Statter); ok {
-		info, err := st.Stat(ctx, d.bucket, r2Key)
+		i, err := st.Stat(ctx, d.bucket, r2Key)
 		if errors.Is(err, blob.ErrNotFound) {
 			return Document{}, false, &problem.InputError{Msg: fmt.Sprintf("invalid document: r2_key %q does not exist in %s", r2Key, d.bucket)}
 		}
 		if err != nil {
 			return Document{}, false, err
 		}
+		info = &i
+	}
+	return d.create(ctx, r2Key, info, false)
+}
+
+// checkKey refuses a key that is not a document's: outside
+// DOCUMENTS_PREFIX, or not a key phases.CheckKey takes.
+func (d *Documents) checkKey(r2Key string) error {
+	if !strings.HasPrefix(r2Key, d.prefix) {
+		return &problem.InputError{Msg: fmt.Sprintf("invalid document: r2_key %q is not under DOCUMENTS_PREFIX %q", r2Key, d.prefix)}
+	}
+	if err := phases.CheckKey(r2Key, d.prefix); err != nil {
+		return &problem.InputError{Msg: "invalid document: r2_key: " + err.Error()}
+	}
+	return nil
+}
+
+// create makes a new version of r2Key, of the object info describes (nil:
+// unknown), unless its latest version is under way or has the same ETag
+// and is done, or, with anyStatus, has the same ETag whatever became of it
+// (a scan does not try a failed document again: a retry does).
+func (d *Documents) create(ctx context.Context, r2Key string, info *blob.Info, anyStatus bool) (doc Document, created bool, err error) {
+	var etag *string
+	var size *int64
+	if info != nil {
 		etag, size = &info.ETag, &info.Size
 	}
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
@@ -152,11 +172,10 @@ func (d *Documents) Create(ctx context.Context, r2Key string) (doc Document, cre
 			return err
 		}
 		latest, err := q.DocumentLatest(ctx, r2Key)
+		sameETag := err == nil && etag != nil && latest.Etag != nil && *latest.Etag == *etag
 		switch {
-		case err == nil && latest.Status.Open():
-			doc = DocumentOf(latest)
-			return nil
-		case err == nil && latest.Status == db.DocumentCompleted && etag != nil && latest.Etag != nil && *latest.Etag == *etag:
+		case err == nil && latest.Status.Open(),
+			sameETag && (anyStatus || latest.Status == db.DocumentCompleted):
 			doc = DocumentOf(latest)
 			return nil
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):

@@ -14,6 +14,11 @@ import (
 type Config struct {
 	// Prefix is where in R2_BUCKET documents may be (DOCUMENTS_PREFIX).
 	Prefix string
+	// ScanInterval is how often the prefix is scanned for new objects
+	// (DOCUMENTS_SCAN_INTERVAL_MS; 0: never); ScanSuffixes are the names
+	// a scan picks up (DOCUMENTS_SCAN_SUFFIXES).
+	ScanInterval time.Duration
+	ScanSuffixes string
 	// MaxBytes bounds a document's size (DOCUMENT_MAX_BYTES).
 	MaxBytes int64
 	// ChunkTokens is the chunks' target size (DOCUMENT_CHUNK_TOKENS).
@@ -51,6 +56,8 @@ func Settings(c *Config) []setting.Group {
 		Doc:   "Document indexing (spec 003): what may be indexed, and the embeddings and tags providers (see [Documents](api.md#documents-documents)).",
 		Settings: []setting.Setting{
 			setting.String(&c.Prefix, "DOCUMENTS_PREFIX", "documents/", "where in `R2_BUCKET` documents to index may be"),
+			setting.MillisOrZero(&c.ScanInterval, "DOCUMENTS_SCAN_INTERVAL_MS", time.Minute, "how often `DOCUMENTS_PREFIX` is listed for objects to index (0: never; `POST /documents` only): each pass queues those whose key and ETag no document has yet, a pass cut short goes on where it was"),
+			setting.String(&c.ScanSuffixes, "DOCUMENTS_SCAN_SUFFIXES", ".md,.markdown,.txt,.text", "the names a scan of `DOCUMENTS_PREFIX` picks up, by their ends, comma-separated (`POST /documents` takes any key under it)"),
 			setting.PositiveInt64(&c.MaxBytes, "DOCUMENT_MAX_BYTES", 20_000_000, "a larger document fails at download (a batch's file passes through without document fields)"),
 			setting.Int(&c.ChunkTokens, "DOCUMENT_CHUNK_TOKENS", 500, 50, 8000, "target size of a document's chunks, in (estimated) tokens"),
 			setting.URL(&c.EmbeddingsAPIURL, "EMBEDDINGS_API_URL", "", "OpenAI-compatible `/embeddings` API").Shown("(local embedder)"),
@@ -61,7 +68,7 @@ func Settings(c *Config) []setting.Group {
 			setting.Secret(&c.TagsAPIKey, "TAGS_API_KEY", "its key, required with an `https://` URL, optional with an `http://` one; never logged"),
 			setting.String(&c.TagsModel, "TAGS_MODEL", "gpt-4o-mini", "the tags model"),
 			setting.String(&c.SearchTextConfig, "SEARCH_TEXT_CONFIG", "simple", "the Postgres text search configuration chunks and queries are parsed with for full-text search (`simple`: no stemming, no stopwords, for any language; e.g. `english` for English archives); chunks written under another are parsed again by a re-index"),
-			setting.Int(&c.SearchIndexMaxChunks, "SEARCH_INDEX_MAX_CHUNKS", 4_000_000, 0, 1_000_000_000, "most chunks each process holds in its in-memory index of vector signatures (dimensions/8 + 12 bytes a chunk: 76 MB a million at 512 dimensions); with more, or 0, vector candidates come from a scan in Postgres (slower)"),
+			setting.Int(&c.SearchIndexMaxChunks, "SEARCH_INDEX_MAX_CHUNKS", 4_000_000, 0, 1_000_000_000, "most chunks each process holds in its in-memory index of vector signatures (76 bytes a chunk: 76 MB a million); with more, or 0, vector candidates come from a scan in Postgres (slower)"),
 			setting.Millis(&c.Timeout, "DOCUMENT_TIMEOUT_MS", 45*time.Second, "bound on one embeddings or tags call; a step's run lasts at most this plus 15 s, which is also how soon a dead process's steps are picked up again (plus River's 30 s rescue interval)"),
 		},
 	}}

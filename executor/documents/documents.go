@@ -67,10 +67,16 @@ func (e *Executor) Check(p phases.Phase) error {
 	return nil
 }
 
-// Jobs registers the document steps.
+// Jobs registers the document steps, and the periodic scan of
+// DOCUMENTS_PREFIX unless DOCUMENTS_SCAN_INTERVAL_MS is 0.
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
 	river.AddWorker(w, e.pipeline)
-	return jobs.Jobs{Timeout: docindex.RunTimeout(e.cfg.Timeout)}
+	river.AddWorker(w, docindex.NewScanWorker(e.deps, e.cfg.Prefix, docindex.ScanSuffixes(e.cfg.ScanSuffixes)))
+	out := jobs.Jobs{Timeout: docindex.RunTimeout(e.cfg.Timeout)}
+	if e.cfg.ScanInterval > 0 {
+		out.Periodic = append(out.Periodic, docindex.ScanJob(e.cfg.ScanInterval))
+	}
+	return out
 }
 
 // Enter writes the documents of files (the stored generation) and

@@ -200,6 +200,12 @@ RETURNING id;
 -- name: DocumentLatest :one
 SELECT * FROM documents WHERE r2_key = @r2_key ORDER BY version DESC LIMIT 1;
 
+-- name: DocumentLatestETags :many
+-- The ETag of each key's latest version, for the keys that have one.
+SELECT DISTINCT ON (r2_key) r2_key, etag FROM documents
+WHERE r2_key = ANY(@r2_keys::text[])
+ORDER BY r2_key, version DESC;
+
 -- name: DocumentList :many
 SELECT * FROM documents ORDER BY id DESC LIMIT @max_rows;
 
@@ -279,6 +285,21 @@ RETURNING (step_timing -> @step::text)::jsonb AS timing;
 -- anew.
 UPDATE documents SET status = 'processing', retry_count = 0, failing_since = NULL, resumes = resumes + 1, failed_at = NULL, failure = NULL, updated_at = now()
 WHERE id = @id AND status = 'failed'
+RETURNING *;
+
+-- name: DocumentScanAdvance :exec
+-- Records a page of the scan of prefix handled: after is its last key,
+-- queued how many documents it queued.
+UPDATE document_scans SET after = @after, queued = queued + @queued, updated_at = now() WHERE prefix = @prefix;
+
+-- name: DocumentScanEnd :exec
+-- Ends a pass of the scan of prefix: the next starts from the first key.
+UPDATE document_scans SET after = '', passes = passes + 1, last_pass_at = now(), updated_at = now() WHERE prefix = @prefix;
+
+-- name: DocumentScanGet :one
+-- The scan of prefix, made the first time.
+INSERT INTO document_scans (prefix) VALUES (@prefix)
+ON CONFLICT (prefix) DO UPDATE SET prefix = EXCLUDED.prefix
 RETURNING *;
 
 -- name: DocumentSearchCandidates :many

@@ -125,9 +125,11 @@ var testSettings = func() map[string]string {
 		"FLY_LAUNCH_RATE":         "100000",
 		"FLY_LAUNCH_BURST":        "100000",
 		"SWEEP_INTERVAL":          "200",
-		"SWEEP_RESTART_GRACE":     "0",
-		"MACHINE_CHECK_INTERVAL":  "200",
-		"MACHINE_GONE_GRACE":      "500",
+		// Tests post their documents; one that wants the scan says so.
+		"DOCUMENTS_SCAN_INTERVAL_MS": "0",
+		"SWEEP_RESTART_GRACE":        "0",
+		"MACHINE_CHECK_INTERVAL":     "200",
+		"MACHINE_GONE_GRACE":         "500",
 		// Tests of other behaviours fail work for infrastructure reasons
 		// in small batches; the tests of the bound set it.
 		"INFRA_FAILURE_MAX": "100%",
