@@ -6,11 +6,10 @@ package main
 //   - steps: -doc-count documents of about -doc-chunks chunks each, in the
 //     real S3 server, asked for through the service (as POST /documents
 //     does) and taken through every step by the River workers, against a
-//     fake OpenAI-compatible provider that answers at once
-//     (internal/fakes/fakeai, over HTTP, through the real clients and the shared
-//     rate limiter, opened wide). With the provider instant, a step's run
-//     is all overhead: the job's fetch, the document's read, the limiter's
-//     two transactions, the call, the run's writes and its snooze.
+//     fake OpenAI-compatible provider of -doc-capacity requests/s that
+//     answers at once (internal/fakes/fakeai, over HTTP, through the real
+//     clients and the shared rate limiter with its default settings): how
+//     fast documents go, and how much of the provider they use.
 //   - search: -search-chunks chunks stored (documents of 20 chunks, their
 //     vectors from the local embedder), searched through the HTTP API
 //     (GET /documents/search, k = 10) one query at a time.
@@ -20,6 +19,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -47,10 +47,12 @@ import (
 
 // documentsOptions configure the documents part.
 type documentsOptions struct {
-	docs         int // documents taken through the steps
-	chunks       int // chunks a document makes, about
-	searchChunks int // chunks stored for search
-	searches     int // searches timed
+	docs         int               // documents taken through the steps
+	chunks       int               // chunks a document makes, about
+	capacity     float64           // the fake provider's requests/s, both roles together
+	settings     map[string]string // extra settings of the steps (-doc-env)
+	searchChunks int               // chunks stored for search
+	searches     int               // searches timed
 	// profile, when set, is where a CPU profile of this process (the
 	// orchestrator's workers, the fake provider and the S3 server) during
 	// the steps is written.
@@ -71,7 +73,12 @@ type documentsRun struct {
 	runs                   map[string]int           // step runs that committed, by step
 	runTime                map[string]time.Duration // their summed time, by step
 	waited                 int                      // runs that found no token of the limiter
+	retried                int                      // runs to be retried (a 429)
 	providerRequests       int
+	// capacity is the provider's requests/s; providerOK and limited its
+	// answers 200 and 429.
+	capacity            float64
+	providerOK, limited int
 
 	// Search: the chunks stored, the first search (which loads their
 	// vectors), then the timed ones' p50 and p99.
@@ -103,7 +110,7 @@ func (r documentsRun) perStep() time.Duration {
 const documentsSearchGoal = 100 * time.Millisecond
 
 func benchDocuments(ctx context.Context, admin *pgx.Conn, base string, opts documentsOptions) (documentsRun, error) {
-	r := documentsRun{docs: opts.docs, sections: opts.chunks, searchChunks: opts.searchChunks, searches: opts.searches}
+	r := documentsRun{docs: opts.docs, sections: opts.chunks, searchChunks: opts.searchChunks, searches: opts.searches, capacity: opts.capacity}
 	env, err := newE2EEnv(ctx, admin, base, e2eOptions{})
 	if err != nil {
 		return r, err
@@ -167,15 +174,14 @@ const benchReadToken = "bench-read-token-0123456789"
 func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *documentsRun) error {
 	tb := &benchTB{}
 	defer tb.close()
-	fake := fakeai.New(tb, fakeai.Options{})
-	// The limiter opened wide: every call still takes a token and reports
-	// its outcome, but never waits.
-	pool, cfg, logger, err := env.documentsDB(ctx, "bench_documents", map[string]string{
+	fake := fakeai.New(tb, fakeai.Options{Rate: opts.capacity})
+	// The limiter's default settings: its buckets, one per role, find the
+	// provider's capacity.
+	settings := map[string]string{
 		"EMBEDDINGS_API_URL": fake.URL, "EMBEDDINGS_API_KEY": fake.Key, "TAGS_API_URL": fake.URL, "TAGS_API_KEY": fake.Key,
-		"EMBEDDINGS_INITIAL_MAX_TOKENS": "100000", "EMBEDDINGS_MAX_MAX_TOKENS": "100000",
-		"EMBEDDINGS_INITIAL_REFILL_RATE": "100000", "EMBEDDINGS_MAX_REFILL_RATE": "100000",
-		"TAGS_INITIAL_MAX_TOKENS": "100000", "TAGS_MAX_MAX_TOKENS": "100000", "TAGS_INITIAL_REFILL_RATE": "100000", "TAGS_MAX_REFILL_RATE": "100000",
-	})
+	}
+	maps.Copy(settings, opts.settings)
+	pool, cfg, logger, err := env.documentsDB(ctx, "bench_documents", settings)
 	if err != nil {
 		return err
 	}
@@ -289,12 +295,12 @@ func (env *e2eEnv) documentSteps(ctx context.Context, opts documentsOptions, r *
 		wantRuns += documentRuns(int(n))
 	}
 	c := fake.Counts()
-	r.providerRequests = c.Requests
+	r.providerRequests, r.providerOK, r.limited = c.Requests, c.OK, c.RateLimited
 	switch {
 	case r.totalRuns() != wantRuns:
 		return fmt.Errorf("%d step runs, want %d", r.totalRuns(), wantRuns)
-	case c.OK != c.Requests || c.Inputs != r.chunks:
-		return fmt.Errorf("the provider answered %d requests, %d OK, embedding %d texts; want every one OK and %d texts", c.Requests, c.OK, c.Inputs, r.chunks)
+	case c.OK+c.RateLimited != c.Requests || c.Inputs != r.chunks:
+		return fmt.Errorf("the provider answered %d requests, %d OK, %d 429, embedding %d texts; want nothing but 200 and 429, and %d texts", c.Requests, c.OK, c.RateLimited, c.Inputs, r.chunks)
 	}
 	return tb.err()
 }
@@ -328,6 +334,8 @@ func (r *documentsRun) readStepMetrics(g prometheus.Gatherer) error {
 					r.runs[labels["step"]] += n
 				case metrics.StepWaited:
 					r.waited += n
+				case metrics.StepRetried:
+					r.retried += n
 				default:
 					return fmt.Errorf("%d runs of %s ended %s", n, labels["step"], labels["outcome"])
 				}
@@ -479,12 +487,21 @@ func documentsTable(r documentsRun) string {
 		}
 	}
 	row(p+"runs that waited for the limiter", fmt.Sprint(r.waited))
+	row(p+"runs retried after a 429", fmt.Sprint(r.retried))
+	row(p+fmt.Sprintf("provider OK requests/s / C (%g/s)", r.capacity), fmt.Sprintf("%.2f", r.utilisation()))
+	row(p+"provider requests / answered 429", fmt.Sprintf("%d / %d", r.providerRequests, r.limited))
 	row(p+"a document, first step to done, p50", r.docP50.Round(time.Millisecond).String())
 	row(p+"a document, first step to done, p99", r.docP99.Round(time.Millisecond).String())
 	row(p+fmt.Sprintf("search over %d chunks, first", r.searchChunks), r.firstSearch.Round(time.Millisecond).String())
 	row(p+"search latency p50", r.searchP50.Round(10*time.Microsecond).String())
 	row(p+"search latency p99", r.searchP99.Round(10*time.Microsecond).String())
 	return b.String()
+}
+
+// utilisation is the provider's successful answers a second over the
+// steps, over its capacity.
+func (r documentsRun) utilisation() float64 {
+	return float64(r.providerOK) / r.wall.Seconds() / r.capacity
 }
 
 func documentsTargets(r documentsRun, row func(figure, target, got string, met bool)) {
@@ -500,14 +517,15 @@ func documentsMarkdown(r documentsRun) string {
   through the service as `+"`POST /documents`"+` does, then taken through every step
   (download and chunk, embeddings 10 chunks a run, tags 5 a run and the
   document's, store) by the River workers of this process, against a fake
-  OpenAI-compatible provider that answers at once (`+"`internal/fakes/fakeai`"+` over HTTP,
-  through the real clients and the shared rate limiter, opened wide so that it
-  never waits but still takes a token and reports each call: %d requests). With
-  the provider instant a run is all overhead: the job's fetch, the document's
-  read, the limiter's two transactions, the call, the run's transaction and its
-  snooze; the fake and the S3 server share the 2 cores with them (a quarter of
-  this process's CPU went to the fake in a profiled run, and an eighth to the
-  OpenAI client's decoding of the vectors' JSON). Timed from the first step's
+  OpenAI-compatible provider of C = %g requests/s for both roles together,
+  answering 429 above it and at once below it (`+"`internal/fakes/fakeai`"+` over
+  HTTP, through the real clients and the shared rate limiter with its default
+  settings, a bucket per role: %d requests). *provider OK requests/s / C* is its
+  successful answers a second over the steps' time: how much of the provider
+  the documents use. A run is otherwise all overhead: the job's fetch, the
+  document's read, the limiter's two transactions, the call, the run's
+  transaction and its snooze; the fake and the S3 server share the 2 cores
+  with them. Timed from the first step's
   start to the last document's completion (the database's times); *per-step
   overhead* is that time over the step runs (the machine's cost of a step, runs
   overlapping on 50 workers); *mean run* is one run's own time
@@ -515,11 +533,11 @@ func documentsMarkdown(r documentsRun) string {
   includes spec 003's 100 ms between runs, and all documents are asked for at
   once, so their runs interleave. Checked:
   every document completed, one run per batch of chunks (and one to move on)
-  and no other, every provider request answered 200. *search*: %d chunks
+  and no other, every provider request answered 200 or 429. *search*: %d chunks
   stored (documents of 20, 40 words each, vectors of the local embedder, 512
   dimensions), then %d searches of 3 to 6 words through `+"`GET /documents/search`"+`
   (k = 10, over HTTP), one at a time; the first search, which starts the
   load of the process's index of signatures, is timed apart (see the search
   part for search at scale).
-`, r.docs, r.sections, r.chunks, r.providerRequests, r.searchChunks, r.searches)
+`, r.docs, r.sections, r.chunks, r.capacity, r.providerRequests, r.searchChunks, r.searches)
 }

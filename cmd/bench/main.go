@@ -97,9 +97,11 @@ func main() {
 	ocrProcesses := flag.Int("ocr-processes", 2, "ocr: orchestrator processes sharing the database")
 	launchTasks := flag.Int("launch-tasks", 5000, "launch: machines launched per run")
 	launchWith := flag.String("launch-backends", strings.Join(launchBackends, ","), "launch: backends to launch with, comma-separated: fakefly, instant")
-	ocrEnv := flag.String("ocr-env", "", "ocr: extra orchestrator settings for both modes, KEY=VALUE,... (the figures are spec 004's limiter defaults without it)")
+	ocrEnv := flag.String("ocr-env", "", "ocr: extra orchestrator settings, KEY=VALUE,... (the figures are the limiter's defaults without it)")
+	docEnv := flag.String("doc-env", "", "documents: extra settings of the steps, KEY=VALUE,... (the figures are the limiter's defaults without it)")
 	docCount := flag.Int("doc-count", 1000, "documents: documents taken through every step")
 	docChunks := flag.Int("doc-chunks", 20, "documents: chunks a document makes (sections of about 450 tokens)")
+	docCapacity := flag.Float64("doc-capacity", 100, "documents: the fake provider's capacity, requests/s for embeddings and tags together")
 	searchChunks := flag.Int("search-chunks", 100000, "documents: chunks stored for search")
 	searches := flag.Int("searches", 200, "documents: searches timed")
 	poolsPerTask := flag.Int("pools-per-task-files", 100, "pools: files of the per-task run (its time is projected to the pooled runs' tasks; 0 skips it)")
@@ -114,8 +116,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -pairs must be at least 1")
 		os.Exit(2)
 	}
-	if *docCount < 1 || *docChunks < 1 || *searchChunks < 10 || *searches < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -doc-count, -doc-chunks and -searches must be positive, -search-chunks at least 10")
+	if *docCount < 1 || *docChunks < 1 || !(*docCapacity > 0) || *searchChunks < 10 || *searches < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -doc-count, -doc-chunks, -doc-capacity and -searches must be positive, -search-chunks at least 10")
 		os.Exit(2)
 	}
 	capacities, capErr := parseFloats(*ocrCapacities)
@@ -126,7 +128,7 @@ func main() {
 	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
 		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
 		ocrOpts: ocrOptions{capacities: capacities, burst: *ocrBurst, seconds: *ocrSeconds, dirFiles: *ocrDirFiles, processes: *ocrProcesses}, launchTasks: *launchTasks,
-		docOpts: documentsOptions{docs: *docCount, chunks: *docChunks, searchChunks: *searchChunks, searches: *searches}}
+		docOpts: documentsOptions{docs: *docCount, chunks: *docChunks, capacity: *docCapacity, searchChunks: *searchChunks, searches: *searches}}
 	for _, f := range strings.Split(*poolsSizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 10 {
@@ -154,6 +156,10 @@ func main() {
 	}
 	var err error
 	if r.e2eOpts.settings, err = parseSettings("-e2e-env", *e2eEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if r.docOpts.settings, err = parseSettings("-doc-env", *docEnv); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -212,13 +218,19 @@ func parseFloats(list string) ([]float64, error) {
 	return out, nil
 }
 
-// parseSettings reads KEY=VALUE,... (flag names the flag, for errors).
+// parseSettings reads KEY=VALUE,... (flag names the flag, for errors); an
+// entry without "=" continues the value before it, which may hold commas.
 func parseSettings(flag, list string) (map[string]string, error) {
 	settings := map[string]string{}
+	last := ""
 	for _, kv := range strings.Split(list, ",") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-			settings[k] = v
-		} else if kv != "" {
+		kv = strings.TrimSpace(kv)
+		switch k, v, ok := strings.Cut(kv, "="); {
+		case ok:
+			settings[k], last = v, k
+		case kv != "" && last != "": // a value with commas: PROVIDER_LIMIT_SHARED=embeddings,tags
+			settings[last] += "," + kv
+		case kv != "":
 			return nil, fmt.Errorf("bad %s entry %q, want KEY=VALUE", flag, kv)
 		}
 	}

@@ -82,3 +82,16 @@ func TestRateBetween(t *testing.T) {
 		t.Errorf("rate past the samples %v, want 0", got)
 	}
 }
+
+func TestParseSettings(t *testing.T) {
+	got, err := parseSettings("-doc-env", "PROVIDER_LIMIT_SHARED=embeddings,tags, MAX_REFILL_RATE=50,,")
+	if err != nil || len(got) != 2 || got["PROVIDER_LIMIT_SHARED"] != "embeddings,tags" || got["MAX_REFILL_RATE"] != "50" {
+		t.Errorf("got %v, %v", got, err)
+	}
+	if _, err := parseSettings("-doc-env", "tags,A=1"); err == nil {
+		t.Error("a first entry without = is refused")
+	}
+	if _, err := parseFloats("8, 50,x"); err == nil {
+		t.Error("parseFloats took x")
+	}
+}
