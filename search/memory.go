@@ -35,7 +35,8 @@ const (
 
 // signatures is a process's in-memory index of the vector signatures of
 // current versions' chunks of one embedder: 64 bytes of signature and 12
-// of key and position a chunk (76 MB a million chunks). A search compares the first 256 bits of every entry's
+// of key and position a chunk (76 MB a million chunks, whatever the
+// dimensions). A search compares the first 256 bits of every entry's
 // signature (a scan of 32 MB a million chunks, which memory bandwidth
 // bounds), then the whole signature of the nearest by those. It holds no
 // text and no vector: search reranks its candidates with the vectors in
@@ -212,7 +213,8 @@ func (s *signatures) remove(doc int64) {
 }
 
 // nearest is the keys of the n chunks whose signatures are nearest q's,
-// nearest first (ties by key): of the refineFactor*n nearest by their
+// nearest first (ties by key; of those tied at the n-th distance, the
+// first in the index): of the refineFactor*n nearest by their
 // first coarseWords words, those nearest by the whole signature.
 func (s *signatures) nearest(q signature, n int) []int64 {
 	s.mu.RLock()
@@ -270,12 +272,42 @@ func (s *signatures) nearest(q signature, n int) []int64 {
 		}
 		hits = append(hits, hit{s.keys[i], d})
 	}
+	if len(hits) > n {
+		// The n nearest by the whole signature, found as the coarse
+		// stage's were: sorting all m would cost more than the scan.
+		clear(hist)
+		for _, h := range hits {
+			hist[h.dist]++
+		}
+		limit, below = s.bits, 0
+		for d, c := range hist {
+			if below+c >= n {
+				limit = d
+				break
+			}
+			below += c
+		}
+		atLimit, kept := n-below, hits[:0]
+		for _, h := range hits {
+			switch {
+			case int(h.dist) > limit:
+				continue
+			case int(h.dist) == limit:
+				if atLimit == 0 {
+					continue
+				}
+				atLimit--
+			}
+			kept = append(kept, h)
+		}
+		hits = kept
+	}
 	slices.SortFunc(hits, func(a, b hit) int {
 		return cmp.Or(cmp.Compare(a.dist, b.dist), cmp.Compare(a.key, b.key))
 	})
-	out := make([]int64, 0, min(n, len(hits)))
-	for _, h := range hits[:min(n, len(hits))] {
-		out = append(out, h.key)
+	out := make([]int64, len(hits))
+	for i, h := range hits {
+		out[i] = h.key
 	}
 	return out
 }

@@ -236,7 +236,10 @@ func (x *Index) Search(ctx context.Context, q Query) (Answer, error) {
 	if err != nil {
 		return Answer{}, fmt.Errorf("reading the candidates: %w", err)
 	}
-	results := rank(rows, textRank, vector)
+	results, err := rank(rows, textRank, vector)
+	if err != nil {
+		return Answer{}, err
+	}
 	end := min(q.Offset+q.K, len(results))
 	if q.Offset >= len(results) {
 		answer.Results = []Result{}
@@ -377,7 +380,7 @@ func (x *Index) drop(err error) {
 // fusion of their rank by cosine similarity to vector (when there is one
 // and the row has a vector) and their rank by full-text match (textRank,
 // from 1; absent when they did not match), best first.
-func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector []float32) []Result {
+func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector []float32) ([]Result, error) {
 	type scored struct {
 		Result
 		key int64
@@ -392,8 +395,15 @@ func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector 
 		}
 		s := scored{Result: Result{DocumentID: r.DocumentID, R2Key: r.R2Key, ChunkIndex: r.ChunkIndex, Text: r.Text, Tags: tags,
 			FirstPage: r.FirstPage, LastPage: r.LastPage}, key: chunkKey(r.DocumentID, r.ChunkIndex)}
-		if vector != nil && len(r.Embedding) == len(vector) {
-			s.sim, s.has = embedding.Cosine(vector, r.Embedding), true
+		if vector != nil && r.Embedding != nil {
+			v, err := decodeVector(r.Embedding)
+			if err != nil {
+				return nil, fmt.Errorf("document %d chunk %d: %w", r.DocumentID, r.ChunkIndex, err)
+			}
+			if len(v) != len(vector) {
+				return nil, fmt.Errorf("document %d chunk %d: a vector of %d dimensions stored as the embedder's %d", r.DocumentID, r.ChunkIndex, len(v), len(vector))
+			}
+			s.sim, s.has = embedding.Cosine(vector, v), true
 			sim := s.sim
 			s.Similarity = &sim
 		}
@@ -452,7 +462,7 @@ func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector 
 	for i, s := range all {
 		out[i] = s.Result
 	}
-	return out
+	return out, nil
 }
 
 func compareKeys(a, b int64) int {

@@ -3,6 +3,7 @@ package search
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sync"
@@ -147,4 +148,34 @@ func rotationFlips(n int) [][]bool {
 	}
 	f, _ := flipsBySize.LoadOrStore(n, flips)
 	return f.([][]bool)
+}
+
+// decodeVector reads a real[] in Postgres's binary array form (array_send):
+// dimensions, a null flag, the element type, each dimension's length and
+// lower bound, then each element's length and its 4 bytes, big-endian.
+func decodeVector(b []byte) ([]float32, error) {
+	if len(b) < 12 {
+		return nil, fmt.Errorf("a vector of %d bytes: too short for an array", len(b))
+	}
+	ndim := int(binary.BigEndian.Uint32(b))
+	if ndim == 0 {
+		return []float32{}, nil
+	}
+	if ndim != 1 || len(b) < 20 {
+		return nil, fmt.Errorf("a vector of %d dimensions, want 1", ndim)
+	}
+	n := int(binary.BigEndian.Uint32(b[12:]))
+	data := b[20:]
+	if len(data) != n*8 {
+		return nil, fmt.Errorf("a vector of %d elements in %d bytes, want %d", n, len(data), n*8)
+	}
+	v := make([]float32, n)
+	for i := range v {
+		e := data[i*8 : i*8+8]
+		if int32(binary.BigEndian.Uint32(e)) != 4 {
+			return nil, fmt.Errorf("element %d of a vector is null or not 4 bytes", i)
+		}
+		v[i] = math.Float32frombits(binary.BigEndian.Uint32(e[4:]))
+	}
+	return v, nil
 }

@@ -307,10 +307,12 @@ RETURNING *;
 -- are chunks of current versions and pass its filters: the batch, the key
 -- pattern (a LIKE prefix pattern, '' for any key) and tags the chunk
 -- carries. Each comes with its vector when the embedder's (model and
--- dimensions) made it, else none: a search never compares another's.
+-- dimensions) made it, else none: a search never compares another's. The
+-- vector is in the array's binary form (array_send), which search decodes
+-- itself, some ten times faster than the driver's generic arrays.
 SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page,
-    (CASE WHEN c.embedding_model = @embedding_model::text AND c.embedding_dims = @embedding_dims::int
-        THEN c.embedding END)::real[] AS embedding
+    array_send(CASE WHEN c.embedding_model = @embedding_model::text AND c.embedding_dims = @embedding_dims::int
+        THEN c.embedding END)::bytea AS embedding
 FROM (SELECT unnest(@document_ids::bigint[]) AS document_id, unnest(@chunk_indexes::int[]) AS chunk_index) k
 JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
 JOIN documents d ON d.id = c.document_id
