@@ -132,7 +132,7 @@ func benchOCR(ctx context.Context, admin *pgx.Conn, base, bin string, e2eOpts e2
 		fmt.Fprintf(os.Stderr, "ocr C=%g/s: %d refs in %d directories (%d chunks), %d processes...\n", c, n, opts.dirs(n), opts.chunks(n), opts.processes)
 		r, err := env.ocrOnce(ctx, bin, c, opts)
 		if err != nil {
-			return nil, fmt.Errorf("C=%g/s: %w", c, err)
+			return nil, fmt.Errorf("capacity %g/s: %w", c, err)
 		}
 		fmt.Fprintf(os.Stderr, "ocr C=%g/s: OCR phase %s, %.2f OK/s (%.2f C), %d requests, %d answered 429 (%.1f%%), 0.8 C after %s, %d limit changes\n",
 			c, r.phase.Round(time.Millisecond), r.throughput(), r.throughput()/c, r.counts.Requests,

@@ -49,9 +49,9 @@ func (w *ChunkWorker) Timeout(job *river.Job[ChunkArgs]) time.Duration {
 }
 
 // runTimeout is a chunk run's bound for an engine call timeout: items are
-// started for runBudget, each may take the call's timeout, and 15 s are
-// left for reads and writes.
-func runTimeout(call time.Duration) time.Duration { return runBudget + call + 15*time.Second }
+// started for runBudget, each may take the call's timeout, and the rest
+// of 15 s is left for reads and writes.
+func runTimeout(call time.Duration) time.Duration { return call + 15*time.Second }
 
 // engine is the engine of a's phase.
 func (w *ChunkWorker) engine(a ChunkArgs) Engine {
@@ -186,9 +186,9 @@ func (r chunkRun) work(ctx context.Context) error {
 // runBudget is how long a run of a chunk job goes on starting items; the
 // items it started then finish, within their call's timeout. Runs end so
 // that River's rescue of a dead process's job, which waits for the run's
-// Timeout, stays prompt, and so that the chunks of other batches get
-// their turn at the workers.
-const runBudget = 10 * time.Second
+// Timeout (the call's plus 15 s), stays prompt, and so that the chunks of
+// other batches get their turn at the workers.
+const runBudget = 5 * time.Second
 
 // exchangeEvery spaces a run's exchanges with the limiter: the outcomes
 // of the items that ended and the tokens for as many new ones, in one
