@@ -146,6 +146,9 @@ type Index struct {
 	state   indexState
 	mem     *signatures
 	reindex reindexState
+	// noVectorsUntil is when hasVectors asks Postgres again after it
+	// answered that no chunk has a vector of the embedder.
+	noVectorsUntil time.Time
 }
 
 // New returns an Index whose queries embedder embeds (the documents').
@@ -201,7 +204,7 @@ func (x *Index) Search(ctx context.Context, q Query) (Answer, error) {
 			return Answer{}, err
 		}
 		if len(near) == 0 {
-			has, err := queries.DocumentSearchHasSignatures(ctx, db.DocumentSearchHasSignaturesParams{EmbeddingModel: model, EmbeddingDims: int32(dims)})
+			has, err := x.hasVectors(ctx, queries)
 			if err != nil {
 				return Answer{}, err
 			}
@@ -250,6 +253,36 @@ func (x *Index) Search(ctx context.Context, q Query) (Answer, error) {
 		answer.NextOffset = &end
 	}
 	return answer, nil
+}
+
+// noVectorsFor is how long an Index trusts that no chunk has a vector of
+// its embedder: the question reads every signature when none has.
+const noVectorsFor = 10 * time.Second
+
+// hasVectors says whether any chunk has a vector of the embedder, for a
+// search that found no vector candidate: by the in-memory index when it
+// is loaded, else by Postgres, whose "none" is trusted for noVectorsFor.
+func (x *Index) hasVectors(ctx context.Context, queries *db.Queries) (bool, error) {
+	x.mu.Lock()
+	mem, state, none := x.mem, x.state, x.noVectorsUntil
+	x.mu.Unlock()
+	if state == indexReady {
+		return mem.len() > 0, nil
+	}
+	if time.Now().Before(none) {
+		return false, nil
+	}
+	has, err := queries.DocumentSearchHasSignatures(ctx, db.DocumentSearchHasSignaturesParams{EmbeddingModel: x.embedder.Model(),
+		EmbeddingDims: int32(x.embedder.Dimensions())})
+	if err != nil {
+		return false, fmt.Errorf("looking for vectors of the embedder: %w", err)
+	}
+	if !has {
+		x.mu.Lock()
+		x.noVectorsUntil = time.Now().Add(noVectorsFor)
+		x.mu.Unlock()
+	}
+	return has, nil
 }
 
 // check validates q and trims its text.
