@@ -205,22 +205,20 @@ func decodeDocument(resp *http.Response, data []byte) (Document, error) {
 
 // SearchDocuments is GET /documents/search: the k chunks of indexed
 // documents nearest to query, best first.
-func (c *Client) SearchDocuments(ctx context.Context, query string, k int) ([]SearchResult, error) {
+func (c *Client) SearchDocuments(ctx context.Context, query string, k int) (SearchAnswer, error) {
 	path := "/documents/search?" + url.Values{"q": {query}, "k": {strconv.Itoa(k)}}.Encode()
 	resp, data, err := c.do(ctx, http.MethodGet, path, nil, asReader)
 	if err != nil {
-		return nil, err
+		return SearchAnswer{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, newError(resp, data)
+		return SearchAnswer{}, newError(resp, data)
 	}
-	var res struct {
-		Results *[]SearchResult `json:"results"`
-	}
+	var res SearchAnswer
 	if json.Unmarshal(data, &res) != nil || res.Results == nil {
-		return nil, fmt.Errorf("the orchestrator answered %s with no search results: %s", resp.Status, bytes.TrimSpace(data))
+		return SearchAnswer{}, fmt.Errorf("the orchestrator answered %s with no search results: %s", resp.Status, bytes.TrimSpace(data))
 	}
-	return *res.Results, nil
+	return res, nil
 }
 
 // Await reads the batch's status at once, then again interval after each

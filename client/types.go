@@ -174,12 +174,30 @@ type Document struct {
 // Ended reports whether the document is completed or failed.
 func (d Document) Ended() bool { return d.Status == DocumentCompleted || d.Status == DocumentFailed }
 
+// SearchAnswer is the answer of SearchDocuments: the chunks found, best
+// first, how they were ranked, and why by their words alone if so.
+type SearchAnswer struct {
+	Results []SearchResult `json:"results"`
+	// Mode is "hybrid" (words and meaning) or "text" (words alone).
+	Mode string `json:"mode"`
+	// Notice says why a search was ranked by its words alone.
+	Notice string `json:"notice,omitempty"`
+	// NextOffset, when not zero, asks for the next page.
+	NextOffset int `json:"nextOffset,omitempty"`
+}
+
 // SearchResult is one chunk found by SearchDocuments, best first.
 type SearchResult struct {
-	DocumentID int64    `json:"documentId"`
-	R2Key      string   `json:"r2Key"`
-	ChunkIndex int32    `json:"chunkIndex"`
+	DocumentID int64  `json:"documentId"`
+	R2Key      string `json:"r2Key"`
+	ChunkIndex int32  `json:"chunkIndex"`
+	// Score ranks the results: the fusion of the ranks by meaning and by
+	// words. Similarity is the cosine of the chunk's vector and the
+	// query's (nil when the chunk has none of the embedder); TextMatch
+	// says the chunk matched the query's words.
 	Score      float32  `json:"score"`
+	Similarity *float32 `json:"similarity,omitempty"`
+	TextMatch  bool     `json:"textMatch"`
 	Text       string   `json:"text"`
 	Tags       []string `json:"tags"`
 	// FirstPage and LastPage are the pages of a PDF the chunk is from;

@@ -50,7 +50,10 @@ Flags:
 const searchUsage = `Usage: orchestrator search [-k 10] [-json] QUERY...
 
 Searches the indexed documents (GET /documents/search) and prints the k
-chunks nearest to QUERY, best first, with their score, document and text.
+chunks that best match QUERY, best first: their rank's score, the cosine of
+their vector and the query's ("-" without one), whether they hold its
+words, their document and text. A search ranked by its words alone (no
+vector of the configured embedder yet) says why on stderr.
 It reads with READ_TOKEN (else ADMIN_TOKEN), as status does.
 
 Flags:
@@ -281,14 +284,24 @@ func runSearch(ctx context.Context, args []string, lookup func(string) (string, 
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	if len(res) == 0 {
+	if res.Notice != "" {
+		fmt.Fprintln(stderr, "by words alone:", res.Notice)
+	}
+	if len(res.Results) == 0 {
 		fmt.Fprintln(stderr, "no indexed document matches")
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCORE\tDOCUMENT\tKEY\tCHUNK\tPAGES\tTEXT")
-	for _, r := range res {
-		fmt.Fprintf(tw, "%.3f\t%d\t%s\t%d\t%s\t%s\n", r.Score, r.DocumentID, r.R2Key, r.ChunkIndex, pages(r.FirstPage, r.LastPage), snippet(r.Text, 72))
+	fmt.Fprintln(tw, "SCORE\tCOSINE\tWORDS\tDOCUMENT\tKEY\tCHUNK\tPAGES\tTEXT")
+	for _, r := range res.Results {
+		cosine, words := "-", "no"
+		if r.Similarity != nil {
+			cosine = fmt.Sprintf("%.3f", *r.Similarity)
+		}
+		if r.TextMatch {
+			words = "yes"
+		}
+		fmt.Fprintf(tw, "%.4f\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Score, cosine, words, r.DocumentID, r.R2Key, r.ChunkIndex, pages(r.FirstPage, r.LastPage), snippet(r.Text, 72))
 	}
 	return tw.Flush()
 }
