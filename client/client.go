@@ -162,6 +162,34 @@ func (c *Client) RetryInfrastructure(ctx context.Context, batchID string) (Statu
 	return c.statusDoc(ctx, http.MethodPost, "/admin/retry/"+url.PathEscape(batchID)+"?mode=infrastructure", asAdmin)
 }
 
+// Reindex is POST /admin/reindex (admin token): start re-indexing the
+// documents' chunks for search in the process that answers, unless one
+// runs there; it answers the progress.
+func (c *Client) Reindex(ctx context.Context) (ReindexProgress, error) {
+	return c.reindex(ctx, http.MethodPost)
+}
+
+// ReindexProgress is GET /admin/reindex (admin token): how far the
+// re-index is.
+func (c *Client) ReindexProgress(ctx context.Context) (ReindexProgress, error) {
+	return c.reindex(ctx, http.MethodGet)
+}
+
+func (c *Client) reindex(ctx context.Context, method string) (ReindexProgress, error) {
+	resp, data, err := c.do(ctx, method, "/admin/reindex", nil, asAdmin)
+	if err != nil {
+		return ReindexProgress{}, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return ReindexProgress{}, newError(resp, data)
+	}
+	var p ReindexProgress
+	if err := json.Unmarshal(data, &p); err != nil {
+		return ReindexProgress{}, fmt.Errorf("the orchestrator answered %s %s with %s: %s", method, "/admin/reindex", resp.Status, bytes.TrimSpace(data))
+	}
+	return p, nil
+}
+
 // IndexDocument is POST /documents (ingest credential, else the admin
 // token): index the object at key, under DOCUMENTS_PREFIX in the staging
 // bucket. created is true when a new version was queued (202), false when

@@ -174,6 +174,19 @@ type Document struct {
 // Ended reports whether the document is completed or failed.
 func (d Document) Ended() bool { return d.Status == DocumentCompleted || d.Status == DocumentFailed }
 
+// ReindexProgress is how far the re-index of the documents' chunks is
+// (search.ReindexProgress): the configured embedder and text search
+// configuration, the chunks of current versions and those done, whether
+// one runs in the process that answered, and how its last run failed.
+type ReindexProgress struct {
+	Embedder   string `json:"embedder"`
+	TextConfig string `json:"textConfig"`
+	Chunks     int64  `json:"chunks"`
+	Done       int64  `json:"done"`
+	Running    bool   `json:"running"`
+	Error      string `json:"error"`
+}
+
 // SearchAnswer is the answer of SearchDocuments: the chunks found, best
 // first, how they were ranked, and why by their words alone if so.
 type SearchAnswer struct {

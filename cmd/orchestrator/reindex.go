@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 	"time"
+
+	"github.com/arke-institute/orchestrator/client"
 )
 
 const reindexUsage = `Usage: orchestrator reindex [-no-wait] [-url URL]
@@ -30,16 +29,6 @@ re-index started), 1 when it failed, 2 for a mistake on the command line.
 
 Flags:
 `
-
-// reindexProgress is the answer of /admin/reindex (search.ReindexProgress).
-type reindexProgress struct {
-	Embedder   string `json:"embedder"`
-	TextConfig string `json:"textConfig"`
-	Chunks     int64  `json:"chunks"`
-	Done       int64  `json:"done"`
-	Running    bool   `json:"running"`
-	Error      string `json:"error"`
-}
 
 // reindex is `orchestrator reindex`.
 func reindex(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -77,28 +66,11 @@ func runReindex(ctx context.Context, args []string, lookup func(string) (string,
 	case cfg.AdminToken == "":
 		return errors.New("reindex needs the admin token: set ADMIN_TOKEN to the orchestrator's")
 	}
-	call := func(method string) (reindexProgress, error) {
-		req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(*url, "/")+"/admin/reindex", nil)
-		if err != nil {
-			return reindexProgress{}, usageError{err.Error()}
-		}
-		req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return reindexProgress{}, err
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if err != nil {
-			return reindexProgress{}, err
-		}
-		var p reindexProgress
-		if resp.StatusCode/100 != 2 || json.Unmarshal(data, &p) != nil {
-			return reindexProgress{}, fmt.Errorf("the orchestrator answered %s %s with %s: %s", method, "/admin/reindex", resp.Status, strings.TrimSpace(string(data)))
-		}
-		return p, nil
+	api, err := client.New(client.Config{URL: *url, AdminToken: cfg.AdminToken})
+	if err != nil {
+		return usageError{err.Error()}
 	}
-	p, err := call(http.MethodPost)
+	p, err := api.Reindex(ctx)
 	if err != nil {
 		return err
 	}
@@ -113,7 +85,7 @@ func runReindex(ctx context.Context, args []string, lookup func(string) (string,
 		case !p.Running:
 			// Its run in that process ended while another process's
 			// re-index, or new documents, hold the rest: start again.
-			if p, err = call(http.MethodPost); err != nil {
+			if p, err = api.Reindex(ctx); err != nil {
 				return err
 			}
 		case *noWait:
@@ -124,7 +96,7 @@ func runReindex(ctx context.Context, args []string, lookup func(string) (string,
 			return ctx.Err()
 		case <-time.After(*poll):
 		}
-		if p, err = call(http.MethodGet); err != nil {
+		if p, err = api.ReindexProgress(ctx); err != nil {
 			return err
 		}
 	}
