@@ -408,33 +408,41 @@ WITH c AS (
         embedding_dims = $2::int, status = 'embedding_done'
     WHERE u.document_id = $5::bigint AND u.chunk_index = $6::int AND u.status = 'pending'
     RETURNING u.document_id, u.chunk_index
+), s AS (
+    INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
+    SELECT c.document_id, c.chunk_index, $1::text, $2::int, $7::bit varying FROM c
+    ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+        embedding_dims = excluded.embedding_dims, signature = excluded.signature
 )
-INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
-SELECT c.document_id, c.chunk_index, $1::text, $2::int, $3::bit varying FROM c
+INSERT INTO chunk_vectors (document_id, chunk_index, embedding_model, embedding_dims, quantised)
+SELECT c.document_id, c.chunk_index, $1::text, $2::int, $3::bytea FROM c
 ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
-    embedding_dims = excluded.embedding_dims, signature = excluded.signature
+    embedding_dims = excluded.embedding_dims, quantised = excluded.quantised
 `
 
 type DocumentChunkSetEmbeddingParams struct {
 	EmbeddingModel string
 	EmbeddingDims  int32
-	Signature      pgtype.Bits
+	Quantised      []byte
 	Embedding      []float32
 	DocumentID     int64
 	ChunkIndex     int32
+	Signature      pgtype.Bits
 }
 
 // Stores a chunk's vector with its embedder's identity, and the vector's
 // signature (chunk_signatures, search.Signature), which search's vector
-// candidates come from.
+// candidates come from, and its quantised form (chunk_vectors,
+// search.Quantise), which search ranks them by.
 func (q *Queries) DocumentChunkSetEmbedding(ctx context.Context, arg DocumentChunkSetEmbeddingParams) error {
 	_, err := q.db.Exec(ctx, documentChunkSetEmbedding,
 		arg.EmbeddingModel,
 		arg.EmbeddingDims,
-		arg.Signature,
+		arg.Quantised,
 		arg.Embedding,
 		arg.DocumentID,
 		arg.ChunkIndex,
+		arg.Signature,
 	)
 	return err
 }
@@ -1328,84 +1336,6 @@ func (q *Queries) DocumentScanGet(ctx context.Context, prefix string) (DocumentS
 	return i, err
 }
 
-const documentSearchCandidates = `-- name: DocumentSearchCandidates :many
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page,
-    array_send(CASE WHEN c.embedding_model = $1::text AND c.embedding_dims = $2::int
-        THEN c.embedding END)::bytea AS embedding
-FROM (SELECT unnest($3::bigint[]) AS document_id, unnest($4::int[]) AS chunk_index) k
-JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
-JOIN documents d ON d.id = c.document_id
-WHERE d.current
-    AND ($5::text IS NULL OR d.batch_id = $5::text)
-    AND ($6::text = '' OR d.r2_key LIKE $6::text)
-    AND (cardinality($7::text[]) = 0 OR c.tags @> $7::text[])
-`
-
-type DocumentSearchCandidatesParams struct {
-	EmbeddingModel string
-	EmbeddingDims  int32
-	DocumentIDs    []int64
-	ChunkIndexes   []int32
-	BatchID        *string
-	KeyPattern     string
-	Tags           []string
-}
-
-type DocumentSearchCandidatesRow struct {
-	DocumentID int64
-	R2Key      string
-	ChunkIndex int32
-	Text       string
-	Tags       []string
-	FirstPage  int32
-	LastPage   int32
-	Embedding  []byte
-}
-
-// The candidates of a search (document and chunk indexes, in pairs) that
-// are chunks of current versions and pass its filters: the batch, the key
-// pattern (a LIKE prefix pattern, ” for any key) and tags the chunk
-// carries. Each comes with its vector when the embedder's (model and
-// dimensions) made it, else none: a search never compares another's. The
-// vector is in the array's binary form (array_send), which search decodes
-// itself, some ten times faster than the driver's generic arrays.
-func (q *Queries) DocumentSearchCandidates(ctx context.Context, arg DocumentSearchCandidatesParams) ([]DocumentSearchCandidatesRow, error) {
-	rows, err := q.db.Query(ctx, documentSearchCandidates,
-		arg.EmbeddingModel,
-		arg.EmbeddingDims,
-		arg.DocumentIDs,
-		arg.ChunkIndexes,
-		arg.BatchID,
-		arg.KeyPattern,
-		arg.Tags,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []DocumentSearchCandidatesRow
-	for rows.Next() {
-		var i DocumentSearchCandidatesRow
-		if err := rows.Scan(
-			&i.DocumentID,
-			&i.R2Key,
-			&i.ChunkIndex,
-			&i.Text,
-			&i.Tags,
-			&i.FirstPage,
-			&i.LastPage,
-			&i.Embedding,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const documentSearchChanged = `-- name: DocumentSearchChanged :many
 SELECT id, current FROM documents WHERE search_xid >= ($1::bigint)::text::xid8 ORDER BY id
 `
@@ -1428,6 +1358,58 @@ func (q *Queries) DocumentSearchChanged(ctx context.Context, since int64) ([]Doc
 	for rows.Next() {
 		var i DocumentSearchChangedRow
 		if err := rows.Scan(&i.ID, &i.Current); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchChunks = `-- name: DocumentSearchChunks :many
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
+FROM (SELECT unnest($1::bigint[]) AS document_id, unnest($2::int[]) AS chunk_index) k
+JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
+JOIN documents d ON d.id = c.document_id
+`
+
+type DocumentSearchChunksParams struct {
+	DocumentIDs  []int64
+	ChunkIndexes []int32
+}
+
+type DocumentSearchChunksRow struct {
+	DocumentID int64
+	R2Key      string
+	ChunkIndex int32
+	Text       string
+	Tags       []string
+	FirstPage  int32
+	LastPage   int32
+}
+
+// What a page of search results shows of its chunks (document and chunk
+// indexes, in pairs), in no order.
+func (q *Queries) DocumentSearchChunks(ctx context.Context, arg DocumentSearchChunksParams) ([]DocumentSearchChunksRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchChunks, arg.DocumentIDs, arg.ChunkIndexes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchChunksRow
+	for rows.Next() {
+		var i DocumentSearchChunksRow
+		if err := rows.Scan(
+			&i.DocumentID,
+			&i.R2Key,
+			&i.ChunkIndex,
+			&i.Text,
+			&i.Tags,
+			&i.FirstPage,
+			&i.LastPage,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1572,6 +1554,11 @@ WITH c AS (
     SELECT c.document_id, c.chunk_index, $3::text, $4::int, $6::bit varying FROM c
     ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
         embedding_dims = excluded.embedding_dims, signature = excluded.signature
+), v AS (
+    INSERT INTO chunk_vectors (document_id, chunk_index, embedding_model, embedding_dims, quantised)
+    SELECT c.document_id, c.chunk_index, $3::text, $4::int, $7::bytea FROM c
+    ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+        embedding_dims = excluded.embedding_dims, quantised = excluded.quantised
 )
 UPDATE documents SET search_xid = pg_current_xact_id() WHERE id = $1::bigint
 `
@@ -1583,9 +1570,11 @@ type DocumentSearchReindexVectorParams struct {
 	EmbeddingDims  int32
 	ChunkIndex     int32
 	Signature      pgtype.Bits
+	Quantised      []byte
 }
 
-// Replaces a chunk's vector with the embedder's, and its signature; the
+// Replaces a chunk's vector with the embedder's, and its signature and
+// quantised form; the
 // version is marked changed (search_xid) so that in-memory indexes read
 // its signatures again.
 func (q *Queries) DocumentSearchReindexVector(ctx context.Context, arg DocumentSearchReindexVectorParams) error {
@@ -1596,6 +1585,7 @@ func (q *Queries) DocumentSearchReindexVector(ctx context.Context, arg DocumentS
 		arg.EmbeddingDims,
 		arg.ChunkIndex,
 		arg.Signature,
+		arg.Quantised,
 	)
 	return err
 }
@@ -1629,7 +1619,7 @@ type DocumentSearchSignatureScanRow struct {
 
 // The vector candidates of a search by a scan of the signatures: the
 // chunks of current versions passing the filters (as
-// DocumentSearchCandidates') whose vectors' signatures are nearest the
+// DocumentSearchText's) whose vectors' signatures are nearest the
 // query's signature (Hamming distance). It reads every signature the filters leave,
 // so a process uses it for filtered searches and until its in-memory index
 // is loaded.
@@ -1781,7 +1771,8 @@ type DocumentSearchTextRow struct {
 }
 
 // The full-text candidates of a search: chunks of current versions
-// passing the filters (as DocumentSearchCandidates') that match the query
+// passing the filters (the batch, the key pattern, a LIKE prefix pattern
+// or ” for any key, and tags the chunk carries) that match the query
 // (websearch_to_tsquery: words, "quoted phrases", or, -excluded), the
 // first scan of them ranked by ts_rank_cd, best first: a bound on the
 // work a query of common words does.
@@ -1803,6 +1794,71 @@ func (q *Queries) DocumentSearchText(ctx context.Context, arg DocumentSearchText
 	for rows.Next() {
 		var i DocumentSearchTextRow
 		if err := rows.Scan(&i.DocumentID, &i.ChunkIndex); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const documentSearchVectors = `-- name: DocumentSearchVectors :many
+SELECT k.document_id::bigint AS document_id, k.chunk_index::int AS chunk_index,
+    (CASE WHEN v.embedding_model = $1::text AND v.embedding_dims = $2::int THEN v.quantised END)::bytea AS quantised,
+    (CASE WHEN v.quantised IS NULL AND $3::bool
+        THEN (SELECT array_send(c.embedding) FROM document_chunks c WHERE c.document_id = k.document_id AND c.chunk_index = k.chunk_index
+            AND c.embedding_model = $1::text AND c.embedding_dims = $2::int)
+    END)::bytea AS embedding
+FROM (SELECT unnest($4::bigint[]) AS document_id, unnest($5::int[]) AS chunk_index) k
+JOIN documents d ON d.id = k.document_id AND d.current
+LEFT JOIN chunk_vectors v ON v.document_id = k.document_id AND v.chunk_index = k.chunk_index
+`
+
+type DocumentSearchVectorsParams struct {
+	EmbeddingModel string
+	EmbeddingDims  int32
+	WithVectors    bool
+	DocumentIDs    []int64
+	ChunkIndexes   []int32
+}
+
+type DocumentSearchVectorsRow struct {
+	DocumentID int64
+	ChunkIndex int32
+	Quantised  []byte
+	Embedding  []byte
+}
+
+// The candidates of a search (document and chunk indexes, in pairs; the
+// full-text and signature queries applied its filters) that are still
+// chunks of current versions, each with its vector quantised
+// (chunk_vectors) when the embedder's (model and dimensions) made it, else
+// none: a search never compares another's. Where a binary that did not
+// quantise wrote the vector, the vector itself comes instead, in the
+// array's binary form (array_send), which search decodes.
+func (q *Queries) DocumentSearchVectors(ctx context.Context, arg DocumentSearchVectorsParams) ([]DocumentSearchVectorsRow, error) {
+	rows, err := q.db.Query(ctx, documentSearchVectors,
+		arg.EmbeddingModel,
+		arg.EmbeddingDims,
+		arg.WithVectors,
+		arg.DocumentIDs,
+		arg.ChunkIndexes,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DocumentSearchVectorsRow
+	for rows.Next() {
+		var i DocumentSearchVectorsRow
+		if err := rows.Scan(
+			&i.DocumentID,
+			&i.ChunkIndex,
+			&i.Quantised,
+			&i.Embedding,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -91,6 +91,14 @@ type ChunkSignature struct {
 	Signature      pgtype.Bits
 }
 
+type ChunkVector struct {
+	DocumentID     int64
+	ChunkIndex     int32
+	EmbeddingModel string
+	EmbeddingDims  int32
+	Quantised      []byte
+}
+
 type Document struct {
 	ID              int64
 	R2Key           string

@@ -542,7 +542,7 @@ func (w *DocumentStepWorker) embed(ctx context.Context, run *stepRun) error {
 				return fmt.Errorf("the embedder %s answered a vector of %d dimensions for chunk %d, want %d", model, len(vectors[i]), r.ChunkIndex, dims)
 			}
 			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: doc.ID, ChunkIndex: r.ChunkIndex, Embedding: vectors[i],
-				EmbeddingModel: model, EmbeddingDims: dims, Signature: search.Signature(vectors[i])}); err != nil {
+				EmbeddingModel: model, EmbeddingDims: dims, Signature: search.Signature(vectors[i]), Quantised: search.Quantise(vectors[i])}); err != nil {
 				return err
 			}
 		}

@@ -145,7 +145,7 @@ func (x *Index) reembed(ctx context.Context) (int, error) {
 				return errors.New("the embedder " + model + " answered a vector of the wrong size")
 			}
 			if err := q.DocumentSearchReindexVector(ctx, db.DocumentSearchReindexVectorParams{DocumentID: r.DocumentID, ChunkIndex: r.ChunkIndex,
-				Embedding: vectors[i], EmbeddingModel: model, EmbeddingDims: dims, Signature: Signature(vectors[i])}); err != nil {
+				Embedding: vectors[i], EmbeddingModel: model, EmbeddingDims: dims, Signature: Signature(vectors[i]), Quantised: Quantise(vectors[i])}); err != nil {
 				return fmt.Errorf("storing document %d chunk %d's vector: %w", r.DocumentID, r.ChunkIndex, err)
 			}
 		}

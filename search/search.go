@@ -1,9 +1,10 @@
 // Package search finds the chunks of current documents that answer a
 // query, on Postgres (issue 30): full-text candidates from each chunk's
 // tsvector, vector candidates from the signatures of the chunks' vectors,
-// the union ranked with the exact cosine of the vectors in the table and
-// the full-text rank, fused by reciprocal rank. No process keeps the
-// corpus: an in-memory index of signatures (dims/8 bytes a chunk) gives
+// the union ranked with the cosine of the vectors (quantised, in a table
+// of their own) and the full-text rank, fused by reciprocal rank; only a
+// page's chunks are read whole. No process keeps the corpus: an in-memory
+// index of signatures (64 bytes a chunk at most) gives
 // the vector candidates of unfiltered searches once loaded, and a scan of
 // the signatures in Postgres those of filtered searches and of searches
 // before it is.
@@ -34,8 +35,9 @@ type Result struct {
 	// Score orders the results: the reciprocal-rank fusion of the chunk's
 	// rank by cosine similarity and its rank by full-text match.
 	Score float32 `json:"score"`
-	// Similarity is the cosine of the chunk's vector and the query's;
-	// absent when the chunk has no vector of the search's embedder.
+	// Similarity is the cosine of the chunk's vector and the query's, from
+	// the chunk's vector quantised to 8 bits a component (within about
+	// 0.001); absent when the chunk has no vector of the search's embedder.
 	Similarity *float32 `json:"similarity,omitempty"`
 	// TextMatch says the chunk matched the query's words (full-text).
 	TextMatch bool     `json:"textMatch"`
@@ -234,25 +236,57 @@ func (x *Index) Search(ctx context.Context, q Query) (Answer, error) {
 		answer.Results = []Result{}
 		return answer, nil
 	}
-	rows, err := queries.DocumentSearchCandidates(ctx, db.DocumentSearchCandidatesParams{EmbeddingModel: model, EmbeddingDims: int32(dims),
-		DocumentIDs: docs, ChunkIndexes: idxs, BatchID: batchID, KeyPattern: pattern, Tags: tags})
+	rows, err := queries.DocumentSearchVectors(ctx, db.DocumentSearchVectorsParams{EmbeddingModel: model, EmbeddingDims: int32(dims),
+		WithVectors: vector != nil, DocumentIDs: docs, ChunkIndexes: idxs})
 	if err != nil {
-		return Answer{}, fmt.Errorf("reading the candidates: %w", err)
+		return Answer{}, fmt.Errorf("reading the candidates' vectors: %w", err)
 	}
-	results, err := rank(rows, textRank, vector)
+	ranked, err := rank(rows, textRank, vector)
 	if err != nil {
 		return Answer{}, err
 	}
-	end := min(q.Offset+q.K, len(results))
-	if q.Offset >= len(results) {
+	if q.Offset >= len(ranked) {
 		answer.Results = []Result{}
 		return answer, nil
 	}
-	answer.Results = results[q.Offset:end]
-	if end < len(results) {
+	end := min(q.Offset+q.K, len(ranked))
+	if answer.Results, err = x.show(ctx, queries, ranked[q.Offset:end]); err != nil {
+		return Answer{}, err
+	}
+	if end < len(ranked) {
 		answer.NextOffset = &end
 	}
 	return answer, nil
+}
+
+// show fills in what a page of results shows of their chunks (key, text,
+// tags, pages), read for the page alone.
+func (x *Index) show(ctx context.Context, queries *db.Queries, page []Result) ([]Result, error) {
+	docs, idxs := make([]int64, len(page)), make([]int32, len(page))
+	for i, r := range page {
+		docs[i], idxs[i] = r.DocumentID, r.ChunkIndex
+	}
+	rows, err := queries.DocumentSearchChunks(ctx, db.DocumentSearchChunksParams{DocumentIDs: docs, ChunkIndexes: idxs})
+	if err != nil {
+		return nil, fmt.Errorf("reading the results' chunks: %w", err)
+	}
+	byKey := make(map[int64]db.DocumentSearchChunksRow, len(rows))
+	for _, r := range rows {
+		byKey[chunkKey(r.DocumentID, r.ChunkIndex)] = r
+	}
+	out := make([]Result, 0, len(page))
+	for _, r := range page {
+		c, ok := byKey[chunkKey(r.DocumentID, r.ChunkIndex)]
+		if !ok {
+			continue // deleted since it was ranked
+		}
+		r.R2Key, r.Text, r.Tags, r.FirstPage, r.LastPage = c.R2Key, c.Text, c.Tags, c.FirstPage, c.LastPage
+		if r.Tags == nil {
+			r.Tags = []string{}
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // noVectorsFor is how long an Index trusts that no chunk has a vector of
@@ -409,26 +443,31 @@ func (x *Index) drop(err error) {
 	x.cfg.Logger.Warn("search index not held; vector candidates come from Postgres", "error", err)
 }
 
-// rank orders the candidates that passed (rows) by reciprocal-rank
-// fusion of their rank by cosine similarity to vector (when there is one
-// and the row has a vector) and their rank by full-text match (textRank,
-// from 1; absent when they did not match), best first.
-func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector []float32) ([]Result, error) {
+// rank orders the candidates that are still current (rows) by
+// reciprocal-rank fusion of their rank by cosine similarity to vector
+// (when there is one and the row has a vector of the embedder) and their
+// rank by full-text match (textRank, from 1; absent when they did not
+// match), best first. The results carry their keys and scores, not yet
+// what show reads.
+func rank(rows []db.DocumentSearchVectorsRow, textRank map[int64]int, vector []float32) ([]Result, error) {
 	type scored struct {
 		Result
 		key int64
 		sim float32
 		has bool
 	}
+	norm := embedding.Norm(vector)
 	all := make([]scored, len(rows))
 	for i, r := range rows {
-		tags := r.Tags
-		if tags == nil {
-			tags = []string{}
-		}
-		s := scored{Result: Result{DocumentID: r.DocumentID, R2Key: r.R2Key, ChunkIndex: r.ChunkIndex, Text: r.Text, Tags: tags,
-			FirstPage: r.FirstPage, LastPage: r.LastPage}, key: chunkKey(r.DocumentID, r.ChunkIndex)}
-		if vector != nil && r.Embedding != nil {
+		s := scored{Result: Result{DocumentID: r.DocumentID, ChunkIndex: r.ChunkIndex}, key: chunkKey(r.DocumentID, r.ChunkIndex)}
+		switch {
+		case vector == nil:
+		case r.Quantised != nil:
+			if len(r.Quantised) != len(vector) {
+				return nil, fmt.Errorf("document %d chunk %d: a vector of %d dimensions stored as the embedder's %d", r.DocumentID, r.ChunkIndex, len(r.Quantised), len(vector))
+			}
+			s.sim, s.has = cosineQuantised(vector, norm, r.Quantised), true
+		case r.Embedding != nil:
 			v, err := decodeVector(r.Embedding)
 			if err != nil {
 				return nil, fmt.Errorf("document %d chunk %d: %w", r.DocumentID, r.ChunkIndex, err)
@@ -437,6 +476,8 @@ func rank(rows []db.DocumentSearchCandidatesRow, textRank map[int64]int, vector 
 				return nil, fmt.Errorf("document %d chunk %d: a vector of %d dimensions stored as the embedder's %d", r.DocumentID, r.ChunkIndex, len(v), len(vector))
 			}
 			s.sim, s.has = embedding.Cosine(vector, v), true
+		}
+		if s.has {
 			sim := s.sim
 			s.Similarity = &sim
 		}

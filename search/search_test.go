@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/search"
+	sqlfiles "github.com/arke-institute/orchestrator/sql"
 )
 
 // concepts are the meanings conceptEmbedder knows, one dimension each,
@@ -112,7 +114,7 @@ func store(t *testing.T, pool *pgxpool.Pool, e embedding.Embedder, key, batch st
 		}
 		for i, c := range chunks {
 			if err := q.DocumentChunkSetEmbedding(ctx, db.DocumentChunkSetEmbeddingParams{DocumentID: id, ChunkIndex: int32(i), Embedding: vecs[i],
-				EmbeddingModel: e.Model(), EmbeddingDims: int32(e.Dimensions()), Signature: search.Signature(vecs[i])}); err != nil {
+				EmbeddingModel: e.Model(), EmbeddingDims: int32(e.Dimensions()), Signature: search.Signature(vecs[i]), Quantised: search.Quantise(vecs[i])}); err != nil {
 				return err
 			}
 			if err := q.DocumentChunkSetTags(ctx, db.DocumentChunkSetTagsParams{DocumentID: id, ChunkIndex: int32(i), Tags: c.tags}); err != nil {
@@ -378,4 +380,49 @@ func TestReindex(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT embedding_model FROM document_chunks WHERE document_id = $1 AND chunk_index = 0`, ids["sea"]).Scan(&model))
 	require.Equal(t, "concepts-v1", model, "a replaced version keeps its vectors")
 	require.NoError(t, x.Reindex(ctx), "nothing left: a second run does nothing")
+}
+
+// TestVectorsWrittenWithoutQuantised: chunks whose vectors a binary
+// without quantised vectors wrote are still ranked by their vectors (read
+// whole), and the migration that added them quantises them as
+// search.Quantise does, byte for byte, ties rounded to even.
+func TestVectorsWrittenWithoutQuantised(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ids := seed(t, pool)
+	ctx := context.Background()
+	ties := []float32{127, 0.5, 1.5, 2.5, -0.5, -2.5, 0.1, -127, 3, 0, 0, 0, 0, 0, 0, 0}
+	_, err := pool.Exec(ctx, `UPDATE document_chunks SET embedding = $1 WHERE document_id = $2 AND chunk_index = 1`, ties, ids["sea"])
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `DELETE FROM chunk_vectors`)
+	require.NoError(t, err)
+
+	for _, memory := range []bool{false, true} {
+		x := newIndex(t, pool, concept, memory)
+		a, err := x.Search(ctx, search.Query{Text: "sailor boat", K: 1})
+		require.NoError(t, err)
+		require.Equal(t, []string{"documents/log_book.md#0"}, keys(a), "found by meaning, from the vector itself")
+		require.NotNil(t, a.Results[0].Similarity)
+		require.InDelta(t, 1, *a.Results[0].Similarity, 1e-5, "the exact cosine")
+	}
+
+	migration, err := fs.ReadFile(sqlfiles.Migrations, "migrations/00035_chunk_quantised.sql")
+	require.NoError(t, err)
+	up := string(migration)
+	backfill := up[strings.Index(up, "INSERT INTO chunk_vectors"):strings.Index(up, "-- +goose Down")]
+	_, err = pool.Exec(ctx, backfill)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `SELECT c.embedding, v.quantised FROM chunk_vectors v
+		JOIN document_chunks c ON c.document_id = v.document_id AND c.chunk_index = v.chunk_index`)
+	require.NoError(t, err)
+	type pair struct {
+		Embedding []float32
+		Quantised []byte
+	}
+	pairs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[pair])
+	require.NoError(t, err)
+	require.Len(t, pairs, 5, "every chunk seed stored")
+	for _, p := range pairs {
+		require.Equal(t, search.Quantise(p.Embedding), p.Quantised, "%v", p.Embedding)
+	}
 }

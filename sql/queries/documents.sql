@@ -105,17 +105,23 @@ LIMIT @max;
 -- name: DocumentChunkSetEmbedding :exec
 -- Stores a chunk's vector with its embedder's identity, and the vector's
 -- signature (chunk_signatures, search.Signature), which search's vector
--- candidates come from.
+-- candidates come from, and its quantised form (chunk_vectors,
+-- search.Quantise), which search ranks them by.
 WITH c AS (
     UPDATE document_chunks u SET embedding = @embedding::real[], embedding_model = @embedding_model::text,
         embedding_dims = @embedding_dims::int, status = 'embedding_done'
     WHERE u.document_id = @document_id::bigint AND u.chunk_index = @chunk_index::int AND u.status = 'pending'
     RETURNING u.document_id, u.chunk_index
+), s AS (
+    INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
+    SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @signature::bit varying FROM c
+    ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+        embedding_dims = excluded.embedding_dims, signature = excluded.signature
 )
-INSERT INTO chunk_signatures (document_id, chunk_index, embedding_model, embedding_dims, signature)
-SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @signature::bit varying FROM c
+INSERT INTO chunk_vectors (document_id, chunk_index, embedding_model, embedding_dims, quantised)
+SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @quantised::bytea FROM c
 ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
-    embedding_dims = excluded.embedding_dims, signature = excluded.signature;
+    embedding_dims = excluded.embedding_dims, quantised = excluded.quantised;
 
 -- name: DocumentChunkSetTags :exec
 UPDATE document_chunks SET tags = @tags::text[], status = 'tags_done'
@@ -302,30 +308,19 @@ INSERT INTO document_scans (prefix) VALUES (@prefix)
 ON CONFLICT (prefix) DO UPDATE SET prefix = EXCLUDED.prefix
 RETURNING *;
 
--- name: DocumentSearchCandidates :many
--- The candidates of a search (document and chunk indexes, in pairs) that
--- are chunks of current versions and pass its filters: the batch, the key
--- pattern (a LIKE prefix pattern, '' for any key) and tags the chunk
--- carries. Each comes with its vector when the embedder's (model and
--- dimensions) made it, else none: a search never compares another's. The
--- vector is in the array's binary form (array_send), which search decodes
--- itself, some ten times faster than the driver's generic arrays.
-SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page,
-    array_send(CASE WHEN c.embedding_model = @embedding_model::text AND c.embedding_dims = @embedding_dims::int
-        THEN c.embedding END)::bytea AS embedding
-FROM (SELECT unnest(@document_ids::bigint[]) AS document_id, unnest(@chunk_indexes::int[]) AS chunk_index) k
-JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
-JOIN documents d ON d.id = c.document_id
-WHERE d.current
-    AND (sqlc.narg(batch_id)::text IS NULL OR d.batch_id = sqlc.narg(batch_id)::text)
-    AND (@key_pattern::text = '' OR d.r2_key LIKE @key_pattern::text)
-    AND (cardinality(@tags::text[]) = 0 OR c.tags @> @tags::text[]);
-
 -- name: DocumentSearchChanged :many
 -- The versions made current or not current by transactions from since
 -- on (an xid8, as DocumentSearchXmin gives it), for an in-memory index
 -- to bring itself in step.
 SELECT id, current FROM documents WHERE search_xid >= (@since::bigint)::text::xid8 ORDER BY id;
+
+-- name: DocumentSearchChunks :many
+-- What a page of search results shows of its chunks (document and chunk
+-- indexes, in pairs), in no order.
+SELECT c.document_id, d.r2_key, c.chunk_index, c.text, c.tags, c.first_page, c.last_page
+FROM (SELECT unnest(@document_ids::bigint[]) AS document_id, unnest(@chunk_indexes::int[]) AS chunk_index) k
+JOIN document_chunks c ON c.document_id = k.document_id AND c.chunk_index = k.chunk_index
+JOIN documents d ON d.id = c.document_id;
 
 -- name: DocumentSearchHasSignatures :one
 -- Whether any chunk has a vector of the embedder, so that a search that
@@ -367,7 +362,8 @@ FROM (
 WHERE u.document_id = k.document_id AND u.chunk_index = k.chunk_index;
 
 -- name: DocumentSearchReindexVector :exec
--- Replaces a chunk's vector with the embedder's, and its signature; the
+-- Replaces a chunk's vector with the embedder's, and its signature and
+-- quantised form; the
 -- version is marked changed (search_xid) so that in-memory indexes read
 -- its signatures again.
 WITH c AS (
@@ -379,13 +375,18 @@ WITH c AS (
     SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @signature::bit varying FROM c
     ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
         embedding_dims = excluded.embedding_dims, signature = excluded.signature
+), v AS (
+    INSERT INTO chunk_vectors (document_id, chunk_index, embedding_model, embedding_dims, quantised)
+    SELECT c.document_id, c.chunk_index, @embedding_model::text, @embedding_dims::int, @quantised::bytea FROM c
+    ON CONFLICT (document_id, chunk_index) DO UPDATE SET embedding_model = excluded.embedding_model,
+        embedding_dims = excluded.embedding_dims, quantised = excluded.quantised
 )
 UPDATE documents SET search_xid = pg_current_xact_id() WHERE id = @document_id::bigint;
 
 -- name: DocumentSearchSignatureScan :many
 -- The vector candidates of a search by a scan of the signatures: the
 -- chunks of current versions passing the filters (as
--- DocumentSearchCandidates') whose vectors' signatures are nearest the
+-- DocumentSearchText's) whose vectors' signatures are nearest the
 -- query's signature (Hamming distance). It reads every signature the filters leave,
 -- so a process uses it for filtered searches and until its in-memory index
 -- is loaded.
@@ -417,7 +418,8 @@ LIMIT @max;
 
 -- name: DocumentSearchText :many
 -- The full-text candidates of a search: chunks of current versions
--- passing the filters (as DocumentSearchCandidates') that match the query
+-- passing the filters (the batch, the key pattern, a LIKE prefix pattern
+-- or '' for any key, and tags the chunk carries) that match the query
 -- (websearch_to_tsquery: words, "quoted phrases", or, -excluded), the
 -- first scan of them ranked by ts_rank_cd, best first: a bound on the
 -- work a query of common words does.
@@ -432,6 +434,24 @@ SELECT m.document_id, m.chunk_index FROM (
 ) m
 ORDER BY ts_rank_cd(m.search_text, websearch_to_tsquery(@text_config::regconfig, @query::text)) DESC, m.document_id, m.chunk_index
 LIMIT @max;
+
+-- name: DocumentSearchVectors :many
+-- The candidates of a search (document and chunk indexes, in pairs; the
+-- full-text and signature queries applied its filters) that are still
+-- chunks of current versions, each with its vector quantised
+-- (chunk_vectors) when the embedder's (model and dimensions) made it, else
+-- none: a search never compares another's. Where a binary that did not
+-- quantise wrote the vector, the vector itself comes instead, in the
+-- array's binary form (array_send), which search decodes.
+SELECT k.document_id::bigint AS document_id, k.chunk_index::int AS chunk_index,
+    (CASE WHEN v.embedding_model = @embedding_model::text AND v.embedding_dims = @embedding_dims::int THEN v.quantised END)::bytea AS quantised,
+    (CASE WHEN v.quantised IS NULL AND @with_vectors::bool
+        THEN (SELECT array_send(c.embedding) FROM document_chunks c WHERE c.document_id = k.document_id AND c.chunk_index = k.chunk_index
+            AND c.embedding_model = @embedding_model::text AND c.embedding_dims = @embedding_dims::int)
+    END)::bytea AS embedding
+FROM (SELECT unnest(@document_ids::bigint[]) AS document_id, unnest(@chunk_indexes::int[]) AS chunk_index) k
+JOIN documents d ON d.id = k.document_id AND d.current
+LEFT JOIN chunk_vectors v ON v.document_id = k.document_id AND v.chunk_index = k.chunk_index;
 
 -- name: DocumentSearchXmin :one
 -- The oldest transaction still running (pg_snapshot_xmin), taken before an
