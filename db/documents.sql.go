@@ -1574,9 +1574,8 @@ type DocumentSearchReindexVectorParams struct {
 }
 
 // Replaces a chunk's vector with the embedder's, and its signature and
-// quantised form; the
-// version is marked changed (search_xid) so that in-memory indexes read
-// its signatures again.
+// quantised form; the version is marked changed (search_xid) so that
+// in-memory indexes read its signatures again.
 func (q *Queries) DocumentSearchReindexVector(ctx context.Context, arg DocumentSearchReindexVectorParams) error {
 	_, err := q.db.Exec(ctx, documentSearchReindexVector,
 		arg.DocumentID,

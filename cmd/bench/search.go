@@ -363,51 +363,24 @@ func loadSearchChunks(ctx context.Context, pool *pgxpool.Pool, n, dims int) erro
 	rng := rand.New(rand.NewPCG(1, 2))
 	sigs := make([]pgtype.Bits, n)
 	quantised := make([][]byte, n)
-	i := 0
-	_, err = pool.CopyFrom(ctx, pgx.Identifier{"document_chunks"},
-		[]string{"document_id", "chunk_index", "text", "heading", "tokens", "embedding", "tags", "status",
-			"search_text", "text_config", "embedding_model", "embedding_dims"},
-		pgx.CopyFromFunc(func() ([]any, error) {
-			if i == n {
-				return nil, nil
-			}
-			ws := words(rng, 40)
-			text := strings.Join(ws, " ") + "."
-			v := embedder.Vector(text)
-			sigs[i], quantised[i] = search.Signature(v), search.Quantise(v)
-			row := []any{ids[i/perDoc], int32(i % perDoc), text, "", int32(45), v, []string{}, "stored",
-				simpleTSVector(ws), "simple", model, int32(dims)}
-			i++
-			return row, nil
-		}))
+	err = copyRows(ctx, pool, "document_chunks", []string{"document_id", "chunk_index", "text", "heading", "tokens", "embedding", "tags", "status",
+		"search_text", "text_config", "embedding_model", "embedding_dims"}, n, func(i int) []any {
+		ws := words(rng, 40)
+		text := strings.Join(ws, " ") + "."
+		v := embedder.Vector(text)
+		sigs[i], quantised[i] = search.Signature(v), search.Quantise(v)
+		return []any{ids[i/perDoc], int32(i % perDoc), text, "", int32(45), v, []string{}, "stored", simpleTSVector(ws), "simple", model, int32(dims)}
+	})
 	if err != nil {
 		return err
 	}
-	i = 0
-	_, err = pool.CopyFrom(ctx, pgx.Identifier{"chunk_signatures"},
-		[]string{"document_id", "chunk_index", "embedding_model", "embedding_dims", "signature"},
-		pgx.CopyFromFunc(func() ([]any, error) {
-			if i == n {
-				return nil, nil
-			}
-			row := []any{ids[i/perDoc], int32(i % perDoc), model, int32(dims), sigs[i]}
-			i++
-			return row, nil
-		}))
+	err = copyRows(ctx, pool, "chunk_signatures", []string{"document_id", "chunk_index", "embedding_model", "embedding_dims", "signature"}, n,
+		func(i int) []any { return []any{ids[i/perDoc], int32(i % perDoc), model, int32(dims), sigs[i]} })
 	if err != nil {
 		return err
 	}
-	i = 0
-	_, err = pool.CopyFrom(ctx, pgx.Identifier{"chunk_vectors"},
-		[]string{"document_id", "chunk_index", "embedding_model", "embedding_dims", "quantised"},
-		pgx.CopyFromFunc(func() ([]any, error) {
-			if i == n {
-				return nil, nil
-			}
-			row := []any{ids[i/perDoc], int32(i % perDoc), model, int32(dims), quantised[i]}
-			i++
-			return row, nil
-		}))
+	err = copyRows(ctx, pool, "chunk_vectors", []string{"document_id", "chunk_index", "embedding_model", "embedding_dims", "quantised"}, n,
+		func(i int) []any { return []any{ids[i/perDoc], int32(i % perDoc), model, int32(dims), quantised[i]} })
 	if err != nil {
 		return err
 	}
@@ -416,6 +389,20 @@ func loadSearchChunks(ctx context.Context, pool *pgxpool.Pool, n, dims int) erro
 	}
 	// Written out now, not by the checkpointer during the searches.
 	_, err = pool.Exec(ctx, "CHECKPOINT")
+	return err
+}
+
+// copyRows copies n rows into table's columns (COPY), row i as row(i)
+// makes it, in order.
+func copyRows(ctx context.Context, pool *pgxpool.Pool, table string, columns []string, n int, row func(i int) []any) error {
+	i := 0
+	_, err := pool.CopyFrom(ctx, pgx.Identifier{table}, columns, pgx.CopyFromFunc(func() ([]any, error) {
+		if i == n {
+			return nil, nil
+		}
+		i++
+		return row(i - 1), nil
+	}))
 	return err
 }
 

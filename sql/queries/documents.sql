@@ -363,9 +363,8 @@ WHERE u.document_id = k.document_id AND u.chunk_index = k.chunk_index;
 
 -- name: DocumentSearchReindexVector :exec
 -- Replaces a chunk's vector with the embedder's, and its signature and
--- quantised form; the
--- version is marked changed (search_xid) so that in-memory indexes read
--- its signatures again.
+-- quantised form; the version is marked changed (search_xid) so that
+-- in-memory indexes read its signatures again.
 WITH c AS (
     UPDATE document_chunks u SET embedding = @embedding::real[], embedding_model = @embedding_model::text, embedding_dims = @embedding_dims::int
     WHERE u.document_id = @document_id::bigint AND u.chunk_index = @chunk_index::int
