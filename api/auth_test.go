@@ -102,6 +102,9 @@ func TestCredentialsOpenTheirRoutes(t *testing.T) {
 		// only from this site's pages (TestCrossSiteWritesRefused).
 		{"POST", "/admin/reset/NOPE", "", []string{"admin"}},
 		{"POST", "/admin/retry/NOPE", "", []string{"admin"}},
+		{"POST", "/admin/pause", `{"batch_id": "NOPE"}`, []string{"admin"}},
+		{"POST", "/admin/resume", `{"batch_id": "NOPE"}`, []string{"admin"}},
+		{"GET", "/admin/pauses", "", []string{"admin", "adminBasic"}},
 		{"POST", "/documents", "{}", []string{"admin", "ingest"}},
 		{"GET", "/riverui/", "", []string{"admin", "adminBasic"}},
 	}

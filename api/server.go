@@ -28,6 +28,7 @@ import (
 	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/search"
@@ -94,6 +95,8 @@ type Backends struct {
 	Store        blob.Store
 	CDNBucket    string
 	CDNPublicURL string
+	// Pauses set and lift pauses of work (POST /admin/pause, /admin/resume).
+	Pauses *pause.Controls
 }
 
 // Parts are the running parts of the orchestrator that the API serves.
@@ -105,6 +108,10 @@ type Parts struct {
 	Store   blob.Store
 	Logger  *slog.Logger
 	Metrics *metrics.Metrics
+	// Pauses is the process's gate of pauses, which the executors ask
+	// (jobs.Deps.Pauses): a pause or resume takes effect in this process at
+	// once, in the others within a second.
+	Pauses *pause.Gate
 }
 
 // Settings are the API's configuration, as config reads it.
@@ -142,6 +149,7 @@ func ConfigOf(s Settings, p Parts) Config {
 			MaxIndexChunks: s.Documents.SearchIndexMaxChunks, Logger: p.Logger})
 	}
 	c.Store, c.CDNBucket, c.CDNPublicURL = p.Store, s.CDNBucket, s.CDNPublicURL
+	c.Pauses = &pause.Controls{Pool: p.Pool, Gate: p.Pauses, Logger: p.Logger, Kinds: p.Executors.PausedKinds()}
 	return c
 }
 
@@ -175,7 +183,10 @@ func New(cfg Config) *echo.Echo {
 	if b.Documents == nil {
 		b.Documents = docindex.NewDocuments(cfg.Pool, cfg.River, nil, "", "", cfg.Logger)
 	}
-	h := &handlers{status: b.Status, batches: b.Batches, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
+	if b.Pauses == nil {
+		b.Pauses = &pause.Controls{Pool: cfg.Pool, Logger: cfg.Logger, Kinds: cfg.Executors.PausedKinds()}
+	}
+	h := &handlers{status: b.Status, batches: b.Batches, pauses: b.Pauses, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
 		callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery)),
 		tokens: tasktoken.New(cfg.Pool), throttle: newThrottle(cfg.ClientIPHeader, cfg.FailureBurst), callbackMax: callbackMaxBytes(cb.MaxOutputs)}
@@ -203,6 +214,9 @@ func New(cfg Config) *echo.Echo {
 	admin.POST("/retry/:batchId", h.retryBatch)
 	admin.POST("/reindex", h.startReindex)
 	admin.GET("/reindex", h.reindexProgress)
+	admin.POST("/pause", h.pause)
+	admin.POST("/resume", h.resume)
+	admin.GET("/pauses", h.listPauses)
 	for _, r := range cfg.Executors.Routes() {
 		if r.Access == jobs.AccessTask { // the handler checks the task's token
 			e.Add(r.Method, r.Path, h.executorRoute(r), requireJSON)
@@ -215,7 +229,7 @@ func New(cfg Config) *echo.Echo {
 		e.Add(r.Method, r.Path, h.executorRoute(r), access, requireJSON)
 	}
 	ui.New(ui.Deps{Pool: cfg.Pool, Status: b.Status, Batches: b.Batches, Executors: cfg.Executors, Documents: b.Documents, Search: b.Search,
-		Store: b.Store, CDNBucket: b.CDNBucket, CDNPublicURL: b.CDNPublicURL, LogAdmin: h.logAdmin}).Mount(e.Group("/ui", h.requireViewer))
+		Store: b.Store, CDNBucket: b.CDNBucket, CDNPublicURL: b.CDNPublicURL, Pauses: b.Pauses, LogAdmin: h.logAdmin}).Mount(e.Group("/ui", h.requireViewer))
 	if cfg.River != nil {
 		h.mountRiverUI(ctx, e, cfg)
 	}
@@ -225,6 +239,7 @@ func New(cfg Config) *echo.Echo {
 type handlers struct {
 	status    *status.Reader
 	batches   *batches.Commands
+	pauses    *pause.Controls
 	hub       *eventhub.Hub
 	documents *docindex.Documents
 	search    *search.Index

@@ -154,6 +154,47 @@ func TestDashboardAccess(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	})
 
+	t.Run("PauseButtons", func(t *testing.T) {
+		post := func(path, form string) *http.Response {
+			resp, body := send(t, http.MethodPost, base+path, form, func(r *http.Request) {
+				admin(r)
+				r.Header.Set("Origin", base)
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			})
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, "%s %s: %s", path, form, body)
+			return resp
+		}
+		resp := post("/ui/pauses", "batch_id="+exampleBatchID+"&reason=checking+<b>files</b>")
+		require.Equal(t, page+"?done=paused", resp.Header.Get("Location"))
+		_, body := do(t, base, http.MethodGet, page+"?done=paused", admin)
+		require.Contains(t, body, `<p class="notice" role="status">Batch paused.</p>`)
+		require.Contains(t, body, `id="batch-paused"`)
+		require.Contains(t, body, "checking &lt;b&gt;files&lt;/b&gt;", "the reason is shown as text")
+		require.Contains(t, body, `id="resume"`)
+		require.EqualValues(t, "batch", env.Status(t, exampleBatchID).Paused.Scope)
+		post("/ui/pauses/resume", "batch_id="+exampleBatchID)
+		require.Nil(t, env.Status(t, exampleBatchID).Paused)
+
+		// A phase's pause, from the list page, is listed there with its
+		// resume button.
+		require.Equal(t, "/ui", post("/ui/pauses", "phase=OCR&reason=provider+bill").Header.Get("Location"))
+		_, body = do(t, base, http.MethodGet, "/ui", admin)
+		require.Contains(t, body, `<li class="pause" data-scope="phase">Phase <strong>OCR</strong>`)
+		require.Contains(t, body, "provider bill")
+		post("/ui/pauses/resume", "phase=OCR")
+		_, body = do(t, base, http.MethodGet, "/ui", admin)
+		require.NotContains(t, body, `id="pauses"`)
+
+		// A reader sees no pause button and may not post one.
+		_, body = do(t, base, http.MethodGet, "/ui", func(r *http.Request) { r.SetBasicAuth("reader", testenv.ReadToken) })
+		require.NotContains(t, body, `id="pause-form"`)
+		resp, _ = send(t, http.MethodPost, base+"/ui/pauses", "", func(r *http.Request) {
+			r.SetBasicAuth("reader", testenv.ReadToken)
+			r.Header.Set("Origin", base)
+		})
+		require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	})
+
 	t.Run("SameOriginPosts", func(t *testing.T) {
 		// Nothing failed: the retry's 409 comes back as the page's notice.
 		resp, body := do(t, base, http.MethodPost, page+"/retry", func(r *http.Request) {

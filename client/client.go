@@ -176,18 +176,55 @@ func (c *Client) ReindexProgress(ctx context.Context) (ReindexProgress, error) {
 }
 
 func (c *Client) reindex(ctx context.Context, method string) (ReindexProgress, error) {
-	resp, data, err := c.do(ctx, method, "/admin/reindex", nil, asAdmin)
+	var p ReindexProgress
+	err := c.admin(ctx, method, "/admin/reindex", nil, &p)
+	return p, err
+}
+
+// Pause is POST /admin/pause (admin token): no launches, leases, provider
+// calls or document steps for t's work until Resume. Pausing what is
+// paused keeps its start and takes the new reason.
+func (c *Client) Pause(ctx context.Context, t PauseTarget, reason string) (Pause, error) {
+	var p Pause
+	err := c.admin(ctx, http.MethodPost, "/admin/pause", struct {
+		PauseTarget
+		Reason string `json:"reason,omitempty"`
+	}{t, reason}, &p)
+	return p, err
+}
+
+// Resume is POST /admin/resume (admin token): lifts t's pause. A target
+// not paused is an *Error with StatusCode 404.
+func (c *Client) Resume(ctx context.Context, t PauseTarget) (Resumed, error) {
+	var r Resumed
+	err := c.admin(ctx, http.MethodPost, "/admin/resume", t, &r)
+	return r, err
+}
+
+// Pauses is GET /admin/pauses (admin token): the pauses in force, oldest
+// first.
+func (c *Client) Pauses(ctx context.Context) ([]Pause, error) {
+	var list struct {
+		Pauses []Pause `json:"pauses"`
+	}
+	err := c.admin(ctx, http.MethodGet, "/admin/pauses", nil, &list)
+	return list.Pauses, err
+}
+
+// admin sends an admin request with in as its JSON body (unless nil) and
+// decodes a 2xx answer into out.
+func (c *Client) admin(ctx context.Context, method, path string, in, out any) error {
+	resp, data, err := c.do(ctx, method, path, in, asAdmin)
 	if err != nil {
-		return ReindexProgress{}, err
+		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		return ReindexProgress{}, newError(resp, data)
+		return newError(resp, data)
 	}
-	var p ReindexProgress
-	if err := json.Unmarshal(data, &p); err != nil {
-		return ReindexProgress{}, fmt.Errorf("the orchestrator answered %s %s with %s: %s", method, "/admin/reindex", resp.Status, bytes.TrimSpace(data))
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("the orchestrator answered %s %s with %s: %s", method, path, resp.Status, bytes.TrimSpace(data))
 	}
-	return p, nil
+	return nil
 }
 
 // IndexDocument is POST /documents (ingest credential, else the admin

@@ -57,6 +57,8 @@ type Status struct {
 	// Pruned is set once retention (RETENTION_DAYS) removed the batch's
 	// processing details; Phases and Progress are then as they were.
 	Pruned *Pruning `json:"pruned,omitempty"`
+	// Paused is the pause that holds the batch's work, if one does.
+	Paused *Pause `json:"paused,omitempty"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`
@@ -217,4 +219,31 @@ type SearchResult struct {
 	// absent for a document without pages.
 	FirstPage int32 `json:"firstPage,omitempty"`
 	LastPage  int32 `json:"lastPage,omitempty"`
+}
+
+// PauseTarget names what Pause and Resume act on: a batch, a phase, or
+// (both empty) everything.
+type PauseTarget struct {
+	BatchID string `json:"batch_id,omitempty"`
+	Phase   string `json:"phase,omitempty"`
+}
+
+// Pause is a pause of work in force (POST /admin/pause, GET
+// /admin/pauses, and a Status's Paused).
+type Pause struct {
+	// Scope is global, phase or batch; Target the phase's name or the
+	// batch's id ("" for global).
+	Scope  string    `json:"scope"`
+	Target string    `json:"target,omitempty"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+}
+
+// Resumed is the answer of Resume: the pause lifted, how long it lasted,
+// and the work whose failing clocks moved later by that time, by table.
+type Resumed struct {
+	Pause
+	PausedSeconds float64          `json:"paused_seconds"`
+	Shifted       map[string]int64 `json:"shifted"`
+	Woken         int64            `json:"woken"`
 }

@@ -40,6 +40,8 @@ type Config struct {
 	CallbackCommitters int
 	CallbackQueueMax   int
 	ListenAddr         string
+	// ShutdownTimeout bounds a drain (SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
 	// AdminToken, ReadToken, IngestToken and IngestSigningSecret are the
 	// API's credentials; StatusPublic opens the status routes to everyone
 	// (see api.Credentials).

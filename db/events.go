@@ -33,6 +33,10 @@ const (
 	EventCallbackRejected = "callback.rejected"
 	EventAdminReset       = "admin.reset"
 	EventAdminRetry       = "admin.retry"
+	// EventAdminPause and EventAdminResume: an admin paused the batch's
+	// work, or resumed it (POST /admin/pause, /admin/resume).
+	EventAdminPause       = "admin.pause"
+	EventAdminResume      = "admin.resume"
 	EventTaskRequeued     = "task.requeued"
 	EventChunkStarted     = "chunk.started"
 	EventChunkCompleted   = "chunk.completed"
@@ -54,7 +58,7 @@ func EventTypes() []string {
 		EventPhaseStarted, EventPhaseRetry, EventPhaseCompleted, EventGenerationBuilt, EventTransformFailed,
 		EventTaskLaunched, EventTaskCompleted, EventTaskFailed, EventTaskTimedOut, EventTaskRetrying, EventCallbackRejected,
 		EventAdminReset, EventAdminRetry, EventTaskRequeued, EventChunkStarted, EventChunkCompleted, EventChunkFailed,
-		EventRateLimitChanged, EventItemsRequeued, EventBatchPruned, EventBatchResumed,
+		EventRateLimitChanged, EventItemsRequeued, EventBatchPruned, EventBatchResumed, EventAdminPause, EventAdminResume,
 	}
 }
 

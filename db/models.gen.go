@@ -187,6 +187,13 @@ type Listener struct {
 	SeenAt    time.Time
 }
 
+type Pause struct {
+	Scope    string
+	Target   string
+	Reason   string
+	PausedAt time.Time
+}
+
 type Pool struct {
 	ID        int64
 	Phase     string

@@ -25,6 +25,8 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
+	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/search"
@@ -242,6 +244,12 @@ func (w *DocumentStepWorker) work(ctx context.Context, job *river.Job[DocumentSt
 	}
 	if !doc.Status.Open() {
 		return nil
+	}
+	if p, err := w.deps.Pauses.Of(ctx, batchOf(doc), string(phases.DocumentIndexing)); err != nil || p != nil {
+		if p != nil {
+			return river.JobSnooze(pause.Recheck) // no step while paused
+		}
+		return err
 	}
 	if doc.Status == db.DocumentNotStarted {
 		if err := q.DocumentStart(ctx, id); err != nil {
@@ -742,4 +750,12 @@ func (w *DocumentStepWorker) end(ctx context.Context, client *river.Client[pgx.T
 // endDocument is end with the job's River client.
 func (w *DocumentStepWorker) endDocument(ctx context.Context, doc db.Document, end func(tx pgx.Tx) (ended bool, err error)) error {
 	return w.end(ctx, river.ClientFromContext[pgx.Tx](ctx), doc, end)
+}
+
+// batchOf is the id of doc's batch, "" for a document posted alone.
+func batchOf(doc db.Document) string {
+	if doc.BatchID == nil {
+		return ""
+	}
+	return *doc.BatchID
 }

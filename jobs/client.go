@@ -47,6 +47,7 @@ import (
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
 )
 
 // Deps are the outside things the workers use.
@@ -68,6 +69,10 @@ type Deps struct {
 	// Metrics counts batches, tasks, launches and deliveries; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
+	// Pauses tell the executors whether work is paused (POST
+	// /admin/pause): they launch, lease, call providers and step
+	// documents only when not. nil pauses nothing.
+	Pauses *pause.Gate
 }
 
 // ClientConfig tunes the River client.

@@ -439,6 +439,24 @@ func FailuresOf(ps []PhaseProgress) Failures {
 	return f
 }
 
+// Pausable is an executor whose jobs wait while their work is paused
+// (Deps.Pauses): a resume makes the jobs of these kinds that wait due at
+// once (pause.Controls).
+type Pausable interface {
+	PausedKinds() []string
+}
+
+// PausedKinds are the kinds of the jobs of every Pausable executor.
+func (x *Executors) PausedKinds() []string {
+	var out []string
+	for _, e := range x.All() {
+		if p, ok := e.(Pausable); ok {
+			out = append(out, p.PausedKinds()...)
+		}
+	}
+	return out
+}
+
 // Overtaker is an executor that must hear of tasks that a success of an
 // earlier attempt completed after they were launched again, to stop the
 // machine each had (fanin.Overtaken). It is told in the callbacks'

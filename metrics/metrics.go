@@ -513,6 +513,7 @@ type queueCollector struct {
 	logger   *slog.Logger
 	depth    *prometheus.Desc
 	machines *prometheus.Desc
+	pauses   *prometheus.Desc
 	errors   prometheus.Counter
 }
 
@@ -523,9 +524,11 @@ func newQueueCollector(pool *pgxpool.Pool, timeout time.Duration, logger *slog.L
 			"River jobs by queue and state, read from river_job at scrape time.", []string{"queue", "state"}, nil),
 		machines: prometheus.NewDesc("orchestrator_pool_machines",
 			"Live pool machines by app and state (starting: launched, not yet heard from; busy: holding a lease; idle), read at scrape time.", []string{"app", "state"}, nil),
+		pauses: prometheus.NewDesc("orchestrator_pauses",
+			"Pauses of work in force by scope (global, phase, batch), read at scrape time (POST /admin/pause).", []string{"scope"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orchestrator_river_jobs_scrape_errors_total",
-			Help: "Scrapes whose River queue depth or pool machines query failed or timed out (orchestrator_river_jobs or orchestrator_pool_machines is then left out).",
+			Help: "Scrapes whose River queue depth, pool machines or pauses query failed or timed out (orchestrator_river_jobs, orchestrator_pool_machines or orchestrator_pauses is then left out).",
 		}),
 	}
 }
@@ -534,6 +537,7 @@ func newQueueCollector(pool *pgxpool.Pool, timeout time.Duration, logger *slog.L
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.depth
 	ch <- c.machines
+	ch <- c.pauses
 	c.errors.Describe(ch)
 }
 
@@ -544,6 +548,12 @@ const queueDepthSQL = `SELECT queue, state::text, count(*) FROM river_job GROUP 
 // poolMachinesSQL counts the live pool machines by app and state.
 const poolMachinesSQL = `SELECT app, CASE WHEN seen_at IS NULL THEN 'starting' WHEN busy_since IS NOT NULL THEN 'busy' ELSE 'idle' END, count(*)
 FROM pool_machines WHERE ended_at IS NULL GROUP BY 1, 2`
+
+// pausesSQL counts the pauses in force by scope.
+const pausesSQL = `SELECT scope, '', count(*) FROM pauses GROUP BY 1`
+
+// pauseScopes are the scopes of orchestrator_pauses.
+var pauseScopes = []string{"global", "phase", "batch"}
 
 // Collect implements prometheus.Collector. A query that fails or takes
 // longer than the timeout leaves the depth out of this scrape (and counts
@@ -575,6 +585,14 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range poolMachineStates {
 			ch <- prometheus.MustNewConstMetric(c.machines, prometheus.GaugeValue, float64(byState[s]), app, s)
 		}
+	}
+	pauses, err := c.count(ctx, pausesSQL)
+	if err != nil {
+		c.failed(err)
+		return
+	}
+	for _, s := range pauseScopes {
+		ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.GaugeValue, float64(pauses[s][""]), s)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -64,6 +65,9 @@ type Status struct {
 	// Pruned is set once retention removed the batch's processing
 	// details; Phases and Progress are then as they were when it began.
 	Pruned *Pruning `json:"pruned,omitempty"`
+	// Paused is the pause that holds the batch's work in its phase (POST
+	// /admin/pause), if one does.
+	Paused *pause.Pause `json:"paused,omitempty"`
 }
 
 // Failures are a batch's failed work by cause: Permanent failed because
@@ -118,6 +122,13 @@ func (r *Reader) Status(ctx context.Context, batchID string) (Status, error) {
 		st.Phases = []PhaseProgress{}
 	}
 	st.Failures = jobs.FailuresOf(st.Phases)
+	if b.Phase != nil && !phases.BatchStatus(b.Status).Terminal() {
+		pauses, err := pause.List(ctx, q)
+		if err != nil {
+			return Status{}, err
+		}
+		st.Paused = pause.Covering(pauses, b.ID, *b.Phase)
+	}
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}

@@ -22,8 +22,10 @@ import (
 
 	"github.com/arke-institute/orchestrator/batches"
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/search"
@@ -47,6 +49,8 @@ type Dashboard struct {
 	store        blob.Store
 	cdnBucket    string
 	cdnPublicURL string
+	// pauses set and lift pauses of work.
+	pauses *pause.Controls
 	// logAdmin logs an admin's action, naming who (the API's).
 	logAdmin func(c echo.Context, action string)
 }
@@ -63,6 +67,8 @@ type Deps struct {
 	Store        blob.Store
 	CDNBucket    string
 	CDNPublicURL string
+	// Pauses set and lift pauses of work (the pause and resume buttons).
+	Pauses *pause.Controls
 	// LogAdmin logs an admin's action.
 	LogAdmin func(c echo.Context, action string)
 }
@@ -70,7 +76,7 @@ type Deps struct {
 // New returns the dashboard.
 func New(d Deps) *Dashboard {
 	return &Dashboard{pool: d.Pool, status: d.Status, batches: d.Batches, executors: d.Executors, documents: d.Documents, search: d.Search,
-		store: d.Store, cdnBucket: d.CDNBucket, cdnPublicURL: d.CDNPublicURL, logAdmin: d.LogAdmin}
+		store: d.Store, cdnBucket: d.CDNBucket, cdnPublicURL: d.CDNPublicURL, pauses: d.Pauses, logAdmin: d.LogAdmin}
 }
 
 //go:embed templates/*.html static/*
@@ -251,6 +257,8 @@ func (d *Dashboard) Mount(g *echo.Group) {
 	g.GET("/batches/:batchId/files/:fileId/thumbnail", d.uiThumbnail)
 	g.POST("/batches/:batchId/reset", d.uiReset, SameOrigin)
 	g.POST("/batches/:batchId/retry", d.uiRetry, SameOrigin)
+	g.POST("/pauses", d.uiPause, SameOrigin)
+	g.POST("/pauses/resume", d.uiResume, SameOrigin)
 	d.mountUIDocuments(g)
 	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(static))))
 }
@@ -260,7 +268,10 @@ type listPage struct {
 	Viewer   Viewer
 	Status   string
 	Statuses []string
-	Page     Page
+	// Pauses are the pauses in force; Phases the phases one may pause.
+	Pauses []pause.Pause
+	Phases []string
+	Page   Page
 	// Next is the query of the next page, "" on the last (nextPage).
 	Next template.URL
 }
@@ -275,6 +286,12 @@ func (d *Dashboard) uiBatchList(c echo.Context) error {
 	data := listPage{Viewer: c.Get(ViewerKey).(Viewer), Status: f.Status, Page: page}
 	for _, st := range phases.Statuses() {
 		data.Statuses = append(data.Statuses, string(st))
+	}
+	for _, p := range phases.All() {
+		data.Phases = append(data.Phases, string(p.Spec().Name))
+	}
+	if data.Pauses, err = pause.List(c.Request().Context(), db.New(d.pool)); err != nil {
+		return err
 	}
 	data.Next = nextPage(page.NextCursor, f.Status)
 	return render(c, http.StatusOK, "list.html", data)
@@ -305,7 +322,7 @@ type batchPage struct {
 
 // notices are what ?done= on the batch page may say: fixed texts, so a
 // link cannot put words of its own on the admin's page.
-var notices = map[string]string{"reset": "Batch reset.", "retry": "Batch retried."}
+var notices = map[string]string{"reset": "Batch reset.", "retry": "Batch retried.", "paused": "Batch paused.", "resumed": "Batch resumed."}
 
 // timelineRow is a phase in the batch page's timeline.
 type timelineRow struct {
@@ -381,6 +398,41 @@ func (d *Dashboard) uiRetry(c echo.Context) error {
 	d.logAdmin(c, "retry")
 	_, err := d.batches.Retry(c.Request().Context(), c.Param("batchId"), c.QueryParam("mode") == batches.RetryInfrastructure)
 	return d.afterAction(c, "retry", err)
+}
+
+// uiPause is POST /ui/pauses, the pause buttons: of a batch (form field
+// batch_id), a phase (phase) or everything (neither), with a reason.
+func (d *Dashboard) uiPause(c echo.Context) error {
+	if !c.Get(ViewerKey).(Viewer).Admin {
+		return echo.NewHTTPError(http.StatusForbidden, "only the admin may pause work")
+	}
+	d.logAdmin(c, "pause")
+	t := pause.Target{BatchID: c.FormValue("batch_id"), Phase: c.FormValue("phase")}
+	_, err := d.pauses.Pause(c.Request().Context(), t, c.FormValue("reason"))
+	return d.afterPause(c, t, "paused", err)
+}
+
+// uiResume is POST /ui/pauses/resume, the resume buttons.
+func (d *Dashboard) uiResume(c echo.Context) error {
+	if !c.Get(ViewerKey).(Viewer).Admin {
+		return echo.NewHTTPError(http.StatusForbidden, "only the admin may resume work")
+	}
+	d.logAdmin(c, "resume")
+	t := pause.Target{BatchID: c.FormValue("batch_id"), Phase: c.FormValue("phase")}
+	_, err := d.pauses.Resume(c.Request().Context(), t)
+	return d.afterPause(c, t, "resumed", err)
+}
+
+// afterPause sends the browser back to the batch's page (a batch's pause)
+// or the list (303).
+func (d *Dashboard) afterPause(c echo.Context, t pause.Target, done string, err error) error {
+	if err != nil {
+		return err
+	}
+	if t.BatchID != "" {
+		return c.Redirect(http.StatusSeeOther, uiPrefix+"/batches/"+url.PathEscape(t.BatchID)+"?done="+done)
+	}
+	return c.Redirect(http.StatusSeeOther, uiPrefix)
 }
 
 // afterAction sends the browser back to the batch page (303, so a reload

@@ -67,7 +67,6 @@ func document(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // documentOptions is a parsed document command line.
 type documentOptions struct {
 	file, key    string
-	url          string
 	noWait       bool
 	pollInterval time.Duration
 }
@@ -78,14 +77,8 @@ func runDocument(ctx context.Context, args []string, lookup func(string) (string
 	if err != nil {
 		return err
 	}
-	flags := flag.NewFlagSet("document", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.Usage = func() {
-		fmt.Fprint(stderr, documentUsage)
-		flags.PrintDefaults()
-	}
+	flags, url := operatorFlags("document", documentUsage, cfg, stderr)
 	var o documentOptions
-	flags.StringVar(&o.url, "url", cfg.OrchestratorURL, "orchestrator base URL ($ORCHESTRATOR_URL, else from LISTEN_ADDR)")
 	flags.StringVar(&o.key, "key", "", "object key in R2_BUCKET (default DOCUMENTS_PREFIX + FILE's name)")
 	flags.BoolVar(&o.noWait, "no-wait", false, "exit once the document is queued")
 	flags.DurationVar(&o.pollInterval, "poll-interval", 300*time.Millisecond, "how often the document's status is read")
@@ -111,7 +104,7 @@ func runDocument(ctx context.Context, args []string, lookup func(string) (string
 			o.key = cfg.Executors.Documents.Prefix + filepath.Base(o.file)
 		}
 	}
-	api, err := client.New(client.Config{URL: o.url, IngestToken: cfg.IngestToken, IngestSigningSecret: cfg.IngestSigningSecret,
+	api, err := client.New(client.Config{URL: *url, IngestToken: cfg.IngestToken, IngestSigningSecret: cfg.IngestSigningSecret,
 		ReadToken: cfg.ReadToken, AdminToken: cfg.AdminToken})
 	if err != nil {
 		return usageError{err.Error()}
@@ -246,13 +239,7 @@ func runSearch(ctx context.Context, args []string, lookup func(string) (string, 
 	if err != nil {
 		return err
 	}
-	flags := flag.NewFlagSet("search", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.Usage = func() {
-		fmt.Fprint(stderr, searchUsage)
-		flags.PrintDefaults()
-	}
-	url := flags.String("url", cfg.OrchestratorURL, "orchestrator base URL ($ORCHESTRATOR_URL, else from LISTEN_ADDR)")
+	flags, url := operatorFlags("search", searchUsage, cfg, stderr)
 	k := flags.Int("k", 10, "how many chunks to print")
 	asJSON := flags.Bool("json", false, "print the results as JSON")
 	rest, err := parseInterleaved(flags, args)

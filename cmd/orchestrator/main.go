@@ -10,6 +10,7 @@
 //	orchestrator retry-infra  re-run only what infrastructure failed (admin)
 //	orchestrator document  upload a text document, index it and follow it
 //	orchestrator search    search the indexed documents
+//	orchestrator pause     pause work of everything, a phase or a batch (admin); resume lifts it
 //	orchestrator report    print a report of the database (batch durations, failures, cost, ...)
 //
 // Configuration comes from the environment; see docs/configuration.md.
@@ -45,6 +46,11 @@ Usage:
   orchestrator search [-k 10] QUERY  search the indexed documents
   orchestrator reindex               re-index the documents for search after the embedder or
                                      SEARCH_TEXT_CONFIG changed, and follow it (ADMIN_TOKEN)
+  orchestrator pause -all|-phase P|-batch ID [-reason TEXT]
+                                     stop launches, leases, provider calls and document steps
+                                     of everything, a phase or a batch (ADMIN_TOKEN)
+  orchestrator resume -all|-phase P|-batch ID
+                                     lift a pause; orchestrator pauses lists them
   orchestrator report [NAME] [-since 7d] [-format table|csv|json] [-limit 20]
                                      print a report of DATABASE_URL; no NAME lists them
   orchestrator help                  show this help
@@ -93,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return search(ctx, args[1:], stdout, stderr)
 	case "reindex":
 		return reindex(ctx, args[1:], stdout, stderr)
+	case "pause", "resume", "pauses":
+		return pauseCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

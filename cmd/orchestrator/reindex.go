@@ -41,13 +41,7 @@ func runReindex(ctx context.Context, args []string, lookup func(string) (string,
 	if err != nil {
 		return err
 	}
-	flags := flag.NewFlagSet("reindex", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.Usage = func() {
-		fmt.Fprint(stderr, reindexUsage)
-		flags.PrintDefaults()
-	}
-	url := flags.String("url", cfg.OrchestratorURL, "orchestrator base URL ($ORCHESTRATOR_URL, else from LISTEN_ADDR)")
+	flags, url := operatorFlags("reindex", reindexUsage, cfg, stderr)
 	noWait := flags.Bool("no-wait", false, "exit once the re-index started")
 	poll := flags.Duration("poll-interval", time.Second, "how often the progress is read")
 	rest, err := parseInterleaved(flags, args)

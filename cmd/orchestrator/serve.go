@@ -31,6 +31,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/locals3"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -113,8 +114,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer stopMetrics()
+	pauses := pause.NewGate(pool)
 	deps, err := executor.Register(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m,
+		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses,
 	}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
@@ -130,7 +132,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	warnClosedRoutes(cfg, logger)
-	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses})
 	apiCfg.Context = ctx
 	e := api.New(apiCfg)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -156,16 +158,49 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("serving HTTP: %w", err)
 		}
 	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("HTTP shutdown", "error", err)
-	}
-	if err := riverClient.Stop(shutdownCtx); err != nil {
-		logger.Warn("job workers shutdown", "error", err)
-	}
+	drain(context.WithoutCancel(ctx), srv, riverClient, cfg.ShutdownTimeout, logger)
 	return nil
+}
+
+// drainer is what a drain stops: River's client (Stop lets the running
+// jobs finish, StopAndCancel cancels them).
+type drainer interface {
+	Stop(ctx context.Context) error
+	StopAndCancel(ctx context.Context) error
+}
+
+// cancelWait bounds the wait for cancelled jobs to return once a drain's
+// time is up.
+const cancelWait = 5 * time.Second
+
+// drain stops a process within about timeout (SHUTDOWN_TIMEOUT): at once it
+// takes no new connection and no new job; it answers the requests it holds
+// and lets its running jobs finish, both at once. When timeout is up it
+// cancels the jobs still running (River gives them back, to be run again
+// by another process; every job is idempotent) and closes the connections
+// left, then waits up to cancelWait for the jobs to return.
+func drain(ctx context.Context, srv *http.Server, jobs drainer, timeout time.Duration, logger *slog.Logger) {
+	start := time.Now()
+	logger.Info("draining: no new jobs or connections; finishing the requests and jobs held", "within", timeout.String())
+	soft, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	httpDone, jobsDone := make(chan error, 1), make(chan error, 1)
+	go func() { httpDone <- srv.Shutdown(soft) }()
+	go func() { jobsDone <- jobs.Stop(soft) }()
+	httpErr, jobsErr := <-httpDone, <-jobsDone
+	if jobsErr != nil {
+		logger.Warn("jobs still running when the drain's time was up: cancelled, they go back to River", "error", jobsErr.Error())
+		hard, cancelHard := context.WithTimeout(ctx, cancelWait)
+		defer cancelHard()
+		if err := jobs.StopAndCancel(hard); err != nil {
+			logger.Warn("cancelled jobs did not return in time", "error", err.Error(), "waited", cancelWait.String())
+		}
+	}
+	if httpErr != nil {
+		logger.Warn("requests still open when the drain's time was up: connections closed", "error", httpErr.Error())
+		_ = srv.Close()
+	}
+	logger.Info("drained", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 // generateTokens gives the embedded default the tokens its environment

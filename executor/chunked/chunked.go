@@ -63,6 +63,9 @@ func New(deps jobs.Deps, cfg Config, engines ...Engine) *Executor {
 // Kind is Kind.
 func (e *Executor) Kind() string { return Kind }
 
+// PausedKinds implements jobs.Pausable: while paused, a chunk sends nothing to its provider.
+func (e *Executor) PausedKinds() []string { return []string{ChunkArgs{}.Kind()} }
+
 // Check refuses a phase that makes no chunks, has no chunk size, or whose
 // engine is not registered.
 func (e *Executor) Check(p phases.Phase) error {

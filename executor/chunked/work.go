@@ -15,6 +15,7 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
@@ -140,6 +141,12 @@ func (r chunkRun) work(ctx context.Context) error {
 	}
 	if batch.Status != phase {
 		return nil // reset or failed: the chunk waits for a retry to enqueue it again
+	}
+	if p, err := r.w.deps.Pauses.Of(ctx, batchID, phase); err != nil || p != nil {
+		if p != nil {
+			return river.JobSnooze(pause.Recheck) // no provider call while paused
+		}
+		return err
 	}
 	if chunk.State == db.ChunkPending {
 		if err := r.start(ctx); err != nil {

@@ -59,6 +59,9 @@ func (e *Executor) Pipeline() *docindex.DocumentStepWorker { return e.pipeline }
 // Kind is Kind.
 func (e *Executor) Kind() string { return Kind }
 
+// PausedKinds implements jobs.Pausable: while paused, a document takes no step.
+func (e *Executor) PausedKinds() []string { return []string{docindex.DocumentStepArgs{}.Kind()} }
+
 // Check refuses a phase that makes no documents.
 func (e *Executor) Check(p phases.Phase) error {
 	if _, ok := p.(phases.Documenter); !ok {

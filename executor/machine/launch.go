@@ -16,6 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/ratelimit"
 	"github.com/arke-institute/orchestrator/tasktoken"
@@ -74,6 +75,13 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 
 	ret, err := w.retire(ctx, batch.ID, name, pcfg)
 	if err != nil {
+		return err
+	}
+	if p, err := w.deps.Pauses.Of(ctx, batch.ID, args.Phase); err != nil || p != nil {
+		if p != nil {
+			log.Debug("launches wait", "why", p.Why())
+			return river.JobSnooze(pause.Recheck)
+		}
 		return err
 	}
 	total, err := w.round(ctx, batch.ID, name, pcfg)

@@ -78,6 +78,9 @@ func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error
 // Kind is Kind.
 func (e *Executor) Kind() string { return Kind }
 
+// PausedKinds implements jobs.Pausable: while paused, a phase launches no machine.
+func (e *Executor) PausedKinds() []string { return []string{PhaseLaunchArgs{}.Kind()} }
+
 // Check refuses a phase whose machines could not be launched (CheckPhase).
 func (e *Executor) Check(p phases.Phase) error { return CheckPhase(p) }
 

@@ -140,6 +140,12 @@ func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, pha
 	}
 	pcfg := e.machines.Phases[phase]
 	for _, b := range batches {
+		if p, err := e.deps.Pauses.Of(ctx, b.ID, string(phase)); err != nil || p != nil {
+			if p != nil {
+				continue // no lease of paused work
+			}
+			return nil, err
+		}
 		var row db.PoolLeaseRow
 		err := pgx.BeginFunc(ctx, e.deps.Pool, func(tx pgx.Tx) error {
 			var err error

@@ -85,6 +85,9 @@ func New(deps jobs.Deps, cfg Config, machines machine.Config, presigner blob.Pre
 // Kind is Kind.
 func (e *Executor) Kind() string { return Kind }
 
+// PausedKinds implements jobs.Pausable: while paused, a pool launches no machine and leases no task.
+func (e *Executor) PausedKinds() []string { return []string{ScaleArgs{}.Kind()} }
+
 // Check refuses a phase whose machines could not be launched
 // (machine.CheckPhase).
 func (e *Executor) Check(p phases.Phase) error { return machine.CheckPhase(p) }

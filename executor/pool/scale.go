@@ -16,6 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/tasktoken"
 )
@@ -78,6 +79,12 @@ func (w *ScaleWorker) Work(ctx context.Context, job *river.Job[ScaleArgs]) error
 	open := st.Pending + st.Processing
 	if open == 0 {
 		return w.settle(ctx, pool)
+	}
+	if p, err := e.deps.Pauses.Of(ctx, deref(pool.BatchID), pool.Phase); err != nil || p != nil {
+		if p != nil {
+			return river.JobSnooze(pause.Recheck) // no launch while paused
+		}
+		return err
 	}
 	phase := phases.Name(pool.Phase)
 	want := min(int64(e.cfg.Size[phase]), open) - st.Live

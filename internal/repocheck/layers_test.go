@@ -35,6 +35,7 @@ var layers = []struct {
 		"db", "locals3", "compute/...", "ocr", "embedding", "tagging", "metrics", "ratelimit", "client", "tasktoken",
 		"reports", "batchurls", "worker/...",
 	}},
+	{"the operators' pauses of work", []string{"pause"}},
 	{"the fan-in protocol", []string{"fanin"}},
 	{"the pipeline's core", []string{"jobs"}},
 	{"the executors and the work they run", []string{"executor/...", "docindex", "search"}},

@@ -18,6 +18,7 @@ import (
 	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
@@ -68,7 +69,8 @@ func runChild(settingsJSON string) error {
 	if err != nil {
 		return err
 	}
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger}, cfg.Executors, executor.Options{})
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Pauses: pause.NewGate(pool)},
+		cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
 	}

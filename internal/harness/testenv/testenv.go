@@ -37,6 +37,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/s3test"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/status"
 )
@@ -231,7 +232,9 @@ func New(t *testing.T, opts Options) *Env {
 	m := metrics.New(metrics.Config{Pool: pool, Logger: logger})
 	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
 	require.NoError(t, err)
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m}, cfg.Executors, executor.Options{})
+	pauses := pause.NewGate(pool)
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses},
+		cfg.Executors, executor.Options{})
 	require.NoError(t, err)
 	var listener *jobs.Listener
 	if opts.Listen {
@@ -249,7 +252,7 @@ func New(t *testing.T, opts Options) *Env {
 
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
-	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses})
 	apiCfg.Context = apiCtx
 	// The tests of credentials fail many from this one address: the limit
 	// on failures has a test of its own (api's TestFailedCredentialsLimited).
