@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -124,6 +126,8 @@ type Settings struct {
 	// RetentionDays is RETENTION_DAYS, which a pruned batch's status
 	// names.
 	RetentionDays int
+	// Admission are admission control's limits on intake.
+	Admission batches.Limits
 	// Documents is document indexing's configuration: where documents
 	// may be, and the embedder that search embeds queries with.
 	Documents docindex.Config
@@ -141,6 +145,7 @@ func ConfigOf(s Settings, p Parts) Config {
 		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams, ClientIPHeader: s.ClientIPHeader}
 	c.Status = status.New(p.Pool, p.Executors, s.RetentionDays)
 	c.Batches = batches.New(p.Pool, p.River, p.Executors, c.Status, p.Logger, p.Metrics)
+	c.Batches.Limits = s.Admission
 	c.Documents = docindex.NewDocuments(p.Pool, p.River, p.Store, s.StagingBucket, s.Documents.Prefix, p.Logger)
 	if providers, err := docindex.NewProviders(s.Documents); err != nil {
 		p.Logger.Error("document search is unavailable", "error", err)
@@ -289,6 +294,7 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		he     *echo.HTTPError
 		verr   *manifest.ValidationError
 		ierr   *problem.InputError
+		limit  *problem.LimitError
 		maxErr *http.MaxBytesError
 	)
 	switch {
@@ -296,6 +302,9 @@ func (h *handlers) errorHandler(err error, c echo.Context) {
 		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit)
 	case errors.As(err, &verr), errors.As(err, &ierr), errors.Is(err, manifest.ErrMalformedJSON):
 		code, msg = http.StatusBadRequest, err.Error()
+	case errors.As(err, &limit):
+		code, msg = http.StatusTooManyRequests, err.Error()
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(limit.RetryAfter.Seconds()))))
 	case errors.Is(err, problem.ErrUnauthorized):
 		code, msg = http.StatusUnauthorized, err.Error()
 	case errors.Is(err, problem.ErrConflict):

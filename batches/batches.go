@@ -19,6 +19,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/metrics"
+	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/status"
 )
 
@@ -33,6 +34,9 @@ type Commands struct {
 	status  *status.Reader
 	logger  *slog.Logger
 	metrics *metrics.Metrics // nil counts nothing
+	// Limits are admission control's, which Create holds intake to; the
+	// zero Limits admit everything.
+	Limits Limits
 }
 
 // New returns the Commands. river is used only to insert jobs, so it need
@@ -53,19 +57,35 @@ type Receipt struct {
 // Create accepts a batch: in one transaction it inserts the batch row, its
 // batch.created event and a unique batch_start job. Submitting the same
 // batch_id again changes nothing and reports the batch's current status, so
-// upstream redeliveries are harmless.
+// upstream redeliveries are harmless. A new batch that would take what is
+// in flight past Limits is refused (*problem.LimitError), and nothing of it
+// is kept: the client submits it again later.
 func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []byte) (Receipt, error) {
 	var out Receipt
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		b, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: msg.BatchID, Uploader: msg.Uploader, QueueMessage: raw})
-		if errors.Is(err, pgx.ErrNoRows) {
+		known := func() error {
 			existing, err := q.BatchGetByID(ctx, msg.BatchID)
 			if err != nil {
 				return fmt.Errorf("reading existing batch %s: %w", msg.BatchID, err)
 			}
 			out = Receipt{BatchID: existing.ID, Status: existing.Status}
 			return nil
+		}
+		if c.Limits.Bounded() {
+			// A redelivery is answered whatever is in flight.
+			if _, err := q.BatchGetByID(ctx, msg.BatchID); err == nil {
+				return known()
+			} else if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("reading batch %s: %w", msg.BatchID, err)
+			}
+			if err := c.Limits.admit(ctx, q, msg); err != nil {
+				return err
+			}
+		}
+		b, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: msg.BatchID, Uploader: msg.Uploader, QueueMessage: raw})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return known()
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UntranslatableCharacter {
@@ -86,6 +106,12 @@ func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []
 		out = Receipt{BatchID: b.ID, Status: b.Status, Created: true}
 		return nil
 	})
+	var limited *problem.LimitError
+	if errors.As(err, &limited) {
+		c.metrics.IntakeRefused(limited.Limit)
+		c.logger.Warn("batch refused: intake is at a limit", "batch_id", msg.BatchID, "uploader", msg.Uploader, "limit", limited.Limit,
+			"total_files", msg.TotalFiles)
+	}
 	if err != nil {
 		return Receipt{}, err
 	}

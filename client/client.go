@@ -52,7 +52,24 @@ type Config struct {
 	IngestSigningSecret string
 	// HTTPClient sends the requests; nil means a client with DefaultTimeout.
 	HTTPClient *http.Client
+	// SubmitPatience bounds how long Submit waits out refusals that say
+	// to try again (429: admission control's limits; 503: the database
+	// away), each for its Retry-After; 0 means DefaultSubmitPatience, a
+	// negative value waits out none.
+	SubmitPatience time.Duration
+	// OnSubmitWait, if set, hears of each refusal Submit waits out, and
+	// for how long.
+	OnSubmitWait func(refusal *Error, wait time.Duration)
 }
+
+// DefaultSubmitPatience is Config.SubmitPatience unless set.
+const DefaultSubmitPatience = time.Hour
+
+// Submit's waits without a Retry-After, and at most.
+const (
+	defaultRetryAfter = 5 * time.Second
+	maxRetryAfter     = 5 * time.Minute
+)
 
 // Client calls the orchestrator's API. It is safe for concurrent use.
 type Client struct {
@@ -116,8 +133,41 @@ func (c *Client) Health(ctx context.Context) error {
 // Submit is POST /batches: it hands the batch msg announces to the
 // orchestrator, whose manifest must be in the staging bucket already. A
 // batch the orchestrator knew already is not an error (see
-// Accepted.Created).
+// Accepted.Created). Refusals that say to try again (429 at admission
+// control's limits, 503) are waited out, each for its Retry-After, for up
+// to Config.SubmitPatience; then the last is the error.
 func (c *Client) Submit(ctx context.Context, msg manifest.QueueMessage) (Receipt, error) {
+	patience := c.cfg.SubmitPatience
+	if patience == 0 {
+		patience = DefaultSubmitPatience
+	}
+	giveUp := time.Now().Add(patience)
+	for {
+		acc, err := c.submitOnce(ctx, msg)
+		var refusal *Error
+		if !errors.As(err, &refusal) || (refusal.StatusCode != http.StatusTooManyRequests && refusal.StatusCode != http.StatusServiceUnavailable) {
+			return acc, err
+		}
+		wait := min(max(refusal.RetryAfter, time.Second), maxRetryAfter)
+		if refusal.RetryAfter == 0 {
+			wait = defaultRetryAfter
+		}
+		if time.Now().Add(wait).After(giveUp) {
+			return acc, err
+		}
+		if c.cfg.OnSubmitWait != nil {
+			c.cfg.OnSubmitWait(refusal, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return Receipt{}, errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// submitOnce is one POST /batches.
+func (c *Client) submitOnce(ctx context.Context, msg manifest.QueueMessage) (Receipt, error) {
 	resp, data, err := c.do(ctx, http.MethodPost, "/batches", msg, asIngest)
 	if err != nil {
 		return Receipt{}, err
@@ -386,12 +436,18 @@ type Error struct {
 	Message string
 	// Body is the answer's body, without surrounding white space.
 	Body []byte
+	// RetryAfter is the answer's Retry-After, in seconds; 0 when it has
+	// none.
+	RetryAfter time.Duration
 }
 
 func newError(resp *http.Response, data []byte) *Error {
 	e := &Error{
 		Method: resp.Request.Method, Path: resp.Request.URL.Path,
 		StatusCode: resp.StatusCode, Status: resp.Status, Body: bytes.TrimSpace(data),
+	}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
 	}
 	var answer struct {
 		Error string `json:"error"`

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/api"
+	"github.com/arke-institute/orchestrator/batches"
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -42,6 +43,8 @@ type Config struct {
 	ListenAddr         string
 	// ShutdownTimeout bounds a drain (SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// Admission are admission control's limits on intake.
+	Admission batches.Limits
 	// AdminToken, ReadToken, IngestToken and IngestSigningSecret are the
 	// API's credentials; StatusPublic opens the status routes to everyone
 	// (see api.Credentials).
@@ -322,6 +325,6 @@ func (c *Config) Credentials() api.Credentials {
 
 // API is the API's settings.
 func (c *Config) API() api.Settings {
-	return api.Settings{Credentials: c.Credentials(), Callbacks: c.Callbacks(), MaxStreams: c.MaxStreams, ClientIPHeader: c.ClientIPHeader, RetentionDays: c.Retention.Days,
+	return api.Settings{Credentials: c.Credentials(), Callbacks: c.Callbacks(), MaxStreams: c.MaxStreams, ClientIPHeader: c.ClientIPHeader, RetentionDays: c.Retention.Days, Admission: c.Admission,
 		Documents: c.Executors.Documents, StagingBucket: c.R2Bucket, CDNBucket: c.CDNBucket, CDNPublicURL: c.CDNPublicURL}
 }

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/arke-institute/orchestrator/batches"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/setting"
@@ -86,6 +87,20 @@ func (c *Config) core() []setting.Group {
 			setting.Int(&c.MaxOutputsPerTask, phases.MaxOutputsSetting, phases.DefaultMaxOutputs, 1, maxOutputsPerTask, "output files one task's result may list (a TIFF's JPEGs, a PDF's page JPEGs and text files); a callback listing more is refused and its task fails. The default is two files a page of a `PDF_MAX_PAGES` PDF, plus one: raise it with `PDF_MAX_PAGES`"),
 		},
 	}
+	admission := setting.Group{
+		Title: "Admission",
+		Doc: "Admission control: how much may be in flight (accepted, not yet `DONE` or `ERROR`), across the fleet and per uploader. " +
+			"Intake beyond a limit answers 429 with `Retry-After` and the limit's name, and keeps nothing; the client and `orchestrator submit` " +
+			"wait and submit again. A batch is admitted whatever its size when nothing is in flight in a limit's scope. 0 is no limit " +
+			"(see [Admission](operations.md#admission)).",
+		Settings: []setting.Setting{
+			setting.Int64(&c.Admission.Batches, "MAX_BATCHES_IN_FLIGHT", 1000, 0, 1<<40, "batches in flight, fleet-wide"),
+			setting.Int64(&c.Admission.Files, "MAX_FILES_IN_FLIGHT", 2_000_000, 0, 1<<40, "files of the batches in flight (their messages' `total_files`), fleet-wide"),
+			setting.Int64(&c.Admission.BatchesPerUploader, "MAX_BATCHES_IN_FLIGHT_PER_UPLOADER", 200, 0, 1<<40, "batches in flight of one uploader (the message's `uploader`)"),
+			setting.Int64(&c.Admission.FilesPerUploader, "MAX_FILES_IN_FLIGHT_PER_UPLOADER", 500_000, 0, 1<<40, "files in flight of one uploader"),
+			setting.Millis(&c.Admission.RetryAfter, "INTAKE_RETRY_AFTER", batches.DefaultRetryAfter, "the `Retry-After` of a refusal"),
+		},
+	}
 	tasks := setting.Group{
 		Title: "Tasks and the sweep",
 		Settings: []setting.Setting{
@@ -118,5 +133,5 @@ func (c *Config) core() []setting.Group {
 			setting.String(&c.LocalS3SecretKey, "LOCAL_S3_SECRET_KEY", "localsecret", "its secret").Hidden().Shown("`localsecret`"),
 		},
 	}
-	return []setting.Group{service, credentials, storage, machines, limits, tasks, retention, local}
+	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, local}
 }

@@ -11,6 +11,17 @@ import (
 	"time"
 )
 
+const batchAdmissionLock = `-- name: BatchAdmissionLock :exec
+SELECT pg_advisory_xact_lock(7263012)
+`
+
+// BatchAdmissionLock serializes the intakes' admission (batches.Limits)
+// for the transaction, so that two cannot both take the last room.
+func (q *Queries) BatchAdmissionLock(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, batchAdmissionLock)
+	return err
+}
+
 const batchBuildAdvance = `-- name: BatchBuildAdvance :exec
 UPDATE batches
 SET build_cursor = $1::integer,
@@ -111,6 +122,35 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+	)
+	return i, err
+}
+
+const batchInFlight = `-- name: BatchInFlight :one
+SELECT count(*) AS batches,
+    coalesce(sum((queue_message->>'total_files')::bigint), 0)::bigint AS files,
+    count(*) FILTER (WHERE uploader = $1::text) AS uploader_batches,
+    coalesce(sum((queue_message->>'total_files')::bigint) FILTER (WHERE uploader = $1::text), 0)::bigint AS uploader_files
+FROM batches WHERE completed_at IS NULL
+`
+
+type BatchInFlightRow struct {
+	Batches         int64
+	Files           int64
+	UploaderBatches int64
+	UploaderFiles   int64
+}
+
+// BatchInFlight counts the batches in flight (not DONE or ERROR) and their
+// files, in all and of one uploader.
+func (q *Queries) BatchInFlight(ctx context.Context, uploader string) (BatchInFlightRow, error) {
+	row := q.db.QueryRow(ctx, batchInFlight, uploader)
+	var i BatchInFlightRow
+	err := row.Scan(
+		&i.Batches,
+		&i.Files,
+		&i.UploaderBatches,
+		&i.UploaderFiles,
 	)
 	return i, err
 }

@@ -151,6 +151,7 @@ type Metrics struct {
 	retentionRemoved  *prometheus.CounterVec
 	poolLeases        *prometheus.CounterVec
 	poolLaunches      *prometheus.CounterVec
+	intakeRefused     *prometheus.CounterVec
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -302,7 +303,11 @@ func New(cfg Config) *Metrics {
 		Name: "orchestrator_pool_machines_launched_total",
 		Help: "Pool machines launched, by phase.",
 	}, []string{"phase"})
-	m.reg.MustRegister(m.retentionRemoved, m.poolLeases, m.poolLaunches)
+	m.intakeRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "orchestrator_intake_refused_total",
+		Help: "Batches refused by admission control (429), by the limit reached (its setting's name).",
+	}, []string{"limit"})
+	m.reg.MustRegister(m.retentionRemoved, m.poolLeases, m.poolLaunches, m.intakeRefused)
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {
@@ -627,6 +632,15 @@ func (c *queueCollector) count(ctx context.Context, sql string) (map[string]map[
 func (c *queueCollector) failed(err error) {
 	c.errors.Inc()
 	c.logger.Warn("reading River queue depth and pool machines for metrics", "error", err, "timeout_ms", c.timeout.Milliseconds())
+}
+
+// IntakeRefused counts a batch refused by admission control at limit (the
+// setting's name).
+func (m *Metrics) IntakeRefused(limit string) {
+	if m == nil {
+		return
+	}
+	m.intakeRefused.WithLabelValues(limit).Inc()
 }
 
 // PoolLeased counts a task of phase leased to a pool machine.

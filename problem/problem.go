@@ -4,7 +4,10 @@
 // conflict with the state of things (409), and bad input (400).
 package problem
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 var (
 	// ErrNotFound is an unknown batch, task, chunk or document (404).
@@ -19,3 +22,14 @@ var (
 type InputError struct{ Msg string }
 
 func (e *InputError) Error() string { return e.Msg }
+
+// LimitError is a request refused because a limit of the orchestrator is
+// reached (429 with Retry-After): intake beyond admission control's
+// limits. Limit names the setting; Msg says what is in flight.
+type LimitError struct {
+	Limit      string
+	Msg        string
+	RetryAfter time.Duration
+}
+
+func (e *LimitError) Error() string { return e.Msg }

@@ -166,7 +166,9 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 	}
 
 	o.api, err = client.New(client.Config{URL: o.url, IngestToken: cfg.IngestToken, IngestSigningSecret: cfg.IngestSigningSecret,
-		ReadToken: cfg.ReadToken, AdminToken: cfg.AdminToken})
+		ReadToken: cfg.ReadToken, AdminToken: cfg.AdminToken, OnSubmitWait: func(refusal *client.Error, wait time.Duration) {
+			fmt.Fprintf(stderr, "the orchestrator refused the batch for now (%s): submitting again in %s\n", refusal.Message, wait)
+		}})
 	if err != nil {
 		return o, usageError{fmt.Sprintf("-url %q must be an http:// or https:// URL", strings.TrimRight(o.url, "/"))}
 	}

@@ -1,3 +1,8 @@
+-- BatchAdmissionLock serializes the intakes' admission (batches.Limits)
+-- for the transaction, so that two cannot both take the last room.
+-- name: BatchAdmissionLock :exec
+SELECT pg_advisory_xact_lock(7263012);
+
 -- BatchBuildAdvance records that the generation is written up to the input
 -- file at ordinal cursor (NULL: all of it, the build is over).
 -- name: BatchBuildAdvance :exec
@@ -24,6 +29,15 @@ SELECT * FROM batches WHERE id = $1;
 -- batch row. (Files, tasks and events have no foreign keys: migration 00005.)
 -- name: BatchGetByIDForUpdate :one
 SELECT * FROM batches WHERE id = $1 FOR NO KEY UPDATE;
+
+-- BatchInFlight counts the batches in flight (not DONE or ERROR) and their
+-- files, in all and of one uploader.
+-- name: BatchInFlight :one
+SELECT count(*) AS batches,
+    coalesce(sum((queue_message->>'total_files')::bigint), 0)::bigint AS files,
+    count(*) FILTER (WHERE uploader = @uploader::text) AS uploader_batches,
+    coalesce(sum((queue_message->>'total_files')::bigint) FILTER (WHERE uploader = @uploader::text), 0)::bigint AS uploader_files
+FROM batches WHERE completed_at IS NULL;
 
 -- BatchIngestRecord records one attempt at delivering the final manifest.
 -- name: BatchIngestRecord :exec

@@ -33,6 +33,20 @@ func (e *Env) Submit(t *testing.T, batchID string, files []File) manifest.Manife
 // nil) before it is posted: custom prompts, metadata.
 func (e *Env) SubmitWith(t *testing.T, batchID string, files []File, edit func(*manifest.QueueMessage)) manifest.Manifest {
 	t.Helper()
+	m, msg := e.Prepare(t, batchID, files)
+	if edit != nil {
+		edit(&msg)
+	}
+	acc, err := e.Client.Submit(context.Background(), msg)
+	require.NoError(t, err, "submitting %s", batchID)
+	require.True(t, acc.Created, "submitting %s: the batch was known already (status %s)", batchID, acc.Status)
+	return m
+}
+
+// Prepare uploads a manifest listing files under staging/{batchID}/ and
+// returns it with the queue message that announces it, not posted.
+func (e *Env) Prepare(t *testing.T, batchID string, files []File) (manifest.Manifest, manifest.QueueMessage) {
+	t.Helper()
 	prefix := "staging/" + batchID + "/"
 	groups := make([]manifest.DirectoryGroup, 0, len(files))
 	for _, f := range files {
@@ -61,11 +75,5 @@ func (e *Env) SubmitWith(t *testing.T, batchID string, files []File, edit func(*
 		TotalFiles: m.TotalFiles, TotalBytes: m.TotalBytes, UploadedAt: now, FinalizedAt: now,
 		Metadata: map[string]any{"test": t.Name()},
 	}
-	if edit != nil {
-		edit(&msg)
-	}
-	acc, err := e.Client.Submit(context.Background(), msg)
-	require.NoError(t, err, "submitting %s", batchID)
-	require.True(t, acc.Created, "submitting %s: the batch was known already (status %s)", batchID, acc.Status)
-	return m
+	return m, msg
 }

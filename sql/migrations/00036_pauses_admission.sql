@@ -17,5 +17,10 @@ CREATE TABLE pauses (
     CONSTRAINT pauses_target CHECK ((scope = 'global') = (target = ''))
 );
 
+-- Admission control counts the batches in flight (not DONE or ERROR), in
+-- all and by uploader, at each intake.
+CREATE INDEX batches_in_flight_idx ON batches (uploader) WHERE completed_at IS NULL;
+
 -- +goose Down
+DROP INDEX batches_in_flight_idx;
 DROP TABLE pauses;
