@@ -464,6 +464,20 @@ func (s *Server) Machines(app string) []Machine {
 	return out
 }
 
+// Backdate makes the app's live machine id look created age earlier, as
+// a machine that has run that long (tests of what judges machines by
+// their age). It reports whether the machine is live.
+func (s *Server) Backdate(app, id string, age time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.apps[app]
+	if a == nil || a.live[id] == nil {
+		return false
+	}
+	a.live[id].createdAt = a.live[id].createdAt.Add(-age)
+	return true
+}
+
 // Destroyed returns the ids of machines destroyed through DELETE, in order
 // (auto-destroyed machines are only counted, in Counts).
 func (s *Server) Destroyed() []string {
