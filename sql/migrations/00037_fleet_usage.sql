@@ -1,0 +1,26 @@
+-- +goose Up
+
+-- The fleet's spend (MAX_MACHINE_SECONDS_PER_HOUR) counts the machine
+-- time of the last hour: the machine-per-task tasks that ended in it and
+-- the pool machines that ended in it, besides those still running. These
+-- find the ended ones without reading every task.
+CREATE INDEX tasks_machine_finished_idx ON tasks (finished_at)
+    WHERE pool_machine_id IS NULL AND launched_at IS NOT NULL AND finished_at IS NOT NULL;
+CREATE INDEX pool_machines_ended_idx ON pool_machines (ended_at) WHERE ended_at IS NOT NULL;
+
+-- The (batch, phase)s whose launches wait for a spend bound (MAX_MACHINES,
+-- MAX_MACHINE_SECONDS_PER_HOUR): a row while they wait, with the bound and
+-- since when, for the status document and the dashboard. Its insert is
+-- the phase.launch_bounded event's occasion; a launch deletes it.
+CREATE TABLE launch_bounds (
+    batch_id text        NOT NULL REFERENCES batches (id) ON DELETE CASCADE,
+    phase    text        NOT NULL,
+    bound    text        NOT NULL,
+    since    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (batch_id, phase)
+);
+
+-- +goose Down
+DROP TABLE launch_bounds;
+DROP INDEX pool_machines_ended_idx;
+DROP INDEX tasks_machine_finished_idx;
