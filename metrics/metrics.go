@@ -151,6 +151,10 @@ type Metrics struct {
 	retentionRemoved  *prometheus.CounterVec
 	poolLeases        *prometheus.CounterVec
 	poolLaunches      *prometheus.CounterVec
+	// The orphan reaper's and the spend bounds' (fleet.go).
+	orphansFound     *prometheus.CounterVec
+	orphansDestroyed *prometheus.CounterVec
+	boundReached     *prometheus.GaugeVec
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -303,6 +307,7 @@ func New(cfg Config) *Metrics {
 		Help: "Pool machines launched, by phase.",
 	}, []string{"phase"})
 	m.reg.MustRegister(m.retentionRemoved, m.poolLeases, m.poolLaunches)
+	m.registerFleet()
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {

@@ -92,11 +92,21 @@ func CheckPhase(p phases.Phase) error {
 	return nil
 }
 
-// Jobs registers the launcher and machine cleanup; both are short.
+// Jobs registers the launcher, machine cleanup and the orphan reaper
+// (every ORPHAN_REAP_INTERVAL unless it is 0); all are short.
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
 	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, cfg: e.cfg, limiter: e.limiter, urls: e.urls, tokens: e.tokens})
 	river.AddWorker(w, &DestroyWorker{deps: e.deps})
-	return jobs.Jobs{Timeout: jobs.ShortTimeout}
+	river.AddWorker(w, &ReapWorker{e: e})
+	j := jobs.Jobs{Timeout: jobs.ShortTimeout}
+	if e.cfg.ReapInterval > 0 {
+		j.Periodic = append(j.Periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(e.cfg.ReapInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "machine_reap"},
+		))
+	}
+	return j
 }
 
 // Enter writes a pending task for each file of the phase's work and

@@ -221,7 +221,7 @@ func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 	}
 	phase := phases.Name(pool.Phase)
 	pcfg := e.machines.Phases[phase]
-	key := "pool-" + strconv.FormatInt(id, 10)
+	key := machine.PoolMachineKey(id)
 	spec := compute.MachineSpec{
 		App: pool.App, Image: pcfg.Image, Region: e.machines.Region,
 		Name: fmt.Sprintf("pool-%d-m%d", pool.ID, id), TaskID: key, BatchID: deref(pool.BatchID), Attempt: 1, Phase: pool.Phase,
