@@ -7,10 +7,11 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const launchBoundClear = `-- name: LaunchBoundClear :exec
-DELETE FROM launch_bounds WHERE batch_id = $1 AND phase = $2
+UPDATE launch_bounds SET held = false WHERE batch_id = $1 AND phase = $2 AND held
 `
 
 type LaunchBoundClearParams struct {
@@ -18,31 +19,39 @@ type LaunchBoundClearParams struct {
 	Phase   string
 }
 
-// LaunchBoundClear ends a (batch, phase)'s wait: it launched.
+// LaunchBoundClear records that a (batch, phase)'s launches are no
+// longer held back: it launched.
 func (q *Queries) LaunchBoundClear(ctx context.Context, arg LaunchBoundClearParams) error {
 	_, err := q.db.Exec(ctx, launchBoundClear, arg.BatchID, arg.Phase)
 	return err
 }
 
 const launchBoundList = `-- name: LaunchBoundList :many
-SELECT batch_id, phase, bound, since FROM launch_bounds WHERE batch_id = ANY($1::text[])
+SELECT batch_id, phase, bound, held_since FROM launch_bounds WHERE batch_id = ANY($1::text[]) AND held
 `
 
-// LaunchBoundList are the batches' waits.
-func (q *Queries) LaunchBoundList(ctx context.Context, batchIds []string) ([]LaunchBound, error) {
+type LaunchBoundListRow struct {
+	BatchID   string
+	Phase     string
+	Bound     string
+	HeldSince time.Time
+}
+
+// LaunchBoundList are the batches' phases that a bound holds back now.
+func (q *Queries) LaunchBoundList(ctx context.Context, batchIds []string) ([]LaunchBoundListRow, error) {
 	rows, err := q.db.Query(ctx, launchBoundList, batchIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []LaunchBound
+	var items []LaunchBoundListRow
 	for rows.Next() {
-		var i LaunchBound
+		var i LaunchBoundListRow
 		if err := rows.Scan(
 			&i.BatchID,
 			&i.Phase,
 			&i.Bound,
-			&i.Since,
+			&i.HeldSince,
 		); err != nil {
 			return nil, err
 		}
@@ -54,11 +63,12 @@ func (q *Queries) LaunchBoundList(ctx context.Context, batchIds []string) ([]Lau
 	return items, nil
 }
 
-const launchBoundSet = `-- name: LaunchBoundSet :many
-INSERT INTO launch_bounds (batch_id, phase, bound) VALUES ($1, $2, $3)
-ON CONFLICT (batch_id, phase) DO UPDATE SET bound = excluded.bound, since = clock_timestamp()
-    WHERE launch_bounds.bound <> excluded.bound
-RETURNING batch_id, phase, bound, since
+const launchBoundSet = `-- name: LaunchBoundSet :one
+WITH old AS (SELECT bound FROM launch_bounds WHERE batch_id = $1 AND phase = $2)
+INSERT INTO launch_bounds AS b (batch_id, phase, bound) VALUES ($1, $2, $3)
+ON CONFLICT (batch_id, phase) DO UPDATE SET bound = excluded.bound, held = true,
+    held_since = CASE WHEN b.held THEN b.held_since ELSE clock_timestamp() END
+RETURNING (coalesce((SELECT bound FROM old), '') <> $3::text)::bool AS first
 `
 
 type LaunchBoundSetParams struct {
@@ -67,30 +77,13 @@ type LaunchBoundSetParams struct {
 	Bound   string
 }
 
-// LaunchBoundSet records that a (batch, phase)'s launches wait for bound.
-// It returns a row only when the wait is new, or now for another bound:
-// the occasion of a phase.launch_bounded event.
-func (q *Queries) LaunchBoundSet(ctx context.Context, arg LaunchBoundSetParams) ([]LaunchBound, error) {
-	rows, err := q.db.Query(ctx, launchBoundSet, arg.BatchID, arg.Phase, arg.Bound)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []LaunchBound
-	for rows.Next() {
-		var i LaunchBound
-		if err := rows.Scan(
-			&i.BatchID,
-			&i.Phase,
-			&i.Bound,
-			&i.Since,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// LaunchBoundSet records that bound holds a (batch, phase)'s launches
+// back. first is true the first time a bound does for the phase, or when
+// another bound does than last time: the occasion of a
+// phase.launch_bounded event.
+func (q *Queries) LaunchBoundSet(ctx context.Context, arg LaunchBoundSetParams) (bool, error) {
+	row := q.db.QueryRow(ctx, launchBoundSet, arg.BatchID, arg.Phase, arg.Bound)
+	var first bool
+	err := row.Scan(&first)
+	return first, err
 }

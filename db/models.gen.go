@@ -183,10 +183,12 @@ type IntakeSignature struct {
 }
 
 type LaunchBound struct {
-	BatchID string
-	Phase   string
-	Bound   string
-	Since   time.Time
+	BatchID   string
+	Phase     string
+	Bound     string
+	Since     time.Time
+	Held      bool
+	HeldSince time.Time
 }
 
 type Listener struct {

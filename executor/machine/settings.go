@@ -57,6 +57,12 @@ type Config struct {
 	// record is never taken.
 	ReapInterval time.Duration
 	OrphanGrace  time.Duration
+	// MaxMachines bounds the machines the fleet runs at once, a machine
+	// per task's and pools' (MAX_MACHINES), and MaxMachineSecondsPerHour
+	// their time over the last hour (MAX_MACHINE_SECONDS_PER_HOUR): the
+	// launchers launch no more while one is reached. 0: unbounded.
+	MaxMachines              int
+	MaxMachineSecondsPerHour int
 }
 
 // LaunchLimit is the launch rate limit of each app (FLY_LAUNCH_RATE,
@@ -142,6 +148,8 @@ func settingsOf(c *Config, specs []phases.Spec) []setting.Group {
 		Settings: []setting.Setting{
 			setting.MillisOrZero(&c.ReapInterval, "ORPHAN_REAP_INTERVAL", 5*time.Minute, "how often the `machine_reap` job lists the apps' machines and destroys those that no live task or pool machine wants (0: never)"),
 			setting.Millis(&c.OrphanGrace, "ORPHAN_GRACE", 10*time.Minute, "how long after its creation a machine may first be taken for an orphan"),
+			setting.Int(&c.MaxMachines, "MAX_MACHINES", 0, 0, 1_000_000, "machines running at once across the fleet (a machine per task's and pools'); launches wait while it is reached (0: unbounded)"),
+			setting.Int(&c.MaxMachineSecondsPerHour, "MAX_MACHINE_SECONDS_PER_HOUR", 0, 0, 1_000_000_000, "machine-seconds over the last hour across the fleet, running machines counted up to now; launches wait while it is reached (0: unbounded)"),
 		},
 	}}
 	// A phase's values are read into temporaries, which start as c's, so

@@ -202,6 +202,7 @@ type Counts struct {
 	Launches         int // launch requests received
 	Created          int // machines created
 	Live             int // machines not destroyed
+	MaxLive          int // the most machines not destroyed at once, across apps
 	Destroyed        int // destroyed through DELETE
 	AutoDestroyed    int // exited with auto_destroy
 	Callbacks        int // callback posts finished, duplicates included
@@ -833,6 +834,11 @@ func (s *Server) create(l Launch, skipLaunch bool) *machine {
 	a := s.app(l.App)
 	s.recordOverlap(l.App, a, m)
 	a.live[m.id] = m
+	live := 0
+	for _, other := range s.apps {
+		live += len(other.live)
+	}
+	s.counts.MaxLive = max(s.counts.MaxLive, live)
 	if m.taskID != "" {
 		ids := a.byTask[m.taskID]
 		if ids == nil {
