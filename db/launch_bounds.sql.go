@@ -26,6 +26,19 @@ func (q *Queries) LaunchBoundClear(ctx context.Context, arg LaunchBoundClearPara
 	return err
 }
 
+const launchBoundDeleteByBatch = `-- name: LaunchBoundDeleteByBatch :execrows
+DELETE FROM launch_bounds WHERE batch_id = $1
+`
+
+// LaunchBoundDeleteByBatch removes a batch's launch bounds (retention).
+func (q *Queries) LaunchBoundDeleteByBatch(ctx context.Context, batchID string) (int64, error) {
+	result, err := q.db.Exec(ctx, launchBoundDeleteByBatch, batchID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const launchBoundList = `-- name: LaunchBoundList :many
 SELECT batch_id, phase, bound, held_since FROM launch_bounds WHERE batch_id = ANY($1::text[]) AND held
 `

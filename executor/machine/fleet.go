@@ -199,3 +199,23 @@ func BoundsInto(ctx context.Context, q *db.Queries, progress map[string][]jobs.P
 	}
 	return nil
 }
+
+// TableLaunchBounds is the table Prune removes a batch's launch bounds
+// from.
+const TableLaunchBounds = "launch_bounds"
+
+// Prune removes the batch's tasks of the machine phases and their
+// counters (tasks.Table), then its launch bounds, the pool phases' too.
+func (e *Executor) Prune(ctx context.Context, q *db.Queries, batchID string, rows int32) (jobs.Removal, error) {
+	out, err := e.Table.Prune(ctx, q, batchID, rows)
+	if err != nil {
+		return out, err
+	}
+	n, err := q.LaunchBoundDeleteByBatch(ctx, batchID)
+	if out.Rows == nil {
+		out.Rows = map[string]int64{}
+	}
+	out.Rows[TableLaunchBounds] = n
+	out.Statements++
+	return out, err
+}

@@ -3,6 +3,10 @@
 -- name: LaunchBoundClear :exec
 UPDATE launch_bounds SET held = false WHERE batch_id = @batch_id AND phase = @phase AND held;
 
+-- LaunchBoundDeleteByBatch removes a batch's launch bounds (retention).
+-- name: LaunchBoundDeleteByBatch :execrows
+DELETE FROM launch_bounds WHERE batch_id = @batch_id;
+
 -- LaunchBoundList are the batches' phases that a bound holds back now.
 -- name: LaunchBoundList :many
 SELECT batch_id, phase, bound, held_since FROM launch_bounds WHERE batch_id = ANY(@batch_ids::text[]) AND held;
