@@ -71,6 +71,9 @@ type Machine struct {
 	App    string
 	State  string
 	TaskID string
+	// BatchID is the machine's batch_id metadata ("" for a pool machine
+	// shared by a phase's batches); filled in by listings.
+	BatchID string
 	// Attempt is the launch attempt the machine was created for; 0 when its
 	// metadata has none (a machine launched before attempts were recorded).
 	Attempt int
@@ -143,6 +146,12 @@ type Backend interface {
 	// machine that stopped, failed or vanished without calling back has
 	// its task retried soon, not at its deadline.
 	ListByBatch(ctx context.Context, app, batchID string) ([]Machine, error)
+	// ListOwned returns every machine of the app that carries our metadata
+	// (a task_id: a task's machine or a pool's), of every batch, attempt
+	// and state but destroyed, with BatchID, Attempt and CreatedAt, in one
+	// request: the orphan reaper compares them with the rows that want
+	// them.
+	ListOwned(ctx context.Context, app string) ([]Machine, error)
 	// Destroy removes a machine, forcing it to stop if it is running (the
 	// sweep destroys machines of timed-out tasks). A machine that is already
 	// gone is not an error, so the sweep can be retried freely.

@@ -47,6 +47,12 @@ const (
 	// (its earlier events included); its data says what went.
 	EventBatchPruned  = "batch.pruned"
 	EventBatchResumed = "batch.resumed"
+	// EventOrphanDestroyed: the orphan reaper destroyed a machine of the
+	// batch that nothing wanted (machine_id, app, reason).
+	EventOrphanDestroyed = "machine.orphan_destroyed"
+	// EventLaunchBounded: a phase's launches began to wait for a spend
+	// bound (bound, running, machine_seconds, limit).
+	EventLaunchBounded = "phase.launch_bounded"
 )
 
 // EventTypes are every event type, the constants above: the SQL that
@@ -59,6 +65,7 @@ func EventTypes() []string {
 		EventTaskLaunched, EventTaskCompleted, EventTaskFailed, EventTaskTimedOut, EventTaskRetrying, EventCallbackRejected,
 		EventAdminReset, EventAdminRetry, EventTaskRequeued, EventChunkStarted, EventChunkCompleted, EventChunkFailed,
 		EventRateLimitChanged, EventItemsRequeued, EventBatchPruned, EventBatchResumed, EventAdminPause, EventAdminResume,
+		EventOrphanDestroyed, EventLaunchBounded,
 	}
 }
 

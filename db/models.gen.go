@@ -182,6 +182,15 @@ type IntakeSignature struct {
 	SignedAt  time.Time
 }
 
+type LaunchBound struct {
+	BatchID   string
+	Phase     string
+	Bound     string
+	Since     time.Time
+	Held      bool
+	HeldSince time.Time
+}
+
 type Listener struct {
 	ProcessID string
 	SeenAt    time.Time

@@ -154,7 +154,7 @@ func Register(deps jobs.Deps, cfg Config, opts Options) (jobs.Deps, error) {
 	if err != nil {
 		return deps, err
 	}
-	pl, err := pool.New(deps, cfg.Pool, cfg.Machine, opts.Presigner)
+	pl, err := pool.New(deps, cfg.Pool, cfg.Machine, m.Fleet(), opts.Presigner)
 	if err != nil {
 		return deps, err
 	}

@@ -186,6 +186,7 @@ func TestPruneKeepsResultsRemovesProcessingState(t *testing.T) {
 			minStatements += int(n/3) + 1
 		}
 		minStatements++ // the batch's pools, in one statement
+		minStatements++ // its launch bounds, in one statement
 	}
 	require.Equal(t, minStatements, res.Statements)
 

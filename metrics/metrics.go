@@ -152,6 +152,10 @@ type Metrics struct {
 	poolLeases        *prometheus.CounterVec
 	poolLaunches      *prometheus.CounterVec
 	intakeRefused     *prometheus.CounterVec
+	// The orphan reaper's and the spend bounds' (fleet.go).
+	orphansFound     *prometheus.CounterVec
+	orphansDestroyed *prometheus.CounterVec
+	boundReached     *prometheus.GaugeVec
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -308,6 +312,7 @@ func New(cfg Config) *Metrics {
 		Help: "Batches refused by admission control (429), by the limit reached (its setting's name).",
 	}, []string{"limit"})
 	m.reg.MustRegister(m.retentionRemoved, m.poolLeases, m.poolLaunches, m.intakeRefused)
+	m.registerFleet()
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {

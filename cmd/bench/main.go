@@ -733,6 +733,16 @@ func (instantBackend) ListByBatch(_ context.Context, app, batchID string) ([]com
 	})
 	return out, nil
 }
+func (instantBackend) ListOwned(_ context.Context, app string) ([]compute.Machine, error) {
+	var out []compute.Machine
+	instantMachines.Range(func(_, v any) bool {
+		if m := v.(instantMachine); m.App == app {
+			out = append(out, m.Machine)
+		}
+		return true
+	})
+	return out, nil
+}
 func (instantBackend) Destroy(_ context.Context, _, id string) error {
 	instantMachines.Delete(id)
 	return nil

@@ -194,7 +194,7 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 	b.log.DebugContext(ctx, "machine launched",
 		"app", spec.App, "machine_id", m.ID, "machine_name", spec.Name,
 		"task_id", spec.TaskID, "batch_id", spec.BatchID, "attempt", spec.Attempt, "phase", spec.Phase, "state", m.State)
-	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID, Attempt: spec.Attempt,
+	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID, BatchID: spec.BatchID, Attempt: spec.Attempt,
 		CreatedAt: createdAt(m)}, nil
 }
 
@@ -209,6 +209,24 @@ func (b *Backend) FindByTask(ctx context.Context, app, taskID string) ([]compute
 // batch_id=batchID, excluding destroyed ones, in one request.
 func (b *Backend) ListByBatch(ctx context.Context, app, batchID string) ([]compute.Machine, error) {
 	return b.listBy(ctx, app, MetadataBatchID, "batch", batchID)
+}
+
+// ListOwned lists the app's machines carrying metadata task_id, excluding
+// destroyed ones, in one request. Fly's metadata filter matches a value,
+// not a key's presence, so the app's machines are listed whole and
+// filtered here.
+func (b *Backend) ListOwned(ctx context.Context, app string) ([]compute.Machine, error) {
+	if err := validatePathPart("app", app); err != nil {
+		return nil, compute.Permanent(err, 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+
+	ms, err := b.client.List(ctx, app, "")
+	if err != nil {
+		return nil, classify(ctx, fmt.Errorf("listing the machines of %s: %w", app, err))
+	}
+	return machines(app, ms, func(m *fly.Machine) bool { return m.GetMetadataByKey(MetadataTaskID) != "" }), nil
 }
 
 // listBy lists the app's machines whose metadata key is value, excluding
@@ -229,17 +247,22 @@ func (b *Backend) listBy(ctx context.Context, app, key, what, value string) ([]c
 	if err != nil {
 		return nil, classify(ctx, fmt.Errorf("listing machines of %s %s: %w", what, value, err))
 	}
+	return machines(app, ms, func(m *fly.Machine) bool { return m.GetMetadataByKey(key) == value }), nil
+}
+
+// machines are the listed machines that match keep and are not destroyed.
+func machines(app string, ms []*fly.Machine, keep func(*fly.Machine) bool) []compute.Machine {
 	var out []compute.Machine
 	for _, m := range ms {
-		if m == nil || m.State == fly.MachineStateDestroyed || m.GetMetadataByKey(key) != value {
+		if m == nil || m.State == fly.MachineStateDestroyed || !keep(m) {
 			continue
 		}
 		// A missing or malformed attempt reads as 0: an earlier attempt.
 		attempt, _ := strconv.Atoi(m.GetMetadataByKey(MetadataAttempt))
-		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.GetMetadataByKey(MetadataTaskID), Attempt: attempt,
-			CreatedAt: createdAt(m)})
+		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.GetMetadataByKey(MetadataTaskID),
+			BatchID: m.GetMetadataByKey(MetadataBatchID), Attempt: attempt, CreatedAt: createdAt(m)})
 	}
-	return out, nil
+	return out
 }
 
 // createdAt is the machine's created_at (RFC 3339), zero if absent.

@@ -81,7 +81,7 @@ func TestLaunchSendsFullMachineConfig(t *testing.T) {
 	m, err := b.Launch(t.Context(), spec("tiff_abc123"))
 	require.NoError(t, err)
 	require.NotEmpty(t, m.ID)
-	require.Equal(t, compute.Machine{ID: m.ID, App: app, State: "created", TaskID: "tiff_abc123", Attempt: 1, CreatedAt: m.CreatedAt}, m)
+	require.Equal(t, compute.Machine{ID: m.ID, App: app, State: "created", TaskID: "tiff_abc123", BatchID: "batch-123", Attempt: 1, CreatedAt: m.CreatedAt}, m)
 	require.False(t, m.CreatedAt.IsZero())
 
 	ls := fake.Launches()
@@ -167,8 +167,8 @@ func TestFindByTask(t *testing.T) {
 	found, err := b.FindByTask(t.Context(), app, "task-1")
 	require.NoError(t, err)
 	require.Equal(t, []compute.Machine{
-		{ID: m1.ID, App: app, State: "started", TaskID: "task-1", Attempt: 1, CreatedAt: m1.CreatedAt},
-		{ID: m2.ID, App: app, State: "started", TaskID: "task-1", Attempt: 2, CreatedAt: m2.CreatedAt},
+		{ID: m1.ID, App: app, State: "started", TaskID: "task-1", BatchID: "batch-123", Attempt: 1, CreatedAt: m1.CreatedAt},
+		{ID: m2.ID, App: app, State: "started", TaskID: "task-1", BatchID: "batch-123", Attempt: 2, CreatedAt: m2.CreatedAt},
 	}, found)
 
 	none, err := b.FindByTask(t.Context(), app, "task-3")
@@ -195,6 +195,55 @@ func TestFindByTask(t *testing.T) {
 		"metadata.batch_id=" + spec("x").BatchID,
 		"metadata.batch_id=another+batch",
 	}, queries)
+}
+
+// TestListOwned: every machine of the app with our metadata, of every
+// batch, in one unfiltered list; a machine without a task id is not ours,
+// and a destroyed one is left out.
+func TestListOwned(t *testing.T) {
+	t.Parallel()
+	fake := newFake(t, hang)
+	var mu sync.Mutex
+	var queries []string
+	b := newBackend(t, fake, func(c *flycompute.Config) {
+		c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet {
+				mu.Lock()
+				queries = append(queries, r.URL.RawQuery)
+				mu.Unlock()
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})
+	})
+	m1, err := b.Launch(t.Context(), spec("task-1"))
+	require.NoError(t, err)
+	other := spec("pool-7")
+	other.BatchID = ""
+	m2, err := b.Launch(t.Context(), other)
+	require.NoError(t, err)
+	gone, err := b.Launch(t.Context(), spec("task-3"))
+	require.NoError(t, err)
+	require.NoError(t, b.Destroy(t.Context(), app, gone.ID))
+	// Someone else's machine in the app, without our metadata.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, fake.URL+"/v1/apps/"+app+"/machines",
+		strings.NewReader(`{"config": {"image": "someone/else"}}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Len(t, fake.Machines(app), 3)
+
+	owned, err := b.ListOwned(t.Context(), app)
+	require.NoError(t, err)
+	require.Equal(t, []compute.Machine{
+		{ID: m1.ID, App: app, State: "started", TaskID: "task-1", BatchID: "batch-123", Attempt: 1, CreatedAt: m1.CreatedAt},
+		{ID: m2.ID, App: app, State: "started", TaskID: "pool-7", Attempt: 1, CreatedAt: m2.CreatedAt},
+	}, owned)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{""}, queries, "one list, unfiltered")
 }
 
 func TestDestroy(t *testing.T) {

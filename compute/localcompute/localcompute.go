@@ -272,6 +272,12 @@ func (b *Backend) ListByBatch(_ context.Context, app, batchID string) ([]compute
 	return b.list(func(m *machine) bool { return m.app == app && m.batchID == batchID }), nil
 }
 
+// ListOwned implements compute.Backend: the app's queued and running
+// machines, all of them launched by this runner with a task id.
+func (b *Backend) ListOwned(_ context.Context, app string) ([]compute.Machine, error) {
+	return b.list(func(m *machine) bool { return m.app == app && m.taskID != "" }), nil
+}
+
 // list is the machines that match, in launch order.
 func (b *Backend) list(match func(*machine) bool) []compute.Machine {
 	b.mu.Lock()
@@ -443,7 +449,7 @@ func (b *Backend) attrs(m *machine, extra ...any) []any {
 
 // view is m as the launcher sees it. b.mu must be held.
 func (m *machine) view() compute.Machine {
-	return compute.Machine{ID: m.id, App: m.app, State: m.state, TaskID: m.taskID, Attempt: m.attempt, CreatedAt: m.created}
+	return compute.Machine{ID: m.id, App: m.app, State: m.state, TaskID: m.taskID, BatchID: m.batchID, Attempt: m.attempt, CreatedAt: m.created}
 }
 
 // compareIDs orders machine IDs of one Backend by launch: shorter counters

@@ -458,11 +458,14 @@ func TestDestroy(t *testing.T) {
 	ms, err = b.FindByTask(ctx, "family-app", "hung")
 	require.NoError(t, err)
 	require.Equal(t, []compute.Machine{{ID: hung.ID, App: "family-app", State: localcompute.StateStarted, TaskID: "hung",
-		Attempt: 1, CreatedAt: hung.CreatedAt}}, ms)
+		BatchID: "batch1", Attempt: 1, CreatedAt: hung.CreatedAt}}, ms)
 	require.False(t, hung.CreatedAt.IsZero())
 	byBatch, err := b.ListByBatch(ctx, "family-app", "batch1")
 	require.NoError(t, err)
 	require.Equal(t, ms, byBatch, "the batch's machines of the app")
+	owned, err := b.ListOwned(ctx, "family-app")
+	require.NoError(t, err)
+	require.Equal(t, ms, owned, "the app's machines")
 
 	require.NoError(t, b.Destroy(ctx, "family-app", hung.ID))
 	ms, err = b.FindByTask(ctx, "family-app", "hung")
@@ -471,6 +474,9 @@ func TestDestroy(t *testing.T) {
 	byBatch, err = b.ListByBatch(ctx, "family-app", "batch1")
 	require.NoError(t, err)
 	require.Empty(t, byBatch)
+	owned, err = b.ListOwned(ctx, "family-app")
+	require.NoError(t, err)
+	require.Empty(t, owned)
 	for _, s := range procs {
 		if s.Role == "worker" {
 			requireProcessGone(t, s.PID)

@@ -46,10 +46,14 @@ type PhaseLaunchWorker struct {
 	urls    *batchurls.Signer
 	// tokens seals the tasks' callback tokens.
 	tokens *tasktoken.Keyring
+	// fleet bounds the launches (MAX_MACHINES,
+	// MAX_MACHINE_SECONDS_PER_HOUR).
+	fleet *Fleet
 }
 
 // Work retires the machines of tasks to be retried, launches up to
-// BATCH_SIZE_<PHASE> machines, then snoozes for ALARM_DELAY_<PHASE> while
+// BATCH_SIZE_<PHASE> machines (fewer while a spend bound holds launches
+// back: the tasks wait), then snoozes for ALARM_DELAY_<PHASE> while
 // tasks are pending. Launches take tokens from the bucket every
 // orchestrator shares; a 429 from Fly is back-pressure (snooze and retry,
 // tasks stay pending); a transient launch error (5xx, timeout, no
@@ -94,12 +98,22 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 			return err
 		}
 	}
+	if total.launched > 0 && total.held == nil && w.fleet.Bounded() {
+		if err := Launched(ctx, w.deps, batch.ID, args.Phase); err != nil {
+			return err
+		}
+	}
 	if total.err != nil {
 		return w.phaseError(ctx, job, pcfg, total.err)
 	}
 	pending, err := q.TaskCountPending(ctx, db.TaskCountPendingParams{BatchID: batch.ID, Phase: args.Phase})
 	if err != nil {
 		return err
+	}
+	if total.held != nil && pending > 0 {
+		if err := total.held.Held(ctx, w.deps, batch.ID, args.Phase); err != nil {
+			return err
+		}
 	}
 	switch {
 	case pending == 0 && batch.BuildFrom != nil:
@@ -118,6 +132,10 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		// Only tasks whose last machine could not be destroyed yet:
 		// try again soon, not at once.
 		return river.JobSnooze(max(time.Second, min(pcfg.AlarmDelay, 5*time.Second)))
+	case total.held != nil:
+		// A spend bound holds the launches back: the tasks wait, and
+		// nothing is charged (no attempt, no outage).
+		return river.JobSnooze(boundWait)
 	case total.rateLimited > 0:
 		return river.JobSnooze(max(total.rateLimited, 50*time.Millisecond))
 	case total.launched < pcfg.BatchSize:

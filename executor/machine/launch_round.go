@@ -33,6 +33,7 @@ type roundTally struct {
 	launched    int
 	rateLimited time.Duration // > 0: Fly answered 429; wait this long
 	err         error         // a phase-level launch error (last seen)
+	held        *Grant        // a spend bound held launches back
 }
 
 // taskLaunch is how the launch of one claimed task went.
@@ -144,15 +145,27 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	limit := w.cfg.LaunchLimit()
 	var claimErr error
 	var rateLimited time.Duration
+	var held *Grant
 	started := time.Now()
 	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil && time.Since(started) < launchRoundBudget; {
-		want := min(pcfg.BatchSize-claimed, launchChunk)
-		granted, wait, err := w.limiter.Take(ctx, LaunchKey(pcfg.App), limit, want)
+		// The spend bounds first, so that a held launch takes no token.
+		bounds, err := w.fleet.Take(ctx, min(pcfg.BatchSize-claimed, launchChunk))
 		if err != nil {
 			claimErr = err
 			break
 		}
+		if bounds.N == 0 {
+			held = bounds
+			break
+		}
+		granted, wait, err := w.limiter.Take(ctx, LaunchKey(pcfg.App), limit, bounds.N)
+		if err != nil {
+			bounds.Settle(0)
+			claimErr = err
+			break
+		}
 		if granted == 0 {
+			bounds.Settle(0)
 			rateLimited = wait
 			break
 		}
@@ -160,6 +173,8 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 			BatchID: batchID, Phase: string(name), Max: int32(granted),
 			TimeoutSeconds: pcfg.TaskTimeout.Seconds(), SecondsPerGb: pcfg.TaskTimeoutPerGB.Seconds(),
 		})
+		// Claimed tasks are processing: a reading from now on counts them.
+		bounds.Settle(len(rows))
 		if err != nil {
 			claimErr = fmt.Errorf("claiming pending tasks: %w", err)
 			break
@@ -185,6 +200,7 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	}
 	out := rec.out
 	out.rateLimited = max(out.rateLimited, rateLimited)
+	out.held = held
 	return out, nil
 }
 

@@ -45,6 +45,9 @@ type Executor struct {
 	checked *checkTimes
 	// tokens seals and opens the tasks' callback tokens.
 	tokens *tasktoken.Keyring
+	// fleet bounds the launches (MAX_MACHINES,
+	// MAX_MACHINE_SECONDS_PER_HOUR).
+	fleet *Fleet
 }
 
 var (
@@ -72,7 +75,20 @@ func New(deps jobs.Deps, cfg Config, presigner blob.Presigner) (*Executor, error
 		return nil, errors.New("the machine executor needs a compute backend")
 	}
 	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, limiter: ratelimit.New(deps.Pool), urls: urls, checked: newCheckTimes(),
-		tokens: tasktoken.New(deps.Pool)}, nil
+		tokens: tasktoken.New(deps.Pool), fleet: NewFleet(deps.Pool, cfg, deps.Metrics)}, nil
+}
+
+// Fleet is the executor's spend bounds, which the pools' launches share.
+func (e *Executor) Fleet() *Fleet { return e.fleet }
+
+// Progress counts the batches' tasks of the machine phases (tasks.Table),
+// with the spend bound their launches wait for, if any (BoundsInto).
+func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (map[string][]jobs.PhaseProgress, error) {
+	out, err := e.Table.Progress(ctx, q, batchIDs)
+	if err != nil {
+		return nil, err
+	}
+	return out, BoundsInto(ctx, q, out)
 }
 
 // Kind is Kind.
@@ -95,11 +111,21 @@ func CheckPhase(p phases.Phase) error {
 	return nil
 }
 
-// Jobs registers the launcher and machine cleanup; both are short.
+// Jobs registers the launcher, machine cleanup and the orphan reaper
+// (every ORPHAN_REAP_INTERVAL unless it is 0); all are short.
 func (e *Executor) Jobs(w *river.Workers) jobs.Jobs {
-	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, cfg: e.cfg, limiter: e.limiter, urls: e.urls, tokens: e.tokens})
+	river.AddWorker(w, &PhaseLaunchWorker{deps: e.deps, cfg: e.cfg, limiter: e.limiter, urls: e.urls, tokens: e.tokens, fleet: e.fleet})
 	river.AddWorker(w, &DestroyWorker{deps: e.deps})
-	return jobs.Jobs{Timeout: jobs.ShortTimeout}
+	river.AddWorker(w, &ReapWorker{e: e})
+	j := jobs.Jobs{Timeout: jobs.ShortTimeout}
+	if e.cfg.ReapInterval > 0 {
+		j.Periodic = append(j.Periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(e.cfg.ReapInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return ReapArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "machine_reap"},
+		))
+	}
+	return j
 }
 
 // Enter writes a pending task for each file of the phase's work and

@@ -50,6 +50,19 @@ type Config struct {
 	// (MACHINE_GONE_GRACE).
 	CheckInterval time.Duration
 	GoneGrace     time.Duration
+	// ReapInterval is how often the orphan reaper (machine_reap) looks for
+	// machines nothing wants (ORPHAN_REAP_INTERVAL; 0: never), and
+	// OrphanGrace how old a machine must be before it may be taken for an
+	// orphan (ORPHAN_GRACE), so that one between its creation and its
+	// record is never taken.
+	ReapInterval time.Duration
+	OrphanGrace  time.Duration
+	// MaxMachines bounds the machines the fleet runs at once, a machine
+	// per task's and pools' (MAX_MACHINES), and MaxMachineSecondsPerHour
+	// their time over the last hour (MAX_MACHINE_SECONDS_PER_HOUR): the
+	// launchers launch no more while one is reached. 0: unbounded.
+	MaxMachines              int
+	MaxMachineSecondsPerHour int
 }
 
 // LaunchLimit is the launch rate limit of each app (FLY_LAUNCH_RATE,
@@ -128,6 +141,15 @@ func settingsOf(c *Config, specs []phases.Spec) []setting.Group {
 			setting.Millis(&c.CheckInterval, "MACHINE_CHECK_INTERVAL", 10*time.Second, "how often the machines of a batch's running tasks are checked, one list per app and batch: a task whose machine stopped, failed or vanished without calling back is retried soon, not at its timeout"),
 			setting.Millis(&c.GoneGrace, "MACHINE_GONE_GRACE", 10*time.Second, "how long a task whose machine ended without calling back waits for a callback in flight before it is retried"),
 			setting.Millis(&c.CallbackRetryWindow, "CALLBACK_RETRY_WINDOW", 15*time.Minute, "how long a worker keeps retrying its callback while the orchestrator is unreachable or answers 5xx/429 (passed to the machines)"),
+		},
+	}, {
+		Title: "Orphans and spend",
+		Doc:   "Machines nothing wants any more are destroyed, and the fleet's machines can be bounded (see [Orphans and spend](operations.md#orphans-and-spend)).",
+		Settings: []setting.Setting{
+			setting.MillisOrZero(&c.ReapInterval, "ORPHAN_REAP_INTERVAL", 5*time.Minute, "how often the `machine_reap` job lists the apps' machines and destroys those that no live task or pool machine wants (0: never)"),
+			setting.Millis(&c.OrphanGrace, "ORPHAN_GRACE", 10*time.Minute, "how long after its creation a machine may first be taken for an orphan"),
+			setting.Int(&c.MaxMachines, "MAX_MACHINES", 0, 0, 1_000_000, "machines running at once across the fleet (a machine per task's and pools'); launches wait while it is reached (0: unbounded)"),
+			setting.Int(&c.MaxMachineSecondsPerHour, "MAX_MACHINE_SECONDS_PER_HOUR", 0, 0, 1_000_000_000, "machine-seconds over the last hour across the fleet, running machines counted up to now; launches wait while it is reached (0: unbounded)"),
 		},
 	}}
 	// A phase's values are read into temporaries, which start as c's, so

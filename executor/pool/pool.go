@@ -52,6 +52,9 @@ type Executor struct {
 	urls *batchurls.Signer
 	// tokens seals and opens the machines' and the tasks' tokens.
 	tokens *tasktoken.Keyring
+	// fleet bounds the launches (MAX_MACHINES,
+	// MAX_MACHINE_SECONDS_PER_HOUR), with the machine executor's.
+	fleet *machine.Fleet
 }
 
 var (
@@ -65,9 +68,11 @@ var (
 )
 
 // New returns the executor of cfg, whose machines are those machines
-// configures. presigner presigns the workers' URLs (nil: deps.Store's, if
-// it presigns).
-func New(deps jobs.Deps, cfg Config, machines machine.Config, presigner blob.Presigner) (*Executor, error) {
+// configures, launched under fleet's spend bounds (the machine
+// executor's, so that they bound both; nil: a fleet of its own).
+// presigner presigns the workers' URLs (nil: deps.Store's, if it
+// presigns).
+func New(deps jobs.Deps, cfg Config, machines machine.Config, fleet *machine.Fleet, presigner blob.Presigner) (*Executor, error) {
 	if p, ok := deps.Store.(blob.Presigner); ok && presigner == nil {
 		presigner = p
 	}
@@ -78,8 +83,11 @@ func New(deps jobs.Deps, cfg Config, machines machine.Config, presigner blob.Pre
 	if deps.Compute == nil {
 		return nil, errors.New("the pool executor needs a compute backend")
 	}
+	if fleet == nil {
+		fleet = machine.NewFleet(deps.Pool, machines, deps.Metrics)
+	}
 	return &Executor{Table: tasks.New(deps, Kind), deps: deps, cfg: cfg, machines: machines, limiter: ratelimit.New(deps.Pool), urls: urls,
-		tokens: tasktoken.New(deps.Pool)}, nil
+		tokens: tasktoken.New(deps.Pool), fleet: fleet}, nil
 }
 
 // Kind is Kind.

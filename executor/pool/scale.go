@@ -92,10 +92,33 @@ func (w *ScaleWorker) Work(ctx context.Context, job *river.Job[ScaleArgs]) error
 	if want <= 0 {
 		return river.JobSnooze(scaleEvery)
 	}
-	granted, wait, err := e.limiter.Take(ctx, machine.LaunchKey(pool.App), e.machines.LaunchLimit(), int(want))
+	// The spend bounds first, so that a held launch takes no token.
+	bounds, err := e.fleet.Take(ctx, int(want))
 	if err != nil {
 		return err
 	}
+	if bounds.N == 0 {
+		if err := w.held(ctx, pool, bounds); err != nil {
+			return err
+		}
+		return river.JobSnooze(scaleEvery)
+	}
+	if bounds.N < int(want) {
+		// A bound holds the rest back: say so, launch what it leaves.
+		if err := w.held(ctx, pool, bounds); err != nil {
+			bounds.Settle(0)
+			return err
+		}
+	}
+	want = int64(bounds.N)
+	granted, wait, err := e.limiter.Take(ctx, machine.LaunchKey(pool.App), e.machines.LaunchLimit(), int(want))
+	if err != nil {
+		bounds.Settle(0)
+		return err
+	}
+	// Each launch writes its machine's row first: a reading from then on
+	// counts it.
+	defer bounds.Settle(granted)
 	if granted > 0 {
 		launched, failure := w.launch(ctx, pool, granted)
 		if launched > 0 {
@@ -106,7 +129,7 @@ func (w *ScaleWorker) Work(ctx context.Context, job *river.Job[ScaleArgs]) error
 			return w.launchFailed(ctx, pool, failure)
 		}
 		if launched > 0 {
-			if err := w.recovered(ctx, pool); err != nil {
+			if err := w.recovered(ctx, pool, bounds.Bound == ""); err != nil {
 				return err
 			}
 		}
@@ -228,7 +251,7 @@ func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 	}
 	phase := phases.Name(pool.Phase)
 	pcfg := e.machines.Phases[phase]
-	key := "pool-" + strconv.FormatInt(id, 10)
+	key := machine.PoolMachineKey(id)
 	spec := compute.MachineSpec{
 		App: pool.App, Image: pcfg.Image, Region: e.machines.Region,
 		Name: fmt.Sprintf("pool-%d-m%d", pool.ID, id), TaskID: key, BatchID: deref(pool.BatchID), Attempt: 1, Phase: pool.Phase,
@@ -293,14 +316,36 @@ func (w *ScaleWorker) launchFailed(ctx context.Context, pool db.Pool, cause erro
 }
 
 // recovered ends the launch outage of the pool's batches, if one was
-// running: a machine launched.
-func (w *ScaleWorker) recovered(ctx context.Context, pool db.Pool) error {
+// running, and their wait for a spend bound unless one still holds some
+// launches back (unbounded false): a machine launched.
+func (w *ScaleWorker) recovered(ctx context.Context, pool db.Pool, unbounded bool) error {
 	batches, err := w.batches(ctx, pool)
 	if err != nil {
 		return err
 	}
 	for _, id := range batches {
 		if err := db.New(w.e.deps.Pool).BatchPhaseRetryReset(ctx, id); err != nil {
+			return err
+		}
+		if unbounded && w.e.fleet.Bounded() {
+			if err := machine.Launched(ctx, w.e.deps, id, pool.Phase); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// held records that a spend bound holds (some of) the pool's launches
+// back, for its batches (machine.Grant.Held): its machines go on leasing
+// meanwhile.
+func (w *ScaleWorker) held(ctx context.Context, pool db.Pool, bounds *machine.Grant) error {
+	batches, err := w.batches(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, id := range batches {
+		if err := bounds.Held(ctx, w.e.deps, id, pool.Phase); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/executor/machine"
 	"github.com/arke-institute/orchestrator/jobs"
 )
 
@@ -15,7 +16,8 @@ import (
 // launched, not yet heard from; busy: holding a lease; idle), machines
 // launched, tasks leased, and busy and live machine-seconds (their ratio
 // is the pool's efficiency). A batch in a shared pool's phase shows the
-// shared pool.
+// shared pool. The spend bound the phase's launches wait for, if any, is
+// in Detail too (machine.BoundsInto).
 func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []string) (map[string][]jobs.PhaseProgress, error) {
 	out, err := e.Table.Progress(ctx, q, batchIDs)
 	if err != nil || len(out) == 0 {
@@ -45,7 +47,7 @@ func (e *Executor) Progress(ctx context.Context, q *db.Queries, batchIDs []strin
 			}
 		}
 	}
-	return out, nil
+	return out, machine.BoundsInto(ctx, q, out)
 }
 
 // detail is a pool's counts, as PhaseProgress.Detail names them.

@@ -202,6 +202,7 @@ type Counts struct {
 	Launches         int // launch requests received
 	Created          int // machines created
 	Live             int // machines not destroyed
+	MaxLive          int // the most machines not destroyed at once, across apps
 	Destroyed        int // destroyed through DELETE
 	AutoDestroyed    int // exited with auto_destroy
 	Callbacks        int // callback posts finished, duplicates included
@@ -462,6 +463,20 @@ func (s *Server) Machines(app string) []Machine {
 		out[i] = m.public(app)
 	}
 	return out
+}
+
+// Backdate makes the app's live machine id look created age earlier, as
+// a machine that has run that long (tests of what judges machines by
+// their age). It reports whether the machine is live.
+func (s *Server) Backdate(app, id string, age time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.apps[app]
+	if a == nil || a.live[id] == nil {
+		return false
+	}
+	a.live[id].createdAt = a.live[id].createdAt.Add(-age)
+	return true
 }
 
 // Destroyed returns the ids of machines destroyed through DELETE, in order
@@ -819,6 +834,11 @@ func (s *Server) create(l Launch, skipLaunch bool) *machine {
 	a := s.app(l.App)
 	s.recordOverlap(l.App, a, m)
 	a.live[m.id] = m
+	live := 0
+	for _, other := range s.apps {
+		live += len(other.live)
+	}
+	s.counts.MaxLive = max(s.counts.MaxLive, live)
 	if m.taskID != "" {
 		ids := a.byTask[m.taskID]
 		if ids == nil {
