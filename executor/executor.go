@@ -107,11 +107,27 @@ func (c Config) Missing() []string {
 // WithLimits is c with each role's bucket in the kinds that call
 // providers.
 func (c Config) WithLimits() Config {
-	b := ratelimit.Shared(map[string]ratelimit.Adaptive{ratelimit.RoleOCR: c.OCRLimit,
-		ratelimit.RoleEmbeddings: c.EmbeddingsLimit, ratelimit.RoleTags: c.TagsLimit}, c.SharedLimit)
+	b := c.buckets()
 	c.OCR.Tuning.Limit, c.OCR.Bucket = b[ratelimit.RoleOCR].Limit, b[ratelimit.RoleOCR].Name
 	c.Documents.Embeddings, c.Documents.Tags = b[ratelimit.RoleEmbeddings], b[ratelimit.RoleTags]
 	return c
+}
+
+// RateFloors are the adaptive rate limits' least refill rates by bucket
+// name (the roles', or a shared bucket's: PROVIDER_LIMIT_SHARED), for the
+// metric of limits held at their floor.
+func (c Config) RateFloors() map[string]float64 {
+	out := map[string]float64{}
+	for _, b := range c.buckets() {
+		out[b.Name] = b.Limit.MinRefillRate
+	}
+	return out
+}
+
+// buckets are each role's rate limit bucket (ratelimit.Shared).
+func (c Config) buckets() map[string]ratelimit.RoleBucket {
+	return ratelimit.Shared(map[string]ratelimit.Adaptive{ratelimit.RoleOCR: c.OCRLimit,
+		ratelimit.RoleEmbeddings: c.EmbeddingsLimit, ratelimit.RoleTags: c.TagsLimit}, c.SharedLimit)
 }
 
 // Options are the executors' outside parts a caller may choose; zero

@@ -120,6 +120,10 @@ type Config struct {
 	Runtime bool
 	// Logger receives failures of the queue depth query; nil discards them.
 	Logger *slog.Logger
+	// RateFloors are the adaptive rate limits' least refill rates by bucket
+	// name (the part of a rate_limits key before its first ':'), for
+	// orchestrator_provider_rate_limit_at_floor.
+	RateFloors map[string]float64
 }
 
 // Metrics is the orchestrator's set of metrics and their registry. Its
@@ -322,7 +326,7 @@ func New(cfg Config) *Metrics {
 		if logger == nil {
 			logger = slog.New(slog.DiscardHandler)
 		}
-		m.reg.MustRegister(newQueueCollector(cfg.Pool, timeout, logger))
+		m.reg.MustRegister(newQueueCollector(cfg.Pool, timeout, logger), newHealthCollector(cfg.Pool, timeout, logger, cfg.RateFloors))
 	}
 	if cfg.Runtime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

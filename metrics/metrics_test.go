@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +192,58 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestHealthMetrics: the batches in flight, the longest a running batch no
+// pause holds has gone without progress, the rate limits at their floor,
+// and the pauses, as the database has them at the scrape.
+func TestHealthMetrics(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	batch := func(id, status string, idle time.Duration) {
+		exec(`INSERT INTO batches (id, status, phase, uploader, queue_message, updated_at) VALUES ($1, $2, $2, 'u', '{}', now() - make_interval(secs => $3))`,
+			id, status, idle.Seconds())
+	}
+	batch("B-OCR", "OCR", 2*time.Hour)
+	batch("B-TIFF", "TIFF_CONVERSION", 10*time.Minute)
+	exec(`INSERT INTO batch_events (batch_id, type) VALUES ('B-TIFF', 'task.completed')`) // progress just now
+	exec(`INSERT INTO rate_limits (key, tokens, updated_at, max_tokens, refill_rate) VALUES
+		('ocr:api.example', 1, now(), 2, 1), ('embeddings:api.example', 1, now(), 10, 8), ('fly-launch:app', 1, now(), NULL, NULL)`)
+
+	m := metrics.New(metrics.Config{Pool: pool, RateFloors: map[string]float64{"ocr": 1, "embeddings": 1}})
+	body := scrape(t, m)
+	for _, want := range []string{
+		`orchestrator_batches_in_flight 2`,
+		`orchestrator_provider_rate_limit_at_floor{key="ocr:api.example"} 1`,
+		`orchestrator_provider_rate_limit_at_floor{key="embeddings:api.example"} 0`,
+		`orchestrator_pauses{scope="phase"} 0`,
+		`orchestrator_health_scrape_errors_total 0`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, `key="fly-launch:app"`, "a fixed bucket has no floor")
+	idle := func(body string) float64 {
+		for line := range strings.SplitSeq(body, "\n") {
+			if v, ok := strings.CutPrefix(line, "orchestrator_batch_idle_seconds_max "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return f
+			}
+		}
+		t.Fatal("no orchestrator_batch_idle_seconds_max")
+		return 0
+	}
+	require.InDelta(t, 7200, idle(body), 60, "the idlest is B-OCR")
+
+	// Paused, B-OCR is not idle for want of progress.
+	exec(`INSERT INTO pauses (scope, target) VALUES ('phase', 'OCR')`)
+	body = scrape(t, m)
+	require.Contains(t, body, `orchestrator_pauses{scope="phase"} 1`)
+	require.Less(t, idle(body), 60.0, "B-TIFF made progress a moment ago")
 }

@@ -149,14 +149,6 @@ func Covering(pauses []Pause, batchID, phase string) *Pause {
 	return found
 }
 
-// All are the pauses in force, as last read (at most a second ago).
-func (g *Gate) All(ctx context.Context) ([]Pause, error) {
-	if g == nil {
-		return nil, nil
-	}
-	return g.current(ctx)
-}
-
 // narrower reports whether scope a is narrower than b.
 func narrower(a, b Scope) bool {
 	rank := map[Scope]int{Batch: 0, Phase: 1, Global: 2}
@@ -285,7 +277,7 @@ func (c *Controls) Resume(ctx context.Context, t Target) (Resumed, error) {
 			return err
 		}
 		r = Resumed{Pause: Pause{Scope: Scope(row.Scope), Target: row.Target, Reason: row.Reason, Since: row.PausedAt},
-			PausedSeconds: row.PausedSeconds, Shifted: map[string]int64{}}
+			PausedSeconds: row.PausedSeconds}
 		if r.Shifted, err = shift(ctx, q, scope, target, row.PausedSeconds); err != nil {
 			return err
 		}
@@ -300,13 +292,7 @@ func (c *Controls) Resume(ctx context.Context, t Target) (Resumed, error) {
 	}
 	c.Gate.forget()
 	// Made due after the commit, so that the jobs find the pause gone.
-	batchID, phase := "", ""
-	switch scope {
-	case Batch:
-		batchID = target
-	case Phase:
-		phase = target
-	}
+	batchID, phase := filter(scope, target)
 	if r.Woken, err = db.New(c.Pool).PauseWake(ctx, db.PauseWakeParams{Kinds: c.Kinds, BatchID: batchID, Phase: phase}); err != nil {
 		c.Logger.Warn("waking paused work (it looks again within a while)", "error", err.Error(), "within", Recheck.String())
 	}
@@ -318,13 +304,7 @@ func (c *Controls) Resume(ctx context.Context, t Target) (Resumed, error) {
 // shift moves the failing clocks of the work a pause of scope covered later
 // by seconds, the time it was paused.
 func shift(ctx context.Context, q *db.Queries, scope Scope, target string, seconds float64) (map[string]int64, error) {
-	batchID, phase := "", ""
-	switch scope {
-	case Batch:
-		batchID = target
-	case Phase:
-		phase = target
-	}
+	batchID, phase := filter(scope, target)
 	out := map[string]int64{}
 	var err error
 	if out["tasks"], err = q.PauseShiftTasks(ctx, db.PauseShiftTasksParams{Seconds: seconds, BatchID: batchID, Phase: phase}); err != nil {
@@ -340,4 +320,16 @@ func shift(ctx context.Context, q *db.Queries, scope Scope, target string, secon
 		return nil, err
 	}
 	return out, nil
+}
+
+// filter is the batch and the phase a pause of scope covers, as the
+// queries take them: "" matches any.
+func filter(scope Scope, target string) (batchID, phase string) {
+	switch scope {
+	case Batch:
+		return target, ""
+	case Phase:
+		return "", target
+	}
+	return "", ""
 }
