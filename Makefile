@@ -59,6 +59,10 @@ chaos: setup ## Chaos test (CHAOS.md): 20 batches of 200 files through two orche
 chaos-short: setup ## The chaos test's short form that CI runs: 4 batches of 50 files, 10 s outages (a few minutes)
 	$(GO) run ./cmd/chaos -short $(CHAOS_FLAGS)
 
+.PHONY: upgrade-test
+upgrade-test: setup ## Rolling upgrade test (docs/operations.md#upgrades): batches started on the previous release (scripts/upgrade-from, or UPGRADE_FROM), its orchestrators upgraded to this checkout one by one mid-batch; every batch must end DONE with every file processed (about 2 minutes; CI runs it)
+	$(GO) run ./cmd/chaos -upgrade $(CHAOS_FLAGS)
+
 .PHONY: build
 build: setup ## Build bin/orchestrator and bin/worker (the worker needs libvips)
 	$(GO) build -o $(BIN) ./cmd/orchestrator

@@ -15,6 +15,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // callback is POST /callback/:batchId/:taskId: a worker's result, with the
@@ -29,10 +30,14 @@ func (h *handlers) callback(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-// applyCallback checks the callback's token before anything else: a token
-// this orchestrator did not seal for the path's task is refused before the
-// body is read, queued or stored, without reading the database.
+// applyCallback checks the worker's protocol version, then the callback's
+// token before anything else: a token this orchestrator did not seal for
+// the path's task is refused before the body is read, queued or stored,
+// without reading the database.
 func (h *handlers) applyCallback(c echo.Context) (callbackResult, error) {
+	if err := checkWorkerProtocol(c.Request()); err != nil {
+		return callbackResult{}, err
+	}
 	batchID, taskID := c.Param("batchId"), c.Param("taskId")
 	record, err := h.tokens.Open(c.Request().Context(), tasktoken.Task(batchID, taskID), bearerToken(c.Request()))
 	if err != nil {
@@ -132,6 +137,27 @@ const (
 	callbackBaseBytes      = 64 << 10
 	callbackBytesPerOutput = 160
 )
+
+// checkWorkerProtocol refuses (400) a request of a worker whose protocol
+// version (protocol.Header, absent for version 1) this orchestrator does
+// not speak.
+func checkWorkerProtocol(r *http.Request) error {
+	if _, err := protocol.Check(r.Header.Get(protocol.Header)); err != nil {
+		return &problem.InputError{Msg: err.Error()}
+	}
+	return nil
+}
+
+// workerProtocol is checkWorkerProtocol on the workers' other routes
+// (lease, heartbeat, URLs).
+func workerProtocol(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := checkWorkerProtocol(c.Request()); err != nil {
+			return err
+		}
+		return next(c)
+	}
+}
 
 // bearerToken returns the token of an `Authorization: Bearer` header, or "".
 func bearerToken(r *http.Request) string {

@@ -223,8 +223,8 @@ func New(cfg Config) *echo.Echo {
 	admin.POST("/resume", h.resume)
 	admin.GET("/pauses", h.listPauses)
 	for _, r := range cfg.Executors.Routes() {
-		if r.Access == jobs.AccessTask { // the handler checks the task's token
-			e.Add(r.Method, r.Path, h.executorRoute(r), requireJSON)
+		if r.Access == jobs.AccessTask { // a worker's: the handler checks the task's token
+			e.Add(r.Method, r.Path, h.executorRoute(r), workerProtocol, requireJSON)
 			continue
 		}
 		access := map[jobs.Access]echo.MiddlewareFunc{jobs.AccessStatus: h.requireStatus, jobs.AccessRead: read, jobs.AccessAdmin: h.require(roleAdmin)}[r.Access]

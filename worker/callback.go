@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // Callback is where and as whom a worker reports its result: a POST of a
@@ -33,6 +36,10 @@ type Callback struct {
 	// requests retry transient failures until then (RetryUntil). Zero:
 	// unknown.
 	Deadline time.Time
+	// Protocol is the protocol version sent with every request
+	// (protocol.Header); 0 means protocol.Current. protocol.V1 sends no
+	// header, as the workers of version 1 did.
+	Protocol int
 	// Attempt names the attempt the token is of (TASK_ATTEMPT): the
 	// worker's writes that replace go to its staging area
 	// (phases.AttemptKey), from which the orchestrator promotes them
@@ -209,6 +216,9 @@ func (c *Callback) attempt(ctx context.Context, client *http.Client, what, url s
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if v := cmp.Or(c.Protocol, protocol.Current); v != protocol.V1 {
+		req.Header.Set(protocol.Header, protocol.Value(v))
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("posting %s: %w", what, err)

@@ -15,6 +15,10 @@
 // worker gets no storage credentials: it reaches objects through presigned
 // URLs only, valid until its task's deadline plus a margin.
 //
+//	WORKER_PROTOCOL          optional, the orchestrator's protocol version (package
+//	                         protocol; unset: 1, an orchestrator older than versions).
+//	                         The worker sends its own, protocol.Current, as the
+//	                         "Worker-Protocol" header of every request
 //	TASK_ID, BATCH_ID        the task and batch, echoed in the callback
 //	CALLBACK_URL             where the callback is POSTed
 //	CALLBACK_TOKEN           sent as "Authorization: Bearer <token>"
@@ -76,6 +80,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // Kind is which worker program runs: it decides which variables are
@@ -124,9 +129,13 @@ type Input struct {
 
 // Config is a worker's environment, read once by cmd/worker.
 type Config struct {
-	Kind     Kind
-	Callback Callback
-	Input    Input
+	Kind Kind
+	// Orchestrator is the orchestrator's protocol version
+	// (WORKER_PROTOCOL): what it takes of a worker, from the version
+	// before it to its own.
+	Orchestrator int
+	Callback     Callback
+	Input        Input
 	// InputURL is the presigned GET of the input (INPUT_URL).
 	InputURL string
 	// OutputURLs are the presigned requests for the usual outputs
@@ -201,6 +210,10 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 		}
 	}
 	cfg.Callback.Attempt = str("TASK_ATTEMPT", false)
+	var err error
+	if cfg.Orchestrator, err = protocol.Parse(str(protocol.EnvVar, false)); err != nil {
+		e.Invalid = append(e.Invalid, protocol.EnvVar+": "+err.Error())
+	}
 	cfg.Input = Input{
 		Key:         str("INPUT_R2_KEY", true),
 		CID:         str("INPUT_CID", false),

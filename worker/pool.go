@@ -27,6 +27,9 @@ type Pool struct {
 	// Backoff paces retries of a lease request that failed (the
 	// orchestrator restarting); its window is CALLBACK_RETRY_WINDOW's.
 	Backoff Backoff
+	// Protocol is the protocol version its lease requests and heartbeats
+	// send (Callback.Protocol); 0 means protocol.Current.
+	Protocol int
 	// Client sends the requests; nil: one whose timeout outlasts a lease
 	// request's wait.
 	Client *http.Client
@@ -87,7 +90,7 @@ func (p Pool) Lease(ctx context.Context) (Lease, error) {
 	if client == nil {
 		client = &http.Client{Timeout: leaseTimeout}
 	}
-	cb := Callback{URL: p.LeaseURL, Token: p.Token, Client: client, Logger: p.Logger}
+	cb := Callback{URL: p.LeaseURL, Token: p.Token, Client: client, Logger: p.Logger, Protocol: p.Protocol}
 	var out Lease
 	body := map[string]string{}
 	if p.MachineID != "" {
@@ -152,7 +155,7 @@ func (p Pool) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, get
 	if every <= 0 {
 		return func() {}
 	}
-	cb := Callback{URL: getenv("CALLBACK_URL") + "/heartbeat", Token: getenv("CALLBACK_TOKEN"), Client: p.Client, Logger: log}
+	cb := Callback{URL: getenv("CALLBACK_URL") + "/heartbeat", Token: getenv("CALLBACK_TOKEN"), Client: p.Client, Logger: log, Protocol: p.Protocol}
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

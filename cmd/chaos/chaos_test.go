@@ -44,6 +44,27 @@ func TestParseOptions(t *testing.T) {
 	require.Error(t, err)
 }
 
+// TestUpgradeOptions: -upgrade takes the release from UPGRADE_FROM, else
+// scripts/upgrade-from (a commit), and sets the upgrade test's load: no
+// faults, no fault-free run, pools; flags given win.
+func TestUpgradeOptions(t *testing.T) {
+	rev, err := readUpgradeFrom(filepath.Join("..", "..", upgradeFromFile))
+	require.NoError(t, err)
+	require.Regexp(t, `^[0-9a-f]{40}$`, rev, "the release's full commit hash")
+
+	t.Setenv("UPGRADE_FROM", "v1.2.3")
+	o, err := parseOptions([]string{"-upgrade", "-files", "9"})
+	require.NoError(t, err)
+	require.Equal(t, "v1.2.3", o.upgradeFrom)
+	require.Equal(t, []any{6, 9, "pool", true, 0}, []any{o.batches, o.files, o.executor, o.skipBaseline, len(o.kinds)})
+	o, err = parseOptions([]string{"-upgrade-from", "abc123", "-executor", "machine"})
+	require.NoError(t, err)
+	require.Equal(t, []any{"abc123", "machine"}, []any{o.upgradeFrom, o.executor})
+	o, err = parseOptions(nil)
+	require.NoError(t, err)
+	require.Empty(t, o.upgradeFrom, "the chaos test")
+}
+
 // TestEvaluate: the checks see a lost success, an invented one and a
 // duplicate, and pass a clean run.
 func TestEvaluate(t *testing.T) {

@@ -70,6 +70,9 @@ type options struct {
 	partition    time.Duration
 	executor     string
 	bigFiles     int
+	// upgradeFrom is the release the rolling upgrade test starts on (a
+	// commit), "" for the chaos test.
+	upgradeFrom string
 }
 
 // filesOf is how many files batch i has: the first has -big-files, when
@@ -116,8 +119,15 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.partition, "partition", 90*time.Second, "how long a partition cuts the orchestrators off Postgres (Postgres up)")
 	fs.StringVar(&o.executor, "executor", "machine", "executor of the machine phases: machine (a machine per task) or pool")
 	fs.IntVar(&o.bigFiles, "big-files", 2500, "files of the first batch, written in chunks (0: -files like the others)")
+	upgrade := fs.Bool("upgrade", false, "the rolling upgrade test instead (make upgrade-test): the load starts on the previous release's orchestrators (UPGRADE_FROM, else "+upgradeFromFile+"), which are upgraded to this checkout one by one mid-batch; no faults")
+	fs.StringVar(&o.upgradeFrom, "upgrade-from", "", "the rolling upgrade test from this commit (implies -upgrade)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *upgrade || o.upgradeFrom != "" {
+		if err := o.upgradeDefaults(fs); err != nil {
+			return o, err
+		}
 	}
 	if *short {
 		set := map[string]bool{}
@@ -150,6 +160,9 @@ func parseOptions(args []string) (options, error) {
 		}
 		o.kinds = append(o.kinds, k)
 	}
+	if o.upgradeFrom != "" && !setFlag(fs, "faults") {
+		o.kinds = nil // a rolling upgrade is the fault
+	}
 	if o.executor != "machine" && o.executor != "pool" {
 		return o, fmt.Errorf("-executor: machine or pool, not %q", o.executor)
 	}
@@ -163,6 +176,13 @@ func parseOptions(args []string) (options, error) {
 	return o, nil
 }
 
+// setFlag says whether the flag name was given.
+func setFlag(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -174,17 +194,20 @@ func contains(list []string, s string) bool {
 
 // world is what both runs share: the binary, Postgres, S3, ingest.
 type world struct {
-	opts    options
-	tmp     string
-	bin     string // bin/orchestrator, built for this run
-	self    string // this program, for its children
-	cluster *pgcluster.Cluster
-	proxy   *pgProxy // the orchestrators reach Postgres through it
-	s3      childInfo
-	s3proc  *exec.Cmd
-	store   blob.Store
-	ingest  *ingest
-	logf    func(format string, args ...any)
+	opts options
+	tmp  string
+	bin  string // bin/orchestrator, built for this run
+	// release is the previous release's orchestrator, built from
+	// releaseSHA, for the rolling upgrade test (-upgrade).
+	release, releaseSHA string
+	self                string // this program, for its children
+	cluster             *pgcluster.Cluster
+	proxy               *pgProxy // the orchestrators reach Postgres through it
+	s3                  childInfo
+	s3proc              *exec.Cmd
+	store               blob.Store
+	ingest              *ingest
+	logf                func(format string, args ...any)
 }
 
 // childInfo is the first line a child prints.
@@ -208,8 +231,12 @@ func drive(ctx context.Context, opts options) (err error) {
 	w := &world{opts: opts, logf: func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s chaos: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}}
-	w.logf("seed %d: %d batches of %d files, faults %s, workers hang %.0f%% crash %.0f%% late %.0f%%",
-		opts.seed, opts.batches, opts.files, strings.Join(opts.kinds, ","), opts.hang*100, opts.crash*100, opts.late*100)
+	if opts.upgradeFrom != "" {
+		w.logf("rolling upgrade from %s: %d batches of %d files on the %s executor", opts.upgradeFrom, opts.batches, opts.files, opts.executor)
+	} else {
+		w.logf("seed %d: %d batches of %d files, faults %s, workers hang %.0f%% crash %.0f%% late %.0f%%",
+			opts.seed, opts.batches, opts.files, strings.Join(opts.kinds, ","), opts.hang*100, opts.crash*100, opts.late*100)
+	}
 	if w.tmp, err = os.MkdirTemp("", "chaos-"); err != nil {
 		return err
 	}
@@ -227,6 +254,11 @@ func drive(ctx context.Context, opts options) (err error) {
 	w.logf("building the orchestrator")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", w.bin, "./cmd/orchestrator").CombinedOutput(); err != nil {
 		return fmt.Errorf("building ./cmd/orchestrator (run chaos from the repository's root): %w: %s", err, out)
+	}
+	if opts.upgradeFrom != "" {
+		if err := w.buildRelease(ctx); err != nil {
+			return err
+		}
 	}
 	if w.cluster, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
 		return err
@@ -260,8 +292,14 @@ func drive(ctx context.Context, opts options) (err error) {
 			return err
 		}
 	}
-	w.logf("chaos run")
-	res, err := w.run(ctx, "chaos", true)
+	label, chaos := "chaos", true
+	if opts.upgradeFrom != "" {
+		label, chaos = "upgrade", false
+		w.logf("load on the release %s, then upgraded", w.releaseSHA[:12])
+	} else {
+		w.logf("chaos run")
+	}
+	res, err := w.run(ctx, label, chaos)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/fakes/ocrfixture"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/worker"
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // Worker fault kinds the fake machines play, per launch.
@@ -205,6 +206,11 @@ func (c *flyChild) work(ctx context.Context, env map[string]string, body []byte)
 	cfg, err := worker.ParseEnv(kind, func(k string) string { return env[k] })
 	if err != nil {
 		return fail(err)
+	}
+	if cfg.Orchestrator == protocol.V1 {
+		// Launched by the previous release: its image sends no version
+		// (fakefly's machines do the same).
+		cfg.Callback.Protocol = protocol.V1
 	}
 	store := cfg.NewStore(nil)
 	data, err := store.Get(ctx, cfg.Bucket, cfg.Input.Key)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // runResult is what one run did and how its checks came out.
@@ -62,6 +63,10 @@ type runResult struct {
 	// that name a completed document; docsOther the batches' documents
 	// not completed that no final manifest names.
 	documents, docsCompleted, docsOther int
+	// upgrades are the rolling upgrade's steps, protocols the callbacks
+	// applied by their workers' protocol versions.
+	upgrades  []string
+	protocols map[int]int
 	// provider is what chaos provider answered.
 	provider providerReport
 	checks   []assertion
@@ -442,6 +447,16 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 		big = fmt.Sprintf(" (the first %d)", opts.bigFiles)
 	}
 	fmt.Fprintf(out, "\nchaos: seed %d, %d batches x %d files%s, %s executor, 2 orchestrators\n\n", opts.seed, opts.batches, opts.files, big, opts.executor)
+	if opts.upgradeFrom != "" {
+		fmt.Fprintf(out, "rolling upgrade from %s:\n", opts.upgradeFrom)
+		for _, u := range res.upgrades {
+			fmt.Fprintf(out, "  %s\n", u)
+		}
+		fmt.Fprintf(out, "callbacks applied by protocol version: 1 (the release's workers) %d, %d %d\n\n",
+			res.protocols[protocol.V1], protocol.Current, res.protocols[protocol.Current])
+		printFigures(out, base, res)
+		return
+	}
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault injected\tcount\t")
 	names := []struct{ key, label string }{
@@ -462,8 +477,13 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\tfault-free\tchaos\t")
+	printFigures(out, base, res)
+}
+
+// printFigures prints the figures of both runs and the checks.
+func printFigures(out io.Writer, base, res *runResult) {
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\tfault-free\t%s\t\n", res.label)
 	row := func(name string, f func(*runResult) string) {
 		b := "-"
 		if base != nil {

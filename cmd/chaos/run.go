@@ -59,7 +59,10 @@ func (p *proc) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(p.bin, "serve")
+	p.mu.Lock()
+	bin := p.bin
+	p.mu.Unlock()
+	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -149,6 +152,11 @@ type loadRun struct {
 	batches map[string]*submitted
 	rng     *rng
 	res     *runResult
+	// upgrade is the rolling upgrade test's run: its orchestrators start
+	// on the previous release (world.release).
+	upgrade bool
+	// started is when the first batch was submitted.
+	started time.Time
 }
 
 // submitted is what the driver put in one batch's manifest.
@@ -163,7 +171,8 @@ type submitted struct {
 // run takes the load through a fresh database, a fresh fake Machines API
 // and two fresh orchestrators, with faults when chaos is set.
 func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, error) {
-	l := &loadRun{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts), batches: map[string]*submitted{}}
+	l := &loadRun{w: w, label: label, chaos: chaos, rng: newRNG(w.opts.seed), res: newRunResult(label, w.opts), batches: map[string]*submitted{},
+		upgrade: w.release != ""}
 	var err error
 	if l.dbURL, err = w.createDatabase(ctx, "chaos_"+label); err != nil {
 		return nil, err
@@ -194,13 +203,17 @@ func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, 
 	}
 
 	start := time.Now()
+	l.started = start
 	injectCtx, stopInjecting := context.WithCancel(ctx)
-	injected, firstRound := make(chan struct{}), make(chan struct{})
+	injected, firstRound, allSubmitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(injected)
-		if chaos {
+		switch {
+		case l.upgrade:
+			l.upgradeProcs(injectCtx, firstRound, allSubmitted)
+		case chaos:
 			l.inject(injectCtx, firstRound)
-		} else {
+		default:
 			close(firstRound)
 		}
 	}()
@@ -208,6 +221,7 @@ func (w *world) run(ctx context.Context, label string, chaos bool) (*runResult, 
 		stopInjecting()
 		return nil, err
 	}
+	close(allSubmitted)
 	// Faults stop a while after the last submission, once each kind was
 	// injected: a fault injected for ever would keep a batch waiting out
 	// its backoff for ever.
@@ -289,7 +303,11 @@ func (l *loadRun) startProcs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p := &proc{name: fmt.Sprintf("orchestrator-%c", 'A'+i), bin: l.w.bin, url: "http://" + addr, metrics: metricsAddr,
+		bin := l.w.bin
+		if l.upgrade {
+			bin = l.w.release
+		}
+		p := &proc{name: fmt.Sprintf("orchestrator-%c", 'A'+i), bin: bin, url: "http://" + addr, metrics: metricsAddr,
 			logPath: filepath.Join(l.w.tmp, fmt.Sprintf("%s-orchestrator-%c.log", l.label, 'A'+i))}
 		p.env = []string{
 			"DATABASE_URL=" + dbURL, "DATABASE_MAX_CONNS=" + strconv.Itoa(l.w.opts.maxConns),
@@ -641,6 +659,9 @@ func (l *loadRun) collect(ctx context.Context) error {
 		return err
 	}
 	l.res.evaluate(snap, report, l.w.ingest, l.ids)
+	if l.upgrade {
+		l.res.evaluateProtocols(report)
+	}
 	describe := map[string]string{}
 	for id, sub := range l.batches {
 		describe[id] = sub.describe

@@ -10,6 +10,7 @@ import (
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // Task is one attempt of a task as a worker gets it: its ids, its input,
@@ -29,7 +30,7 @@ type Task struct {
 
 // TaskEnv is the worker's environment for one task (spec 000 §4.3), the
 // same for a machine of its own and for a pool machine that leased it: the
-// task's ids and input, its callback URL and token, the attempt's name
+// protocol's version, the task's ids and input, its callback URL and token, the attempt's name
 // for a phase that stages its outputs (TASK_ATTEMPT), the phase's own
 // settings and the shared ones it names. The worker gets no storage
 // credentials: presigned URLs for its input and planned outputs
@@ -45,7 +46,8 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 	}
 	// Sized for every variable, INPUT_URL and OUTPUT_URLS included: a
 	// launch builds no map twice.
-	env := make(map[string]string, 13+len(pcfg.Env)+len(shared))
+	env := make(map[string]string, 14+len(pcfg.Env)+len(shared))
+	env[protocol.EnvVar] = protocol.Value(protocol.Current)
 	env["TASK_ID"] = t.ID
 	env["BATCH_ID"] = t.BatchID
 	env["INPUT_R2_KEY"] = t.R2Key

@@ -19,6 +19,7 @@ import (
 	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // ScaleArgs is the job of a pool's manager (pool_scale), unique while
@@ -260,6 +261,7 @@ func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 			"POOL_TOKEN":            token,
 			"POOL_IDLE_SECONDS":     strconv.Itoa(int(e.cfg.Idle / time.Second)),
 			"CALLBACK_RETRY_WINDOW": strconv.FormatInt(e.machines.CallbackRetryWindow.Milliseconds(), 10),
+			protocol.EnvVar:         protocol.Value(protocol.Current),
 		},
 		MemoryMB: pcfg.Guest.MemoryMB, CPUs: pcfg.Guest.CPUs, CPUKind: pcfg.Guest.CPUKind,
 	}

@@ -188,6 +188,9 @@ type CallbackResult struct {
 	// Attempts counts posts including retries after 5xx, 429 and network
 	// errors.
 	Attempts int
+	// Protocol is the worker's protocol version (1: the previous
+	// release's image, which sends none).
+	Protocol int
 	// Body is what was posted (nil past Options.DetailLimit).
 	Body []byte
 	// Launched is when the machine's launch was answered, Queued when its
@@ -312,6 +315,7 @@ type job struct {
 	url, token       string
 	body             []byte
 	env              map[string]string // the machine's, for Options.Work
+	protocol         int               // the worker's protocol version (protocolOf)
 	copies           int
 	crash, linger    bool
 }
@@ -745,7 +749,7 @@ func (s *Server) handleLaunch(w http.ResponseWriter, r *http.Request) {
 	if !pool && !req.SkipLaunch && !bh.Hang {
 		s.schedule(&job{
 			launched: time.Now(), app: app, machineID: m.id, taskID: l.TaskID, batchID: l.BatchID,
-			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"], env: cfg.Env,
+			url: cfg.Env["CALLBACK_URL"], token: cfg.Env["CALLBACK_TOKEN"], env: cfg.Env, protocol: protocolOf(cfg.Env),
 			body: body, copies: 1 + max(bh.Duplicate, 0), crash: bh.Crash, linger: bh.Linger,
 		}, bh.Delay)
 	}
@@ -969,7 +973,7 @@ func (s *Server) alive(app, id string) bool {
 // post sends one callback like a real worker: retry network errors, 5xx and
 // 429 a few times with a small backoff, keep the final answer.
 func (s *Server) post(j *job) (res CallbackResult) {
-	res = CallbackResult{TaskID: j.taskID, BatchID: j.batchID, MachineID: j.machineID, URL: j.url, Body: j.body,
+	res = CallbackResult{TaskID: j.taskID, BatchID: j.batchID, MachineID: j.machineID, URL: j.url, Body: j.body, Protocol: j.protocol,
 		Launched: j.launched, Queued: j.queued, Posted: time.Now()}
 	defer func() { res.Answered = time.Now() }()
 	if j.url == "" {
@@ -990,6 +994,7 @@ func (s *Server) post(j *job) (res CallbackResult) {
 		if j.token != "" {
 			req.Header.Set("Authorization", "Bearer "+j.token)
 		}
+		setProtocol(req, j.protocol)
 		resp, err := s.client.Do(req)
 		if err != nil {
 			res.Err = err.Error()

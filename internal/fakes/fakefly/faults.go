@@ -188,6 +188,7 @@ type CallbackSummary struct {
 	Attempts int    `json:"attempts"`
 	Err      string `json:"err,omitempty"`
 	// As CallbackResult's.
+	Protocol int       `json:"protocol"`
 	Launched time.Time `json:"launched"`
 	Queued   time.Time `json:"queued"`
 	Posted   time.Time `json:"posted"`
@@ -210,7 +211,7 @@ func (s *Server) Report() Report {
 		}
 		_ = json.Unmarshal(c.Body, &body)
 		r.Callbacks = append(r.Callbacks, CallbackSummary{TaskID: c.TaskID, BatchID: c.BatchID, MachineID: c.MachineID,
-			Outcome: body.Status, Copy: c.Copy, Status: c.Status, Attempts: c.Attempts, Err: c.Err,
+			Outcome: body.Status, Copy: c.Copy, Status: c.Status, Attempts: c.Attempts, Err: c.Err, Protocol: c.Protocol,
 			Launched: c.Launched, Queued: c.Queued, Posted: c.Posted, Answered: c.Answered})
 	}
 	for _, l := range s.Launches() {

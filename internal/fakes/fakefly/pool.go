@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
 // A launch whose env has POOL_LEASE_URL is a pool machine: like the
@@ -33,6 +36,7 @@ type lease struct {
 func (s *Server) runPool(l Launch, machineID string) {
 	defer s.wg.Done()
 	env := l.Env
+	version := protocolOf(env)
 	idle := 30 * time.Second
 	if n, err := strconv.Atoi(env["POOL_IDLE_SECONDS"]); err == nil && n > 0 {
 		idle = time.Duration(n) * time.Second
@@ -41,7 +45,7 @@ func (s *Server) runPool(l Launch, machineID string) {
 	defer func() { s.poolExited(l.App, machineID, crashed) }()
 	idleSince := time.Now()
 	for s.alive(l.App, machineID) && s.ctx.Err() == nil {
-		ls, ok := s.leaseTask(env["POOL_LEASE_URL"], env["POOL_TOKEN"], machineID)
+		ls, ok := s.leaseTask(env["POOL_LEASE_URL"], env["POOL_TOKEN"], machineID, version)
 		switch {
 		case !ok, ls.Done:
 			return
@@ -55,7 +59,14 @@ func (s *Server) runPool(l Launch, machineID string) {
 		s.counts.Leases++
 		s.notify()
 		s.mu.Unlock()
-		task := Launch{App: l.App, TaskID: ls.Task.Env["TASK_ID"], BatchID: ls.Task.Env["BATCH_ID"], Env: ls.Task.Env,
+		taskEnv := ls.Task.Env
+		if version == protocol.V1 {
+			// The previous release's image reads no version: it keeps
+			// speaking its own whatever its orchestrator names.
+			taskEnv = maps.Clone(taskEnv)
+			delete(taskEnv, protocol.EnvVar)
+		}
+		task := Launch{App: l.App, TaskID: taskEnv["TASK_ID"], BatchID: taskEnv["BATCH_ID"], Env: taskEnv,
 			PoolMachine: machineID, At: time.Now()}
 		var bh Behavior
 		if s.opts.Behave != nil {
@@ -65,7 +76,7 @@ func (s *Server) runPool(l Launch, machineID string) {
 			s.untilGone(l.App, machineID) // no heartbeat, no callback: the lease lapses
 			return
 		}
-		if !s.work(l.App, machineID, ls.Task.Env, bh.Delay, time.Duration(ls.Task.HeartbeatMS)*time.Millisecond) {
+		if !s.work(l.App, machineID, taskEnv, bh.Delay, time.Duration(ls.Task.HeartbeatMS)*time.Millisecond) {
 			return // destroyed mid-task
 		}
 		if bh.Crash {
@@ -78,10 +89,10 @@ func (s *Server) runPool(l Launch, machineID string) {
 			return
 		}
 		if s.opts.Work != nil {
-			body = s.opts.Work(s.ctx, ls.Task.Env, body)
+			body = s.opts.Work(s.ctx, taskEnv, body)
 		}
 		j := &job{launched: task.At, queued: time.Now(), app: l.App, machineID: machineID, taskID: task.TaskID, batchID: task.BatchID,
-			url: ls.Task.Env["CALLBACK_URL"], token: ls.Task.Env["CALLBACK_TOKEN"], body: body}
+			url: taskEnv["CALLBACK_URL"], token: taskEnv["CALLBACK_TOKEN"], body: body, protocol: version}
 		s.postCopies(j, 1+max(bh.Duplicate, 0))
 		idleSince = time.Now()
 	}
@@ -89,7 +100,7 @@ func (s *Server) runPool(l Launch, machineID string) {
 
 // leaseTask asks for a task, retrying network errors, 5xx and 429 as a
 // worker does; false when no answer came or the credential was refused.
-func (s *Server) leaseTask(url, token, machineID string) (lease, bool) {
+func (s *Server) leaseTask(url, token, machineID string, version int) (lease, bool) {
 	body, _ := json.Marshal(map[string]string{"machine_id": machineID})
 	backoff, start := 20*time.Millisecond, time.Now()
 	for attempt := 1; s.ctx.Err() == nil; attempt++ {
@@ -99,6 +110,7 @@ func (s *Server) leaseTask(url, token, machineID string) (lease, bool) {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+token)
+		setProtocol(req, version)
 		resp, err := s.leaseClient().Do(req)
 		if err == nil {
 			var out lease
@@ -167,6 +179,7 @@ func (s *Server) heartbeat(env map[string]string) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+env["CALLBACK_TOKEN"])
+	setProtocol(req, protocolOf(env))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return
@@ -209,4 +222,23 @@ func (s *Server) poolExited(app, machineID string, crashed bool) {
 	}
 	s.counts.CallbacksPending--
 	s.notify()
+}
+
+// protocolOf is the protocol version of a fake machine launched with env:
+// one launched by an orchestrator that names no version
+// (protocol.EnvVar) runs the previous release's image, which sends none,
+// so that a rolling upgrade's test (cmd/chaos -upgrade-from) meets both.
+func protocolOf(env map[string]string) int {
+	if env[protocol.EnvVar] == "" {
+		return protocol.V1
+	}
+	return protocol.Current
+}
+
+// setProtocol sends version as a worker of that version does: version 1
+// sends no header.
+func setProtocol(req *http.Request, version int) {
+	if version != protocol.V1 {
+		req.Header.Set(protocol.Header, protocol.Value(version))
+	}
 }
