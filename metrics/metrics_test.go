@@ -200,12 +200,7 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 func TestHealthMetrics(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
-	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	exec := dbtest.Exec(t, pool)
 	batch := func(id, status string, idle time.Duration) {
 		exec(`INSERT INTO batches (id, status, phase, uploader, queue_message, updated_at) VALUES ($1, $2, $2, 'u', '{}', now() - make_interval(secs => $3))`,
 			id, status, idle.Seconds())

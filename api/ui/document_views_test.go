@@ -20,11 +20,7 @@ func TestDashboardDocuments(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	exec := dbtest.Exec(t, pool)
 	const n = 2*dashboardDocumentsPerPage + 3
 	// Every third document failed.
 	exec(`INSERT INTO documents (r2_key, version, status)

@@ -20,11 +20,7 @@ func TestViews(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	exec := dbtest.Exec(t, pool)
 	exec(`INSERT INTO batches (id, uploader, queue_message) VALUES ('B', 'u', '{}'), ('NO-OCR', 'u', '{}')`)
 	exec(`INSERT INTO files (batch_id, generation, ordinal, directory_path, r2_key, logical_path, file_name, file_size, content_type, processing_config)
 		SELECT 'B', 0, i, '/a', 'staging/B/a/p' || i || '.jpg', '/a/p' || i || '.jpg', 'p' || i || '.jpg', 100, 'image/jpeg', '{}'

@@ -54,6 +54,17 @@ func New(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// Exec is a function that runs a statement on pool, failing the test if it
+// fails: a test's setup in SQL.
+func Exec(tb testing.TB, pool *pgxpool.Pool) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		tb.Helper()
+		if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+			tb.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 // NewWithURL is New that also returns the database's URL, for code under test
 // that opens its own connections (a server started from configuration).
 func NewWithURL(tb testing.TB) (*pgxpool.Pool, string) {
