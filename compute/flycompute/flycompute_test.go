@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,29 @@ func hang(fakefly.Launch) fakefly.Behavior { return fakefly.Behavior{Hang: true}
 
 func newFake(t *testing.T, behave func(fakefly.Launch) fakefly.Behavior) *fakefly.Server {
 	return fakefly.New(t, fakefly.Options{Token: apiToken, Behave: behave, Apps: []string{app}})
+}
+
+// listingBackend is a backend on fake that records the query of each GET
+// (the lists), which queries returns.
+func listingBackend(t *testing.T, fake *fakefly.Server) (b *flycompute.Backend, queries func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	b = newBackend(t, fake, func(c *flycompute.Config) {
+		c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet {
+				mu.Lock()
+				seen = append(seen, r.URL.RawQuery)
+				mu.Unlock()
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})
+	})
+	return b, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
 
 func newBackend(t *testing.T, fake *fakefly.Server, mod ...func(*flycompute.Config)) *flycompute.Backend {
@@ -141,18 +165,7 @@ func TestLaunchValidatesSpecWithoutCallingFly(t *testing.T) {
 func TestFindByTask(t *testing.T) {
 	t.Parallel()
 	fake := newFake(t, hang)
-	var mu sync.Mutex
-	var queries []string
-	b := newBackend(t, fake, func(c *flycompute.Config) {
-		c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodGet {
-				mu.Lock()
-				queries = append(queries, r.URL.RawQuery)
-				mu.Unlock()
-			}
-			return http.DefaultTransport.RoundTrip(r)
-		})
-	})
+	b, queries := listingBackend(t, fake)
 
 	m1, err := b.Launch(t.Context(), spec("task-1"))
 	require.NoError(t, err)
@@ -186,15 +199,13 @@ func TestFindByTask(t *testing.T) {
 	other, err := b.ListByBatch(t.Context(), app, "another batch")
 	require.NoError(t, err)
 	require.Empty(t, other)
-	mu.Lock()
-	defer mu.Unlock()
 	require.Equal(t, []string{
 		"metadata.task_id=task-1",
 		"metadata.task_id=task-3",
 		"metadata.task_id=a%26b%3Dc",
 		"metadata.batch_id=" + spec("x").BatchID,
 		"metadata.batch_id=another+batch",
-	}, queries)
+	}, queries())
 }
 
 // TestListOwned: every machine of the app with our metadata, of every
@@ -203,18 +214,7 @@ func TestFindByTask(t *testing.T) {
 func TestListOwned(t *testing.T) {
 	t.Parallel()
 	fake := newFake(t, hang)
-	var mu sync.Mutex
-	var queries []string
-	b := newBackend(t, fake, func(c *flycompute.Config) {
-		c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodGet {
-				mu.Lock()
-				queries = append(queries, r.URL.RawQuery)
-				mu.Unlock()
-			}
-			return http.DefaultTransport.RoundTrip(r)
-		})
-	})
+	b, queries := listingBackend(t, fake)
 	m1, err := b.Launch(t.Context(), spec("task-1"))
 	require.NoError(t, err)
 	other := spec("pool-7")
@@ -241,9 +241,7 @@ func TestListOwned(t *testing.T) {
 		{ID: m1.ID, App: app, State: "started", TaskID: "task-1", BatchID: "batch-123", Attempt: 1, CreatedAt: m1.CreatedAt},
 		{ID: m2.ID, App: app, State: "started", TaskID: "pool-7", Attempt: 1, CreatedAt: m2.CreatedAt},
 	}, owned)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []string{""}, queries, "one list, unfiltered")
+	require.Equal(t, []string{""}, queries(), "one list, unfiltered")
 }
 
 func TestDestroy(t *testing.T) {
