@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -47,7 +48,7 @@ func TestDashboardDocuments(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t, testenv.Options{})
 	ids := map[string]int64{}
-	docs := map[string]string{"documents/zebra.md": hostileText, "documents/latin1.txt": "caf\xe9"}
+	docs := map[string]string{"documents/zebra.md": hostileText, "documents/latin1.txt": "caf\xe9", "documents/blank.txt": " \n"}
 	for key, text := range corpus {
 		docs[key] = text
 	}
@@ -95,6 +96,15 @@ func TestDashboardDocuments(t *testing.T) {
 			require.Greater(t, prev, cur)
 		}
 
+		// A document without text is said to have none, not to be searched.
+		blank := regexp.MustCompile(fmt.Sprintf(`(?s)data-document="%d".*?</li>`, ids["documents/blank.txt"])).FindString(body)
+		require.Equal(t, db.DocumentCompleted, done["documents/blank.txt"].Status)
+		require.Contains(t, blank, `<span class="badge s-notext"`)
+		require.NotContains(t, blank, "s-current")
+		lighthouse := regexp.MustCompile(fmt.Sprintf(`(?s)data-document="%d".*?</li>`, ids["documents/lighthouse.md"])).FindString(body)
+		require.Contains(t, lighthouse, `<span class="badge s-current">searched</span>`)
+		require.NotContains(t, lighthouse, "s-notext")
+
 		// The batch list links here.
 		_, body = reader(http.MethodGet, "/ui", nil)
 		require.Contains(t, body, `<a href="/ui/documents" class="nav-documents">Documents</a>`)
@@ -112,6 +122,18 @@ func TestDashboardDocuments(t *testing.T) {
 		for _, id := range ids {
 			require.Equal(t, id < failed, strings.Contains(body, fmt.Sprintf(`data-document="%d"`, id)), "document %d", id)
 		}
+		// A batch's documents, as its page links them.
+		_, err := db.New(env.Pool).BatchInsert(context.Background(), db.BatchInsertParams{ID: "01KDOCSBATCH0000000000000", Uploader: "test", QueueMessage: []byte(`{}`)})
+		require.NoError(t, err)
+		_, err = env.Pool.Exec(context.Background(), `UPDATE documents SET batch_id = '01KDOCSBATCH0000000000000' WHERE id = $1`, ids["documents/bread.md"])
+		require.NoError(t, err)
+		_, body = reader(http.MethodGet, "/ui/documents?batch=01KDOCSBATCH0000000000000", nil)
+		require.Equal(t, 1, strings.Count(body, `<li class="batch document"`), body)
+		require.Contains(t, body, fmt.Sprintf(`data-document="%d"`, ids["documents/bread.md"]))
+		require.Contains(t, body, `Documents of batch <a class="batch-id" href="/ui/batches/01KDOCSBATCH0000000000000">`)
+		require.Contains(t, body, `<input type="hidden" name="batch" value="01KDOCSBATCH0000000000000">`, "the status filter keeps the batch")
+		_, body = reader(http.MethodGet, "/ui/batches/01KDOCSBATCH0000000000000", nil)
+		require.Contains(t, body, `<a id="batch-documents" href="/ui/documents?batch=01KDOCSBATCH0000000000000">1 document</a>`)
 		for _, q := range []string{"status=nope", "cursor=x", "cursor=-3"} {
 			resp, body := reader(http.MethodGet, "/ui/documents?"+q, nil)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", q, body)

@@ -1037,22 +1037,30 @@ func (q *Queries) DocumentListAbandoned(ctx context.Context, max int32) ([]Docum
 const documentListPage = `-- name: DocumentListPage :many
 SELECT id, r2_key, version, status, current_step, etag, size_bytes, content_sha256, total_chunks, processed_chunks, retry_count, resumes, errors, document_tags, current, batch_id, file_id, created_at, started_at, completed_at, failed_at, updated_at, source, step_timing, failing_since, failure, search_xid FROM documents
 WHERE ($1::text IS NULL OR status = $1::text)
-    AND ($2::bigint IS NULL OR id < $2::bigint)
+    AND ($2::text IS NULL OR batch_id = $2::text)
+    AND ($3::bigint IS NULL OR id < $3::bigint)
 ORDER BY id DESC
-LIMIT $3
+LIMIT $4
 `
 
 type DocumentListPageParams struct {
 	Status   *string
+	BatchID  *string
 	BeforeID *int64
 	Max      int32
 }
 
 // A page of the dashboard's listing, newest first, optionally of one
-// status: before_id is the last id of the previous page (keyset paging,
-// so documents added meanwhile never shift the pages after it).
+// status and of one batch: before_id is the last id of the previous page
+// (keyset paging, so documents added meanwhile never shift the pages
+// after it).
 func (q *Queries) DocumentListPage(ctx context.Context, arg DocumentListPageParams) ([]Document, error) {
-	rows, err := q.db.Query(ctx, documentListPage, arg.Status, arg.BeforeID, arg.Max)
+	rows, err := q.db.Query(ctx, documentListPage,
+		arg.Status,
+		arg.BatchID,
+		arg.BeforeID,
+		arg.Max,
+	)
 	if err != nil {
 		return nil, err
 	}

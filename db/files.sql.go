@@ -153,17 +153,26 @@ func (q *Queries) FileListIDsByBatchGeneration(ctx context.Context, arg FileList
 }
 
 const fileListWithThumbnail = `-- name: FileListWithThumbnail :many
-SELECT f.id, f.logical_path, f.file_size, f.content_type,
-    EXISTS (
-        SELECT 1 FROM tasks t
-        WHERE t.file_id = f.parent_id AND t.status = 'completed'
-            AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
-    ) AS has_thumbnail,
-    count(*) OVER () AS total
-FROM files f
-WHERE f.batch_id = $1 AND f.generation = $2
-ORDER BY f.ordinal
-LIMIT $3
+WITH RECURSIVE page AS (
+    SELECT f.id, f.parent_id, f.ordinal, f.logical_path, f.file_size, f.content_type, f.preprocessor_tags, count(*) OVER () AS total
+    FROM files f
+    WHERE f.batch_id = $1 AND f.generation = $2
+    ORDER BY f.ordinal
+    LIMIT $3
+), lineage AS (
+    SELECT p.id AS file_id, p.id AS ancestor, 0 AS depth FROM page p
+    UNION ALL
+    SELECT l.file_id, a.parent_id, l.depth + 1 FROM lineage l JOIN files a ON a.id = l.ancestor
+    WHERE a.parent_id IS NOT NULL AND l.depth < 32
+), thumbs AS (
+    SELECT DISTINCT l.file_id FROM lineage l JOIN tasks t ON t.file_id = l.ancestor
+    WHERE t.batch_id = $1 AND t.status = 'completed'
+        AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+)
+SELECT p.id, p.logical_path, p.file_size, p.content_type, p.preprocessor_tags,
+    (p.id IN (SELECT thumbs.file_id FROM thumbs))::bool AS has_thumbnail, p.total
+FROM page p
+ORDER BY p.ordinal
 `
 
 type FileListWithThumbnailParams struct {
@@ -173,17 +182,20 @@ type FileListWithThumbnailParams struct {
 }
 
 type FileListWithThumbnailRow struct {
-	ID           int64
-	LogicalPath  string
-	FileSize     int64
-	ContentType  string
-	HasThumbnail bool
-	Total        int64
+	ID               int64
+	LogicalPath      string
+	FileSize         int64
+	ContentType      string
+	PreprocessorTags []string
+	HasThumbnail     bool
+	Total            int64
 }
 
 // FileListWithThumbnail is a page of a generation for the dashboard, with
 // whether each file has a thumbnail (FileThumbnailURL) and the
-// generation's size.
+// generation's size. A file's lineage (parent_id, up to the upload) is
+// walked for the thumbnail: the ref OCR published or the document
+// indexing passed on shows the image an earlier phase made.
 func (q *Queries) FileListWithThumbnail(ctx context.Context, arg FileListWithThumbnailParams) ([]FileListWithThumbnailRow, error) {
 	rows, err := q.db.Query(ctx, fileListWithThumbnail, arg.BatchID, arg.Generation, arg.Max)
 	if err != nil {
@@ -198,6 +210,7 @@ func (q *Queries) FileListWithThumbnail(ctx context.Context, arg FileListWithThu
 			&i.LogicalPath,
 			&i.FileSize,
 			&i.ContentType,
+			&i.PreprocessorTags,
 			&i.HasThumbnail,
 			&i.Total,
 		); err != nil {
@@ -246,22 +259,30 @@ func (q *Queries) FileMarkKept(ctx context.Context, arg FileMarkKeptParams) (int
 }
 
 const fileThumbnailURL = `-- name: FileThumbnailURL :one
+WITH RECURSIVE lineage AS (
+    SELECT f.id AS ancestor, 0 AS depth FROM files f WHERE f.id = $2 AND f.batch_id = $1
+    UNION ALL
+    SELECT a.parent_id, l.depth + 1 FROM lineage l JOIN files a ON a.id = l.ancestor
+    WHERE a.parent_id IS NOT NULL AND l.depth < 32
+)
 SELECT (t.result -> 'ref_data' -> 'variants' ->> 'thumbnail')::text AS thumbnail_url
-FROM files f JOIN tasks t ON t.file_id = f.parent_id
-WHERE f.id = $1 AND f.batch_id = $2 AND t.status = 'completed'
+FROM lineage l JOIN tasks t ON t.file_id = l.ancestor
+WHERE t.batch_id = $1 AND t.status = 'completed'
     AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+ORDER BY l.depth
 LIMIT 1
 `
 
 type FileThumbnailURLParams struct {
-	ID      int64
 	BatchID string
+	ID      int64
 }
 
 // FileThumbnailURL is the URL of a file's thumbnail variant: the one the
-// completed task on its parent (the image it was made from) reported.
+// completed task on the nearest file of its lineage (itself, the file it
+// was made from, and so on up to the upload) reported.
 func (q *Queries) FileThumbnailURL(ctx context.Context, arg FileThumbnailURLParams) (string, error) {
-	row := q.db.QueryRow(ctx, fileThumbnailURL, arg.ID, arg.BatchID)
+	row := q.db.QueryRow(ctx, fileThumbnailURL, arg.BatchID, arg.ID)
 	var thumbnail_url string
 	err := row.Scan(&thumbnail_url)
 	return thumbnail_url, err

@@ -206,8 +206,9 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		// River logs an error per poll while Postgres is away: a given
-		// message is written once per riverLogEvery, with the count held back.
-		Logger:            slog.New(logcoalesce.New(deps.Logger.Handler(), riverLogEvery)),
+		// message is written once per riverLogEvery, with the count held
+		// back. Its routine information is debug (quieter).
+		Logger:            slog.New(logcoalesce.New(quieter{deps.Logger.Handler()}, riverLogEvery)),
 		Queues:            queues,
 		Workers:           workers,
 		ErrorHandler:      jobErrorLogger{deps.Logger},

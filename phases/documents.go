@@ -114,9 +114,9 @@ func isTextDocument(f File) bool {
 	return (strings.HasSuffix(name, ".md") || strings.HasSuffix(name, ".txt")) && !hasTag(f, TagPDFText)
 }
 
-// isOCRText is a ref carrying OCR text.
+// isOCRText is a ref carrying OCR text: OCR'd, and not found to have none.
 func isOCRText(f File) bool {
-	return hasTag(f, TagOCR) && strings.HasSuffix(f.FileName, ".ref.json")
+	return hasTag(f, TagOCR) && !hasTag(f, TagOCRNoText) && strings.HasSuffix(f.FileName, ".ref.json")
 }
 
 // splitPDFs are the pages of a file list's split PDFs: by the PDF's

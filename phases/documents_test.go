@@ -33,6 +33,10 @@ func TestDocumentsOf(t *testing.T) {
 		{"AlreadyIndexed", []File{indexed(file("a.txt"))}, nil},
 		{"OCRRef", []File{file("s.jpg.ref.json", TagImageProcessor, TagOCR), file("t.jpg.ref.json", TagImageProcessor)},
 			[]DocumentWork{{File: file("s.jpg.ref.json", TagImageProcessor, TagOCR), Source: ocrRef}}},
+		{"OCRRefWithoutText", []File{file("s.jpg.ref.json", TagImageProcessor, TagOCR, TagOCRNoText)}, nil},
+		{"PDFOfScannedPagesWithoutText", []File{
+			file("r.pdf", TagPDFSource), file("r-p1.jpg.ref.json", TagImageProcessor, TagOCR, TagOCRNoText),
+		}, nil},
 		{"PDFOfTextAndScannedPages", []File{
 			file("r.pdf", TagPDFSource),
 			file("r-p1.jpg.ref.json", TagImageProcessor), file("r-p1.txt", TagPDFText),

@@ -16,6 +16,11 @@ const OCR Name = "OCR"
 // TagOCR marks a ref whose published version carries its OCR text.
 const TagOCR = "OCR"
 
+// TagOCRNoText marks, beside TagOCR, a ref in which OCR found no text (a
+// photograph, a blank page): it is OCR'd, so never sent again, and has no
+// text to index, so it makes no document.
+const TagOCRNoText = "OCR:no-text"
+
 // DefaultOCRChunkSize bounds an OCR chunk unless OCR_CHUNK_SIZE (directory
 // groups, spec 004's PIs) and OCR_CHUNK_REFS say otherwise: a chunk is the
 // unit of the phase's concurrency (it keeps MAX_CONCURRENT_PER_ALARM refs
@@ -156,7 +161,7 @@ func OCRChunks(files []File, size ChunkSize) []Chunk {
 func (ocr) Chunks(files []File, size ChunkSize) []Chunk { return OCRChunks(files, size) }
 
 // Transform replaces a done item's ref by its published version: the new
-// object and size, tagged OCR. A failed or skipped item (no completed
+// object and size, tagged OCR, and OCR:no-text when OCR found none. A failed or skipped item (no completed
 // task) passes through unchanged.
 func (ocr) Transform(file File, task *Task) ([]File, error) {
 	var res OCRResult
@@ -176,6 +181,9 @@ func (ocr) Transform(file File, task *Task) ([]File, error) {
 	out := file
 	out.R2Key, out.FileSize = res.RefR2Key, res.RefSize
 	out.Tags = withTag(file.Tags, TagOCR)
+	if res.TextLength == 0 {
+		out.Tags = withTag(out.Tags, TagOCRNoText)
+	}
 	return []File{out}, nil
 }
 

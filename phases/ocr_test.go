@@ -183,6 +183,8 @@ func TestOCRTransform(t *testing.T) {
 	published := in
 	published.R2Key, published.FileSize = "staging/b1/a/photo.jpg.g2.ref.json", 900
 	published.Tags = []string{TagImageProcessor, TagOCR}
+	noText := published
+	noText.Tags = []string{TagImageProcessor, TagOCR, TagOCRNoText}
 	tests := []struct {
 		name    string
 		task    *Task
@@ -190,6 +192,8 @@ func TestOCRTransform(t *testing.T) {
 		wantErr string
 	}{
 		{"Done", &Task{FileID: 1, Status: TaskCompleted, Result: result(OCRResult{TextLength: 12, RefR2Key: published.R2Key, RefSize: 900})}, []File{published}, ""},
+		{"DoneWithoutText", &Task{FileID: 1, Status: TaskCompleted, Result: result(OCRResult{TextLength: 0, RefR2Key: published.R2Key, RefSize: 900})},
+			[]File{noText}, ""},
 		{"NoTask", nil, []File{in}, ""},
 		{"Failed", &Task{FileID: 1, Status: TaskFailed}, []File{in}, ""},
 		{"DoneWithError", &Task{FileID: 1, Status: TaskCompleted, Result: result(OCRResult{Error: "corrupt image"})}, []File{in}, ""},

@@ -40,6 +40,8 @@ func DocumentStatuses() []string {
 type DocumentFilter struct {
 	// Status is one of DocumentStatuses.
 	Status string
+	// BatchID is the batch whose documents to list.
+	BatchID string
 	// Cursor is the NextCursor of the previous page.
 	Cursor string
 }
@@ -74,6 +76,9 @@ func (d *Dashboard) documentList(ctx context.Context, f DocumentFilter) (Documen
 			problems = append(problems, fmt.Sprintf("status must be one of %s, got %q", strings.Join(DocumentStatuses(), ", "), f.Status))
 		}
 		p.Status = &f.Status
+	}
+	if f.BatchID != "" {
+		p.BatchID = &f.BatchID
 	}
 	if f.Cursor != "" {
 		// The cursor is the last id of a page: ids only grow, so it stays

@@ -23,8 +23,10 @@ func (d *Dashboard) mountUIDocuments(g *echo.Group) {
 
 // documentListPage is the data of the document list.
 type documentListPage struct {
-	Viewer   Viewer
-	Status   string
+	Viewer Viewer
+	Status string
+	// BatchID is the batch the list is of, "" for every document.
+	BatchID  string
 	Statuses []string
 	Page     DocumentPage
 	// Next is the query of the next page, "" on the last (nextPage).
@@ -32,15 +34,15 @@ type documentListPage struct {
 }
 
 // uiDocumentList is GET /ui/documents: document versions newest first,
-// filtered by ?status=, under the search box.
+// filtered by ?status= and ?batch=, under the search box.
 func (d *Dashboard) uiDocumentList(c echo.Context) error {
-	f := DocumentFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
+	f := DocumentFilter{Status: c.QueryParam("status"), BatchID: c.QueryParam("batch"), Cursor: c.QueryParam("cursor")}
 	page, err := d.documentList(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
-	data := documentListPage{Viewer: c.Get(ViewerKey).(Viewer), Status: f.Status, Statuses: DocumentStatuses(), Page: page}
-	data.Next = nextPage(page.NextCursor, f.Status)
+	data := documentListPage{Viewer: c.Get(ViewerKey).(Viewer), Status: f.Status, BatchID: f.BatchID, Statuses: DocumentStatuses(), Page: page}
+	data.Next = nextPage(page.NextCursor, "status", f.Status, "batch", f.BatchID)
 	return render(c, http.StatusOK, "documents.html", data)
 }
 

@@ -293,20 +293,23 @@ func (d *Dashboard) uiBatchList(c echo.Context) error {
 	if data.Pauses, err = pause.List(c.Request().Context(), db.New(d.pool)); err != nil {
 		return err
 	}
-	data.Next = nextPage(page.NextCursor, f.Status)
+	data.Next = nextPage(page.NextCursor, "status", f.Status)
 	return render(c, http.StatusOK, "list.html", data)
 }
 
-// nextPage is the query of a listing's next page, at cursor, of status if
-// set; "" on the last page (no cursor). It is a template.URL, escaped
-// here once: the template puts it after "?" as it is.
-func nextPage(cursor *string, status string) template.URL {
+// nextPage is the query of a listing's next page, at cursor, with the
+// listing's filters (name, value, ...; empty values left out); "" on the
+// last page (no cursor). It is a template.URL, escaped here once: the
+// template puts it after "?" as it is.
+func nextPage(cursor *string, filters ...string) template.URL {
 	if cursor == nil {
 		return ""
 	}
 	q := url.Values{"cursor": {*cursor}}
-	if status != "" {
-		q.Set("status", status)
+	for i := 0; i+1 < len(filters); i += 2 {
+		if filters[i+1] != "" {
+			q.Set(filters[i], filters[i+1])
+		}
 	}
 	return template.URL(q.Encode()) //nolint:gosec // built here from url.Values, escaped
 }

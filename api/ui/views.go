@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +70,9 @@ type File struct {
 	// Thumbnail is true when the file has an image variant to show
 	// (DashboardThumbnail serves it).
 	Thumbnail bool
+	// NoText is true for an OCR'd image in which OCR found no text: it
+	// makes no document.
+	NoText bool
 }
 
 // Detail is everything the dashboard's batch page shows.
@@ -81,6 +85,9 @@ type Detail struct {
 	// FilesTotal how many it holds.
 	Files      []File
 	FilesTotal int64
+	// Documents is how many documents the batch made (the documents
+	// page lists them).
+	Documents int32
 	// Views are the executors' own sections (a chunked phase's chunks,
 	// the failed tasks...), in page order.
 	Views []jobs.View
@@ -113,9 +120,16 @@ func (d *Dashboard) detail(ctx context.Context, batchID string) (Detail, error) 
 		return Detail{}, fmt.Errorf("reading files of batch %s: %w", batchID, err)
 	}
 	for _, f := range files {
-		out.Files = append(out.Files, File{ID: f.ID, LogicalPath: f.LogicalPath, Size: f.FileSize, ContentType: f.ContentType, Thumbnail: f.HasThumbnail})
+		out.Files = append(out.Files, File{ID: f.ID, LogicalPath: f.LogicalPath, Size: f.FileSize, ContentType: f.ContentType, Thumbnail: f.HasThumbnail,
+			NoText: slices.Contains(f.PreprocessorTags, phases.TagOCRNoText)})
 		out.FilesTotal = f.Total
 	}
+
+	docs, err := q.DocumentBatchSummary(ctx, &batchID)
+	if err != nil {
+		return Detail{}, fmt.Errorf("counting documents of batch %s: %w", batchID, err)
+	}
+	out.Documents = docs.Total
 
 	if out.Views, err = d.executors.Views(ctx, batchID); err != nil {
 		return Detail{}, err

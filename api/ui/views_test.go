@@ -48,8 +48,8 @@ func TestNextPageLinks(t *testing.T) {
 	t.Parallel()
 	cursor := "2026-11-28T10:00:00.123456Z|01JABC"
 	for name, data := range map[string]any{
-		"list.html":      listPage{Page: Page{Batches: []Batch{{}}}, Next: nextPage(&cursor, "DONE")},
-		"documents.html": documentListPage{Page: DocumentPage{Documents: []Document{{}}}, Next: nextPage(&cursor, "failed")},
+		"list.html":      listPage{Page: Page{Batches: []Batch{{}}}, Next: nextPage(&cursor, "status", "DONE")},
+		"documents.html": documentListPage{Page: DocumentPage{Documents: []Document{{}}}, Next: nextPage(&cursor, "status", "failed", "batch", "B")},
 	} {
 		var buf strings.Builder
 		require.NoError(t, uiTemplates.ExecuteTemplate(&buf, name, data), name)
@@ -59,6 +59,9 @@ func TestNextPageLinks(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, cursor, u.Query().Get("cursor"), "%s: %s", name, m[1])
 		require.NotEmpty(t, u.Query().Get("status"), name)
+		if name == "documents.html" {
+			require.Equal(t, "B", u.Query().Get("batch"), "the batch's documents stay the batch's")
+		}
 	}
-	require.Empty(t, nextPage(nil, "DONE"), "the last page has none")
+	require.Empty(t, nextPage(nil, "status", "DONE"), "the last page has none")
 }

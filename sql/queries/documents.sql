@@ -231,10 +231,12 @@ LIMIT @max;
 
 -- name: DocumentListPage :many
 -- A page of the dashboard's listing, newest first, optionally of one
--- status: before_id is the last id of the previous page (keyset paging,
--- so documents added meanwhile never shift the pages after it).
+-- status and of one batch: before_id is the last id of the previous page
+-- (keyset paging, so documents added meanwhile never shift the pages
+-- after it).
 SELECT * FROM documents
 WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
+    AND (sqlc.narg(batch_id)::text IS NULL OR batch_id = sqlc.narg(batch_id)::text)
     AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
 ORDER BY id DESC
 LIMIT @max;

@@ -38,19 +38,30 @@ ORDER BY ordinal;
 
 -- FileListWithThumbnail is a page of a generation for the dashboard, with
 -- whether each file has a thumbnail (FileThumbnailURL) and the
--- generation's size.
+-- generation's size. A file's lineage (parent_id, up to the upload) is
+-- walked for the thumbnail: the ref OCR published or the document
+-- indexing passed on shows the image an earlier phase made.
 -- name: FileListWithThumbnail :many
-SELECT f.id, f.logical_path, f.file_size, f.content_type,
-    EXISTS (
-        SELECT 1 FROM tasks t
-        WHERE t.file_id = f.parent_id AND t.status = 'completed'
-            AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
-    ) AS has_thumbnail,
-    count(*) OVER () AS total
-FROM files f
-WHERE f.batch_id = @batch_id AND f.generation = @generation
-ORDER BY f.ordinal
-LIMIT @max;
+WITH RECURSIVE page AS (
+    SELECT f.id, f.parent_id, f.ordinal, f.logical_path, f.file_size, f.content_type, f.preprocessor_tags, count(*) OVER () AS total
+    FROM files f
+    WHERE f.batch_id = @batch_id AND f.generation = @generation
+    ORDER BY f.ordinal
+    LIMIT @max
+), lineage AS (
+    SELECT p.id AS file_id, p.id AS ancestor, 0 AS depth FROM page p
+    UNION ALL
+    SELECT l.file_id, a.parent_id, l.depth + 1 FROM lineage l JOIN files a ON a.id = l.ancestor
+    WHERE a.parent_id IS NOT NULL AND l.depth < 32
+), thumbs AS (
+    SELECT DISTINCT l.file_id FROM lineage l JOIN tasks t ON t.file_id = l.ancestor
+    WHERE t.batch_id = @batch_id AND t.status = 'completed'
+        AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+)
+SELECT p.id, p.logical_path, p.file_size, p.content_type, p.preprocessor_tags,
+    (p.id IN (SELECT thumbs.file_id FROM thumbs))::bool AS has_thumbnail, p.total
+FROM page p
+ORDER BY p.ordinal;
 
 -- FileMarkKept marks the files of a DONE batch's final generation for
 -- an admin retry (jobs.ResumeBatch): a file whose key is among the keys
@@ -73,10 +84,18 @@ WITH marked AS (
 SELECT count(*) FILTER (WHERE NOT marked.kept)::int AS rerun FROM marked;
 
 -- FileThumbnailURL is the URL of a file's thumbnail variant: the one the
--- completed task on its parent (the image it was made from) reported.
+-- completed task on the nearest file of its lineage (itself, the file it
+-- was made from, and so on up to the upload) reported.
 -- name: FileThumbnailURL :one
+WITH RECURSIVE lineage AS (
+    SELECT f.id AS ancestor, 0 AS depth FROM files f WHERE f.id = @id AND f.batch_id = @batch_id
+    UNION ALL
+    SELECT a.parent_id, l.depth + 1 FROM lineage l JOIN files a ON a.id = l.ancestor
+    WHERE a.parent_id IS NOT NULL AND l.depth < 32
+)
 SELECT (t.result -> 'ref_data' -> 'variants' ->> 'thumbnail')::text AS thumbnail_url
-FROM files f JOIN tasks t ON t.file_id = f.parent_id
-WHERE f.id = @id AND f.batch_id = @batch_id AND t.status = 'completed'
+FROM lineage l JOIN tasks t ON t.file_id = l.ancestor
+WHERE t.batch_id = @batch_id AND t.status = 'completed'
     AND t.result -> 'ref_data' -> 'variants' ->> 'thumbnail' IS NOT NULL
+ORDER BY l.depth
 LIMIT 1;

@@ -174,7 +174,7 @@ func (o *Engine) Process(ctx context.Context, it chunked.Item) chunked.Outcome {
 	if err := o.store.Put(ctx, o.buckets[phases.StagingBucket], published, bytes.NewReader(body), int64(len(body)), "application/json"); err != nil {
 		return chunked.Outcome{Called: true, Err: &ocr.Error{Class: ocr.Transient, Message: fmt.Sprintf("writing %s: %v", published, err), Err: err}}
 	}
-	result, err := json.Marshal(phases.OCRResult{TextLength: len(res.Text), RefR2Key: published, RefSize: int64(len(body))})
+	result, err := json.Marshal(phases.OCRResult{TextLength: len(strings.TrimSpace(res.Text)), RefR2Key: published, RefSize: int64(len(body))})
 	if err != nil {
 		return chunked.Outcome{Called: true, Err: permanent("encoding the result: %v", err)}
 	}
