@@ -262,12 +262,12 @@ func New(cfg Config) *echo.Echo {
 }
 
 type handlers struct {
-	status    *status.Reader
-	batches   *batches.Commands
-	pauses    *pause.Controls
-	webhooks  *webhook.Service
+	status   *status.Reader
+	batches  *batches.Commands
+	pauses   *pause.Controls
+	webhooks *webhook.Service
 	// river enqueues the jobs of the admin's commands (webhook replays).
-	river *river.Client[pgx.Tx]
+	river     *river.Client[pgx.Tx]
 	hub       *eventhub.Hub
 	documents *docindex.Documents
 	search    *search.Index

@@ -34,21 +34,21 @@ var ErrForbiddenAddress = errors.New("address not allowed for webhooks")
 var forbiddenNetworks = func() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{
-		"0.0.0.0/8",          // this network
-		"100.64.0.0/10",      // shared address space (CGNAT)
-		"192.0.0.0/24",       // IETF protocol assignments
-		"192.0.2.0/24",       // documentation
-		"198.18.0.0/15",      // benchmarking
-		"198.51.100.0/24",    // documentation
-		"203.0.113.0/24",     // documentation
-		"240.0.0.0/4",        // reserved, broadcast
-		"64:ff9b::/96",       // NAT64: an IPv4 address in disguise
-		"64:ff9b:1::/48",     // local NAT64
-		"100::/64",           // discard
-		"2001:db8::/32",      // documentation
-		"fec0::/10",          // site-local (deprecated)
-		"2002::/16",          // 6to4: an IPv4 address in disguise
-		"2001::/32",          // Teredo
+		"0.0.0.0/8",       // this network
+		"100.64.0.0/10",   // shared address space (CGNAT)
+		"192.0.0.0/24",    // IETF protocol assignments
+		"192.0.2.0/24",    // documentation
+		"198.18.0.0/15",   // benchmarking
+		"198.51.100.0/24", // documentation
+		"203.0.113.0/24",  // documentation
+		"240.0.0.0/4",     // reserved, broadcast
+		"64:ff9b::/96",    // NAT64: an IPv4 address in disguise
+		"64:ff9b:1::/48",  // local NAT64
+		"100::/64",        // discard
+		"2001:db8::/32",   // documentation
+		"fec0::/10",       // site-local (deprecated)
+		"2002::/16",       // 6to4: an IPv4 address in disguise
+		"2001::/32",       // Teredo
 	} {
 		out = append(out, netip.MustParsePrefix(s))
 	}
