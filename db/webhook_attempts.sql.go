@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 )
 
 const webhookAttemptInsert = `-- name: WebhookAttemptInsert :exec
@@ -67,4 +68,26 @@ func (q *Queries) WebhookAttemptListByDelivery(ctx context.Context, deliveryID s
 		return nil, err
 	}
 	return items, nil
+}
+
+const webhookAttemptSucceededSince = `-- name: WebhookAttemptSucceededSince :one
+SELECT EXISTS (
+    SELECT 1 FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+    WHERE d.subscription_id = $1 AND d.updated_at >= $2::timestamptz
+      AND a.attempted_at >= $2::timestamptz AND a.status_code BETWEEN 200 AND 299
+)::boolean AS succeeded
+`
+
+type WebhookAttemptSucceededSinceParams struct {
+	SubscriptionID string
+	Since          time.Time
+}
+
+// WebhookAttemptSucceededSince tells whether any delivery of a
+// subscription was taken by its receiver since a time.
+func (q *Queries) WebhookAttemptSucceededSince(ctx context.Context, arg WebhookAttemptSucceededSinceParams) (bool, error) {
+	row := q.db.QueryRow(ctx, webhookAttemptSucceededSince, arg.SubscriptionID, arg.Since)
+	var succeeded bool
+	err := row.Scan(&succeeded)
+	return succeeded, err
 }

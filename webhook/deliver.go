@@ -258,9 +258,9 @@ func attemptResult(out outcome, status string) string {
 }
 
 // judge moves a subscription's failing clock after an attempt: a success
-// clears it, a failure starts it or, when it has run for DisableAfter, or
-// a delivery gave up with no success since it began, disables the
-// subscription with the reason.
+// clears it, a failure starts it or, when it has run for DisableAfter (or
+// a delivery gave up and the receiver took nothing since it began),
+// disables the subscription with the reason.
 func (s *Service) judge(ctx context.Context, q *db.Queries, sub db.WebhookSubscription, d db.WebhookDelivery, out outcome, status string, now time.Time) error {
 	if out.accepted {
 		if sub.FailingSince == nil {
@@ -281,8 +281,14 @@ func (s *Service) judge(ctx context.Context, q *db.Queries, sub db.WebhookSubscr
 	switch {
 	case now.Sub(since) >= s.cfg.DisableAfter:
 		reason = fmt.Sprintf("every attempt failed for %s (since %s); the last: %v", humanDuration(now.Sub(since)), since.UTC().Format(time.RFC3339), out.err)
-	case status == StatusFailed && out.retry && !since.After(d.WindowStart):
-		reason = fmt.Sprintf("delivery %s gave up after %s of failures; the last: %v", d.ID, humanDuration(now.Sub(d.WindowStart)), out.err)
+	case status == StatusFailed && out.retry:
+		// The delivery gave up: the subscription goes too unless its
+		// receiver took something meanwhile.
+		took, err := q.WebhookAttemptSucceededSince(ctx, db.WebhookAttemptSucceededSinceParams{SubscriptionID: sub.ID, Since: d.WindowStart})
+		if err != nil || took {
+			return err
+		}
+		reason = fmt.Sprintf("delivery %s gave up after %s of failures, with no delivery taken meanwhile; the last: %v", d.ID, humanDuration(now.Sub(d.WindowStart)), out.err)
 	default:
 		return nil
 	}
