@@ -275,6 +275,9 @@ func warnClosedRoutes(cfg *config.Config, logger *slog.Logger) {
 	if cfg.IngestToken == "" && cfg.IngestSigningSecret == "" {
 		logger.Warn("neither INGEST_TOKEN nor INGEST_SIGNING_SECRET is set: intake (POST /batches) refuses every request")
 	}
+	if cfg.Webhooks.SecretKey == "" {
+		logger.Warn("WEBHOOK_SECRET_KEY is not set: webhooks are off (no subscription can be made, none is delivered)")
+	}
 }
 
 // greet writes the run.env of the operator commands and prints the
