@@ -36,6 +36,7 @@ import (
 	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/status"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // dbRetryAfter is the Retry-After of the 503 answered while the database
@@ -99,6 +100,9 @@ type Backends struct {
 	CDNPublicURL string
 	// Pauses set and lift pauses of work (POST /admin/pause, /admin/resume).
 	Pauses *pause.Controls
+	// Webhooks are the webhook subscriptions and their deliveries
+	// (/admin/webhooks); nil serves them without a key (none can be made).
+	Webhooks *webhook.Service
 }
 
 // Parts are the running parts of the orchestrator that the API serves.
@@ -114,6 +118,8 @@ type Parts struct {
 	// (jobs.Deps.Pauses): a pause or resume takes effect in this process at
 	// once, in the others within a second.
 	Pauses *pause.Gate
+	// Webhooks are the process's webhooks (jobs.Deps.Webhooks).
+	Webhooks *webhook.Service
 }
 
 // Settings are the API's configuration, as config reads it.
@@ -155,6 +161,7 @@ func ConfigOf(s Settings, p Parts) Config {
 	}
 	c.Store, c.CDNBucket, c.CDNPublicURL = p.Store, s.CDNBucket, s.CDNPublicURL
 	c.Pauses = &pause.Controls{Pool: p.Pool, Gate: p.Pauses, Logger: p.Logger, Kinds: p.Executors.PausedKinds()}
+	c.Webhooks = p.Webhooks
 	return c
 }
 
@@ -191,7 +198,10 @@ func New(cfg Config) *echo.Echo {
 	if b.Pauses == nil {
 		b.Pauses = &pause.Controls{Pool: cfg.Pool, Logger: cfg.Logger, Kinds: cfg.Executors.PausedKinds()}
 	}
-	h := &handlers{status: b.Status, batches: b.Batches, pauses: b.Pauses, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
+	if b.Webhooks == nil {
+		b.Webhooks = mustWebhooks(cfg)
+	}
+	h := &handlers{status: b.Status, batches: b.Batches, pauses: b.Pauses, webhooks: b.Webhooks, river: cfg.River, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
 		callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery)),
 		tokens: tasktoken.New(cfg.Pool), throttle: newThrottle(cfg.ClientIPHeader, cfg.FailureBurst), callbackMax: callbackMaxBytes(cb.MaxOutputs)}
@@ -222,6 +232,15 @@ func New(cfg Config) *echo.Echo {
 	admin.POST("/pause", h.pause)
 	admin.POST("/resume", h.resume)
 	admin.GET("/pauses", h.listPauses)
+	admin.POST("/webhooks", h.createWebhook)
+	admin.GET("/webhooks", h.listWebhooks)
+	admin.GET("/webhooks/deliveries/:deliveryId", h.getWebhookDelivery)
+	admin.POST("/webhooks/deliveries/:deliveryId/replay", h.replayWebhookDelivery)
+	admin.GET("/webhooks/:subscriptionId", h.getWebhook)
+	admin.DELETE("/webhooks/:subscriptionId", h.deleteWebhook)
+	admin.POST("/webhooks/:subscriptionId/enable", h.enableWebhook)
+	admin.POST("/webhooks/:subscriptionId/disable", h.disableWebhook)
+	admin.GET("/webhooks/:subscriptionId/deliveries", h.listWebhookDeliveries)
 	for _, r := range cfg.Executors.Routes() {
 		if r.Access == jobs.AccessTask { // a worker's: the handler checks the task's token
 			e.Add(r.Method, r.Path, h.executorRoute(r), workerProtocol, requireJSON)
@@ -234,7 +253,8 @@ func New(cfg Config) *echo.Echo {
 		e.Add(r.Method, r.Path, h.executorRoute(r), access, requireJSON)
 	}
 	ui.New(ui.Deps{Pool: cfg.Pool, Status: b.Status, Batches: b.Batches, Executors: cfg.Executors, Documents: b.Documents, Search: b.Search,
-		Store: b.Store, CDNBucket: b.CDNBucket, CDNPublicURL: b.CDNPublicURL, Pauses: b.Pauses, LogAdmin: h.logAdmin}).Mount(e.Group("/ui", h.requireViewer))
+		Store: b.Store, CDNBucket: b.CDNBucket, CDNPublicURL: b.CDNPublicURL, Pauses: b.Pauses, Webhooks: b.Webhooks, River: cfg.River,
+		LogAdmin: h.logAdmin}).Mount(e.Group("/ui", h.requireViewer))
 	if cfg.River != nil {
 		h.mountRiverUI(ctx, e, cfg)
 	}
@@ -242,9 +262,12 @@ func New(cfg Config) *echo.Echo {
 }
 
 type handlers struct {
-	status    *status.Reader
-	batches   *batches.Commands
-	pauses    *pause.Controls
+	status   *status.Reader
+	batches  *batches.Commands
+	pauses   *pause.Controls
+	webhooks *webhook.Service
+	// river enqueues the jobs of the admin's commands (webhook replays).
+	river     *river.Client[pgx.Tx]
 	hub       *eventhub.Hub
 	documents *docindex.Documents
 	search    *search.Index

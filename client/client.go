@@ -261,8 +261,74 @@ func (c *Client) Pauses(ctx context.Context) ([]Pause, error) {
 	return list.Pauses, err
 }
 
+// CreateWebhook is POST /admin/webhooks (admin token): subscribes a
+// receiver; the answer's Secret is shown this once.
+func (c *Client) CreateWebhook(ctx context.Context, w NewWebhook) (Webhook, error) {
+	var out Webhook
+	err := c.admin(ctx, http.MethodPost, "/admin/webhooks", w, &out)
+	return out, err
+}
+
+// Webhooks is GET /admin/webhooks (admin token): every subscription,
+// oldest first.
+func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
+	var list struct {
+		Subscriptions []Webhook `json:"subscriptions"`
+	}
+	err := c.admin(ctx, http.MethodGet, "/admin/webhooks", nil, &list)
+	return list.Subscriptions, err
+}
+
+// SetWebhookEnabled is POST /admin/webhooks/:id/enable, or .../disable
+// with reason (admin token).
+func (c *Client) SetWebhookEnabled(ctx context.Context, id string, enabled bool, reason string) (Webhook, error) {
+	var out Webhook
+	path := "/admin/webhooks/" + url.PathEscape(id)
+	if enabled {
+		return out, c.admin(ctx, http.MethodPost, path+"/enable", nil, &out)
+	}
+	return out, c.admin(ctx, http.MethodPost, path+"/disable", struct {
+		Reason string `json:"reason,omitempty"`
+	}{reason}, &out)
+}
+
+// DeleteWebhook is DELETE /admin/webhooks/:id (admin token).
+func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
+	return c.admin(ctx, http.MethodDelete, "/admin/webhooks/"+url.PathEscape(id), nil, nil)
+}
+
+// WebhookDeliveries is GET /admin/webhooks/:id/deliveries (admin token):
+// the subscription's last limit deliveries (0: 200), newest first.
+func (c *Client) WebhookDeliveries(ctx context.Context, id string, limit int) ([]WebhookDelivery, error) {
+	var list struct {
+		Deliveries []WebhookDelivery `json:"deliveries"`
+	}
+	path := "/admin/webhooks/" + url.PathEscape(id) + "/deliveries"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	err := c.admin(ctx, http.MethodGet, path, nil, &list)
+	return list.Deliveries, err
+}
+
+// WebhookDelivery is GET /admin/webhooks/deliveries/:id (admin token):
+// the delivery with its payload and attempts.
+func (c *Client) WebhookDelivery(ctx context.Context, id string) (WebhookDelivery, error) {
+	var out WebhookDelivery
+	err := c.admin(ctx, http.MethodGet, "/admin/webhooks/deliveries/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// ReplayWebhookDelivery is POST /admin/webhooks/deliveries/:id/replay
+// (admin token): the delivery is sent again with its webhook-id.
+func (c *Client) ReplayWebhookDelivery(ctx context.Context, id string) (WebhookDelivery, error) {
+	var out WebhookDelivery
+	err := c.admin(ctx, http.MethodPost, "/admin/webhooks/deliveries/"+url.PathEscape(id)+"/replay", nil, &out)
+	return out, err
+}
+
 // admin sends an admin request with in as its JSON body (unless nil) and
-// decodes a 2xx answer into out.
+// decodes a 2xx answer into out (unless nil).
 func (c *Client) admin(ctx context.Context, method, path string, in, out any) error {
 	resp, data, err := c.do(ctx, method, path, in, asAdmin)
 	if err != nil {
@@ -270,6 +336,9 @@ func (c *Client) admin(ctx context.Context, method, path string, in, out any) er
 	}
 	if resp.StatusCode/100 != 2 {
 		return newError(resp, data)
+	}
+	if out == nil {
+		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("the orchestrator answered %s %s with %s: %s", method, path, resp.Status, bytes.TrimSpace(data))

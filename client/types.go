@@ -247,3 +247,56 @@ type Resumed struct {
 	Shifted       map[string]int64 `json:"shifted"`
 	Woken         int64            `json:"woken"`
 }
+
+// Webhook is a webhook subscription (POST /admin/webhooks and the reads).
+type Webhook struct {
+	ID          string   `json:"id"`
+	URL         string   `json:"url"`
+	EventTypes  []string `json:"event_types"`
+	BatchID     string   `json:"batch_id,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Enabled     bool     `json:"enabled"`
+	// DisabledReason says why it was disabled.
+	DisabledReason string     `json:"disabled_reason,omitempty"`
+	FailingSince   *time.Time `json:"failing_since,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	// Secret is the signing secret (whsec_...), in CreateWebhook's answer
+	// only.
+	Secret string `json:"secret,omitempty"`
+}
+
+// NewWebhook is what CreateWebhook subscribes.
+type NewWebhook struct {
+	URL         string   `json:"url"`
+	EventTypes  []string `json:"event_types"`
+	BatchID     string   `json:"batch_id,omitempty"`
+	Description string   `json:"description,omitempty"`
+}
+
+// WebhookDelivery is one event for one subscription; ID is its
+// webhook-id.
+type WebhookDelivery struct {
+	ID             string     `json:"id"`
+	SubscriptionID string     `json:"subscription_id"`
+	EventType      string     `json:"event_type"`
+	BatchID        string     `json:"batch_id,omitempty"`
+	Status         string     `json:"status"` // pending, succeeded or failed
+	Attempts       int        `json:"attempts"`
+	LastError      string     `json:"last_error,omitempty"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	// Payload and AttemptList are in WebhookDelivery's answer only.
+	Payload     string           `json:"payload,omitempty"`
+	AttemptList []WebhookAttempt `json:"attempt_list,omitempty"`
+}
+
+// WebhookAttempt is one request of a delivery.
+type WebhookAttempt struct {
+	Attempt     int       `json:"attempt"`
+	StatusCode  int       `json:"status_code,omitempty"`
+	Error       string    `json:"error,omitempty"`
+	DurationMS  int       `json:"duration_ms"`
+	Response    string    `json:"response,omitempty"`
+	AttemptedAt time.Time `json:"attempted_at"`
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/setting"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // Config is everything the orchestrator reads from its environment: the
@@ -126,6 +127,9 @@ type Config struct {
 
 	// Executors are the executors' settings, which each kind declares.
 	Executors executor.Config
+
+	// Webhooks are the webhooks' settings (WEBHOOK_*).
+	Webhooks WebhookSettings
 
 	// LogFormat is "json" or "text"; empty picks text on a terminal and JSON
 	// otherwise.
@@ -315,6 +319,30 @@ func (c *Config) Jobs() jobs.Settings {
 func (c *Config) Callbacks() fanin.Config {
 	return fanin.Config{Committers: c.CallbackCommitters, MaxQueued: c.CallbackQueueMax, MaxOutputs: c.MaxOutputsPerTask,
 		TaskMaxAttempts: c.TaskMaxAttempts, TaskRetireLimit: c.TaskRetireLimit, TransientRetryWindow: c.TransientRetryWindow}
+}
+
+// WebhookSettings are the webhooks' settings as read (WEBHOOK_*).
+type WebhookSettings struct {
+	// SecretKey seals the signing secrets (base64, webhook.ParseKey).
+	SecretKey string
+	// AllowNetworks are CIDRs deliveries may reach whatever their kind.
+	AllowNetworks string
+	Timeout       time.Duration
+	RetryWindow   time.Duration
+	FirstRetry    time.Duration
+	DisableAfter  time.Duration
+}
+
+// Webhook is the webhooks' configuration. Load has checked the key and
+// the networks.
+func (c *Config) Webhook() webhook.Config {
+	w := c.Webhooks
+	cfg := webhook.Config{Timeout: w.Timeout, RetryWindow: w.RetryWindow, FirstRetry: w.FirstRetry, DisableAfter: w.DisableAfter}
+	if w.SecretKey != "" {
+		cfg.Key, _ = webhook.ParseKey(w.SecretKey)
+	}
+	cfg.Allow, _ = webhook.ParseNetworks(w.AllowNetworks)
+	return cfg
 }
 
 // Credentials are the API's credentials.

@@ -8,6 +8,7 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/setting"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // core declares the deployment's own settings into c: the service, its
@@ -126,12 +127,41 @@ func (c *Config) core() []setting.Group {
 		Title: "Embedded default",
 		Doc:   "With no `R2_*` setting and no `FLY_API_TOKEN`, `serve` runs the embedded default: a local S3 server and local machines (see [Running locally](operations.md#running-locally)).",
 		Settings: []setting.Setting{
-			setting.String(&c.LocalDataDir, "LOCAL_DATA_DIR", ".data", "where the embedded default keeps its generated `admin-token`, `read-token`, `ingest-token` and the `run.env` of the operator commands"),
+			setting.String(&c.LocalDataDir, "LOCAL_DATA_DIR", ".data", "where the embedded default keeps its generated `admin-token`, `read-token`, `ingest-token`, `webhook-secret-key` and the `run.env` of the operator commands"),
 			setting.String(&c.LocalS3Dir, "LOCAL_S3_DIR", ".data/s3", "data folder of the local S3 server"),
 			setting.String(&c.LocalS3Addr, "LOCAL_S3_ADDR", "127.0.0.1:7070", "its listen address"),
 			setting.String(&c.LocalS3AccessKey, "LOCAL_S3_ACCESS_KEY", "local", "its one account's key (loopback only)").Hidden().Shown("`local`"),
 			setting.String(&c.LocalS3SecretKey, "LOCAL_S3_SECRET_KEY", "localsecret", "its secret").Hidden().Shown("`localsecret`"),
 		},
 	}
-	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, local}
+	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, c.webhooks(), local}
+}
+
+// webhooks declares the webhooks' settings (see [Webhooks](webhooks.md)).
+func (c *Config) webhooks() setting.Group {
+	w := &c.Webhooks
+	return setting.Group{
+		Title: "Webhooks",
+		Doc:   "Signed deliveries of events to subscribed receivers (see [Webhooks](webhooks.md)).",
+		Settings: []setting.Setting{
+			setting.Secret(&w.SecretKey, "WEBHOOK_SECRET_KEY", "32 random bytes in base64 (`openssl rand -base64 32`) that seal the subscriptions' signing secrets at rest (AES-256-GCM); unset, no subscription can be made and none is delivered").Shown("generated into `LOCAL_DATA_DIR`, on the embedded default"),
+			setting.String(&w.AllowNetworks, "WEBHOOK_ALLOW_NETWORKS", "", "networks (CIDRs, comma-separated) that deliveries may reach although loopback, private, link-local, shared or reserved, which are refused otherwise").Shown("none (`make run`: `127.0.0.0/8,::1/128`)"),
+			setting.Millis(&w.Timeout, "WEBHOOK_TIMEOUT", webhook.DefaultTimeout, "bound of one delivery request, from dialling to the answer (of which 64 KiB are read)"),
+			setting.Millis(&w.RetryWindow, "WEBHOOK_RETRY_WINDOW", webhook.DefaultRetryWindow, "how long a delivery is retried (no answer, 5xx, 408, 429) from its first attempt, with exponential backoff from `WEBHOOK_FIRST_RETRY` up to 2 h"),
+			setting.Millis(&w.FirstRetry, "WEBHOOK_FIRST_RETRY", webhook.DefaultFirstRetry, "the first retry's delay, doubled at each retry (or a longer `Retry-After`)"),
+			setting.Millis(&w.DisableAfter, "WEBHOOK_DISABLE_AFTER", webhook.DefaultDisableAfter, "a subscription whose attempts have all failed for this long is disabled with the reason"),
+		},
+		Check: func() []string {
+			var problems []string
+			if w.SecretKey != "" {
+				if _, err := webhook.ParseKey(w.SecretKey); err != nil {
+					problems = append(problems, err.Error())
+				}
+			}
+			if _, err := webhook.ParseNetworks(w.AllowNetworks); err != nil {
+				problems = append(problems, err.Error())
+			}
+			return problems
+		},
+	}
 }

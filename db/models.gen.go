@@ -289,3 +289,51 @@ type TaskCount struct {
 	Status  string
 	N       int64
 }
+
+type WebhookAttempt struct {
+	DeliveryID      string
+	Attempt         int32
+	StatusCode      *int32
+	Error           *string
+	DurationMs      int32
+	ResponseExcerpt string
+	AttemptedAt     time.Time
+}
+
+type WebhookDelivery struct {
+	ID             string
+	SubscriptionID string
+	EventType      string
+	BatchID        *string
+	Body           string
+	Status         string
+	Attempts       int32
+	LastError      *string
+	WindowStart    time.Time
+	NextAttemptAt  *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+type WebhookOutbox struct {
+	ID        int64
+	Type      string
+	BatchID   *string
+	Payload   json.RawMessage
+	CreatedAt time.Time
+}
+
+type WebhookSubscription struct {
+	ID             string
+	URL            string
+	EventTypes     []string
+	BatchID        *string
+	Description    string
+	SecretSealed   []byte
+	KeyID          string
+	Enabled        bool
+	DisabledReason *string
+	FailingSince   *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -48,6 +49,7 @@ import (
 	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/pause"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // Deps are the outside things the workers use.
@@ -73,6 +75,9 @@ type Deps struct {
 	// /admin/pause): they launch, lease, call providers and step
 	// documents only when not. nil pauses nothing.
 	Pauses *pause.Gate
+	// Webhooks deliver events to subscribed receivers: their jobs are
+	// registered with the client's. nil delivers none.
+	Webhooks *webhook.Service
 }
 
 // ClientConfig tunes the River client.
@@ -177,6 +182,11 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			rescueAfter = min(rescueAfter, j.Timeout)
 		}
 	}
+	if deps.Webhooks != nil {
+		q, p := deps.Webhooks.Register(workers)
+		maps.Copy(queues, q)
+		periodic = append(periodic, p...)
+	}
 	if !cfg.NoSweep {
 		periodic = append(periodic, river.NewPeriodicJob(
 			river.PeriodicInterval(deps.Settings.SweepInterval),
@@ -226,8 +236,9 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 }
 
 // CoreQueues are the River queues of the core's jobs: "default" (batches,
-// phases, launches, callbacks' follow-ups) and "phase_build".
-func CoreQueues() []string { return []string{river.QueueDefault, BuildQueue} }
+// phases, launches, callbacks' follow-ups), "phase_build" and "webhooks"
+// (the webhooks' dispatcher and deliveries).
+func CoreQueues() []string { return []string{river.QueueDefault, BuildQueue, webhook.Queue} }
 
 // CheckQueues refuses a name that is none of queues.
 func CheckQueues(queues, names []string) error {

@@ -160,6 +160,9 @@ type Metrics struct {
 	orphansFound     *prometheus.CounterVec
 	orphansDestroyed *prometheus.CounterVec
 	boundReached     *prometheus.GaugeVec
+	// The webhooks' (webhooks.go).
+	webhookAttempts *prometheus.CounterVec
+	webhookDisabled prometheus.Counter
 }
 
 // Outcomes of a call to an external provider (ProviderRequest).
@@ -317,6 +320,7 @@ func New(cfg Config) *Metrics {
 	}, []string{"limit"})
 	m.reg.MustRegister(m.retentionRemoved, m.poolLeases, m.poolLaunches, m.intakeRefused)
 	m.registerFleet()
+	m.registerWebhooks()
 	if cfg.Pool != nil {
 		timeout := cfg.QueueQueryTimeout
 		if timeout <= 0 {

@@ -17,8 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/riverqueue/river"
 
 	"github.com/arke-institute/orchestrator/batches"
 	"github.com/arke-institute/orchestrator/blob"
@@ -30,6 +32,7 @@ import (
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // uiPrefix is where the batch dashboard is served.
@@ -51,6 +54,9 @@ type Dashboard struct {
 	cdnPublicURL string
 	// pauses set and lift pauses of work.
 	pauses *pause.Controls
+	// webhooks are the webhook subscriptions; river enqueues replays.
+	webhooks *webhook.Service
+	river    *river.Client[pgx.Tx]
 	// logAdmin logs an admin's action, naming who (the API's).
 	logAdmin func(c echo.Context, action string)
 }
@@ -69,6 +75,10 @@ type Deps struct {
 	CDNPublicURL string
 	// Pauses set and lift pauses of work (the pause and resume buttons).
 	Pauses *pause.Controls
+	// Webhooks are the webhook subscriptions and deliveries; River
+	// enqueues the replays.
+	Webhooks *webhook.Service
+	River    *river.Client[pgx.Tx]
 	// LogAdmin logs an admin's action.
 	LogAdmin func(c echo.Context, action string)
 }
@@ -76,7 +86,7 @@ type Deps struct {
 // New returns the dashboard.
 func New(d Deps) *Dashboard {
 	return &Dashboard{pool: d.Pool, status: d.Status, batches: d.Batches, executors: d.Executors, documents: d.Documents, search: d.Search,
-		store: d.Store, cdnBucket: d.CDNBucket, cdnPublicURL: d.CDNPublicURL, pauses: d.Pauses, logAdmin: d.LogAdmin}
+		store: d.Store, cdnBucket: d.CDNBucket, cdnPublicURL: d.CDNPublicURL, pauses: d.Pauses, webhooks: d.Webhooks, river: d.River, logAdmin: d.LogAdmin}
 }
 
 //go:embed templates/*.html static/*
@@ -260,6 +270,7 @@ func (d *Dashboard) Mount(g *echo.Group) {
 	g.POST("/pauses", d.uiPause, SameOrigin)
 	g.POST("/pauses/resume", d.uiResume, SameOrigin)
 	d.mountUIDocuments(g)
+	d.mountUIWebhooks(g)
 	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(static))))
 }
 

@@ -11,6 +11,7 @@
 //	orchestrator document  upload a text document, index it and follow it
 //	orchestrator search    search the indexed documents
 //	orchestrator pause     pause work of everything, a phase or a batch (admin); resume lifts it
+//	orchestrator webhooks  manage webhook subscriptions, their deliveries and replays (admin)
 //	orchestrator report    print a report of the database (batch durations, failures, cost, ...)
 //
 // Configuration comes from the environment; see docs/configuration.md.
@@ -34,7 +35,8 @@ const usage = `orchestrator: the archival ingest preprocessing orchestrator
 Usage:
   orchestrator serve [-no-migrate] [-queues Q,...]
                                      run the HTTP API and the job workers (-queues ocr:
-                                     only OCR chunks; queues: default, phase_build, ocr)
+                                     only OCR chunks; queues: default, phase_build,
+                                     webhooks, ocr)
   orchestrator migrate               apply pending database migrations and exit
   orchestrator submit [flags] DIR    upload a folder as a batch and follow it (submit -h)
   orchestrator status [-json] ID     print a batch's status
@@ -51,6 +53,8 @@ Usage:
                                      of everything, a phase or a batch (ADMIN_TOKEN)
   orchestrator resume -all|-phase P|-batch ID
                                      lift a pause; orchestrator pauses lists them
+  orchestrator webhooks create|list|deliveries|delivery|replay|disable|enable|delete
+                                     manage webhook subscriptions (ADMIN_TOKEN; webhooks -h)
   orchestrator report [NAME] [-since 7d] [-format table|csv|json] [-limit 20]
                                      print a report of DATABASE_URL; no NAME lists them
   orchestrator help                  show this help
@@ -101,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return reindex(ctx, args[1:], stdout, stderr)
 	case "pause", "resume", "pauses":
 		return pauseCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "webhooks":
+		return webhooksCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -48,7 +48,7 @@ func TestServeRefusesUnknownQueue(t *testing.T) {
 	var stderr bytes.Buffer
 	err := run(context.Background(), []string{"serve", "-queues", "ocr,nope"}, io.Discard, &stderr)
 	require.ErrorAs(t, err, new(usageError))
-	require.EqualError(t, err, `no job queue "nope" (the queues are default, phase_build, ocr)`)
+	require.EqualError(t, err, `no job queue "nope" (the queues are default, phase_build, webhooks, ocr)`)
 }
 
 // TestServeOnEmbeddedDefaults runs `orchestrator serve` as a newcomer would:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,7 +22,8 @@ import (
 // state in LOCAL_DATA_DIR (.data), beside the local S3 server's objects:
 //   - admin-token, read-token and ingest-token, the tokens generated on the
 //     first start (for those not set in the environment) and reused after:
-//     the one place generated credentials live;
+//     the one place generated credentials live; and webhook-secret-key,
+//     WEBHOOK_SECRET_KEY's (webhookKeyFile);
 //   - run.env, where the running instance is (DATABASE_URL, ORCHESTRATOR_URL,
 //     and ADMIN_TOKEN_FILE, READ_TOKEN_FILE, INGEST_TOKEN_FILE for the
 //     generated tokens it uses), which the operator commands read beneath
@@ -42,9 +44,27 @@ func embeddedDefault(cfg *config.Config) bool {
 	return cfg.LocalStorage() && cfg.FlyAPIToken == ""
 }
 
+// webhookKeyFile keeps the embedded default's WEBHOOK_SECRET_KEY, unless
+// the environment sets one: it seals the webhooks' signing secrets, so it
+// must stay the same from one start to the next.
+const webhookKeyFile = "webhook-secret-key"
+
 // localToken returns the token kept in dir/name, creating the file (mode
 // 0600) with a new random token when there is none.
 func localToken(dir, name string) (token, path string, err error) {
+	return localSecret(dir, name, func(b []byte) string { return hex.EncodeToString(b) }, 24)
+}
+
+// localWebhookKey returns the WEBHOOK_SECRET_KEY kept in dir, creating it
+// (32 random bytes in base64) when there is none.
+func localWebhookKey(dir string) (key, path string, err error) {
+	return localSecret(dir, webhookKeyFile, base64.StdEncoding.EncodeToString, 32)
+}
+
+// localSecret returns the secret kept in dir/name, creating the file (mode
+// 0600) with size new random bytes, as encode writes them, when there is
+// none.
+func localSecret(dir, name string, encode func([]byte) string, size int) (token, path string, err error) {
 	path = filepath.Join(dir, name)
 	if b, err := os.ReadFile(path); err == nil {
 		if t := strings.TrimSpace(string(b)); t != "" {
@@ -54,11 +74,11 @@ func localToken(dir, name string) (token, path string, err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", path, fmt.Errorf("reading a generated token: %w", err)
 	}
-	buf := make([]byte, 24)
+	buf := make([]byte, size)
 	if _, err := rand.Read(buf); err != nil {
 		return "", path, err
 	}
-	token = hex.EncodeToString(buf)
+	token = encode(buf)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", path, err
 	}

@@ -11,8 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/config"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // TestLocalToken: the first call generates a token into a file only its
@@ -39,6 +41,32 @@ func TestLocalToken(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("\n"), 0o600))
 	_, _, err = localToken(dir, "admin-token")
 	require.ErrorContains(t, err, "is empty")
+}
+
+// TestLocalWebhooks: the embedded default gets a WEBHOOK_SECRET_KEY kept
+// in its data folder (the same on the next start, so the sealed secrets
+// still open) and loopback allowed; what the environment sets is kept.
+func TestLocalWebhooks(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), ".data")
+	cfg := &config.Config{}
+	require.NoError(t, localWebhooks(cfg, dir))
+	key, err := webhook.ParseKey(cfg.Webhooks.SecretKey)
+	require.NoError(t, err)
+	require.Len(t, key, webhook.KeyBytes)
+	require.Equal(t, localWebhookNetworks, cfg.Webhooks.AllowNetworks)
+	fi, err := os.Stat(filepath.Join(dir, webhookKeyFile))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	again := &config.Config{}
+	require.NoError(t, localWebhooks(again, dir))
+	require.Equal(t, cfg.Webhooks.SecretKey, again.Webhooks.SecretKey, "the key is reused")
+
+	set := &config.Config{Webhooks: config.WebhookSettings{SecretKey: "from-the-environment", AllowNetworks: "10.0.0.0/8"}}
+	require.NoError(t, localWebhooks(set, dir))
+	require.Equal(t, "from-the-environment", set.Webhooks.SecretKey)
+	require.Equal(t, "10.0.0.0/8", set.Webhooks.AllowNetworks)
 }
 
 // TestWithRunEnv: the environment wins; what it leaves unset or empty comes

@@ -33,6 +33,7 @@ import (
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 func migrate(ctx context.Context, args []string, stderr io.Writer) error {
@@ -84,6 +85,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if tokenFiles, err = generateTokens(cfg, dataDir); err != nil {
 			return err
 		}
+		if err := localWebhooks(cfg, dataDir); err != nil {
+			return err
+		}
 	}
 	stopProfiling, err := startProfiling(cfg, logger)
 	if err != nil {
@@ -115,8 +119,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopMetrics()
 	pauses := pause.NewGate(pool)
+	hooks, err := webhook.New(pool, cfg.Webhook(), logger, m)
+	if err != nil {
+		return err
+	}
 	deps, err := executor.Register(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses,
+		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses, Webhooks: hooks,
 	}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
@@ -132,7 +140,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	warnClosedRoutes(cfg, logger)
-	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses, Webhooks: hooks})
 	apiCfg.Context = ctx
 	e := api.New(apiCfg)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -222,6 +230,27 @@ func generateTokens(cfg *config.Config, dataDir string) (map[string]string, erro
 	return files, nil
 }
 
+// localWebhooks gives the embedded default what its webhooks need that
+// the environment does not set: a WEBHOOK_SECRET_KEY kept in dataDir, and
+// loopback allowed, so that a receiver on this machine can be subscribed.
+func localWebhooks(cfg *config.Config, dataDir string) error {
+	if cfg.Webhooks.SecretKey == "" {
+		key, _, err := localWebhookKey(dataDir)
+		if err != nil {
+			return fmt.Errorf("generating WEBHOOK_SECRET_KEY: %w", err)
+		}
+		cfg.Webhooks.SecretKey = key
+	}
+	if cfg.Webhooks.AllowNetworks == "" {
+		cfg.Webhooks.AllowNetworks = localWebhookNetworks
+	}
+	return nil
+}
+
+// localWebhookNetworks are the networks the embedded default's webhooks
+// may reach beyond the public ones: this machine's loopback.
+const localWebhookNetworks = "127.0.0.0/8,::1/128"
+
 // tokenSetting is the field of cfg holding the token setting names.
 func tokenSetting(cfg *config.Config, setting string) *string {
 	switch setting {
@@ -245,6 +274,9 @@ func warnClosedRoutes(cfg *config.Config, logger *slog.Logger) {
 	}
 	if cfg.IngestToken == "" && cfg.IngestSigningSecret == "" {
 		logger.Warn("neither INGEST_TOKEN nor INGEST_SIGNING_SECRET is set: intake (POST /batches) refuses every request")
+	}
+	if cfg.Webhooks.SecretKey == "" {
+		logger.Warn("WEBHOOK_SECRET_KEY is not set: webhooks are off (no subscription can be made, none is delivered)")
 	}
 }
 

@@ -36,6 +36,7 @@ var layers = []struct {
 		"reports", "batchurls", "worker/...",
 	}},
 	{"the operators' pauses of work", []string{"pause"}},
+	{"outbound webhooks: subscriptions, their deliveries and the jobs that send them", []string{"webhook"}},
 	{"the fan-in protocol", []string{"fanin"}},
 	{"the pipeline's core", []string{"jobs"}},
 	{"the executors and the work they run", []string{"executor/...", "docindex", "search"}},

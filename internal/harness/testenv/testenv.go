@@ -40,6 +40,7 @@ import (
 	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/webhook"
 )
 
 // The credentials of every Env.
@@ -47,6 +48,8 @@ const (
 	AdminToken  = "test-admin-token"
 	ReadToken   = "test-read-token-0"
 	IngestToken = "test-ingest-token"
+	// WebhookKey is WEBHOOK_SECRET_KEY: 32 bytes in base64.
+	WebhookKey = "dGVzdC13ZWJob29rLWtleS0zMi1ieXRlcy1sb25nISE="
 )
 
 // flyToken is the fake Fly API's token.
@@ -138,6 +141,10 @@ var testSettings = func() map[string]string {
 		"ADMIN_TOKEN":       AdminToken,
 		"READ_TOKEN":        ReadToken,
 		"INGEST_TOKEN":      IngestToken,
+		// Receivers of the tests' webhooks listen on loopback.
+		"WEBHOOK_SECRET_KEY":     WebhookKey,
+		"WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8,::1/128",
+		"WEBHOOK_FIRST_RETRY":    "100",
 	}
 	for _, p := range phases.All() {
 		s["ALARM_DELAY_"+string(p.Spec().Name)] = "100"
@@ -233,7 +240,10 @@ func New(t *testing.T, opts Options) *Env {
 	backend, err := flycompute.New(context.Background(), flycompute.Config{APIToken: cfg.FlyAPIToken, BaseURL: cfg.FlyFlapsBaseURL, Logger: logger})
 	require.NoError(t, err)
 	pauses := pause.NewGate(pool)
-	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses},
+	hooks, err := webhook.New(pool, cfg.Webhook(), logger, m)
+	require.NoError(t, err)
+	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses,
+		Webhooks: hooks},
 		cfg.Executors, executor.Options{})
 	require.NoError(t, err)
 	var listener *jobs.Listener
@@ -252,7 +262,8 @@ func New(t *testing.T, opts Options) *Env {
 
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
-	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses,
+		Webhooks: hooks})
 	apiCfg.Context = apiCtx
 	// The tests of credentials fail many from this one address: the limit
 	// on failures has a test of its own (api's TestFailedCredentialsLimited).
