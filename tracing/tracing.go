@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -148,13 +149,16 @@ func (t *Tracer) StartBatchStep(ctx context.Context, batchID, name string, attrs
 	if t == nil {
 		return ctx, noSpan
 	}
-	attrs = append(attrs, BatchIDKey.String(batchID))
+	return t.startBatchStep(ctx, batchID, name, attrs)
+}
+
+func (t *Tracer) startBatchStep(ctx context.Context, batchID, name string, attrs []attribute.KeyValue, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	opts = append(opts, trace.WithAttributes(append(attrs, BatchIDKey.String(batchID))...))
 	cur := trace.SpanContextFromContext(ctx)
 	tid, _ := derive(WorkBatch, batchID)
 	if cur.TraceID() == tid {
-		return t.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+		return t.tracer.Start(ctx, name, opts...)
 	}
-	opts := []trace.SpanStartOption{trace.WithAttributes(attrs...)}
 	if cur.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: cur}))
 	}
@@ -316,4 +320,16 @@ func (idGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
 		binary.BigEndian.PutUint64(sid[:], rand.Uint64())
 	}
 	return sid
+}
+
+// RecordPhase records a phase of the batch, from its start to its end, as
+// a span of the batch's trace, after the fact: its times are the phase's
+// events', whichever processes ran it.
+func (t *Tracer) RecordPhase(ctx context.Context, batchID, phase string, start, end time.Time) {
+	if t == nil {
+		return
+	}
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{}) // a child of the root, not of the caller's step
+	_, span := t.startBatchStep(ctx, batchID, "phase "+phase, []attribute.KeyValue{PhaseKey.String(phase)}, trace.WithTimestamp(start))
+	span.End(trace.WithTimestamp(end))
 }
