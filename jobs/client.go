@@ -219,7 +219,7 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		}))
 	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
-		Middleware:        middleware,
+		Middleware: middleware,
 		// River logs an error per poll while Postgres is away: a given
 		// message is written once per riverLogEvery, with the count held back.
 		Logger:            slog.New(logcoalesce.New(deps.Logger.Handler(), riverLogEvery)),
