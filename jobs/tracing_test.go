@@ -141,7 +141,7 @@ func linked(s tracetest.SpanStub) []trace.SpanContext {
 func attr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
