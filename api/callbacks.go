@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
@@ -15,6 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/tracing"
 	"github.com/arke-institute/orchestrator/worker/protocol"
 )
 
@@ -47,7 +49,17 @@ func (h *handlers) applyCallback(c echo.Context) (callbackResult, error) {
 	if err != nil {
 		return callbackResult{}, err
 	}
-	out, err := h.callbacks.Apply(c.Request().Context(), fanin.NewCallback(batchID, taskID, record, body))
+	// The callback is a span of its task's trace: a child of the request
+	// when the worker sent its machine's TRACEPARENT, else a root of it.
+	ctx, span := h.tracer.StartWork(c.Request().Context(), batchID, tracing.WorkTask, taskID, "task.callback")
+	out, err := h.callbacks.Apply(ctx, fanin.NewCallback(batchID, taskID, record, body))
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("task.status", string(out.Status)), attribute.Bool("duplicate", out.Duplicate))
+		if out.Refusal != fanin.NotRefused {
+			span.SetAttributes(attribute.String("refusal", out.Reason))
+		}
+	}
+	tracing.End(span, err)
 	if err != nil {
 		return callbackResult{}, err
 	}

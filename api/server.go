@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/arke-institute/orchestrator/batches"
@@ -36,6 +38,7 @@ import (
 	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/status"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/tracing"
 	"github.com/arke-institute/orchestrator/webhook"
 )
 
@@ -79,6 +82,11 @@ type Config struct {
 	// FailureBurst is how many failed credentials a client may make before
 	// it is limited to one a second; zero means DefaultFailureBurst.
 	FailureBurst int
+	// Tracer, when set, traces every request (Echo's OpenTelemetry
+	// middleware, which continues a trace the caller's traceparent
+	// names), a created batch's intake and each callback in its task's
+	// trace; nil traces nothing and adds no middleware.
+	Tracer *tracing.Tracer
 }
 
 // Backends are what the routes read and act on. New builds those left nil
@@ -120,6 +128,8 @@ type Parts struct {
 	Pauses *pause.Gate
 	// Webhooks are the process's webhooks (jobs.Deps.Webhooks).
 	Webhooks *webhook.Service
+	// Tracer traces requests, intake and callbacks; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Settings are the API's configuration, as config reads it.
@@ -148,10 +158,11 @@ type Settings struct {
 // the caller to set.
 func ConfigOf(s Settings, p Parts) Config {
 	c := Config{Executors: p.Executors, Pool: p.Pool, River: p.River, Logger: p.Logger, Metrics: p.Metrics,
-		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams, ClientIPHeader: s.ClientIPHeader}
+		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams, ClientIPHeader: s.ClientIPHeader, Tracer: p.Tracer}
 	c.Status = status.New(p.Pool, p.Executors, s.RetentionDays)
 	c.Batches = batches.New(p.Pool, p.River, p.Executors, c.Status, p.Logger, p.Metrics)
 	c.Batches.Limits = s.Admission
+	c.Batches.Tracer = p.Tracer
 	c.Documents = docindex.NewDocuments(p.Pool, p.River, p.Store, s.StagingBucket, s.Documents.Prefix, p.Logger)
 	if providers, err := docindex.NewProviders(s.Documents); err != nil {
 		p.Logger.Error("document search is unavailable", "error", err)
@@ -191,6 +202,7 @@ func New(cfg Config) *echo.Echo {
 	}
 	if b.Batches == nil {
 		b.Batches = batches.New(cfg.Pool, cfg.River, cfg.Executors, b.Status, cfg.Logger, cfg.Metrics)
+		b.Batches.Tracer = cfg.Tracer
 	}
 	if b.Documents == nil {
 		b.Documents = docindex.NewDocuments(cfg.Pool, cfg.River, nil, "", "", cfg.Logger)
@@ -204,8 +216,14 @@ func New(cfg Config) *echo.Echo {
 	h := &handlers{status: b.Status, batches: b.Batches, pauses: b.Pauses, webhooks: b.Webhooks, river: cfg.River, hub: eventhub.New(cfg.Pool, cfg.Logger, b.Status), documents: b.Documents, search: b.Search,
 		callbacks: fanin.New(cb), pool: cfg.Pool, log: cfg.Logger, creds: cfg.Credentials, ctx: ctx, metrics: cfg.Metrics,
 		streams: make(chan struct{}, cfg.MaxStreams), quiet: slog.New(logcoalesce.New(cfg.Logger.Handler(), coalescedLogEvery)),
-		tokens: tasktoken.New(cfg.Pool), throttle: newThrottle(cfg.ClientIPHeader, cfg.FailureBurst), callbackMax: callbackMaxBytes(cb.MaxOutputs)}
+		tokens: tasktoken.New(cfg.Pool), throttle: newThrottle(cfg.ClientIPHeader, cfg.FailureBurst), callbackMax: callbackMaxBytes(cb.MaxOutputs),
+		tracer: cfg.Tracer}
 	e.HTTPErrorHandler = h.errorHandler
+	if cfg.Tracer != nil {
+		e.Use(otelecho.Middleware("orchestrator", otelecho.WithTracerProvider(cfg.Tracer.Provider()),
+			otelecho.WithPropagators(propagation.TraceContext{}),
+			otelecho.WithSkipper(func(c echo.Context) bool { return c.Path() == "/healthz" })))
+	}
 	e.Use(h.requestLog, h.throttleFailures, boundedIDs, sameSiteWrites)
 
 	// Every route but /healthz needs a credential (auth.go): intake the
@@ -279,6 +297,7 @@ type handlers struct {
 	// with it, so a graceful shutdown does not wait for them.
 	ctx     context.Context
 	metrics *metrics.Metrics
+	tracer  *tracing.Tracer
 	// streams holds a slot per open event stream (MaxStreams of them).
 	streams chan struct{}
 	// quiet writes the log lines of expected 503s (the database away, the
@@ -383,7 +402,7 @@ func (h *handlers) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		attrs := append(requestAttrs(c), "method", c.Request().Method, "route", c.Path(), "status", c.Response().Status,
 			"duration_ms", time.Since(start).Milliseconds())
-		h.log.Debug("request", attrs...)
+		h.log.DebugContext(c.Request().Context(), "request", attrs...)
 		return nil
 	}
 }

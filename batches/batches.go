@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -21,6 +22,7 @@ import (
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // Commands carries out commands on batches against the database and
@@ -37,6 +39,9 @@ type Commands struct {
 	// Limits are admission control's, which Create holds intake to; the
 	// zero Limits admit everything.
 	Limits Limits
+	// Tracer starts the root of each created batch's trace; nil traces
+	// nothing.
+	Tracer *tracing.Tracer
 }
 
 // New returns the Commands. river is used only to insert jobs, so it need
@@ -62,6 +67,8 @@ type Receipt struct {
 // is kept: the client submits it again later.
 func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []byte) (Receipt, error) {
 	var out Receipt
+	// The batch_start job inserted below carries this root's context.
+	ctx, intake := c.Tracer.StartIntake(ctx, msg.BatchID)
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		known := func() error {
@@ -116,8 +123,10 @@ func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []
 		return Receipt{}, err
 	}
 	if out.Created {
+		intake.SetAttributes(attribute.String("uploader", msg.Uploader), attribute.Int64("total_files", msg.TotalFiles))
+		intake.End()
 		c.metrics.BatchStarted()
-		c.logger.Info("batch accepted", "batch_id", out.BatchID, "uploader", msg.Uploader, "total_files", msg.TotalFiles)
+		c.logger.InfoContext(ctx, "batch accepted", "batch_id", out.BatchID, "uploader", msg.Uploader, "total_files", msg.TotalFiles)
 	}
 	return out, nil
 }

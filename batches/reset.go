@@ -16,6 +16,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // ResetMessage is the error a reset batch carries (spec 000 §5.3).
@@ -27,12 +28,14 @@ const ResetMessage = "Manually reset by admin"
 // best effort). Later callbacks get 409.
 // Resetting a batch already in ERROR changes nothing; a DONE batch cannot be
 // reset (problem.ErrConflict).
-func (c *Commands) Reset(ctx context.Context, batchID string) (status.Status, error) {
+func (c *Commands) Reset(ctx context.Context, batchID string) (st status.Status, err error) {
+	ctx, span := c.Tracer.StartBatchStep(ctx, batchID, "batch.reset")
+	defer func() { tracing.End(span, err) }()
 	var (
 		stopped *db.Batch // the batch as the reset left it; nil if it was in ERROR already
 		ended   int       // its open tasks, ended by the reset
 	)
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		// Exclusive: callbacks in flight (shared holders) finish first, and
 		// any that come later find their task ended by the reset.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
@@ -14,6 +15,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // RetryInfrastructure is the retry mode that puts back only the work
@@ -53,7 +55,9 @@ const RetryInfrastructure = "infrastructure"
 // The change is recorded as an admin.retry event, plus a task.requeued
 // event per task (a DONE batch's resume: a batch.resumed event with what
 // is rerun).
-func (c *Commands) Retry(ctx context.Context, batchID string, infraOnly bool) (status.Status, error) {
+func (c *Commands) Retry(ctx context.Context, batchID string, infraOnly bool) (st status.Status, err error) {
+	ctx, span := c.Tracer.StartBatchStep(ctx, batchID, "batch.retry", attribute.Bool("infrastructure_only", infraOnly))
+	defer func() { tracing.End(span, err) }()
 	var (
 		logAttrs []any
 		resumed  bool // out of ERROR: the batch runs again
@@ -61,7 +65,7 @@ func (c *Commands) Retry(ctx context.Context, batchID string, infraOnly bool) (s
 	if err := c.awaitJobsStopped(ctx, batchID, 10*time.Second); err != nil {
 		return status.Status{}, err
 	}
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		ptx := jobs.Tx{Tx: tx, River: c.river}
 		// Exclusive, as for a reset: no callback (shared holder) is midway,

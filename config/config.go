@@ -25,6 +25,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/setting"
+	"github.com/arke-institute/orchestrator/tracing"
 	"github.com/arke-institute/orchestrator/webhook"
 )
 
@@ -140,6 +141,25 @@ type Config struct {
 	PprofAddr   string
 	CPUProfile  string
 	MetricsAddr string
+
+	// Tracing are OpenTelemetry's standard variables (OTEL_*).
+	Tracing TracingSettings
+}
+
+// TracingSettings are the OTEL_* variables the orchestrator checks and
+// documents; the OpenTelemetry SDK reads them from the environment itself.
+type TracingSettings struct {
+	Endpoint, TracesEndpoint, Headers, Protocol string
+	ServiceName, Sampler                        string
+	SamplerArg                                  float64
+	Disabled                                    bool
+}
+
+// TracingConfig is the tracing's configuration: on when an OTLP endpoint
+// is set and the SDK is not disabled.
+func (c *Config) TracingConfig() tracing.Config {
+	t := c.Tracing
+	return tracing.Config{Enabled: (t.Endpoint != "" || t.TracesEndpoint != "") && !t.Disabled, ServiceName: t.ServiceName}
 }
 
 // DefaultDatabaseMaxConns is the pool size unless DATABASE_MAX_CONNS says

@@ -358,3 +358,31 @@ func TestRetention(t *testing.T) {
 	require.ErrorContains(t, err, `RETENTION_INTERVAL must be a positive number of milliseconds, got "soon"`)
 	require.ErrorContains(t, err, `RETENTION_DELETE_ROWS must be a whole number from 1 to 1000000, got "0"`)
 }
+
+// TestTracing checks that tracing is on only with an OTLP endpoint and
+// without OTEL_SDK_DISABLED, and that a protocol or sampler the
+// orchestrator does not speak is refused on start rather than ignored.
+func TestTracing(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		on   bool
+	}{
+		{"Off", nil, false},
+		{"Endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318"}, true},
+		{"TracesEndpoint", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://localhost:4318/v1/traces"}, true},
+		{"Disabled", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318", "OTEL_SDK_DISABLED": "true"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(lookup(tt.env))
+			require.NoError(t, err)
+			require.Equal(t, tt.on, c.TracingConfig().Enabled)
+			require.Equal(t, "orchestrator", c.TracingConfig().ServiceName)
+		})
+	}
+	_, err := Load(lookup(map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": "sometimes"}))
+	require.ErrorContains(t, err, "OTEL_EXPORTER_OTLP_PROTOCOL")
+	require.ErrorContains(t, err, "OTEL_TRACES_SAMPLER")
+}

@@ -134,7 +134,7 @@ func (c *Config) core() []setting.Group {
 			setting.String(&c.LocalS3SecretKey, "LOCAL_S3_SECRET_KEY", "localsecret", "its secret").Hidden().Shown("`localsecret`"),
 		},
 	}
-	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, c.webhooks(), local}
+	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, c.webhooks(), c.tracing(), local}
 }
 
 // webhooks declares the webhooks' settings (see [Webhooks](webhooks.md)).
@@ -162,6 +162,30 @@ func (c *Config) webhooks() setting.Group {
 				problems = append(problems, err.Error())
 			}
 			return problems
+		},
+	}
+}
+
+// tracing declares OpenTelemetry's standard variables that the
+// orchestrator's tracing uses. The exporter and the SDK read them from the
+// environment themselves; they are declared here so that they are
+// checked on start (a protocol or sampler the orchestrator does not speak
+// is refused, not ignored) and documented.
+func (c *Config) tracing() setting.Group {
+	samplers := []string{"always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"}
+	return setting.Group{
+		Title: "Tracing",
+		Doc: "OpenTelemetry traces, exported over OTLP/HTTP, are off unless an endpoint is set (see [Tracing](operations.md#tracing)). " +
+			"These are OpenTelemetry's standard variables, read by its SDK; its other `OTEL_EXPORTER_OTLP_*` variables (timeout, compression, certificates) and `OTEL_RESOURCE_ATTRIBUTES` apply too.",
+		Settings: []setting.Setting{
+			setting.URL(&c.Tracing.Endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT", "", "the OpenTelemetry collector's OTLP/HTTP base URL, e.g. `http://localhost:4318`: spans go to `/v1/traces` under it. Setting it (or the next) turns tracing on").Shown("off"),
+			setting.URL(&c.Tracing.TracesEndpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "the full URL spans are sent to, instead of the base URL's `/v1/traces`").Shown("off"),
+			setting.Secret(&c.Tracing.Headers, "OTEL_EXPORTER_OTLP_HEADERS", "headers sent with every export, `key=value` pairs separated by commas (a hosted collector's API key)"),
+			setting.OneOf(&c.Tracing.Protocol, "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", []string{"http/protobuf"}, "the OTLP transport: only HTTP (collectors take it on port 4318 beside gRPC on 4317)"),
+			setting.String(&c.Tracing.ServiceName, "OTEL_SERVICE_NAME", "orchestrator", "the spans' `service.name`"),
+			setting.OneOf(&c.Tracing.Sampler, "OTEL_TRACES_SAMPLER", "parentbased_always_on", samplers, "which traces are kept. A batch's trace and each task's, chunk's and document's are sampled whole, in every process: the ratio samplers decide by trace id"),
+			setting.Fraction(&c.Tracing.SamplerArg, "OTEL_TRACES_SAMPLER_ARG", 1, "the share of traces the `traceidratio` samplers keep"),
+			setting.Bool(&c.Tracing.Disabled, "OTEL_SDK_DISABLED", false, "`true` turns tracing off whatever else is set"),
 		},
 	}
 }

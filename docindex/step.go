@@ -14,11 +14,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/embedding"
@@ -32,6 +35,7 @@ import (
 	"github.com/arke-institute/orchestrator/search"
 	"github.com/arke-institute/orchestrator/tagging"
 	"github.com/arke-institute/orchestrator/textchunk"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // Spec 003's batch sizes and retries.
@@ -148,8 +152,17 @@ func (w *DocumentStepWorker) call(ctx context.Context, bucket ratelimit.RoleBuck
 // Work runs the document's current step. A run that fails on the job's
 // last attempt fails the document (giveUp): River discards the job, and
 // no later run would end the document.
-func (w *DocumentStepWorker) Work(ctx context.Context, job *river.Job[DocumentStepArgs]) error {
-	err := w.work(ctx, job)
+func (w *DocumentStepWorker) Work(ctx context.Context, job *river.Job[DocumentStepArgs]) (err error) {
+	ctx, span := w.deps.Tracer.StartWork(ctx, "", tracing.WorkDocument, strconv.FormatInt(job.Args.DocumentID, 10), "document.step",
+		attribute.Int("attempt", job.Attempt))
+	defer func() {
+		if _, ok := errors.AsType[*rivertype.JobSnoozeError](err); ok {
+			span.End()
+			return
+		}
+		tracing.End(span, err)
+	}()
+	err = w.work(ctx, job)
 	if err == nil || job.Attempt < job.MaxAttempts || errors.Is(ctx.Err(), context.Canceled) {
 		// Done, snoozed or to be retried; or stopped (a shutdown gives the
 		// attempt back).
@@ -257,6 +270,12 @@ func (w *DocumentStepWorker) work(ctx context.Context, job *river.Job[DocumentSt
 		}
 	}
 	run := &stepRun{doc: doc, step: doc.CurrentStep, started: started}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("document.step", run.step))
+		if doc.BatchID != nil {
+			w.deps.Tracer.LinkBatch(ctx, *doc.BatchID)
+		}
+	}
 	switch run.step {
 	case "download":
 		err = w.download(ctx, run)

@@ -13,11 +13,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // finalizeMaxAttempts with finalizeRetryDelay's schedule keeps delivering
@@ -62,8 +64,10 @@ type ProcessedManifest struct {
 }
 
 // Work builds the final manifest and delivers it once.
-func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFinalizeArgs]) error {
+func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFinalizeArgs]) (err error) {
 	id := job.Args.BatchID
+	ctx, span := w.deps.Tracer.StartBatchStep(ctx, id, "batch.finalize", attribute.Int("attempt", job.Attempt))
+	defer func() { tracing.End(span, err) }()
 	batch, err := w.deps.JobBatch(ctx, id)
 	if err != nil {
 		return err
@@ -108,10 +112,10 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 		return err
 	}
 	if deliverErr != nil {
-		w.deps.Logger.Warn("delivering to ingest failed", "batch_id", id, "attempt", job.Attempt, "error", deliverErr)
+		w.deps.Logger.WarnContext(ctx, "delivering to ingest failed", "batch_id", id, "attempt", job.Attempt, "error", deliverErr)
 		return deliverErr
 	}
-	w.deps.Logger.Info("batch delivered", "batch_id", id, "target", target)
+	w.deps.Logger.InfoContext(ctx, "batch delivered", "batch_id", id, "target", target)
 	return nil
 }
 

@@ -13,12 +13,14 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // batchStartMaxAttempts bounds retries of transient storage errors: with
@@ -59,8 +61,10 @@ func (w *BatchStartWorker) NextRetry(job *river.Job[BatchStartArgs]) time.Time {
 // Work reads the manifest and moves the batch out of PENDING: into its first
 // phase with work, to DONE when no phase has work, or to ERROR when the
 // manifest is missing or invalid. Only transient storage errors are retried.
-func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartArgs]) error {
-	err := w.start(ctx, job)
+func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartArgs]) (err error) {
+	ctx, span := w.deps.Tracer.StartBatchStep(ctx, job.Args.BatchID, "batch.start", attribute.Int("attempt", job.Attempt))
+	defer func() { tracing.End(span, err) }()
+	err = w.start(ctx, job)
 	if err == nil || job.Attempt < job.MaxAttempts {
 		return err
 	}
@@ -155,7 +159,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			return fmt.Errorf("completing batch_start job: %w", err)
 		}
-		log.Info("batch started", "files", len(files), "bytes", totalBytes)
+		log.InfoContext(ctx, "batch started", "files", len(files), "bytes", totalBytes)
 		return nil
 	})
 	if err == nil {

@@ -42,6 +42,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
 
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/compute"
@@ -49,6 +50,7 @@ import (
 	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/pause"
+	"github.com/arke-institute/orchestrator/tracing"
 	"github.com/arke-institute/orchestrator/webhook"
 )
 
@@ -78,6 +80,9 @@ type Deps struct {
 	// Webhooks deliver events to subscribed receivers: their jobs are
 	// registered with the client's. nil delivers none.
 	Webhooks *webhook.Service
+	// Tracer starts the spans of batches' steps and of their work, and
+	// the River client traces every job with it; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // ClientConfig tunes the River client.
@@ -214,7 +219,17 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		}
 		queues = picked
 	}
+	var middleware []rivertype.Middleware
+	if deps.Tracer != nil {
+		// Every job run is a span of a trace of its own, linked to the
+		// span that inserted the job (through the job's metadata): jobs
+		// run late and many times, and would make one endless trace.
+		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+			TracerProvider: deps.Tracer.Provider(), EnableTracePropagation: true, EnableWorkSpanJobKindSuffix: true,
+		}))
+	}
 	return river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
+		Middleware: middleware,
 		// River logs an error per poll while Postgres is away: a given
 		// message is written once per riverLogEvery, with the count held
 		// back. Its routine information is debug (quieter).

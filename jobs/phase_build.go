@@ -14,6 +14,7 @@ import (
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // PhaseBuildArgs writes the rest of a file generation, and its tasks, that
@@ -109,8 +110,10 @@ func startBuild(ctx context.Context, tx Tx, d Deps, sizes BuildSizes, batchID st
 // under the batch's exclusive lock it clears the cursor and makes sure a
 // fan-in check runs, since tasks that ended while the generation was being
 // written were not allowed to end the phase.
-func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildArgs]) error {
+func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildArgs]) (err error) {
 	args := job.Args
+	ctx, span := w.deps.Tracer.StartBatchStep(ctx, args.BatchID, "phase.build", tracing.PhaseKey.String(args.Phase))
+	defer func() { tracing.End(span, err) }()
 	q := db.New(w.deps.Pool)
 	batch, err := w.deps.JobBatch(ctx, args.BatchID)
 	if err != nil {

@@ -10,10 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // riverDriver is the driver type River's transactional helpers are
@@ -119,7 +121,11 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 				return err
 			}
 		}
-		if finished, err = w.transition(ctx, tx, batch); err != nil {
+		tctx, span := w.deps.Tracer.StartBatchStep(ctx, args.BatchID, "phase.transition", tracing.PhaseKey.String(args.Phase),
+			attribute.Int("generation", int(batch.Generation)))
+		finished, err = w.transition(tctx, tx, batch)
+		tracing.End(span, err)
+		if err != nil {
 			return err
 		}
 		ended = &at
@@ -132,12 +138,35 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 		return river.JobSnooze(settleAgain)
 	}
 	w.deps.BatchFinished(finished)
+	if ended != nil {
+		w.tracePhase(ctx, args)
+	}
 	if settler != nil && ended != nil {
 		if err := settler.Settled(ctx, *ended); err != nil {
 			w.deps.Logger.Warn("cleaning up after a phase", "batch_id", args.BatchID, "phase", args.Phase, "error", err)
 		}
 	}
 	return nil
+}
+
+// tracePhase records the phase the check ended as a span of the batch's
+// trace from its start to its end, as its events have them, when tracing
+// is on: one read a phase.
+func (w *PhaseCheckWorker) tracePhase(ctx context.Context, args fanin.PhaseCheckArgs) {
+	if w.deps.Tracer == nil {
+		return
+	}
+	spans, err := db.New(w.deps.Pool).BatchEventPhaseSpans(ctx, db.BatchEventPhaseSpansParams{
+		BatchID: args.BatchID, Started: db.EventPhaseStarted, Completed: db.EventPhaseCompleted})
+	if err != nil {
+		w.deps.Logger.WarnContext(ctx, "reading the phase's times for its span", "batch_id", args.BatchID, "phase", args.Phase, "error", err)
+		return
+	}
+	for _, s := range spans {
+		if s.Phase == args.Phase && s.CompletedAt != nil {
+			w.deps.Tracer.RecordPhase(ctx, args.BatchID, s.Phase, s.StartedAt, *s.CompletedAt)
+		}
+	}
 }
 
 // settleAgain is how soon a check that found the phase's work ended but
@@ -318,7 +347,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	} else {
 		err = startBuild(ctx, ptx, w.deps, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}
-	w.deps.Logger.Info("phase completed", "batch_id", batch.ID, "phase", batch.Status,
+	w.deps.Logger.InfoContext(ctx, "phase completed", "batch_id", batch.ID, "phase", batch.Status,
 		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored), "generation_complete", complete,
 		"tasks_ms", dTasks.Milliseconds(), "apply_ms", dApply.Milliseconds(),
 		"events_ms", dEvents.Milliseconds(), "insert_ms", dInsert.Milliseconds(), "next_ms", lap().Milliseconds())

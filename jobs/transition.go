@@ -6,9 +6,12 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // FailBatch moves a batch that is not finished to ERROR, records why, and
@@ -18,6 +21,9 @@ import (
 // count once tx has committed (Deps.BatchFinished), and how much work it
 // ended.
 func FailBatch(ctx context.Context, tx Tx, d Deps, batchID, phase, message string) (*db.Batch, int, error) {
+	ctx, span := d.Tracer.StartBatchStep(ctx, batchID, "batch.error", tracing.PhaseKey.String(phase))
+	span.SetStatus(codes.Error, message)
+	defer span.End()
 	q := tx.Queries()
 	b, err := q.BatchSetError(ctx, db.BatchSetErrorParams{ID: batchID, Error: &message})
 	if err != nil {
@@ -47,12 +53,19 @@ func failBatch(ctx context.Context, tx Tx, d Deps, batchID, phase, message strin
 // caller to count once its transaction has committed
 // (Deps.BatchFinished). Runs in tx, the transaction of a job or of an
 // admin retry.
-func enterNextPhase(ctx context.Context, tx Tx, d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
+func enterNextPhase(ctx context.Context, tx Tx, d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (b *db.Batch, err error) {
 	q := tx.Queries()
 	var p phases.Phase
 	if from != "" {
 		p, _ = phases.NextWithWork(from, files)
 	}
+	step, phaseName := "batch.done", ""
+	if p != nil {
+		step, phaseName = "phase.enter", string(p.Spec().Name)
+	}
+	ctx, span := d.Tracer.StartBatchStep(ctx, batchID, step, tracing.PhaseKey.String(phaseName),
+		attribute.Int("generation", int(generation)), attribute.Int("files", len(files)))
+	defer func() { tracing.End(span, err) }()
 	if p == nil {
 		b, err := q.BatchSetDone(ctx, db.BatchSetDoneParams{ID: batchID, Generation: generation})
 		if err != nil {

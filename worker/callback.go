@@ -45,6 +45,10 @@ type Callback struct {
 	// (phases.AttemptKey), from which the orchestrator promotes them
 	// when the attempt's success is applied. Empty: they go to their keys.
 	Attempt string
+	// Traceparent (TRACEPARENT), when set, is sent as the W3C
+	// "traceparent" header of every request, so that the orchestrator
+	// traces the callback in its task's trace.
+	Traceparent string
 }
 
 // DefaultStorageRetryWindow is how long storage requests retry transient
@@ -216,6 +220,9 @@ func (c *Callback) attempt(ctx context.Context, client *http.Client, what, url s
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Traceparent != "" {
+		req.Header.Set("traceparent", c.Traceparent)
+	}
 	if v := cmp.Or(c.Protocol, protocol.Current); v != protocol.V1 {
 		req.Header.Set(protocol.Header, protocol.Value(v))
 	}

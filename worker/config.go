@@ -22,6 +22,8 @@
 //	TASK_ID, BATCH_ID        the task and batch, echoed in the callback
 //	CALLBACK_URL             where the callback is POSTed
 //	CALLBACK_TOKEN           sent as "Authorization: Bearer <token>"
+//	TRACEPARENT              optional, the task's trace context (W3C), sent as the
+//	                         "traceparent" header of the callbacks when set
 //	CALLBACK_RETRY_WINDOW    optional, milliseconds, default 900000 (15 min): how long
 //	                         the callback is retried while the orchestrator is
 //	                         unreachable or answers 5xx or 429
@@ -192,6 +194,9 @@ func ParseEnv(kind Kind, getenv func(string) string) (Config, error) {
 		URL:     str("CALLBACK_URL", true),
 		Token:   str("CALLBACK_TOKEN", true),
 		Backoff: DefaultBackoff,
+		// Optional, and passed on as it is: the orchestrator's tracing
+		// reads it.
+		Traceparent: str("TRACEPARENT", false),
 	}
 	if v := str("CALLBACK_RETRY_WINDOW", false); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)

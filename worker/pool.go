@@ -155,7 +155,8 @@ func (p Pool) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, get
 	if every <= 0 {
 		return func() {}
 	}
-	cb := Callback{URL: getenv("CALLBACK_URL") + "/heartbeat", Token: getenv("CALLBACK_TOKEN"), Client: p.Client, Logger: log, Protocol: p.Protocol}
+	cb := Callback{URL: getenv("CALLBACK_URL") + "/heartbeat", Token: getenv("CALLBACK_TOKEN"), Client: p.Client, Logger: log, Protocol: p.Protocol,
+		Traceparent: getenv("TRACEPARENT")}
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/blob"
@@ -30,9 +32,11 @@ import (
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/locals3"
+	"github.com/arke-institute/orchestrator/logcoalesce"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
+	"github.com/arke-institute/orchestrator/tracing"
 	"github.com/arke-institute/orchestrator/webhook"
 )
 
@@ -76,6 +80,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer pool.Close()
+	tracer, logger, stopTracing, err := startTracing(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	// Resolved before the local S3 server changes the working directory.
 	embedded, tokenFiles, dataDir := embeddedDefault(cfg), map[string]string{}, ""
 	if embedded {
@@ -124,7 +133,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	deps, err := executor.Register(jobs.Deps{
-		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses, Webhooks: hooks,
+		Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses, Webhooks: hooks, Tracer: tracer,
 	}, cfg.Executors, executor.Options{})
 	if err != nil {
 		return err
@@ -140,7 +149,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	warnClosedRoutes(cfg, logger)
-	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses, Webhooks: hooks})
+	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: riverClient, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses,
+		Webhooks: hooks, Tracer: tracer})
 	apiCfg.Context = ctx
 	e := api.New(apiCfg)
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
@@ -504,6 +514,33 @@ func startMetrics(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	logger.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
 	return func() { _ = srv.Close() }, nil
+}
+
+// startTracing turns tracing on when an OTLP endpoint is configured
+// (OTEL_EXPORTER_OTLP_ENDPOINT): it returns the Tracer, the logger that
+// names the trace and span of each line logged in one, and a function that
+// exports the spans still buffered. Off, it returns nil and the logger as
+// it was. The Tracer's provider is also OpenTelemetry's global one, for the
+// libraries that trace through it (the Machines API client).
+func startTracing(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*tracing.Tracer, *slog.Logger, func(), error) {
+	tracer, err := tracing.Setup(ctx, cfg.TracingConfig())
+	if err != nil || tracer == nil {
+		return nil, logger, func() {}, err
+	}
+	otel.SetTracerProvider(tracer.Provider())
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	// An unreachable collector fails every export: said once a minute.
+	quiet := slog.New(logcoalesce.New(logger.Handler(), time.Minute))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { quiet.Warn("exporting traces", "error", err.Error()) }))
+	logger = slog.New(tracing.LogHandler(logger.Handler()))
+	logger.Info("tracing on: spans go to the OTLP endpoint", "service", cfg.Tracing.ServiceName, "sampler", cfg.Tracing.Sampler)
+	return tracer, logger, func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(stopCtx); err != nil {
+			logger.Warn("exporting the last spans", "error", err.Error())
+		}
+	}, nil
 }
 
 // startProfiling serves net/http/pprof on PPROF_ADDR and records a CPU

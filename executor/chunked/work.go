@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/fanin"
@@ -19,6 +21,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/ratelimit"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // ChunkWorker works ChunkArgs: one run is spec 004's alarm. It takes up
@@ -96,10 +99,13 @@ func (r chunkRun) params() (batchID, phase, chunkID string) {
 // Work runs the chunk once. A run that fails counts against the chunk's
 // global retries; the last one ends the chunk ERROR, its settled items
 // kept.
-func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) error {
+func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) (err error) {
+	ctx, span := w.deps.Tracer.StartWork(ctx, job.Args.BatchID, tracing.WorkChunk, job.Args.BatchID+"/"+job.Args.Phase+"/"+job.Args.ChunkID, "chunk.run",
+		tracing.PhaseKey.String(job.Args.Phase), attribute.Int("attempt", job.Attempt))
+	defer func() { endRun(span, err) }()
 	eng := w.engine(job.Args)
 	run := chunkRun{w: w, args: job.Args, engine: eng, cfg: eng.Tuning(), key: eng.LimitKey(job.Args.BatchID, job.Args.ChunkID)}
-	err := run.work(ctx)
+	err = run.work(ctx)
 	if err == nil {
 		return nil
 	}
@@ -120,6 +126,15 @@ func (w *ChunkWorker) Work(ctx context.Context, job *river.Job[ChunkArgs]) error
 		return ferr
 	}
 	return nil
+}
+
+// endRun ends a run's span: a snooze (the run comes back) is no failure.
+func endRun(span trace.Span, err error) {
+	if _, ok := errors.AsType[*river.JobSnoozeError](err); ok {
+		span.SetAttributes(attribute.Bool("snooze", true))
+		err = nil
+	}
+	tracing.End(span, err)
 }
 
 func (r chunkRun) work(ctx context.Context) error {
@@ -377,6 +392,9 @@ func (r chunkRun) start(ctx context.Context) error {
 func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Grant) (e ended) {
 	batchID, phase, chunkID := r.params()
 	w := r.w
+	ctx, span := w.deps.Tracer.StartWork(ctx, batchID, tracing.WorkChunk, batchID+"/"+phase+"/"+chunkID, "chunk.item",
+		attribute.Int("item", int(it.ItemIndex)), attribute.String("r2_key", it.R2Key))
+	defer span.End()
 	out := r.engine.Process(ctx, Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key, Instructions: r.instructions})
 	cut := ctx.Err() != nil // the run was cut short (timeout, shutdown): not the item's fault
 	if out.Called && !cut {

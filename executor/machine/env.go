@@ -26,6 +26,10 @@ type Task struct {
 	Token string
 	// Deadline is the attempt's, set as it was claimed or leased.
 	Deadline *time.Time
+	// Traceparent is the trace context of the span that launched or
+	// leased the attempt, "" when not traced: the worker sends it with
+	// its callbacks (TRACEPARENT), which then join the task's trace.
+	Traceparent string
 }
 
 // TaskEnv is the worker's environment for one task (spec 000 §4.3), the
@@ -59,6 +63,9 @@ func TaskEnv(deps jobs.Deps, cfg Config, urls *batchurls.Signer, t Task) map[str
 	env["CALLBACK_RETRY_WINDOW"] = strconv.FormatInt(cfg.CallbackRetryWindow.Milliseconds(), 10)
 	if t.CID != nil {
 		env["INPUT_CID"] = *t.CID
+	}
+	if t.Traceparent != "" {
+		env["TRACEPARENT"] = t.Traceparent
 	}
 	maps.Copy(env, pcfg.Env)
 	if !known {

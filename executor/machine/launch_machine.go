@@ -7,11 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/arke-institute/orchestrator/compute"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/metrics"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // launchOne launches the machine of one task. After an ambiguous failure it
@@ -20,12 +23,15 @@ import (
 // The lookup is fenced by the launch attempt: a machine left from an
 // earlier attempt (before an admin retry, a reset or a relaunch) is never
 // taken for this one, and is destroyed.
-func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) (string, error) {
+func (w *PhaseLaunchWorker) launchOne(ctx context.Context, batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow) (id string, err error) {
+	ctx, span := w.deps.Tracer.StartWork(ctx, batchID, tracing.WorkTask, row.ID, "task.launch",
+		tracing.PhaseKey.String(string(name)), attribute.Int("attempt", int(row.Attempt)))
+	defer func() { tracing.End(span, err) }()
 	token, err := w.tokens.Seal(ctx, tasktoken.Task(batchID, row.ID), row.Token)
 	if err != nil {
 		return "", err
 	}
-	spec := w.machineSpec(batchID, name, pcfg, row, token)
+	spec := w.machineSpec(batchID, name, pcfg, row, token, tracing.Traceparent(ctx))
 	m, err := w.deps.Compute.Launch(ctx, spec)
 	if err == nil {
 		w.deps.Metrics.MachineLaunched(string(name))
@@ -96,9 +102,9 @@ func (e *unresolvedLaunch) Unwrap() error { return e.err }
 
 // machineSpec is the machine of spec 000 §4.3 for one task, whose callback
 // token is token: its environment is the task's (TaskEnv).
-func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow, token string) compute.MachineSpec {
+func (w *PhaseLaunchWorker) machineSpec(batchID string, name phases.Name, pcfg Phase, row db.TaskClaimPendingRow, token, traceparent string) compute.MachineSpec {
 	env := TaskEnv(w.deps, w.cfg, w.urls, Task{ID: row.ID, BatchID: batchID, Phase: name, R2Key: row.R2Key, FileName: row.FileName,
-		ContentType: row.ContentType, CID: row.CID, Token: token, Deadline: row.Deadline})
+		ContentType: row.ContentType, CID: row.CID, Token: token, Deadline: row.Deadline, Traceparent: traceparent})
 	return compute.MachineSpec{
 		App: pcfg.App, Image: pcfg.Image, Region: w.cfg.Region,
 		Name:   fmt.Sprintf("%s-a%d", strings.ReplaceAll(row.ID, "_", "-"), row.Attempt),

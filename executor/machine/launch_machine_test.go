@@ -45,7 +45,7 @@ func TestMachineSpecFollowsTheRegistry(t *testing.T) {
 			t.Parallel()
 			pcfg := cfg.Phases[spec.Name]
 			row := db.TaskClaimPendingRow{ID: spec.TaskPrefix + "_01jtest", R2Key: "staging/B/x", FileName: "x", ContentType: "application/octet-stream", Token: "tok"}
-			m := w.machineSpec("B", spec.Name, pcfg, row, "tok")
+			m := w.machineSpec("B", spec.Name, pcfg, row, "tok", "")
 			require.Equal(t, spec.Defaults.FlyAppName, m.App)
 			require.Equal(t, spec.Defaults.WorkerImage, m.Image)
 			require.Equal(t, spec.Defaults.Guest.MemoryMB, m.MemoryMB)
@@ -114,7 +114,7 @@ func BenchmarkMachineSpec(b *testing.B) {
 			w := &PhaseLaunchWorker{deps: jobs.Deps{Settings: settings}, cfg: cfg, urls: urls}
 			b.ReportAllocs()
 			for b.Loop() {
-				w.machineSpec("01K8RNKN488RQCG3YGG72QBZS5", phases.ImageProcessing, pcfg, row, "tok")
+				w.machineSpec("01K8RNKN488RQCG3YGG72QBZS5", phases.ImageProcessing, pcfg, row, "tok", "")
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/problem"
 	"github.com/arke-institute/orchestrator/tasktoken"
+	"github.com/arke-institute/orchestrator/tracing"
 )
 
 // Lease answers a pool machine's request for work (POST
@@ -170,8 +171,13 @@ func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, pha
 		if err != nil {
 			return nil, err
 		}
+		// The lease is a span of the task's trace; the worker's callbacks
+		// join it (TRACEPARENT).
+		leaseCtx, span := e.deps.Tracer.StartWork(ctx, b.ID, tracing.WorkTask, row.ID, "task.lease", tracing.PhaseKey.String(string(phase)))
 		env := machine.TaskEnv(e.deps, e.machines, e.urls, machine.Task{ID: row.ID, BatchID: b.ID, Phase: phase, R2Key: row.R2Key,
-			FileName: row.FileName, ContentType: row.ContentType, CID: row.CID, Token: token, Deadline: row.Deadline})
+			FileName: row.FileName, ContentType: row.ContentType, CID: row.CID, Token: token, Deadline: row.Deadline,
+			Traceparent: tracing.Traceparent(leaseCtx)})
+		span.End()
 		return &LeasedTask{Env: env, HeartbeatMS: heartbeatEvery(pcfg.TaskTimeout).Milliseconds()}, nil
 	}
 	return nil, nil

@@ -33,7 +33,7 @@ var layers = []struct {
 	}},
 	{"drivers: the database, storage, machines, providers, metrics, the API's client", []string{
 		"db", "locals3", "compute/...", "ocr", "embedding", "tagging", "metrics", "ratelimit", "client", "tasktoken",
-		"reports", "batchurls", "worker/...",
+		"reports", "batchurls", "worker/...", "tracing",
 	}},
 	{"the operators' pauses of work", []string{"pause"}},
 	{"outbound webhooks: subscriptions, their deliveries and the jobs that send them", []string{"webhook"}},

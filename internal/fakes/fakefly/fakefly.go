@@ -994,6 +994,9 @@ func (s *Server) post(j *job) (res CallbackResult) {
 		if j.token != "" {
 			req.Header.Set("Authorization", "Bearer "+j.token)
 		}
+		if tp := j.env["TRACEPARENT"]; tp != "" { // as the workers send it
+			req.Header.Set("traceparent", tp)
+		}
 		setProtocol(req, j.protocol)
 		resp, err := s.client.Do(req)
 		if err != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/arke-institute/orchestrator/pause"
 	"github.com/arke-institute/orchestrator/phases"
 	"github.com/arke-institute/orchestrator/status"
+	"github.com/arke-institute/orchestrator/tracing"
 	"github.com/arke-institute/orchestrator/webhook"
 )
 
@@ -120,6 +121,9 @@ type Options struct {
 	FlyOptions fakefly.Options
 	// EditRef is ocrfixture.Stores.Edit for ImageRefs: hostile refs.
 	EditRef func(inputKey string, variants map[string]string) (writeVariants bool)
+	// Tracer traces the orchestrator (its jobs, requests and steps), as
+	// serve does with an OTLP endpoint; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // testSettings make batches move fast in tests.
@@ -243,7 +247,7 @@ func New(t *testing.T, opts Options) *Env {
 	hooks, err := webhook.New(pool, cfg.Webhook(), logger, m)
 	require.NoError(t, err)
 	deps, err := executor.Register(jobs.Deps{Pool: pool, Store: store, Compute: backend, Settings: cfg.Jobs(), Logger: logger, Metrics: m, Pauses: pauses,
-		Webhooks: hooks},
+		Webhooks: hooks, Tracer: opts.Tracer},
 		cfg.Executors, executor.Options{})
 	require.NoError(t, err)
 	var listener *jobs.Listener
@@ -263,7 +267,7 @@ func New(t *testing.T, opts Options) *Env {
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	t.Cleanup(apiCancel)
 	apiCfg := api.ConfigOf(cfg.API(), api.Parts{Pool: pool, River: client, Executors: deps.Executors, Store: store, Logger: logger, Metrics: m, Pauses: pauses,
-		Webhooks: hooks})
+		Webhooks: hooks, Tracer: opts.Tracer})
 	apiCfg.Context = apiCtx
 	// The tests of credentials fail many from this one address: the limit
 	// on failures has a test of its own (api's TestFailedCredentialsLimited).
