@@ -103,7 +103,7 @@ func Of(rows []Usage, p Prices, order []string) Cost {
 		l, missing := line(r, p)
 		ph.Lines = append(ph.Lines, l)
 		ph.add(r)
-		c.Totals.add(r)
+		c.add(r)
 		if l.EstimatedUSD != nil {
 			ph.EstimatedUSD += *l.EstimatedUSD
 		} else if !slices.Contains(c.Unpriced, missing) {
