@@ -23,6 +23,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/arke-institute/orchestrator/batches"
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/blob"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
@@ -152,6 +153,8 @@ type Settings struct {
 	StagingBucket string
 	CDNBucket     string
 	CDNPublicURL  string
+	// Prices price the status document's cost estimate.
+	Prices cost.Prices
 }
 
 // ConfigOf is the API's Config of s, serving p. Its Context is left for
@@ -160,6 +163,7 @@ func ConfigOf(s Settings, p Parts) Config {
 	c := Config{Executors: p.Executors, Pool: p.Pool, River: p.River, Logger: p.Logger, Metrics: p.Metrics,
 		Credentials: s.Credentials, Callbacks: s.Callbacks, MaxStreams: s.MaxStreams, ClientIPHeader: s.ClientIPHeader, Tracer: p.Tracer}
 	c.Status = status.New(p.Pool, p.Executors, s.RetentionDays)
+	c.Status.Prices = s.Prices
 	c.Batches = batches.New(p.Pool, p.River, p.Executors, c.Status, p.Logger, p.Metrics)
 	c.Batches.Limits = s.Admission
 	c.Batches.Tracer = p.Tracer

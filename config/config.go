@@ -18,6 +18,7 @@ import (
 
 	"github.com/arke-institute/orchestrator/api"
 	"github.com/arke-institute/orchestrator/batches"
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/executor"
 	"github.com/arke-institute/orchestrator/fanin"
 	"github.com/arke-institute/orchestrator/jobs"
@@ -132,6 +133,9 @@ type Config struct {
 	// Webhooks are the webhooks' settings (WEBHOOK_*).
 	Webhooks WebhookSettings
 
+	// Prices price the cost estimates (PRICE_*).
+	Prices cost.Prices
+
 	// LogFormat is "json" or "text"; empty picks text on a terminal and JSON
 	// otherwise.
 	LogFormat string
@@ -187,7 +191,7 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 // the configuration shows them (LogValue), and docs/configuration.md is
 // generated from them.
 func (c *Config) Groups() []setting.Group {
-	return append(c.core(), executor.Settings(&c.Executors)...)
+	return append(append(c.core(), cost.Settings(&c.Prices)), executor.Settings(&c.Executors)...)
 }
 
 // localURL is where workers on this machine reach a server listening on
@@ -374,5 +378,5 @@ func (c *Config) Credentials() api.Credentials {
 // API is the API's settings.
 func (c *Config) API() api.Settings {
 	return api.Settings{Credentials: c.Credentials(), Callbacks: c.Callbacks(), MaxStreams: c.MaxStreams, ClientIPHeader: c.ClientIPHeader, RetentionDays: c.Retention.Days, Admission: c.Admission,
-		Documents: c.Executors.Documents, StagingBucket: c.R2Bucket, CDNBucket: c.CDNBucket, CDNPublicURL: c.CDNPublicURL}
+		Documents: c.Executors.Documents, StagingBucket: c.R2Bucket, CDNBucket: c.CDNBucket, CDNPublicURL: c.CDNPublicURL, Prices: c.Prices}
 }

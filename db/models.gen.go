@@ -225,6 +225,7 @@ type PoolMachine struct {
 	EndedReason *string
 	Tasks       int32
 	BusyMs      int64
+	Guest       *string
 }
 
 type RateLimit struct {
@@ -281,6 +282,7 @@ type Task struct {
 	Failure               *string
 	FailingSince          *time.Time
 	UrlsSigned            int32
+	Guest                 *string
 }
 
 type TaskCount struct {
@@ -288,6 +290,20 @@ type TaskCount struct {
 	Phase   string
 	Status  string
 	N       int64
+}
+
+type Usage struct {
+	BatchID          string
+	Phase            string
+	Kind             string
+	Role             string
+	Resource         string
+	Attempts         int64
+	Seconds          float64
+	Requests         int64
+	PromptTokens     int64
+	CompletionTokens int64
+	UpdatedAt        time.Time
 }
 
 type WebhookAttempt struct {

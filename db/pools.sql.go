@@ -177,13 +177,13 @@ func (q *Queries) PoolHeartbeat(ctx context.Context, arg PoolHeartbeatParams) (*
 const poolLease = `-- name: PoolLease :one
 WITH picked AS (
     SELECT p.id FROM tasks p
-    WHERE p.batch_id = $3 AND p.phase = $4 AND p.status = 'pending'
+    WHERE p.batch_id = $4 AND p.phase = $5 AND p.status = 'pending'
     ORDER BY p.created_at, p.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), tokens AS (
     SELECT picked.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token,
-        $5::float8 AS timeout_seconds, $6::float8 AS seconds_per_gb, $7::float8 AS lease_seconds
+        $6::float8 AS timeout_seconds, $7::float8 AS seconds_per_gb, $8::float8 AS lease_seconds
     FROM picked
 )
 UPDATE tasks t
@@ -193,7 +193,7 @@ SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id 
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
     deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
     lease_until = clock_timestamp() + make_interval(secs => tokens.lease_seconds),
-    launched_at = clock_timestamp(), updated_at = clock_timestamp()
+    launched_at = clock_timestamp(), updated_at = clock_timestamp(), guest = $3::text
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
 RETURNING t.id, t.file_id, t.attempt, t.deadline, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token
@@ -202,6 +202,7 @@ RETURNING t.id, t.file_id, t.attempt, t.deadline, f.r2_key, f.file_name, f.conte
 type PoolLeaseParams struct {
 	MachineID      *string
 	PoolMachineID  *int64
+	Guest          string
 	BatchID        string
 	Phase          string
 	TimeoutSeconds float64
@@ -227,12 +228,14 @@ type PoolLeaseRow struct {
 // once, for the lease's answer; the previous attempt's hash joins the
 // superseded ones), a deadline of timeout_seconds plus seconds_per_gb
 // per 10^9 bytes of its input, and a lease that holds lease_seconds
-// without a heartbeat. SKIP LOCKED: concurrent leases take different
-// tasks, and a task is never leased twice at once.
+// without a heartbeat, and the machine's guest size (which prices the
+// attempt's time). SKIP LOCKED: concurrent leases take different tasks,
+// and a task is never leased twice at once.
 func (q *Queries) PoolLease(ctx context.Context, arg PoolLeaseParams) (PoolLeaseRow, error) {
 	row := q.db.QueryRow(ctx, poolLease,
 		arg.MachineID,
 		arg.PoolMachineID,
+		arg.Guest,
 		arg.BatchID,
 		arg.Phase,
 		arg.TimeoutSeconds,
@@ -342,7 +345,7 @@ func (q *Queries) PoolMachineIdle(ctx context.Context, arg PoolMachineIdleParams
 }
 
 const poolMachineInsert = `-- name: PoolMachineInsert :one
-INSERT INTO pool_machines (pool_id, app, token_hash) VALUES ($1, $2, $3)
+INSERT INTO pool_machines (pool_id, app, token_hash, guest) VALUES ($1, $2, $3, $4::text)
 RETURNING id
 `
 
@@ -350,12 +353,19 @@ type PoolMachineInsertParams struct {
 	PoolID    int64
 	App       string
 	TokenHash []byte
+	Guest     string
 }
 
 // PoolMachineInsert records a pool machine about to be launched, with
-// the hash of its credential.
+// the hash of its credential and its guest size (which prices its idle
+// time).
 func (q *Queries) PoolMachineInsert(ctx context.Context, arg PoolMachineInsertParams) (int64, error) {
-	row := q.db.QueryRow(ctx, poolMachineInsert, arg.PoolID, arg.App, arg.TokenHash)
+	row := q.db.QueryRow(ctx, poolMachineInsert,
+		arg.PoolID,
+		arg.App,
+		arg.TokenHash,
+		arg.Guest,
+	)
 	var id int64
 	err := row.Scan(&id)
 	return id, err

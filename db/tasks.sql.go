@@ -37,13 +37,13 @@ func (q *Queries) PhaseOpenCount(ctx context.Context, arg PhaseOpenCountParams) 
 const taskClaimPending = `-- name: TaskClaimPending :many
 WITH claimed AS (
     SELECT p.id FROM tasks p
-    WHERE p.batch_id = $1 AND p.phase = $2 AND p.status = 'pending' AND p.machine_id IS NULL
+    WHERE p.batch_id = $2 AND p.phase = $3 AND p.status = 'pending' AND p.machine_id IS NULL
     ORDER BY p.created_at, p.id
-    LIMIT $3
+    LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), tokens AS (
     SELECT claimed.id, translate(encode(decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex'), 'base64'), '+/=', '-_')::text AS token,
-        $4::float8 AS timeout_seconds, $5::float8 AS seconds_per_gb
+        $5::float8 AS timeout_seconds, $6::float8 AS seconds_per_gb
     FROM claimed
 )
 UPDATE tasks t
@@ -52,13 +52,14 @@ SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id 
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
     deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
-    launched_at = clock_timestamp(), updated_at = clock_timestamp()
+    launched_at = clock_timestamp(), updated_at = clock_timestamp(), guest = $1::text
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
 RETURNING t.id, t.file_id, t.attempt, t.failures, t.deadline, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token
 `
 
 type TaskClaimPendingParams struct {
+	Guest          string
 	BatchID        string
 	Phase          string
 	Max            int32
@@ -87,9 +88,11 @@ type TaskClaimPendingRow struct {
 // without waiting on each other. A task that still has its last attempt's
 // machine (ended_by 'retry', being retired) is not claimed: a task never has
 // two machines. The deadline is @timeout_seconds plus @seconds_per_gb per
-// 10^9 bytes of the input file.
+// 10^9 bytes of the input file; guest is the size of the machine to be
+// launched, which prices its time (the usage table).
 func (q *Queries) TaskClaimPending(ctx context.Context, arg TaskClaimPendingParams) ([]TaskClaimPendingRow, error) {
 	rows, err := q.db.Query(ctx, taskClaimPending,
+		arg.Guest,
 		arg.BatchID,
 		arg.Phase,
 		arg.Max,

@@ -269,7 +269,8 @@ func (w *DocumentStepWorker) work(ctx context.Context, job *river.Job[DocumentSt
 			return err
 		}
 	}
-	run := &stepRun{doc: doc, step: doc.CurrentStep, started: started}
+	run := &stepRun{doc: doc, step: doc.CurrentStep, started: started, phase: w.phase, meter: &provider.Meter{}}
+	ctx = provider.WithMeter(ctx, run.meter)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("document.step", run.step))
 		if doc.BatchID != nil {
@@ -310,6 +311,10 @@ type stepRun struct {
 	doc     db.Document // as the run found it
 	step    string
 	started time.Time
+	// phase is the phase the document's usage is counted in; meter sums
+	// the run's provider calls, which record commits with the run.
+	phase string
+	meter *provider.Meter
 	// finished says the run finished its step, completed that it
 	// completed the document; timing is the step's step_timing entry, once
 	// the run recorded itself (record).
@@ -325,8 +330,10 @@ type stepTiming struct {
 	WorkMs      float64    `json:"workMs"`
 }
 
-// record adds the run to its step's timing, through q: the transaction
-// that commits the run's outcome, so the two agree. finished says the run
+// record adds the run to its step's timing, and its provider calls to its
+// batch's usage (the step names the role: embeddings, tags), through q:
+// the transaction that commits the run's outcome, so they agree. finished
+// says the run
 // finished the step; ok that it did its work, so the document is no longer
 // failing (documents.failing_since).
 func (r *stepRun) record(ctx context.Context, q *db.Queries, finished, ok bool) error {
@@ -335,6 +342,9 @@ func (r *stepRun) record(ctx context.Context, q *db.Queries, finished, ok bool) 
 		StartedAt: r.started, Finished: finished, EndedAt: ended, WorkMs: float64(ended.Sub(r.started).Microseconds()) / 1000})
 	if err != nil {
 		return fmt.Errorf("recording the %s step's run: %w", r.step, err)
+	}
+	if err := q.UsageAddMeter(ctx, batchOf(r.doc), r.phase, r.step, r.meter); err != nil {
+		return err
 	}
 	r.finished, r.timing = finished, timing
 	return nil

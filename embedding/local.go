@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 
+	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/words"
 )
 
@@ -55,6 +56,8 @@ func (l Local) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 		}
 		out[i] = l.Vector(t)
 	}
+	// A local call is a request that reports no tokens.
+	provider.Record(ctx, LocalModel, provider.Usage{Requests: 1})
 	return out, nil
 }
 

@@ -148,6 +148,8 @@ func (e *OpenAI) embedBatch(ctx context.Context, texts []string) ([][]float32, e
 	if err != nil {
 		return nil, err
 	}
+	u := answer.Usage
+	provider.Record(ctx, e.cfg.Model, provider.Answered(u.PromptTokens, 0, u.TotalTokens))
 	if len(answer.Data) != len(texts) {
 		return nil, e.client.Errorf(provider.Permanent, "malformed answer: %d embeddings for %d inputs", len(answer.Data), len(texts))
 	}

@@ -224,3 +224,24 @@ func TestOpenAIModelWithoutDimensions(t *testing.T) {
 	require.Equal(t, provider.Permanent, pe.Class)
 	require.ErrorContains(t, err, "does not take the dimensions parameter and answers vectors of 64 dimensions, not 512: configure 64 dimensions")
 }
+
+// TestOpenAIMetersUsage: each answer's usage goes to the context's meter,
+// one request per batch of ten, the prompt tokens the answers reported
+// (the fake counts words) and no completion tokens.
+func TestOpenAIMetersUsage(t *testing.T) {
+	t.Parallel()
+	fake := fakeai.New(t, fakeai.Options{})
+	e := newOpenAI(t, fake)
+	meter := &provider.Meter{}
+	in := texts(25) // "chunk N of the document": 5 words each
+	_, err := e.Embed(provider.WithMeter(t.Context(), meter), in)
+	require.NoError(t, err)
+	models, usage := meter.Models()
+	require.Equal(t, []string{embedding.DefaultModel}, models)
+	require.Equal(t, []provider.Usage{{Requests: 3, PromptTokens: 125}}, usage)
+
+	_, err = e.Embed(t.Context(), in[:1]) // no meter: nothing recorded, nothing breaks
+	require.NoError(t, err)
+	_, usage = meter.Models()
+	require.Equal(t, int64(3), usage[0].Requests)
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/provider"
 )
 
@@ -124,6 +125,8 @@ type Config struct {
 	// name (the part of a rate_limits key before its first ':'), for
 	// orchestrator_provider_rate_limit_at_floor.
 	RateFloors map[string]float64
+	// Prices price orchestrator_estimated_cost_usd_total.
+	Prices cost.Prices
 }
 
 // Metrics is the orchestrator's set of metrics and their registry. Its
@@ -330,7 +333,8 @@ func New(cfg Config) *Metrics {
 		if logger == nil {
 			logger = slog.New(slog.DiscardHandler)
 		}
-		m.reg.MustRegister(newQueueCollector(cfg.Pool, timeout, logger), newHealthCollector(cfg.Pool, timeout, logger, cfg.RateFloors))
+		m.reg.MustRegister(newQueueCollector(cfg.Pool, timeout, logger), newHealthCollector(cfg.Pool, timeout, logger, cfg.RateFloors),
+			newUsageCollector(cfg.Pool, timeout, logger, cfg.Prices))
 	}
 	if cfg.Runtime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

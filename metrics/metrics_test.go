@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
 	"github.com/arke-institute/orchestrator/metrics"
 )
@@ -241,4 +242,33 @@ func TestHealthMetrics(t *testing.T) {
 	body = scrape(t, m)
 	require.Contains(t, body, `orchestrator_pauses{scope="phase"} 1`)
 	require.Less(t, idle(body), 60.0, "B-TIFF made progress a moment ago")
+}
+
+// TestUsageMetrics: the fleet's usage, summed over batches at scrape time,
+// and its estimated price.
+func TestUsageMetrics(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	exec := dbtest.Exec(t, pool)
+	exec(`INSERT INTO usage (batch_id, phase, kind, role, resource, attempts, seconds, requests, prompt_tokens, completion_tokens) VALUES
+		('b1', 'TIFF_CONVERSION', 'task', '', 'g1', 2, 30, 0, 0, 0),
+		('b2', 'TIFF_CONVERSION', 'task', '', 'g1', 1, 12.5, 0, 0, 0),
+		('', 'TIFF_CONVERSION', 'pool_idle', '', 'g1', 1, 7.5, 0, 0, 0),
+		('b1', 'OCR', 'provider', 'ocr', 'm1', 0, 0, 3, 3000, 60),
+		('b2', 'OCR', 'provider', 'ocr', 'm1', 0, 0, 1, 1000, 20)`)
+	prices := cost.Prices{Machine: map[string]float64{"g1": 0.001}, Tokens: map[string]cost.TokenPrice{"m1": {Prompt: 0.01, Completion: 0.1}}}
+	m := metrics.New(metrics.Config{Pool: pool, Prices: prices})
+	body := scrape(t, m)
+	for _, want := range []string{
+		`orchestrator_machine_seconds_total{guest="g1",kind="task",phase="TIFF_CONVERSION"} 42.5`,
+		`orchestrator_machine_seconds_total{guest="g1",kind="pool_idle",phase="TIFF_CONVERSION"} 7.5`,
+		`orchestrator_provider_answers_total{model="m1",role="ocr"} 4`,
+		`orchestrator_provider_tokens_total{kind="prompt",model="m1",role="ocr"} 4000`,
+		`orchestrator_provider_tokens_total{kind="completion",model="m1",role="ocr"} 80`,
+		`orchestrator_estimated_cost_usd_total{kind="machines"} 0.05`,
+		`orchestrator_estimated_cost_usd_total{kind="tokens"} 0.048`,
+		`orchestrator_usage_scrape_errors_total 0`,
+	} {
+		require.Contains(t, body, want)
+	}
 }

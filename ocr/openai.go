@@ -112,6 +112,8 @@ func (e *OpenAI) Transcribe(ctx context.Context, img Image) (Result, error) {
 	if err != nil {
 		return Result{}, asError(err)
 	}
+	u := answer.Usage
+	provider.Record(ctx, e.cfg.Model, provider.Answered(u.PromptTokens, u.CompletionTokens, u.TotalTokens))
 	if len(answer.Choices) == 0 {
 		return Result{}, &Error{Class: Permanent, Message: "the answer has no choices"}
 	}

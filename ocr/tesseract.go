@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/arke-institute/orchestrator/provider"
 )
 
 // DefaultTesseractTimeout bounds one tesseract run when
@@ -127,5 +129,7 @@ func (t *Tesseract) Transcribe(ctx context.Context, img Image) (Result, error) {
 		}
 		return Result{}, &Error{Class: Transient, Message: "running tesseract: " + msg, Err: err}
 	}
+	// A local run is a request that reports no tokens.
+	provider.Record(ctx, t.model, provider.Usage{Requests: 1})
 	return Result{Text: strings.TrimSpace(stdout.String()), Model: t.model, Provider: "tesseract"}, nil
 }

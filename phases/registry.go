@@ -48,6 +48,17 @@ type Guest struct {
 	CPUKind  string
 }
 
+// Name is the guest's size as machine prices name it (PRICE_MACHINE_SECOND,
+// the usage table): Fly's preset name for its CPUs (shared-cpu-2x,
+// performance-4x) and its memory, e.g. "shared-cpu-2x-2048mb".
+func (g Guest) Name() string {
+	kind := g.CPUKind
+	if kind == "" || kind == "shared" {
+		kind = "shared-cpu"
+	}
+	return fmt.Sprintf("%s-%dx-%dmb", kind, max(g.CPUs, 1), g.MemoryMB)
+}
+
 // Defaults are a phase's settings unless the environment overrides them.
 type Defaults struct {
 	FlyAppName  string        // FLY_<SHORT>_APP_NAME

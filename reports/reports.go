@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -22,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/arke-institute/orchestrator/cost"
+	"github.com/arke-institute/orchestrator/phases"
 	sqlfiles "github.com/arke-institute/orchestrator/sql"
 )
 
@@ -105,6 +108,11 @@ type Params struct {
 	// Limit is the number of rows kept by reports that rank rows (@limit);
 	// 0 means DefaultLimit.
 	Limit int
+	// Prices price the estimates of reports that make them
+	// (@machine_prices: guest to the price of a second; @token_prices:
+	// model to {prompt, completion} per 1,000 tokens). The zero Prices
+	// price machines at Fly's prices and leave tokens unpriced.
+	Prices cost.Prices
 }
 
 // Result is a report's output: its columns, named as the query names them,
@@ -145,7 +153,8 @@ func Run(ctx context.Context, db Beginner, name string, p Params) (*Result, erro
 		return nil, fmt.Errorf("report %s: %w", name, err)
 	}
 
-	rows, err := tx.Query(ctx, r.SQL, pgx.NamedArgs{"since": p.Since, "limit": p.Limit})
+	machine, tokens := priceArgs(p.Prices)
+	rows, err := tx.Query(ctx, r.SQL, pgx.NamedArgs{"since": p.Since, "limit": p.Limit, "machine_prices": machine, "token_prices": tokens})
 	if err != nil {
 		return nil, fmt.Errorf("running report %s: %w", name, err)
 	}
@@ -171,6 +180,27 @@ func Run(ctx context.Context, db Beginner, name string, p Params) (*Result, erro
 		return nil, fmt.Errorf("running report %s: %w", name, err)
 	}
 	return res, nil
+}
+
+// priceArgs are prices as the reports' @machine_prices and @token_prices
+// take them: the price of a second of every guest a phase launches and
+// every guest priced, and the token prices of every model priced. A guest
+// or model missing from them is unpriced.
+func priceArgs(prices cost.Prices) (machine map[string]float64, tokens map[string]map[string]float64) {
+	machine = map[string]float64{}
+	for _, ph := range phases.All() {
+		if g := ph.Spec().Defaults.Guest; g.MemoryMB > 0 {
+			if v, ok := prices.MachineSecond(g.Name()); ok {
+				machine[g.Name()] = v
+			}
+		}
+	}
+	maps.Copy(machine, prices.Machine)
+	tokens = map[string]map[string]float64{}
+	for model, tp := range prices.Tokens {
+		tokens[model] = map[string]float64{"prompt": tp.Prompt, "completion": tp.Completion}
+	}
+	return machine, tokens
 }
 
 // normalize narrows a decoded value to the few types Result promises, so

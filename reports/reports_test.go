@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/harness/dbtest"
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/reports"
 )
 
@@ -121,6 +122,24 @@ func seed(t *testing.T) seeded {
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			tk.id, tk.batch, tk.phase, fileID, tk.status, opt(tk.endedBy), opt(tk.machine), opt(tk.err),
 			optTime(tk.launched), optTime(tk.finished), at("2026-02-20 00:00:00"))
+		require.NoError(t, err)
+	}
+
+	// What the batches consumed (the usage table), as the statements that
+	// ended the tasks above would have added it: B1's TIFF task 30 s and
+	// its two image tasks 45 + 2.5 s; B2's 60.25 + 1.25 s, of a guest not
+	// recorded; B4's reset task 25 s; B6's finished task 120 s and its
+	// pool's idle machine 10 s; B5's OCR answers.
+	for _, u := range []string{
+		`('B1', 'TIFF_CONVERSION', 'task', '', 'shared-cpu-2x-1024mb', 1, 30, 0, 0, 0)`,
+		`('B1', 'IMAGE_PROCESSING', 'task', '', 'shared-cpu-2x-2048mb', 2, 47.5, 0, 0, 0)`,
+		`('B2', 'TIFF_CONVERSION', 'task', '', '', 2, 61.5, 0, 0, 0)`,
+		`('B4', 'TIFF_CONVERSION', 'task', '', 'shared-cpu-2x-1024mb', 1, 25, 0, 0, 0)`,
+		`('B5', 'OCR', 'provider', 'ocr', 'model-x', 0, 0, 4, 4000, 80)`,
+		`('B6', 'TIFF_CONVERSION', 'task', '', 'shared-cpu-2x-1024mb', 1, 120, 0, 0, 0)`,
+		`('B6', 'TIFF_CONVERSION', 'pool_idle', '', 'shared-cpu-2x-1024mb', 1, 10, 0, 0, 0)`,
+	} {
+		_, err := pool.Exec(ctx, `INSERT INTO usage (batch_id, phase, kind, role, resource, attempts, seconds, requests, prompt_tokens, completion_tokens) VALUES `+u)
 		require.NoError(t, err)
 	}
 
@@ -384,16 +403,32 @@ func TestReports(t *testing.T) {
 	})
 
 	t.Run("MachineSeconds", func(t *testing.T) {
-		res := run(t, conn, "machine-seconds", p)
-		require.Equal(t, []string{"batch_id", "status", "uploader", "started_at", "launches", "machine_seconds", "running"}, res.Columns)
+		priced := p
+		priced.Prices = cost.Prices{
+			Machine: map[string]float64{"shared-cpu-2x-1024mb": 0.00001, "shared-cpu-2x-2048mb": 0.00002},
+			Tokens:  map[string]cost.TokenPrice{"model-x": {Prompt: 0.001, Completion: 0.002}},
+		}
+		res := run(t, conn, "machine-seconds", priced)
+		require.Equal(t, []string{"batch_id", "status", "uploader", "started_at", "phase", "attempts", "machine_seconds", "pool_idle_seconds",
+			"provider_requests", "prompt_tokens", "completion_tokens", "estimated_usd", "unpriced", "running"}, res.Columns)
+		b1, b2, b4, b3, b5, b6 := at("2026-03-02 10:00:00"), at("2026-03-02 12:00:00"), at("2026-03-02 13:00:00"),
+			at("2026-03-02 20:00:00"), at("2026-03-03 08:00:00"), at("2026-03-03 09:00:00")
 		require.Equal(t, [][]any{
-			{"B1", "DONE", "tester", at("2026-03-02 10:00:00"), int64(3), 77.5, int64(0)},
-			{"B2", "DONE", "tester", at("2026-03-02 12:00:00"), int64(2), 61.5, int64(0)},
-			{"B4", "ERROR", "tester", at("2026-03-02 13:00:00"), int64(1), 25.0, int64(0)},
-			{"B3", "DONE", "tester", at("2026-03-02 20:00:00"), int64(0), 0.0, int64(0)},
-			{"B5", "DONE", "tester", at("2026-03-03 08:00:00"), int64(0), 0.0, int64(0)},
-			{"B6", tiff, "tester", at("2026-03-03 09:00:00"), int64(1), 120.0, int64(1)},
+			{"B1", "DONE", "tester", b1, image, int64(2), 47.5, 0.0, int64(0), int64(0), int64(0), 0.00095, "", int64(0)},
+			{"B1", "DONE", "tester", b1, tiff, int64(1), 30.0, 0.0, int64(0), int64(0), int64(0), 0.0003, "", int64(0)},
+			{"B2", "DONE", "tester", b2, tiff, int64(2), 61.5, 0.0, int64(0), int64(0), int64(0), 0.0, "guest unknown", int64(0)},
+			{"B4", "ERROR", "tester", b4, tiff, int64(1), 25.0, 0.0, int64(0), int64(0), int64(0), 0.00025, "", int64(0)},
+			{"B3", "DONE", "tester", b3, "", int64(0), 0.0, 0.0, int64(0), int64(0), int64(0), 0.0, "", int64(0)},
+			{"B5", "DONE", "tester", b5, "OCR", int64(0), 0.0, 0.0, int64(4), int64(4000), int64(80), 0.00416, "", int64(0)},
+			{"B6", tiff, "tester", b6, tiff, int64(2), 120.0, 10.0, int64(0), int64(0), int64(0), 0.0013, "", int64(1)},
 		}, res.Rows)
+
+		// Without token prices, the OCR answers are unpriced; machines are
+		// at Fly's prices.
+		res = run(t, conn, "machine-seconds", p)
+		fly, _ := cost.FlyMachineSecond("shared-cpu-2x-1024mb")
+		require.Equal(t, "model model-x", res.Rows[5][12])
+		require.InDelta(t, 30*fly, res.Rows[1][11], 1e-6)
 	})
 
 	t.Run("Throughput", func(t *testing.T) {

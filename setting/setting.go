@@ -439,3 +439,12 @@ func ShareOf(dst *Share, name, def, doc string) Setting {
 		},
 		show: func() string { return dst.String() }}
 }
+
+// Func declares a setting of a kind its own package reads: parse sets the
+// field from a value that is not empty, failing with what the value must
+// be ("a list of name:price pairs"); reset sets the field to the default;
+// show is the field's value as text. def is the default as the reference
+// shows it, rng the values accepted.
+func Func(name, def, rng, doc string, reset func(), parse func(v string) error, show func() string) Setting {
+	return Setting{Name: name, Doc: doc, Default: def, Range: rng, reset: reset, parse: parse, show: show}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/jobs"
 	"github.com/arke-institute/orchestrator/pause"
@@ -25,6 +26,9 @@ type Reader struct {
 	executors *jobs.Executors
 	// retentionDays is RETENTION_DAYS, which a pruned batch's note names.
 	retentionDays int
+	// Prices price the status document's cost (PRICE_*); the zero Prices
+	// price machines at Fly's prices and leave tokens unpriced.
+	Prices cost.Prices
 }
 
 // New returns a Reader; retentionDays is RETENTION_DAYS.
@@ -68,6 +72,9 @@ type Status struct {
 	// Paused is the pause that holds the batch's work in its phase (POST
 	// /admin/pause), if one does.
 	Paused *pause.Pause `json:"paused,omitempty"`
+	// Cost is what the batch consumed so far, per phase, and its estimated
+	// price.
+	Cost cost.Cost `json:"cost"`
 }
 
 // Failures are a batch's failed work by cause: Permanent failed because
@@ -129,12 +136,34 @@ func (r *Reader) Status(ctx context.Context, batchID string) (Status, error) {
 		}
 		st.Paused = pause.Covering(pauses, b.ID, *b.Phase)
 	}
+	if st.Cost, err = r.Cost(ctx, q, b.ID); err != nil {
+		return Status{}, err
+	}
 	for _, p := range st.Phases {
 		if b.Phase != nil && p.Phase == *b.Phase {
 			st.Progress = Progress{TasksTotal: p.TasksTotal, TasksCompleted: p.TasksCompleted, TasksFailed: p.TasksFailed}
 		}
 	}
 	return st, nil
+}
+
+// Cost is what a batch consumed (the usage table), priced at r.Prices, its
+// phases in the pipeline's order.
+func (r *Reader) Cost(ctx context.Context, q *db.Queries, batchID string) (cost.Cost, error) {
+	rows, err := q.UsageListByBatch(ctx, batchID)
+	if err != nil {
+		return cost.Cost{}, fmt.Errorf("reading the usage of batch %s: %w", batchID, err)
+	}
+	usage := make([]cost.Usage, len(rows))
+	for i, u := range rows {
+		usage[i] = cost.Usage{Phase: u.Phase, Kind: u.Kind, Role: u.Role, Resource: u.Resource, Attempts: u.Attempts, Seconds: u.Seconds,
+			Requests: u.Requests, PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	}
+	var order []string
+	for _, p := range phases.All() {
+		order = append(order, string(p.Spec().Name))
+	}
+	return cost.Of(usage, r.Prices, order), nil
 }
 
 // progress is each batch's phases' progress: as their executors count it

@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/arke-institute/orchestrator/provider"
 	"github.com/arke-institute/orchestrator/words"
 )
 
@@ -60,6 +61,8 @@ func (Local) TagChunks(ctx context.Context, texts []string, _ string) ([][]strin
 		}
 		out[i] = Normalize(d.best(scores, chunkTagCount), MaxChunkTags)
 	}
+	// A local call is a request that reports no tokens.
+	provider.Record(ctx, LocalModel, provider.Usage{Requests: 1})
 	return out, nil
 }
 
@@ -91,6 +94,7 @@ func (Local) TagDocument(ctx context.Context, texts []string, chunkTags [][]stri
 			}
 		}
 	}
+	provider.Record(ctx, LocalModel, provider.Usage{Requests: 1})
 	return Normalize(all.best(scores, MaxDocumentTags), MaxDocumentTags), nil
 }
 

@@ -213,6 +213,8 @@ func (o *OpenAI) complete(ctx context.Context, messages []openai.ChatCompletionM
 	if err != nil {
 		return "", "", err
 	}
+	u := answer.Usage
+	provider.Record(ctx, o.cfg.Model, provider.Answered(u.PromptTokens, u.CompletionTokens, u.TotalTokens))
 	if len(answer.Choices) == 0 {
 		return "", "", o.client.Errorf(provider.Permanent, "malformed answer: no choices")
 	}

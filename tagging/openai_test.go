@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,4 +225,31 @@ func TestNewOpenAIValidates(t *testing.T) {
 		_, err := tagging.NewOpenAI(cfg)
 		require.ErrorContains(t, err, "tags: ")
 	}
+}
+
+// TestOpenAIMetersUsage: each chat answer's usage goes to the context's
+// meter (the fake answers 100 prompt and 20 completion tokens), a repair
+// prompt's answer too.
+func TestOpenAIMetersUsage(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	fake := fakeai.New(t, fakeai.Options{Behave: func(fakeai.Request) fakeai.Behavior {
+		switch calls.Add(1) {
+		case 1:
+			return fakeai.Behavior{Content: "not JSON"} // asked again with a repair prompt
+		case 2:
+			return fakeai.Behavior{Content: `{"tags": [["lighthouse"]]}`}
+		}
+		return fakeai.Behavior{}
+	}})
+	tg := newOpenAI(t, fake)
+	meter := &provider.Meter{}
+	ctx := provider.WithMeter(t.Context(), meter)
+	_, err := tg.TagChunks(ctx, []string{"the lighthouse keeper"}, "")
+	require.NoError(t, err)
+	_, err = tg.TagDocument(ctx, []string{"the lighthouse keeper"}, [][]string{{"lighthouse"}}, "")
+	require.NoError(t, err)
+	models, usage := meter.Models()
+	require.Equal(t, []string{tagging.DefaultModel}, models)
+	require.Equal(t, []provider.Usage{{Requests: 3, PromptTokens: 300, CompletionTokens: 60}}, usage)
 }

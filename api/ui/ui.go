@@ -117,7 +117,27 @@ func parseUI() *template.Template {
 		"errors":   lastErrors,
 		"excerpt":  excerpt,
 		"stamp":    formatStamp,
+		"usd":      formatUSD,
 	}).ParseFS(uiFiles, "templates/*.html"))
+}
+
+// formatUSD formats an estimate (a float64, or a *float64: nil is
+// unpriced) in dollars, to four decimals, or six below a cent.
+func formatUSD(v any) string {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case *float64:
+		if x == nil {
+			return "unpriced"
+		}
+		f = *x
+	}
+	if f != 0 && math.Abs(f) < 0.01 {
+		return fmt.Sprintf("$%.6f", f)
+	}
+	return fmt.Sprintf("$%.4f", f)
 }
 
 // formatStamp formats an RFC 3339 timestamp (a document error's) as
@@ -199,6 +219,7 @@ func batchSections(views []jobs.View) []batchSection {
 	out := []batchSection{
 		{ID: "progress", Title: "Progress", Template: "section-progress"},
 		{ID: "timeline", Title: "Phases", Template: "section-timeline"},
+		{ID: "cost", Title: "Cost", Template: "section-cost"},
 	}
 	for i := range views {
 		out = append(out, batchSection{ID: views[i].ID, Title: views[i].Title, View: &views[i]})

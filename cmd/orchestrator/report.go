@@ -13,7 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/reports"
+	"github.com/arke-institute/orchestrator/setting"
 )
 
 const reportUsage = `Usage: orchestrator report [NAME] [-since WHEN] [-format table|csv|json] [-limit N]
@@ -24,7 +26,8 @@ with SELECT on the tables (sql/reporter_role.sql) or pg_read_all_data is
 enough.
 
 WHEN is a duration back from now (90m, 24h, 7d, 2w), an RFC 3339 time
-(2026-11-01T00:00:00Z) or a date (2026-11-01, midnight UTC).
+(2026-11-01T00:00:00Z) or a date (2026-11-01, midnight UTC). Estimates are
+at PRICE_MACHINE_SECOND and PRICE_TOKENS_PER_1K, in US dollars.
 
 Flags:
 `
@@ -76,6 +79,13 @@ func runReport(ctx context.Context, args []string, lookup func(string) (string, 
 		return usageError{"-" + err.Error()}
 	}
 
+	// The estimates are at the service's prices (PRICE_*), read as serve
+	// reads them.
+	var prices cost.Prices
+	if err := setting.Load(lookup, []setting.Group{cost.Settings(&prices)}); err != nil {
+		return usageError{err.Error()}
+	}
+
 	dbURL, _ := lookup("DATABASE_URL")
 	if dbURL == "" {
 		return errors.New("DATABASE_URL is not set: point it at the orchestrator's database (a read-only role is enough; see sql/reporter_role.sql), or run this from the folder of a running `make run`, whose .data/run.env names its database")
@@ -85,7 +95,7 @@ func runReport(ctx context.Context, args []string, lookup func(string) (string, 
 		return fmt.Errorf("connecting to the database: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	res, err := reports.Run(ctx, conn, names[0], reports.Params{Since: from, Limit: *limit})
+	res, err := reports.Run(ctx, conn, names[0], reports.Params{Since: from, Limit: *limit, Prices: prices})
 	if err != nil {
 		return err
 	}

@@ -66,11 +66,18 @@ func TestReportCommand(t *testing.T) {
 		var rows []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(out), &rows))
 		require.Equal(t, []map[string]any{
-			{"batch_id": "B2", "status": "DONE", "uploader": "tester", "started_at": "2026-03-02T09:58:00Z",
-				"launches": 0.0, "machine_seconds": 0.0, "running": 0.0},
-			{"batch_id": "B1", "status": "DONE", "uploader": "tester", "started_at": "2026-03-02T09:59:00Z",
-				"launches": 0.0, "machine_seconds": 0.0, "running": 0.0},
+			{"batch_id": "B2", "status": "DONE", "uploader": "tester", "started_at": "2026-03-02T09:58:00Z", "phase": "",
+				"attempts": 0.0, "machine_seconds": 0.0, "pool_idle_seconds": 0.0, "provider_requests": 0.0, "prompt_tokens": 0.0,
+				"completion_tokens": 0.0, "estimated_usd": 0.0, "unpriced": "", "running": 0.0},
+			{"batch_id": "B1", "status": "DONE", "uploader": "tester", "started_at": "2026-03-02T09:59:00Z", "phase": "",
+				"attempts": 0.0, "machine_seconds": 0.0, "pool_idle_seconds": 0.0, "provider_requests": 0.0, "prompt_tokens": 0.0,
+				"completion_tokens": 0.0, "estimated_usd": 0.0, "unpriced": "", "running": 0.0},
 		}, rows)
+	})
+
+	t.Run("BadPrices", func(t *testing.T) {
+		_, err := cli(map[string]string{"DATABASE_URL": dbURL, "PRICE_TOKENS_PER_1K": "nonsense"}, "machine-seconds")
+		require.ErrorContains(t, err, "PRICE_TOKENS_PER_1K must be a list of model:price")
 	})
 
 	t.Run("SinceExcludes", func(t *testing.T) {

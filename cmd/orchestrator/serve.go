@@ -121,7 +121,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer stopStore()
-	m := metrics.New(metrics.Config{Pool: pool, Runtime: true, Logger: logger, RateFloors: cfg.Executors.RateFloors()})
+	m := metrics.New(metrics.Config{Pool: pool, Runtime: true, Logger: logger, RateFloors: cfg.Executors.RateFloors(), Prices: cfg.Prices})
 	stopMetrics, err := startMetrics(cfg, m, logger)
 	if err != nil {
 		return err

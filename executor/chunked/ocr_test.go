@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/executor/chunked"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
@@ -68,6 +69,21 @@ func TestOCRPhaseEndToEnd(t *testing.T) {
 	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, &testenv.OCRCounts{ChunksTotal: 2, ChunksDone: 2, RefsTotal: 5, RefsDone: 4, RefsFailed: 1}, testenv.OCROf(st))
+
+	// The status's cost: the four answers' usage (the fake reports 1,000
+	// prompt and 20 completion tokens each), committed with their refs;
+	// the refused, failed and rate-limited calls had no answer.
+	var ocrUsage []cost.Line
+	for _, p := range st.Cost.Phases {
+		if p.Phase == string(phases.OCR) {
+			ocrUsage = p.Lines
+		}
+	}
+	require.Len(t, ocrUsage, 1)
+	require.Equal(t, cost.Line{Kind: cost.KindProvider, Role: "ocr", Model: ocr.DefaultModel, Requests: 4, PromptTokens: 4000, CompletionTokens: 80},
+		ocrUsage[0], "unpriced: no PRICE_TOKENS_PER_1K")
+	require.Equal(t, []string{"model " + ocr.DefaultModel}, st.Cost.Unpriced)
+	require.Equal(t, int64(4), st.Cost.ProviderRequests)
 	for _, r := range fake.Requests() {
 		require.Equal(t, ocr.Prompt(ocr.DefaultPrompt, instructions), r.Prompt, "the batch's general prompt follows the OCR prompt")
 	}

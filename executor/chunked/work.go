@@ -395,7 +395,8 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 	ctx, span := w.deps.Tracer.StartWork(ctx, batchID, tracing.WorkChunk, batchID+"/"+phase+"/"+chunkID, "chunk.item",
 		attribute.Int("item", int(it.ItemIndex)), attribute.String("r2_key", it.R2Key))
 	defer span.End()
-	out := r.engine.Process(ctx, Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key, Instructions: r.instructions})
+	meter := &provider.Meter{} // what the item's calls consumed, committed with its outcome
+	out := r.engine.Process(provider.WithMeter(ctx, meter), Item{BatchID: batchID, ChunkID: chunkID, Index: it.ItemIndex, R2Key: it.R2Key, Instructions: r.instructions})
 	cut := ctx.Err() != nil // the run was cut short (timeout, shutdown): not the item's fault
 	if out.Called && !cut {
 		e.called, e.result = true, ratelimit.ResultOf(out.Err, grant.At)
@@ -405,17 +406,9 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		w.deps.Metrics.ProviderRequest(r.engine.Provider(), metrics.ProviderOutcomeOf(out.Err))
 	}
 	ctx = context.WithoutCancel(ctx) // the outcome is committed even if the run is cut short now
-	q := db.New(w.deps.Pool)
 	key := db.ChunkItemSetPendingParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex}
-	msg := ""
-	if out.Err != nil {
-		msg = out.Err.Error()
-	}
 	class := provider.ClassOf(out.Err)
-	var (
-		retry provider.Decision
-		err   error
-	)
+	var retry provider.Decision
 	if class == provider.Transient || class == provider.RateLimited {
 		var since time.Time
 		if it.FailingSince != nil {
@@ -426,6 +419,31 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 			retry.Wait = 0 // the limiter's backoff paces the phase's calls
 		}
 	}
+	err := pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		var err error
+		q := db.New(tx)
+		if e.stop, err = r.settle(ctx, q, it, out, key, cut, retry); err != nil {
+			return err
+		}
+		return q.UsageAddMeter(ctx, batchID, phase, r.engine.Name(), meter)
+	})
+	if err != nil {
+		e.err = fmt.Errorf("recording item %d of chunk %s: %w", it.ItemIndex, chunkID, err)
+	}
+	return e
+}
+
+// settle writes an item's outcome through q: done, failed, retried later,
+// or back to pending (a run cut short, a refused key: then stop says why
+// the chunk stops).
+func (r chunkRun) settle(ctx context.Context, q *db.Queries, it db.ChunkItem, out Outcome, key db.ChunkItemSetPendingParams, cut bool, retry provider.Decision) (stop string, err error) {
+	batchID, phase, chunkID := r.params()
+	w := r.w
+	msg := ""
+	if out.Err != nil {
+		msg = out.Err.Error()
+	}
+	class := provider.ClassOf(out.Err)
 	switch {
 	case out.Err != nil && cut:
 		_, err = q.ChunkItemSetPending(ctx, key)
@@ -435,7 +453,7 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemDone, 1)
 	case class == provider.Auth:
 		_, err = q.ChunkItemSetPending(ctx, key)
-		e.stop = "the provider refused the request: " + msg
+		stop = "the provider refused the request: " + msg
 	case retry.Retry:
 		_, err = q.ChunkItemSetRetry(ctx, db.ChunkItemSetRetryParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex,
 			Error: &msg, Counted: retry.Counted, BackoffSecs: retry.Wait.Seconds()})
@@ -447,10 +465,7 @@ func (r chunkRun) item(ctx context.Context, it db.ChunkItem, grant ratelimit.Gra
 		_, err = q.ChunkItemSetError(ctx, db.ChunkItemSetErrorParams{BatchID: batchID, Phase: phase, ChunkID: chunkID, ItemIndex: it.ItemIndex, Error: &msg, Failure: failure})
 		w.deps.Metrics.ChunkItemsFinished(phase, metrics.ItemFailed, 1)
 	}
-	if err != nil {
-		e.err = fmt.Errorf("recording item %d of chunk %s: %w", it.ItemIndex, chunkID, err)
-	}
-	return e
+	return stop, err
 }
 
 // finish ends the chunk: PUBLISHING (each done item's ref was written as

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeai"
 	"github.com/arke-institute/orchestrator/internal/fakes/fakeocr"
@@ -71,6 +72,22 @@ func TestDocumentIndexingPhase(t *testing.T) {
 	st := env.AwaitStatus(t, id, testenv.IsDone)
 	require.Equal(t, "DONE", st.Status, "error: %v", st.Error)
 	require.Equal(t, &testenv.DocumentCounts{Total: 5, Completed: 4, Failed: 1}, testenv.DocumentsOf(st))
+	// The local embedder and tagger answer requests that report no
+	// tokens, and cost nothing; the batch's machine phases ran attempts.
+	roles := map[string]int64{}
+	for _, p := range st.Cost.Phases {
+		for _, l := range p.Lines {
+			if p.Phase == string(phases.DocumentIndexing) {
+				require.Equal(t, cost.KindProvider, l.Kind)
+				require.Zero(t, l.PromptTokens+l.CompletionTokens)
+				require.Equal(t, 0.0, *l.EstimatedUSD)
+				roles[l.Role] += l.Requests
+			}
+		}
+	}
+	require.Positive(t, roles["embeddings"])
+	require.Positive(t, roles["tags"])
+	require.Positive(t, st.Cost.MachineSeconds)
 
 	final := env.Delivered(t)
 	for _, lp := range []string{"/docs/guide.md", "/docs/notes.txt", "/docs/report.pdf", "/docs/photo.jpg.ref.json"} {

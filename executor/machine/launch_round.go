@@ -171,7 +171,7 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 		}
 		rows, err := db.New(w.deps.Pool).TaskClaimPending(ctx, db.TaskClaimPendingParams{
 			BatchID: batchID, Phase: string(name), Max: int32(granted),
-			TimeoutSeconds: pcfg.TaskTimeout.Seconds(), SecondsPerGb: pcfg.TaskTimeoutPerGB.Seconds(),
+			TimeoutSeconds: pcfg.TaskTimeout.Seconds(), SecondsPerGb: pcfg.TaskTimeoutPerGB.Seconds(), Guest: pcfg.Guest.Name(),
 		})
 		// Claimed tasks are processing: a reading from now on counts them.
 		bounds.Settle(len(rows))

@@ -153,7 +153,7 @@ func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, pha
 			row, err = db.New(tx).PoolLease(ctx, db.PoolLeaseParams{
 				BatchID: b.ID, Phase: string(phase), MachineID: m.MachineID, PoolMachineID: &m.ID,
 				TimeoutSeconds: pcfg.TaskTimeout.Seconds(), SecondsPerGb: pcfg.TaskTimeoutPerGB.Seconds(),
-				LeaseSeconds: leaseFor(pcfg.TaskTimeout).Seconds(),
+				LeaseSeconds: leaseFor(pcfg.TaskTimeout).Seconds(), Guest: pcfg.Guest.Name(),
 			})
 			if err != nil {
 				return err

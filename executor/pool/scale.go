@@ -246,12 +246,12 @@ func (w *ScaleWorker) launchOne(ctx context.Context, pool db.Pool) error {
 		return err
 	}
 	hash := tasktoken.Record(nonce)
-	id, err := q.PoolMachineInsert(ctx, db.PoolMachineInsertParams{PoolID: pool.ID, App: pool.App, TokenHash: hash})
+	phase := phases.Name(pool.Phase)
+	pcfg := e.machines.Phases[phase]
+	id, err := q.PoolMachineInsert(ctx, db.PoolMachineInsertParams{PoolID: pool.ID, App: pool.App, TokenHash: hash, Guest: pcfg.Guest.Name()})
 	if err != nil {
 		return err
 	}
-	phase := phases.Name(pool.Phase)
-	pcfg := e.machines.Phases[phase]
 	key := machine.PoolMachineKey(id)
 	spec := compute.MachineSpec{
 		App: pool.App, Image: pcfg.Image, Region: e.machines.Region,

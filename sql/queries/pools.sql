@@ -59,8 +59,9 @@ RETURNING t.lease_until;
 -- once, for the lease's answer; the previous attempt's hash joins the
 -- superseded ones), a deadline of timeout_seconds plus seconds_per_gb
 -- per 10^9 bytes of its input, and a lease that holds lease_seconds
--- without a heartbeat. SKIP LOCKED: concurrent leases take different
--- tasks, and a task is never leased twice at once.
+-- without a heartbeat, and the machine's guest size (which prices the
+-- attempt's time). SKIP LOCKED: concurrent leases take different tasks,
+-- and a task is never leased twice at once.
 -- name: PoolLease :one
 WITH picked AS (
     SELECT p.id FROM tasks p
@@ -80,7 +81,7 @@ SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id 
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
     deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
     lease_until = clock_timestamp() + make_interval(secs => tokens.lease_seconds),
-    launched_at = clock_timestamp(), updated_at = clock_timestamp()
+    launched_at = clock_timestamp(), updated_at = clock_timestamp(), guest = @guest::text
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
 RETURNING t.id, t.file_id, t.attempt, t.deadline, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token;
@@ -117,9 +118,10 @@ SET seen_at = clock_timestamp(), machine_id = coalesce(machine_id, sqlc.narg('ma
 WHERE id = @id;
 
 -- PoolMachineInsert records a pool machine about to be launched, with
--- the hash of its credential.
+-- the hash of its credential and its guest size (which prices its idle
+-- time).
 -- name: PoolMachineInsert :one
-INSERT INTO pool_machines (pool_id, app, token_hash) VALUES (@pool_id, @app, @token_hash)
+INSERT INTO pool_machines (pool_id, app, token_hash, guest) VALUES (@pool_id, @app, @token_hash, @guest::text)
 RETURNING id;
 
 -- PoolMachineLaunched records the provider's id of a launched pool

@@ -16,7 +16,8 @@ WHERE b.id = @batch_id AND b.status = @phase::text;
 -- without waiting on each other. A task that still has its last attempt's
 -- machine (ended_by 'retry', being retired) is not claimed: a task never has
 -- two machines. The deadline is @timeout_seconds plus @seconds_per_gb per
--- 10^9 bytes of the input file.
+-- 10^9 bytes of the input file; guest is the size of the machine to be
+-- launched, which prices its time (the usage table).
 -- name: TaskClaimPending :many
 WITH claimed AS (
     SELECT p.id FROM tasks p
@@ -35,7 +36,7 @@ SET status = 'processing', attempt = t.attempt + 1, urls_signed = 0, machine_id 
         ELSE array_append(t.superseded_token_hashes, t.token_hash) END,
     token_hash = sha256(convert_to(tokens.token, 'UTF8')),
     deadline = clock_timestamp() + make_interval(secs => tokens.timeout_seconds + tokens.seconds_per_gb * f.file_size::float8 / 1000000000),
-    launched_at = clock_timestamp(), updated_at = clock_timestamp()
+    launched_at = clock_timestamp(), updated_at = clock_timestamp(), guest = @guest::text
 FROM tokens, files f
 WHERE t.id = tokens.id AND f.id = t.file_id
 RETURNING t.id, t.file_id, t.attempt, t.failures, t.deadline, f.r2_key, f.file_name, f.content_type, f.cid, tokens.token;
