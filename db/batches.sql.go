@@ -488,6 +488,8 @@ SELECT EXISTS (
     SELECT 1 FROM batches b
     JOIN task_counts c ON c.batch_id = b.id AND c.phase = b.status AND c.status = 'pending' AND c.n > 0
     WHERE b.status = ANY($1::text[]) AND b.priority > $2::smallint AND b.id <> $3::text
+        AND NOT EXISTS (SELECT 1 FROM pauses ps
+            WHERE ps.scope = 'global' OR (ps.scope = 'phase' AND ps.target = b.status) OR (ps.scope = 'batch' AND ps.target = b.id))
 )::bool AS outranked
 `
 
@@ -499,9 +501,10 @@ type BatchOutrankedParams struct {
 
 // BatchOutranked tells whether a batch of higher priority than priority,
 // other than batch_id, waits for machines: it is in one of phases (those
-// whose machines are of one app) with tasks of it pending. The launchers
-// of a batch so outranked leave the launches to it (see
-// machine.Precedence). batches_status_idx finds the batches in phases.
+// whose machines are of one app) with tasks of it pending, and no pause
+// holds its work. The launchers of a batch so outranked leave the
+// launches to it (executor/machine/precedence.go). batches_status_idx
+// finds the batches in phases.
 func (q *Queries) BatchOutranked(ctx context.Context, arg BatchOutrankedParams) (bool, error) {
 	row := q.db.QueryRow(ctx, batchOutranked, arg.Phases, arg.Priority, arg.BatchID)
 	var outranked bool

@@ -276,7 +276,7 @@ func (q *Queries) PoolMachineBusy(ctx context.Context, id int64) error {
 }
 
 const poolMachineByToken = `-- name: PoolMachineByToken :one
-SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, p.phase, p.batch_id, p.closed_at
+SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, m.tasks, p.phase, p.batch_id, p.closed_at
 FROM pool_machines m JOIN pools p ON p.id = m.pool_id
 WHERE m.token_hash = $1 AND m.ended_at IS NULL
 `
@@ -287,6 +287,7 @@ type PoolMachineByTokenRow struct {
 	App       string
 	MachineID *string
 	BusySince *time.Time
+	Tasks     int32
 	Phase     string
 	BatchID   *string
 	ClosedAt  *time.Time
@@ -303,6 +304,7 @@ func (q *Queries) PoolMachineByToken(ctx context.Context, tokenHash []byte) (Poo
 		&i.App,
 		&i.MachineID,
 		&i.BusySince,
+		&i.Tasks,
 		&i.Phase,
 		&i.BatchID,
 		&i.ClosedAt,

@@ -97,7 +97,7 @@ WHERE id = @id;
 -- PoolMachineByToken is the live pool machine whose credential hashes to
 -- token_hash, with its pool.
 -- name: PoolMachineByToken :one
-SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, p.phase, p.batch_id, p.closed_at
+SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, m.tasks, p.phase, p.batch_id, p.closed_at
 FROM pool_machines m JOIN pools p ON p.id = m.pool_id
 WHERE m.token_hash = @token_hash AND m.ended_at IS NULL;
 
