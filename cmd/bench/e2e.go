@@ -475,8 +475,11 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 			return r, fmt.Errorf("the priority probe during the batch: %w", err)
 		}
 		r.priority = probe
-		fmt.Fprintf(os.Stderr, "e2e: priority probe: %s idle, %s during the %d-file batch (submitted at %.0f%% of its last phase)\n",
-			probe.idle.Round(time.Millisecond), probe.loaded.Round(time.Millisecond), n, 100*probe.bigDone)
+		fmt.Fprintf(os.Stderr, "e2e: priority probe: %s idle, %s during the %d-file batch (submitted at %.0f%% of its last phase, %d callbacks queued in the fake)\n",
+			probe.idle.Round(time.Millisecond), probe.loaded.Round(time.Millisecond), n, 100*probe.bigDone, probe.queued)
+		if err := probeTimeline(ctx, run.dbURL, probe.ids[len(probe.ids)-1]); err != nil {
+			return r, err
+		}
 		// The Machines API counted the probes' launches with the big batch's.
 		extra, err := probeTasks(ctx, run.dbURL, probe.ids)
 		if err != nil {

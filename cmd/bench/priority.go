@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +35,10 @@ type priorityProbe struct {
 	// bigDone is how far the big batch's last phase was when the loaded
 	// probe was submitted (completed / total).
 	bigDone float64
-	bigID   string
-	ids     []string
+	// queued is how many callbacks the fake Machines API had yet to post
+	// when the loaded probe was submitted.
+	queued int
+	ids    []string
 }
 
 // runProbe takes one probe batch through run and returns its wall time.
@@ -73,6 +76,7 @@ func (l *loadedProbe) onPoll(ctx context.Context, st client.Status) {
 	}
 	l.once.Do(func() {
 		l.probe.bigDone = float64(st.Progress.TasksCompleted) / float64(st.Progress.TasksTotal)
+		l.probe.queued = l.run.fly.Counts().CallbacksPending
 		go func() {
 			id, wall, err := l.env.runProbe(ctx, l.run)
 			l.probe.ids = append(l.probe.ids, id)
@@ -146,4 +150,36 @@ func priorityMarkdown() string {
   The big batch's checks leave the probes' launches and callbacks out of its
   counts.
 `, priorityFiles, priorityTasks, priorityLevel)
+}
+
+// probeTimeline prints when each step of a probe batch happened, from its
+// creation: its events, grouped by type and phase (first and last).
+func probeTimeline(ctx context.Context, dbURL, id string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT e.type, coalesce(e.phase, ''), count(*),
+		(extract(epoch FROM min(e.created_at) - b.started_at) * 1000)::bigint,
+		(extract(epoch FROM max(e.created_at) - b.started_at) * 1000)::bigint
+		FROM batch_events e JOIN batches b ON b.id = e.batch_id WHERE e.batch_id = $1
+		GROUP BY 1, 2, b.started_at ORDER BY 4`, id)
+	if err != nil {
+		return err
+	}
+	var parts []string
+	for rows.Next() {
+		var typ, phase string
+		var n, first, last int64
+		if err := rows.Scan(&typ, &phase, &n, &first, &last); err != nil {
+			return err
+		}
+		parts = append(parts, fmt.Sprintf("%s %s x%d %d..%d ms", typ, phase, n, first, last))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "e2e: priority probe timeline: %s\n", strings.Join(parts, "; "))
+	return nil
 }
