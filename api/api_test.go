@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arke-institute/orchestrator/internal/fakes/fakefly"
@@ -163,6 +164,31 @@ func TestExampleBatchStartsFirstPhase(t *testing.T) {
 	// The launch is recorded just after the task is claimed: wait for it.
 	events := awaitEvents(t, env, exampleBatchID, 3)
 	require.Equal(t, []string{"batch.created", "phase.started", "task.launched"}, events)
+}
+
+// TestIntakePriority: the queue message's priority is kept, shown by the
+// status and the batch list, and its batch's jobs run at its River level.
+func TestIntakePriority(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t, hanging)
+	env.PutObject(t, exampleManifestKey, []byte(exampleManifest))
+
+	code, _ := postBatch(t, env, strings.Replace(exampleMessage, `"total_files": 3`, `"priority": "high", "total_files": 3`, 1))
+	require.Equal(t, http.StatusAccepted, code)
+	st := env.AwaitStatus(t, exampleBatchID, launched)
+	require.Equal(t, 5, st.Priority)
+	code, body := env.Do(t, http.MethodGet, "/batches", nil)
+	require.Equal(t, http.StatusOK, code)
+	var page status.BatchPage
+	require.NoError(t, json.Unmarshal(body, &page))
+	require.Len(t, page.Batches, 1)
+	require.Equal(t, 5, page.Batches[0].Priority)
+	var levels []int
+	rows, err := env.Pool.Query(context.Background(), `SELECT DISTINCT priority FROM river_job WHERE args->>'batch_id' = $1`, exampleBatchID)
+	require.NoError(t, err)
+	levels, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, levels, "the batch's jobs (batch_start, phase_launch, ...) run at River's first level")
 }
 
 func TestRepeatSubmissionChangesNothing(t *testing.T) {
@@ -375,6 +401,8 @@ func TestIntakeRejectsBadRequests(t *testing.T) {
 		{"EmptyBatchID", strings.Replace(exampleMessage, `"batch_id": "01K8RNKN488RQCG3YGG72QBZS5"`, `"batch_id": ""`, 1), http.StatusBadRequest, []string{"batch_id"}},
 		{"WrongType", strings.Replace(exampleMessage, `"total_files": 3`, `"total_files": "3"`, 1), http.StatusBadRequest, []string{"total_files must be a non-negative integer"}},
 		{"PromptTooLong", strings.Replace(exampleMessage, `"pinax": "Use`, `"pinax": "`+strings.Repeat("p", 10001)+`Use`, 1), http.StatusBadRequest, []string{"custom_prompts.pinax"}},
+		{"PriorityOffScale", strings.Replace(exampleMessage, `"total_files": 3`, `"priority": 11, "total_files": 3`, 1), http.StatusBadRequest, []string{"priority must be an integer from -10 (lowest) to 10 (highest)", "got 11"}},
+		{"PriorityUnknownName", strings.Replace(exampleMessage, `"total_files": 3`, `"priority": "urgent", "total_files": 3`, 1), http.StatusBadRequest, []string{`"high" (5), got "urgent"`}},
 		{"NULCharacter", strings.Replace(exampleMessage, `"source": "scanner-01"`, `"source": "scanner\u000001"`, 1), http.StatusBadRequest, []string{"NUL character"}},
 		{"TooLarge", big, http.StatusRequestEntityTooLarge, []string{"larger than 1048576 bytes"}},
 	}

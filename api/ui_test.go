@@ -51,7 +51,9 @@ func TestDashboardAccess(t *testing.T) {
 			{"/ui", `data-batch="` + exampleBatchID + `"`},
 			{"/ui?status=PDF_PAGES", `data-batch="` + exampleBatchID + `"`},
 			{"/ui?status=DONE", "No batches in DONE."},
+			{"/ui", `>priority 0</span>`},
 			{page, `data-phase="PDF_PAGES"`},
+			{page, `>priority 0</span>`},
 			{"/ui/static/app.js", "EventSource"},
 			{"/ui/static/style.css", "@media"},
 		} {

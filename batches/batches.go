@@ -90,7 +90,7 @@ func (c *Commands) Create(ctx context.Context, msg manifest.QueueMessage, raw []
 				return err
 			}
 		}
-		b, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: msg.BatchID, Uploader: msg.Uploader, QueueMessage: raw})
+		b, err := q.BatchInsert(ctx, db.BatchInsertParams{ID: msg.BatchID, Uploader: msg.Uploader, QueueMessage: raw, Priority: int16(msg.Priority)})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return known()
 		}

@@ -320,7 +320,7 @@ func TestRequests(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Bearer tok", api.last().Header.Get("Authorization"))
 	api.answer(http.StatusAccepted, `{"batch_id": "a", "status": "PENDING"}`)
-	_, err = signer.Submit(ctx, manifest.QueueMessage{BatchID: "a"})
+	_, err = signer.Submit(ctx, manifest.QueueMessage{BatchID: "a", Priority: 5})
 	require.NoError(t, err)
 	r = api.last()
 	require.Empty(t, r.Header.Get("Authorization"))
@@ -329,6 +329,7 @@ func TestRequests(t *testing.T) {
 	api.mu.Unlock()
 	_, _, err = intakesig.Verify("secret", r.Header.Get(intakesig.Header), intakesig.Request{Method: r.Method, Path: r.URL.RequestURI(), Body: body}, time.Now())
 	require.NoError(t, err, "the signature is of the request sent")
+	require.Contains(t, string(body), `"priority":5`, "the priority is sent, under the signature")
 }
 
 func TestNew(t *testing.T) {

@@ -38,6 +38,9 @@ type Status struct {
 	BatchID string `json:"batch_id"`
 	// Status is PENDING, a phase name (TIFF_CONVERSION, ...), DONE or ERROR.
 	Status string `json:"status"`
+	// Priority is the batch's priority, -10 (lowest) to 10 (highest); 0
+	// when its queue message gave none.
+	Priority int `json:"priority"`
 	// Progress counts the tasks of the current phase, or of the last one
 	// once the batch has ended.
 	Progress    Progress   `json:"progress"`

@@ -114,6 +114,10 @@ type Config struct {
 	TransientRetryWindow time.Duration
 	// InfraFailureMax bounds a phase's work failed by infrastructure.
 	InfraFailureMax setting.Share
+	// PriorityAging and PriorityShare keep low-priority work from
+	// starving (PRIORITY_AGING, PRIORITY_SHARE).
+	PriorityAging time.Duration
+	PriorityShare int
 
 	MaxFileSize      int64
 	MaxBatchSize     int64
@@ -336,6 +340,7 @@ func (c *Config) Jobs() jobs.Settings {
 		Retention:         c.Retention,
 		TransientRetry:    provider.Retry{Window: c.TransientRetryWindow, MaxBackoff: time.Minute},
 		InfraFailureMax:   c.InfraFailureMax,
+		Priorities:        jobs.Priorities{Aging: c.PriorityAging, Share: c.PriorityShare},
 	}
 }
 

@@ -123,6 +123,15 @@ func (c *Config) core() []setting.Group {
 			setting.Int(&c.Retention.DeleteRows, "RETENTION_DELETE_ROWS", 5000, 1, 1_000_000, "rows one delete statement of retention removes, each in its own short transaction"),
 		},
 	}
+	priorities := setting.Group{
+		Title: "Priorities",
+		Doc: "A batch's `priority` (-10 to 10, higher first; see [Priorities](architecture.md#priorities)) puts its launches, " +
+			"pool leases and jobs before those of lower ones, without starving them.",
+		Settings: []setting.Setting{
+			setting.MillisOrZero(&c.PriorityAging, "PRIORITY_AGING", time.Minute, "a job due for this long without being worked (all workers busy with higher-priority jobs) climbs one of River's four priority levels, and another for each further period it waits (0: no aging)"),
+			setting.Int(&c.PriorityShare, "PRIORITY_SHARE", 10, 1, 100, "the minimum share, in percent, of machine launches and shared pools' leases that a batch keeps while batches of higher priority wait for theirs"),
+		},
+	}
 	local := setting.Group{
 		Title: "Embedded default",
 		Doc:   "With no `R2_*` setting and no `FLY_API_TOKEN`, `serve` runs the embedded default: a local S3 server and local machines (see [Running locally](operations.md#running-locally)).",
@@ -134,7 +143,7 @@ func (c *Config) core() []setting.Group {
 			setting.String(&c.LocalS3SecretKey, "LOCAL_S3_SECRET_KEY", "localsecret", "its secret").Hidden().Shown("`localsecret`"),
 		},
 	}
-	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, c.webhooks(), c.tracing(), local}
+	return []setting.Group{service, credentials, storage, machines, limits, admission, tasks, retention, priorities, c.webhooks(), c.tracing(), local}
 }
 
 // webhooks declares the webhooks' settings (see [Webhooks](webhooks.md)).

@@ -58,7 +58,7 @@ func (q *Queries) BatchGeneralPrompt(ctx context.Context, id string) (string, er
 }
 
 const batchGetByID = `-- name: BatchGetByID :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at FROM batches WHERE id = $1
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority FROM batches WHERE id = $1
 `
 
 func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
@@ -85,12 +85,13 @@ func (q *Queries) BatchGetByID(ctx context.Context, id string) (Batch, error) {
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
 
 const batchGetByIDForUpdate = `-- name: BatchGetByIDForUpdate :one
-SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at FROM batches WHERE id = $1 FOR NO KEY UPDATE
+SELECT id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority FROM batches WHERE id = $1 FOR NO KEY UPDATE
 `
 
 // BatchGetByIDForUpdate locks the batch row against other writers of it.
@@ -122,6 +123,7 @@ func (q *Queries) BatchGetByIDForUpdate(ctx context.Context, id string) (Batch, 
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -176,22 +178,28 @@ func (q *Queries) BatchIngestRecord(ctx context.Context, arg BatchIngestRecordPa
 }
 
 const batchInsert = `-- name: BatchInsert :one
-INSERT INTO batches (id, uploader, queue_message)
-VALUES ($1, $2, $3)
+INSERT INTO batches (id, uploader, queue_message, priority)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 type BatchInsertParams struct {
 	ID           string
 	Uploader     string
 	QueueMessage json.RawMessage
+	Priority     int16
 }
 
 // BatchInsert inserts a new batch; on a repeat of the same id it inserts
 // nothing and returns no row, which is how intake stays idempotent.
 func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch, error) {
-	row := q.db.QueryRow(ctx, batchInsert, arg.ID, arg.Uploader, arg.QueueMessage)
+	row := q.db.QueryRow(ctx, batchInsert,
+		arg.ID,
+		arg.Uploader,
+		arg.QueueMessage,
+		arg.Priority,
+	)
 	var i Batch
 	err := row.Scan(
 		&i.ID,
@@ -214,6 +222,7 @@ func (q *Queries) BatchInsert(ctx context.Context, arg BatchInsertParams) (Batch
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -235,7 +244,7 @@ func (q *Queries) BatchLaunchOutage(ctx context.Context, id string) (int64, erro
 }
 
 const batchList = `-- name: BatchList :many
-SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status, pruned_counts,
+SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status, pruned_counts, priority,
     coalesce((queue_message->>'total_files')::bigint, 0)::bigint AS total_files,
     coalesce((queue_message->>'total_bytes')::bigint, 0)::bigint AS total_bytes
 FROM batches
@@ -270,6 +279,7 @@ type BatchListRow struct {
 	CompletedAt  *time.Time
 	IngestStatus string
 	PrunedCounts json.RawMessage
+	Priority     int16
 	TotalFiles   int64
 	TotalBytes   int64
 }
@@ -307,6 +317,7 @@ func (q *Queries) BatchList(ctx context.Context, arg BatchListParams) ([]BatchLi
 			&i.CompletedAt,
 			&i.IngestStatus,
 			&i.PrunedCounts,
+			&i.Priority,
 			&i.TotalFiles,
 			&i.TotalBytes,
 		); err != nil {
@@ -472,6 +483,35 @@ func (q *Queries) BatchLockSharedMany(ctx context.Context, ids []string) error {
 	return err
 }
 
+const batchOutranked = `-- name: BatchOutranked :one
+SELECT EXISTS (
+    SELECT 1 FROM batches b
+    JOIN task_counts c ON c.batch_id = b.id AND c.phase = b.status AND c.status = 'pending' AND c.n > 0
+    WHERE b.status = ANY($1::text[]) AND b.priority > $2::smallint AND b.id <> $3::text
+        AND NOT EXISTS (SELECT 1 FROM pauses ps
+            WHERE ps.scope = 'global' OR (ps.scope = 'phase' AND ps.target = b.status) OR (ps.scope = 'batch' AND ps.target = b.id))
+)::bool AS outranked
+`
+
+type BatchOutrankedParams struct {
+	Phases   []string
+	Priority int16
+	BatchID  string
+}
+
+// BatchOutranked tells whether a batch of higher priority than priority,
+// other than batch_id, waits for machines: it is in one of phases (those
+// whose machines are of one app) with tasks of it pending, and no pause
+// holds its work. The launchers of a batch so outranked leave the
+// launches to it (executor/machine/precedence.go). batches_status_idx
+// finds the batches in phases.
+func (q *Queries) BatchOutranked(ctx context.Context, arg BatchOutrankedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, batchOutranked, arg.Phases, arg.Priority, arg.BatchID)
+	var outranked bool
+	err := row.Scan(&outranked)
+	return outranked, err
+}
+
 const batchPhaseRetry = `-- name: BatchPhaseRetry :one
 UPDATE batches SET phase_retry_count = phase_retry_count + 1, updated_at = clock_timestamp()
 WHERE id = $1
@@ -544,7 +584,7 @@ UPDATE batches
 SET status = 'PENDING', error = NULL, completed_at = NULL, phase_retry_count = 0,
     ingest_status = 'none', ingest_attempts = 0, ingest_last_error = NULL, ingest_delivered_at = NULL, updated_at = clock_timestamp()
 WHERE id = $1 AND status = 'DONE'
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 // BatchReopen takes a DONE batch back to work for an admin retry of what
@@ -574,6 +614,7 @@ func (q *Queries) BatchReopen(ctx context.Context, id string) (Batch, error) {
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -582,7 +623,7 @@ const batchResume = `-- name: BatchResume :one
 UPDATE batches
 SET status = $1, error = NULL, completed_at = NULL, phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = $2 AND status = 'ERROR'
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 type BatchResumeParams struct {
@@ -617,6 +658,7 @@ func (q *Queries) BatchResume(ctx context.Context, arg BatchResumeParams) (Batch
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -636,7 +678,7 @@ UPDATE batches
 SET status = 'DONE', generation = $1, error = NULL, ingest_status = 'pending',
     completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 type BatchSetDoneParams struct {
@@ -671,6 +713,7 @@ func (q *Queries) BatchSetDone(ctx context.Context, arg BatchSetDoneParams) (Bat
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -679,7 +722,7 @@ const batchSetError = `-- name: BatchSetError :one
 UPDATE batches
 SET status = 'ERROR', error = $1, completed_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = $2 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 type BatchSetErrorParams struct {
@@ -713,6 +756,7 @@ func (q *Queries) BatchSetError(ctx context.Context, arg BatchSetErrorParams) (B
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -722,7 +766,7 @@ UPDATE batches
 SET status = $1, phase = $1, generation = $2,
     phase_retry_count = 0, launch_outage_since = NULL, updated_at = clock_timestamp()
 WHERE id = $3 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 type BatchSetPhaseParams struct {
@@ -757,6 +801,7 @@ func (q *Queries) BatchSetPhase(ctx context.Context, arg BatchSetPhaseParams) (B
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }
@@ -766,7 +811,7 @@ UPDATE batches
 SET status = $1, phase = $1, generation = $2, phase_retry_count = 0, launch_outage_since = NULL,
     build_from = $3::text, build_cursor = $4::integer, updated_at = clock_timestamp()
 WHERE id = $5 AND status NOT IN ('DONE', 'ERROR')
-RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at
+RETURNING id, status, phase, generation, phase_retry_count, uploader, queue_message, error, started_at, updated_at, completed_at, ingest_status, ingest_attempts, ingest_last_error, ingest_delivered_at, build_from, build_cursor, launch_outage_since, pruned_counts, pruned_at, priority
 `
 
 type BatchSetPhaseBuildingParams struct {
@@ -811,6 +856,7 @@ func (q *Queries) BatchSetPhaseBuilding(ctx context.Context, arg BatchSetPhaseBu
 		&i.LaunchOutageSince,
 		&i.PrunedCounts,
 		&i.PrunedAt,
+		&i.Priority,
 	)
 	return i, err
 }

@@ -32,6 +32,7 @@ type Batch struct {
 	LaunchOutageSince *time.Time
 	PrunedCounts      json.RawMessage
 	PrunedAt          *time.Time
+	Priority          int16
 }
 
 type BatchEvent struct {

@@ -16,14 +16,15 @@ FROM batches b
 JOIN task_counts c ON c.batch_id = b.id AND c.phase = $1::text AND c.status = 'pending' AND c.n > 0
 LEFT JOIN task_counts p ON p.batch_id = b.id AND p.phase = $1::text AND p.status = 'processing'
 WHERE b.status = $1::text AND ($2::text IS NULL OR b.id = $2::text)
-ORDER BY processing, b.started_at, b.id
-LIMIT $3
+ORDER BY CASE WHEN $3::bool THEN b.priority ELSE 0 END DESC, processing, b.started_at, b.id
+LIMIT $4
 `
 
 type PoolBatchesParams struct {
-	Phase   string
-	BatchID *string
-	Max     int32
+	Phase      string
+	BatchID    *string
+	ByPriority bool
+	Max        int32
 }
 
 type PoolBatchesRow struct {
@@ -31,13 +32,20 @@ type PoolBatchesRow struct {
 	Processing int64
 }
 
-// PoolBatches lists the batches a pool leases from, fairest first: the
-// batches in the pool's phase with pending tasks of it (only the pool's
-// own batch for a batch pool, batch_id), those with the fewest tasks
-// leased (processing) first, then the oldest. A shared pool so serves its
-// batches in turn: a large batch does not starve a small one.
+// PoolBatches lists the batches a pool leases from, first served first:
+// the batches in the pool's phase with pending tasks of it (only the
+// pool's own batch for a batch pool, batch_id); with by_priority, those
+// of the highest priority first; then those with the fewest tasks leased
+// (processing), then the oldest. A shared pool so serves batches of one
+// priority in turn (a large batch does not starve a small one), and a
+// lease without by_priority (the minimum share) serves the lower ones.
 func (q *Queries) PoolBatches(ctx context.Context, arg PoolBatchesParams) ([]PoolBatchesRow, error) {
-	rows, err := q.db.Query(ctx, poolBatches, arg.Phase, arg.BatchID, arg.Max)
+	rows, err := q.db.Query(ctx, poolBatches,
+		arg.Phase,
+		arg.BatchID,
+		arg.ByPriority,
+		arg.Max,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +279,7 @@ func (q *Queries) PoolMachineBusy(ctx context.Context, id int64) error {
 }
 
 const poolMachineByToken = `-- name: PoolMachineByToken :one
-SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, p.phase, p.batch_id, p.closed_at
+SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, m.tasks, p.phase, p.batch_id, p.closed_at
 FROM pool_machines m JOIN pools p ON p.id = m.pool_id
 WHERE m.token_hash = $1 AND m.ended_at IS NULL
 `
@@ -282,6 +290,7 @@ type PoolMachineByTokenRow struct {
 	App       string
 	MachineID *string
 	BusySince *time.Time
+	Tasks     int32
 	Phase     string
 	BatchID   *string
 	ClosedAt  *time.Time
@@ -298,6 +307,7 @@ func (q *Queries) PoolMachineByToken(ctx context.Context, tokenHash []byte) (Poo
 		&i.App,
 		&i.MachineID,
 		&i.BusySince,
+		&i.Tasks,
 		&i.Phase,
 		&i.BatchID,
 		&i.ClosedAt,

@@ -57,3 +57,23 @@ func (q *Queries) PhaseCheckPendingMany(ctx context.Context, arg PhaseCheckPendi
 	}
 	return items, nil
 }
+
+const riverJobAge = `-- name: RiverJobAge :execrows
+UPDATE river_job SET priority = priority - 1
+WHERE state = 'available' AND priority > 1
+    AND scheduled_at < clock_timestamp() - make_interval(secs => $1::float8)
+`
+
+// RiverJobAge raises by one level (to at most River's first, 1) the
+// priority of every job that has been due for longer than after_seconds
+// without being worked: the aging rule (PRIORITY_AGING) that keeps jobs of
+// low-priority batches from waiting for ever behind higher ones. Run once
+// per PRIORITY_AGING, a job so climbs a level for each period it waits.
+// Served by River's index on (state, queue, priority, scheduled_at, id).
+func (q *Queries) RiverJobAge(ctx context.Context, afterSeconds float64) (int64, error) {
+	result, err := q.db.Exec(ctx, riverJobAge, afterSeconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

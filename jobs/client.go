@@ -169,6 +169,7 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps, listener: cfg.Listener})
 	river.AddWorker(workers, &BatchFinalizeWorker{deps: deps})
 	river.AddWorker(workers, &RetentionWorker{deps: deps})
+	river.AddWorker(workers, &PriorityAgeWorker{deps: deps})
 	// River rescues no job sooner than this, and refuses a JobTimeout
 	// above it; every worker sets its own Timeout.
 	rescueAfter := ShortTimeout
@@ -207,6 +208,13 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			river.PeriodicInterval(deps.Settings.Retention.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return RetentionArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true, ID: "retention"},
+		))
+	}
+	if aging := deps.Settings.Priorities.Aging; aging > 0 {
+		periodic = append(periodic, river.NewPeriodicJob(
+			river.PeriodicInterval(aging),
+			func() (river.JobArgs, *river.InsertOpts) { return PriorityAgeArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "priority_age"},
 		))
 	}
 	if len(cfg.Queues) > 0 {

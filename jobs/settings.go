@@ -48,6 +48,9 @@ type Settings struct {
 	// (INFRA_FAILURE_MAX: a count, or a percentage of the phase's work):
 	// past it the batch ends in ERROR rather than go on thinned.
 	InfraFailureMax setting.Share
+	// Priorities order the batches' work by their priorities
+	// (PRIORITY_AGING, PRIORITY_SHARE).
+	Priorities Priorities
 }
 
 // StagingBucket is R2_BUCKET: manifests, uploads and refs.

@@ -47,6 +47,10 @@ type QueueMessage struct {
 	Metadata map[string]any `json:"metadata"`
 	// CustomPrompts tunes the AI phases downstream; nil when not given.
 	CustomPrompts *CustomPrompts `json:"custom_prompts,omitempty"`
+	// Priority orders the batch's work against other batches': from
+	// MinPriority to MaxPriority, higher first; DefaultPriority (0, so
+	// the zero value, left out of the JSON) when not given.
+	Priority int `json:"priority,omitempty"`
 }
 
 // CustomPrompts are batch-specific instructions for the AI services of the
@@ -152,6 +156,7 @@ func ParseQueueMessage(body []byte) (QueueMessage, error) {
 	if raw, ok := lookup(obj, "custom_prompts"); ok {
 		m.CustomPrompts = parsePrompts(&p, raw)
 	}
+	m.Priority = p.priority(obj, "priority")
 
 	if err := p.err(subjectMessage); err != nil {
 		return QueueMessage{}, err

@@ -51,8 +51,33 @@ func TestParseQueueMessageAccepts(t *testing.T) {
 	}{
 		{
 			name:   "UnknownFieldsIgnored",
-			mutate: func(m map[string]any) { m["priority"] = "high"; m["files"] = []any{1, 2} },
+			mutate: func(m map[string]any) { m["urgency"] = "high"; m["files"] = []any{1, 2} },
 			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, "01K8RNKN488RQCG3YGG72QBZS5", msg.BatchID) },
+		},
+		{
+			name:   "PriorityAbsent",
+			mutate: func(m map[string]any) { delete(m, "priority") },
+			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, DefaultPriority, msg.Priority) },
+		},
+		{
+			name:   "PriorityNull",
+			mutate: func(m map[string]any) { m["priority"] = nil },
+			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, 0, msg.Priority) },
+		},
+		{
+			name:   "PriorityInteger",
+			mutate: func(m map[string]any) { m["priority"] = 7 },
+			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, 7, msg.Priority) },
+		},
+		{
+			name:   "PriorityLowest",
+			mutate: func(m map[string]any) { m["priority"] = -10 },
+			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, -10, msg.Priority) },
+		},
+		{
+			name:   "PriorityName",
+			mutate: func(m map[string]any) { m["priority"] = "high" },
+			check:  func(t *testing.T, msg QueueMessage) { requireEqual(t, 5, msg.Priority) },
 		},
 		{
 			name:   "EmptyMetadata",
@@ -158,6 +183,9 @@ func TestParseQueueMessageInvalidUTF8(t *testing.T) {
 	_ = requireProblems(t, err, "batch message", "uploader is not valid UTF-8")
 }
 
+// priorityProblem starts the problem of a priority off the scale.
+const priorityProblem = `priority must be an integer from -10 (lowest) to 10 (highest) or one of "lowest" (-10), "low" (-5), "normal" (0), "high" (5), got `
+
 func TestParseQueueMessageRejects(t *testing.T) {
 	example := readTestdata(t, "queue_message.json")
 	const allowedPrompts = "(allowed: general, reorganization, pinax, description, cheimarros)"
@@ -168,6 +196,11 @@ func TestParseQueueMessageRejects(t *testing.T) {
 		want   []string
 	}{
 		{"BatchIDMissing", func(m map[string]any) { delete(m, "batch_id") }, []string{"batch_id is required"}},
+		{"PriorityTooHigh", func(m map[string]any) { m["priority"] = 11 }, []string{priorityProblem + "11"}},
+		{"PriorityTooLow", func(m map[string]any) { m["priority"] = -11 }, []string{priorityProblem + "-11"}},
+		{"PriorityFraction", func(m map[string]any) { m["priority"] = 2.5 }, []string{priorityProblem + "2.5"}},
+		{"PriorityUnknownName", func(m map[string]any) { m["priority"] = "urgent" }, []string{priorityProblem + `"urgent"`}},
+		{"PriorityBool", func(m map[string]any) { m["priority"] = true }, []string{priorityProblem + "true"}},
 		{"BatchIDNull", func(m map[string]any) { m["batch_id"] = nil }, []string{"batch_id is required"}},
 		{"BatchIDEmpty", func(m map[string]any) { m["batch_id"] = "" }, []string{"batch_id is required"}},
 		{"BatchIDNotString", func(m map[string]any) { m["batch_id"] = 5 }, []string{"batch_id must be a string, got 5"}},
@@ -410,5 +443,18 @@ func TestValidationErrorError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			requireEqual(t, tt.want, tt.err.Error())
 		})
+	}
+}
+
+func TestParsePriority(t *testing.T) {
+	for in, want := range map[string]int{"high": 5, "HIGH": 5, " low ": -5, "normal": 0, "lowest": -10, "10": 10, "-10": -10, "3": 3} {
+		got, err := ParsePriority(in)
+		requireNoError(t, err)
+		requireEqual(t, want, got)
+	}
+	for _, in := range []string{"11", "-11", "urgent", "", "1.5"} {
+		if _, err := ParsePriority(in); err == nil || !strings.Contains(err.Error(), "from -10 (lowest) to 10 (highest)") {
+			t.Errorf("ParsePriority(%q): want a range error, got %v", in, err)
+		}
 	}
 }

@@ -46,6 +46,9 @@ type BatchSummary struct {
 	UpdatedAt    time.Time  `json:"updated_at"`
 	CompletedAt  *time.Time `json:"completed_at"`
 	IngestStatus string     `json:"ingest_status"`
+	// Priority is the batch's priority (the queue message's priority:
+	// -10 to 10, higher first; 0 when it gave none).
+	Priority int `json:"priority"`
 	// prunedCounts is what retention kept of its progress, if it pruned
 	// the batch.
 	prunedCounts []byte
@@ -104,7 +107,7 @@ func (r *Reader) List(ctx context.Context, f BatchFilter) (BatchPage, error) {
 		page.Batches[i] = BatchSummary{
 			BatchID: r.ID, Status: r.Status, Phase: r.Phase, Uploader: r.Uploader, TotalFiles: r.TotalFiles, TotalBytes: r.TotalBytes,
 			Error: r.Error, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, IngestStatus: r.IngestStatus,
-			prunedCounts: r.PrunedCounts,
+			Priority: int(r.Priority), prunedCounts: r.PrunedCounts,
 		}
 	}
 	if len(rows) == f.Limit {

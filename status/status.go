@@ -53,6 +53,10 @@ type Status struct {
 	BatchID string `json:"batch_id"`
 	// Status is PENDING, a phase name, DONE or ERROR.
 	Status string `json:"status"`
+	// Priority is the batch's priority: -10 (lowest) to 10 (highest), 0
+	// when the queue message gave none (see docs/architecture.md,
+	// Priorities).
+	Priority int `json:"priority"`
 	// Progress is for the current phase (the last one once the batch ended).
 	Progress    Progress        `json:"progress"`
 	StartedAt   time.Time       `json:"started_at"`
@@ -118,7 +122,7 @@ func (r *Reader) Status(ctx context.Context, batchID string) (Status, error) {
 		return Status{}, err
 	}
 	st := Status{
-		BatchID: b.ID, Status: b.Status, StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt,
+		BatchID: b.ID, Status: b.Status, Priority: int(b.Priority), StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt,
 		CompletedAt: b.CompletedAt, Error: b.Error, Phase: b.Phase, Phases: progress[b.ID],
 		Ingest: Ingest{Status: b.IngestStatus, Attempts: b.IngestAttempts, LastError: b.IngestLastError, DeliveredAt: b.IngestDeliveredAt},
 	}

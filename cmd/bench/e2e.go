@@ -124,6 +124,9 @@ type e2eRun struct {
 	peakRSS int64
 	// timeline says when each step happened, from POST /batches.
 	timeline string
+	// priority is the priority probes' figures, in the run of the
+	// largest batch (priority.go).
+	priority *priorityProbe
 }
 
 // e2eSize is every run of one batch size.
@@ -445,16 +448,49 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 	if err != nil {
 		return r, err
 	}
+	// The largest batch measures the priority probes too (priority.go):
+	// one on the idle process first, one submitted halfway through.
+	var probe *priorityProbe
+	var loaded *loadedProbe
+	var onPoll func(client.Status)
+	if n >= 10000 && n == slices.Max(env.opts.sizes) {
+		probe = &priorityProbe{}
+		id, wall, err := env.runProbe(ctx, run)
+		if err != nil {
+			return r, fmt.Errorf("the priority probe on the idle system: %w", err)
+		}
+		probe.idle, probe.ids = wall, []string{id}
+		loaded = newLoadedProbe(env, run, probe)
+		onPoll = func(st client.Status) { loaded.onPoll(ctx, st) }
+	}
 	// Every TIFF is kept beside its JPEG's ref.json.
-	start, wall, err := run.process(ctx, env, msg, 2*time.Minute+time.Duration(n)*10*time.Millisecond, int64(n+n/10), nil)
+	start, wall, err := run.process(ctx, env, msg, 2*time.Minute+time.Duration(n)*10*time.Millisecond, int64(n+n/10), onPoll)
 	if err != nil {
 		return r, err
 	}
 	r.wall = wall
+	counts := run.fly.Counts()
+	if loaded != nil {
+		if err := loaded.wait(ctx); err != nil {
+			return r, fmt.Errorf("the priority probe during the batch: %w", err)
+		}
+		r.priority = probe
+		fmt.Fprintf(os.Stderr, "e2e: priority probe: %s idle, %s during the %d-file batch (submitted at %.0f%% of its last phase, %d callbacks queued in the fake)\n",
+			probe.idle.Round(time.Millisecond), probe.loaded.Round(time.Millisecond), n, 100*probe.bigDone, probe.queued)
+		if err := probeTimeline(ctx, run.dbURL, probe.ids[len(probe.ids)-1]); err != nil {
+			return r, err
+		}
+		// The Machines API counted the probes' launches with the big batch's.
+		extra, err := probeTasks(ctx, run.dbURL, probe.ids)
+		if err != nil {
+			return r, err
+		}
+		counts = run.fly.Counts()
+		counts.Launches, counts.Created, counts.Callbacks = counts.Launches-extra, counts.Created-extra, counts.Callbacks-extra
+	}
 	if r.peakRSS, err = run.finish(ctx, env); err != nil {
 		return r, err
 	}
-	counts := run.fly.Counts()
 	r.launches = counts.Launches
 	if err := collect(ctx, run.dbURL, batchID, start, counts, &r); err != nil {
 		return r, err

@@ -797,6 +797,7 @@ func (r *results) table() string {
 	}
 	if r.has("e2e") {
 		b.WriteString(e2eTable(r.e2e))
+		b.WriteString(priorityTable(r.e2e))
 	}
 	if r.has("workers") {
 		b.WriteString(workersTable(r.workers))
@@ -861,6 +862,7 @@ Parts run: %s.
 	}
 	if r.has("e2e") {
 		b.WriteString(e2eMarkdown(r.e2eOpts))
+		b.WriteString(priorityMarkdown())
 	}
 	if r.has("workers") {
 		fmt.Fprintf(&b, `- **Workers**: the TIFF worker's conversion and the image worker's variants on

@@ -91,6 +91,7 @@ type submitOptions struct {
 	rootPath     string
 	parentPI     string
 	batchID      string
+	priority     int
 	processing   manifest.ProcessingConfig
 	noWait       bool
 	pollInterval time.Duration
@@ -153,6 +154,11 @@ func parseSubmitArgs(args []string, lookup func(string) (string, bool), stderr i
 	flags.BoolVar(&o.processing.OCR, "ocr", false, "processing_config.ocr for every folder")
 	flags.BoolVar(&o.processing.Describe, "describe", false, "processing_config.describe for every folder")
 	flags.BoolVar(&o.processing.Pinax, "pinax", true, "processing_config.pinax for every folder")
+	flags.Func("priority", "the batch's priority: -10 (lowest) to 10 (highest), or lowest, low, normal, high (default normal, 0)", func(v string) error {
+		var err error
+		o.priority, err = manifest.ParsePriority(v)
+		return err
+	})
 	flags.BoolVar(&o.noWait, "no-wait", false, "exit once the batch is submitted")
 	flags.DurationVar(&o.pollInterval, "poll-interval", 500*time.Millisecond, "how often the batch status is read")
 
@@ -280,6 +286,7 @@ func (s *submitter) run(ctx context.Context) error {
 		TotalFiles: man.TotalFiles, TotalBytes: man.TotalBytes,
 		UploadedAt: now, FinalizedAt: now,
 		Metadata: map[string]any{"source": "orchestrator submit"},
+		Priority: o.priority,
 	}
 	manBody, err := json.MarshalIndent(man, "", "  ")
 	if err != nil {

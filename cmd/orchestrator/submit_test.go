@@ -333,7 +333,7 @@ func TestSubmitUploadsAndFollows(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	// Flags go before and after DIR.
 	err = runSubmit(context.Background(), []string{
-		"--url", orch.URL + "/", "--batch-id", id, "--ocr", dir, "--root-path", "/archives/x", "--poll-interval=5ms",
+		"--url", orch.URL + "/", "--batch-id", id, "--ocr", dir, "--root-path", "/archives/x", "--poll-interval=5ms", "-priority", "high",
 	}, submitEnv(cfg, bucket), &stdout, &stderr)
 	require.NoError(t, err, stderr.String())
 
@@ -370,7 +370,7 @@ func TestSubmitUploadsAndFollows(t *testing.T) {
 		"batch_id": id, "manifest_r2_key": prefix + "_manifest.json", "r2_prefix": prefix,
 		"uploader": "tester", "root_path": "/archives/x", "parent_pi": "00000000000000000000000000",
 		"total_files": float64(7), "total_bytes": float64(10 + 10 + 4 + 4 + 8 + 8 + 8),
-		"metadata": map[string]any{"source": "orchestrator submit"},
+		"metadata": map[string]any{"source": "orchestrator submit"}, "priority": float64(5),
 	} {
 		require.Equal(t, v, msg[k], k)
 	}
@@ -582,6 +582,7 @@ func TestSubmitCommandLine(t *testing.T) {
 		"UnknownFlag":  {[]string{"-frobnicate", dir}, true, "flag provided but not defined: -frobnicate", nil},
 		"BadURL":       {[]string{"-url", "localhost:8080", dir}, true, `-url "localhost:8080" must be an http:// or https:// URL`, nil},
 		"NotAFolder":   {[]string{file}, false, file + " is not a folder", nil},
+		"BadPriority":  {[]string{"-priority", "urgent", dir}, true, `priority must be an integer from -10 (lowest) to 10 (highest)`, nil},
 		"BadBatchID":   {[]string{"-batch-id", "a/b", "-url", "http://127.0.0.1:1", dir}, false, `batch_id "a/b" may contain only`, nil},
 		"DashDashThen": {[]string{"--", "-url"}, false, "no such file or directory", nil},
 		"NoCredential": {[]string{dir}, false, "submit needs the ingest credential: set INGEST_TOKEN (or INGEST_SIGNING_SECRET)", none},

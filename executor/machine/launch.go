@@ -88,7 +88,7 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		}
 		return err
 	}
-	total, err := w.round(ctx, batch.ID, name, pcfg)
+	total, err := w.round(ctx, batch, name, pcfg)
 	if err != nil {
 		return err
 	}
@@ -136,6 +136,12 @@ func (w *PhaseLaunchWorker) Work(ctx context.Context, job *river.Job[PhaseLaunch
 		// A spend bound holds the launches back: the tasks wait, and
 		// nothing is charged (no attempt, no outage).
 		return river.JobSnooze(boundWait)
+	case total.yielded && total.launched > 0:
+		// A batch of higher priority goes first (precedence.go): this
+		// one had its share. (Refused a token, it comes back for the
+		// next, as any launcher.)
+		log.Debug("launches give way to a batch of higher priority")
+		return river.JobSnooze(YieldWait(w.cfg.LaunchLimit(), w.deps.Settings.Priorities.Share))
 	case total.rateLimited > 0:
 		return river.JobSnooze(max(total.rateLimited, 50*time.Millisecond))
 	case total.launched < pcfg.BatchSize:

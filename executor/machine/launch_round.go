@@ -34,6 +34,9 @@ type roundTally struct {
 	rateLimited time.Duration // > 0: Fly answered 429; wait this long
 	err         error         // a phase-level launch error (last seen)
 	held        *Grant        // a spend bound held launches back
+	// yielded: a batch of higher priority waits for machines of the
+	// phase's app, and the round gave way (precedence.go).
+	yielded bool
 }
 
 // taskLaunch is how the launch of one claimed task went.
@@ -67,7 +70,8 @@ var errNotLaunched = errors.New("launch round stopped before this task")
 // it, and the launcher comes straight back for the rest.
 const launchRoundBudget = 20 * time.Second
 
-func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phases.Name, pcfg Phase) (roundTally, error) {
+func (w *PhaseLaunchWorker) round(ctx context.Context, batch db.Batch, name phases.Name, pcfg Phase) (roundTally, error) {
+	batchID := batch.ID
 	conc := max(1, w.cfg.LaunchConcurrency)
 	todo := make(chan db.TaskClaimPendingRow, launchChunk)
 	results := make(chan taskLaunch, conc)
@@ -147,9 +151,25 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	var rateLimited time.Duration
 	var held *Grant
 	started := time.Now()
-	for claimed := 0; claimed < pcfg.BatchSize && !stopped.Load() && ctx.Err() == nil && time.Since(started) < launchRoundBudget; {
+	quota := pcfg.BatchSize
+	yielded := false
+	for claimed := 0; claimed < quota && !stopped.Load() && ctx.Err() == nil && time.Since(started) < launchRoundBudget; {
+		// A batch of higher priority waiting for machines of the app
+		// goes first: this one launches at most one, its minimum share.
+		outranked, err := w.cfg.Outranked(ctx, db.New(w.deps.Pool), batchID, batch.Priority, pcfg.App)
+		if err != nil {
+			claimErr = err
+			break
+		}
+		if outranked {
+			yielded = true
+			if claimed > 0 {
+				break
+			}
+			quota = 1
+		}
 		// The spend bounds first, so that a held launch takes no token.
-		bounds, err := w.fleet.Take(ctx, min(pcfg.BatchSize-claimed, launchChunk))
+		bounds, err := w.fleet.Take(ctx, min(quota-claimed, launchChunk))
 		if err != nil {
 			claimErr = err
 			break
@@ -201,6 +221,7 @@ func (w *PhaseLaunchWorker) round(ctx context.Context, batchID string, name phas
 	out := rec.out
 	out.rateLimited = max(out.rateLimited, rateLimited)
 	out.held = held
+	out.yielded = yielded
 	return out, nil
 }
 

@@ -135,7 +135,8 @@ func (e *Executor) done(ctx context.Context, q *db.Queries, id int64, reason str
 // leaseOne leases a task of the fairest batch that has one, or none.
 func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, phase phases.Name) (*LeasedTask, error) {
 	q := db.New(e.deps.Pool)
-	batches, err := q.PoolBatches(ctx, db.PoolBatchesParams{Phase: string(phase), BatchID: m.BatchID, Max: batchesPerLease})
+	batches, err := q.PoolBatches(ctx, db.PoolBatchesParams{Phase: string(phase), BatchID: m.BatchID, Max: batchesPerLease,
+		ByPriority: byPriority(m.Tasks, e.deps.Settings.Priorities.Share)})
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +182,15 @@ func (e *Executor) leaseOne(ctx context.Context, m db.PoolMachineByTokenRow, pha
 		return &LeasedTask{Env: env, HeartbeatMS: heartbeatEvery(pcfg.TaskTimeout).Milliseconds()}, nil
 	}
 	return nil, nil
+}
+
+// byPriority tells whether a pool machine's next lease, after the leased
+// it had, goes to the batches of the highest priority first: all but one
+// in every 100/share (the minimum share of lower priorities, which that
+// one serves in turn with the others).
+func byPriority(leased int32, share int) bool {
+	every := int32(100 / min(max(share, 1), 100))
+	return every > 1 && (leased+1)%every != 0
 }
 
 // HeartbeatAnswer is the answer to a heartbeat: until when the lease

@@ -93,6 +93,15 @@ func (w *ScaleWorker) Work(ctx context.Context, job *river.Job[ScaleArgs]) error
 	if want <= 0 {
 		return river.JobSnooze(scaleEvery)
 	}
+	// A batch of higher priority waiting for machines of the app goes
+	// first: a batch's pool launches at most one, its minimum share.
+	yielded, err := w.givesWay(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if yielded {
+		want = 1
+	}
 	// The spend bounds first, so that a held launch takes no token.
 	bounds, err := e.fleet.Take(ctx, int(want))
 	if err != nil {
@@ -135,10 +144,28 @@ func (w *ScaleWorker) Work(ctx context.Context, job *river.Job[ScaleArgs]) error
 			}
 		}
 	}
-	if granted < int(want) {
+	switch {
+	case yielded && granted > 0:
+		return river.JobSnooze(max(scaleEvery, machine.YieldWait(e.machines.LaunchLimit(), e.deps.Settings.Priorities.Share)))
+	case granted < int(want):
 		return river.JobSnooze(max(wait, 50*time.Millisecond))
 	}
 	return river.JobSnooze(scaleEvery)
+}
+
+// givesWay tells whether a batch's pool leaves its launches to a batch of
+// higher priority waiting for machines of its app (see
+// executor/machine/precedence.go). A shared pool never does: its leases
+// serve the highest priorities first.
+func (w *ScaleWorker) givesWay(ctx context.Context, pool db.Pool) (bool, error) {
+	if pool.BatchID == nil {
+		return false, nil
+	}
+	batch, err := w.e.deps.JobBatch(ctx, *pool.BatchID)
+	if err != nil {
+		return false, err
+	}
+	return w.e.machines.Outranked(ctx, db.New(w.e.deps.Pool), batch.ID, batch.Priority, pool.App)
 }
 
 // dropSilent takes the pool's machines unheard of for too long for lost

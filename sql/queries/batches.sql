@@ -50,8 +50,8 @@ WHERE id = @id;
 -- BatchInsert inserts a new batch; on a repeat of the same id it inserts
 -- nothing and returns no row, which is how intake stays idempotent.
 -- name: BatchInsert :one
-INSERT INTO batches (id, uploader, queue_message)
-VALUES (@id, @uploader, @queue_message)
+INSERT INTO batches (id, uploader, queue_message, priority)
+VALUES (@id, @uploader, @queue_message, @priority)
 ON CONFLICT (id) DO NOTHING
 RETURNING *;
 
@@ -69,7 +69,7 @@ RETURNING (extract(epoch FROM clock_timestamp() - launch_outage_since) * 1000)::
 -- newer) never shift the pages that follow. Served by the indexes on
 -- (started_at, id), (status, started_at) and (uploader, started_at).
 -- name: BatchList :many
-SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status, pruned_counts,
+SELECT id, status, phase, uploader, error, started_at, updated_at, completed_at, ingest_status, pruned_counts, priority,
     coalesce((queue_message->>'total_files')::bigint, 0)::bigint AS total_files,
     coalesce((queue_message->>'total_bytes')::bigint, 0)::bigint AS total_bytes
 FROM batches
@@ -130,6 +130,21 @@ SELECT pg_advisory_xact_lock(batch_lock_key(@id::text));
 -- name: BatchLockSharedMany :exec
 SELECT pg_advisory_xact_lock_shared(batch_lock_key(id))
 FROM (SELECT DISTINCT unnest(@ids::text[]) AS id ORDER BY 1) b;
+
+-- BatchOutranked tells whether a batch of higher priority than priority,
+-- other than batch_id, waits for machines: it is in one of phases (those
+-- whose machines are of one app) with tasks of it pending, and no pause
+-- holds its work. The launchers of a batch so outranked leave the
+-- launches to it (executor/machine/precedence.go). batches_status_idx
+-- finds the batches in phases.
+-- name: BatchOutranked :one
+SELECT EXISTS (
+    SELECT 1 FROM batches b
+    JOIN task_counts c ON c.batch_id = b.id AND c.phase = b.status AND c.status = 'pending' AND c.n > 0
+    WHERE b.status = ANY(@phases::text[]) AND b.priority > @priority::smallint AND b.id <> @batch_id::text
+        AND NOT EXISTS (SELECT 1 FROM pauses ps
+            WHERE ps.scope = 'global' OR (ps.scope = 'phase' AND ps.target = b.status) OR (ps.scope = 'batch' AND ps.target = b.id))
+)::bool AS outranked;
 
 -- BatchPhaseRetry counts one more phase-level failure and returns the count.
 -- name: BatchPhaseRetry :one

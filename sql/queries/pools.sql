@@ -1,15 +1,17 @@
--- PoolBatches lists the batches a pool leases from, fairest first: the
--- batches in the pool's phase with pending tasks of it (only the pool's
--- own batch for a batch pool, batch_id), those with the fewest tasks
--- leased (processing) first, then the oldest. A shared pool so serves its
--- batches in turn: a large batch does not starve a small one.
+-- PoolBatches lists the batches a pool leases from, first served first:
+-- the batches in the pool's phase with pending tasks of it (only the
+-- pool's own batch for a batch pool, batch_id); with by_priority, those
+-- of the highest priority first; then those with the fewest tasks leased
+-- (processing), then the oldest. A shared pool so serves batches of one
+-- priority in turn (a large batch does not starve a small one), and a
+-- lease without by_priority (the minimum share) serves the lower ones.
 -- name: PoolBatches :many
 SELECT b.id, coalesce(p.n, 0)::bigint AS processing
 FROM batches b
 JOIN task_counts c ON c.batch_id = b.id AND c.phase = @phase::text AND c.status = 'pending' AND c.n > 0
 LEFT JOIN task_counts p ON p.batch_id = b.id AND p.phase = @phase::text AND p.status = 'processing'
 WHERE b.status = @phase::text AND (sqlc.narg('batch_id')::text IS NULL OR b.id = sqlc.narg('batch_id')::text)
-ORDER BY processing, b.started_at, b.id
+ORDER BY CASE WHEN @by_priority::bool THEN b.priority ELSE 0 END DESC, processing, b.started_at, b.id
 LIMIT @max;
 
 -- PoolClose closes a pool (by its id), or the pools of a batch (by
@@ -96,7 +98,7 @@ WHERE id = @id;
 -- PoolMachineByToken is the live pool machine whose credential hashes to
 -- token_hash, with its pool.
 -- name: PoolMachineByToken :one
-SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, p.phase, p.batch_id, p.closed_at
+SELECT m.id, m.pool_id, m.app, m.machine_id, m.busy_since, m.tasks, p.phase, p.batch_id, p.closed_at
 FROM pool_machines m JOIN pools p ON p.id = m.pool_id
 WHERE m.token_hash = @token_hash AND m.ended_at IS NULL;
 

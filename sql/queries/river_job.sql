@@ -14,3 +14,14 @@ SELECT p.batch_id, p.phase, EXISTS (
       AND j.kind = 'phase_check' AND j.args @> jsonb_build_object('batch_id', p.batch_id, 'phase', p.phase)
 ) AS pending
 FROM (SELECT DISTINCT unnest(@batch_ids::text[])::text AS batch_id, unnest(@phases::text[])::text AS phase) p;
+
+-- RiverJobAge raises by one level (to at most River's first, 1) the
+-- priority of every job that has been due for longer than after_seconds
+-- without being worked: the aging rule (PRIORITY_AGING) that keeps jobs of
+-- low-priority batches from waiting for ever behind higher ones. Run once
+-- per PRIORITY_AGING, a job so climbs a level for each period it waits.
+-- Served by River's index on (state, queue, priority, scheduled_at, id).
+-- name: RiverJobAge :execrows
+UPDATE river_job SET priority = priority - 1
+WHERE state = 'available' AND priority > 1
+    AND scheduled_at < clock_timestamp() - make_interval(secs => @after_seconds::float8);

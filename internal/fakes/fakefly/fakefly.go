@@ -81,7 +81,8 @@ type Options struct {
 	// RetryAfter is the Retry-After header sent with 429 answers injected by
 	// Fail (default 1s; negative sends none).
 	RetryAfter time.Duration
-	// Workers is how many callbacks are posted concurrently (default 32).
+	// Workers is how many callbacks are posted concurrently (default 32),
+	// taken in turn across batches (callbackQueue).
 	Workers int
 	// DetailLimit is how many launches and callbacks keep their Env, Config,
 	// Metadata and Body; later records keep everything else, so counts and order stay
@@ -247,7 +248,7 @@ type Server struct {
 	destroyFailLeft int
 	seq             uint64
 	idBase          uint64
-	queue           []*job
+	queue           callbackQueue
 	faults          faults // faults.go
 	// creates is each app's bucket of machine creations (CreateRate).
 	creates map[string]*createBucket
@@ -883,7 +884,7 @@ func (s *Server) schedule(j *job, delay time.Duration) {
 	s.counts.CallbacksPending++
 	if delay <= 0 {
 		j.queued = time.Now()
-		s.queue = append(s.queue, j)
+		s.queue.push(j)
 		s.cond.Signal()
 		return
 	}
@@ -894,7 +895,7 @@ func (s *Server) schedule(j *job, delay time.Duration) {
 			return
 		}
 		j.queued = time.Now()
-		s.queue = append(s.queue, j)
+		s.queue.push(j)
 		s.cond.Signal()
 	})
 }
@@ -903,22 +904,58 @@ func (s *Server) worker() {
 	defer s.wg.Done()
 	for {
 		s.mu.Lock()
-		for len(s.queue) == 0 && !s.closed {
+		for s.queue.len() == 0 && !s.closed {
 			s.cond.Wait()
 		}
 		if s.closed {
 			s.mu.Unlock()
 			return
 		}
-		j := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		if len(s.queue) == 0 {
-			s.queue = nil // let the backing array go
-		}
+		j := s.queue.pop()
 		s.mu.Unlock()
 		s.run(j)
 	}
+}
+
+// callbackQueue holds the callbacks due, and gives them to the workers
+// in turn across batches, in order within each: on Fly each machine calls
+// back on its own, so the callbacks of one batch's machines never wait
+// behind those of another batch's thousands.
+type callbackQueue struct {
+	byBatch map[string][]*job
+	turn    []string // the batches with callbacks due, in turn
+	n       int
+}
+
+func (q *callbackQueue) len() int { return q.n }
+
+func (q *callbackQueue) push(j *job) {
+	if q.byBatch == nil {
+		q.byBatch = map[string][]*job{}
+	}
+	if len(q.byBatch[j.batchID]) == 0 {
+		q.turn = append(q.turn, j.batchID)
+	}
+	q.byBatch[j.batchID] = append(q.byBatch[j.batchID], j)
+	q.n++
+}
+
+// pop takes the next callback of the batch whose turn it is; the queue
+// must not be empty.
+func (q *callbackQueue) pop() *job {
+	batch := q.turn[0]
+	q.turn = q.turn[1:]
+	jobs := q.byBatch[batch]
+	j := jobs[0]
+	jobs[0] = nil
+	if jobs = jobs[1:]; len(jobs) == 0 {
+		delete(q.byBatch, batch) // let the backing array go
+	} else {
+		q.byBatch[batch] = jobs
+		q.turn = append(q.turn, batch)
+	}
+	q.n--
+	return j
 }
 
 // postCopies posts j's callback copies times (Behavior.Duplicate), each
