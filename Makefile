@@ -48,7 +48,7 @@ test-short: setup-test ## Run the fast tests, without -race (skips the end-to-en
 	scripts/postgres.sh temp $(GO) test -short -count=1 ./...
 
 .PHONY: bench
-bench: setup-test ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files, workers vs vips CLI, OCR by two processes against providers of 8, 50 and 200 requests/s, documents through their steps and search, pools vs a machine per task under Fly's creation limit); writes BENCHMARKS.md
+bench: setup-test ## Benchmarks (callback ingest vs pgbench, end to end at 1k/10k/100k files with a 20-file high-priority batch's latency during the largest, workers vs vips CLI, OCR by two processes against providers of 8, 50 and 200 requests/s, documents through their steps and search, pools vs a machine per task under Fly's creation limit); writes BENCHMARKS.md
 	scripts/postgres.sh bench $(GO) run ./cmd/bench -out BENCHMARKS.md
 
 .PHONY: chaos
