@@ -3,6 +3,8 @@ package client
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/arke-institute/orchestrator/cost"
 )
 
 // The batch statuses that are not phase names (Status.Status).
@@ -62,6 +64,9 @@ type Status struct {
 	Pruned *Pruning `json:"pruned,omitempty"`
 	// Paused is the pause that holds the batch's work, if one does.
 	Paused *Pause `json:"paused,omitempty"`
+	// Cost is what the batch consumed so far (machine-seconds, provider
+	// requests and tokens), per phase, with its estimated price.
+	Cost cost.Cost `json:"cost"`
 	// Raw is the document as the server sent it, to print or decode as is
 	// (with any field this client does not know).
 	Raw json.RawMessage `json:"-"`

@@ -139,28 +139,30 @@ func sampleBatch(t *testing.T, orchestrator, worker, kind string) {
 	}
 	// Submitted with -ocr: every image ref is transcribed by the local
 	// engine (tesseract), but the PDF pages that have a text layer, which
-	// are skipped.
+	// are skipped. Only the typed page has text: the others are tagged
+	// OCR:no-text and make no document.
 	const ocrDone = "ImageProcessor,OCR"
+	const noText = "ImageProcessor,OCR,OCR:no-text"
 	want := map[string]string{
-		"/scans/lzw.tif": "TiffConverter:source", "/scans/lzw.jpg.ref.json": ocrDone,
-		"/scans/jpeg-ycbcr.tif": "TiffConverter:source", "/scans/jpeg-ycbcr.jpg.ref.json": ocrDone,
-		"/scans/cmyk.tif": "TiffConverter:source", "/scans/cmyk.jpg.ref.json": ocrDone,
-		"/scans/16bit.tif": "TiffConverter:source", "/scans/16bit.jpg.ref.json": ocrDone,
+		"/scans/lzw.tif": "TiffConverter:source", "/scans/lzw.jpg.ref.json": noText,
+		"/scans/jpeg-ycbcr.tif": "TiffConverter:source", "/scans/jpeg-ycbcr.jpg.ref.json": noText,
+		"/scans/cmyk.tif": "TiffConverter:source", "/scans/cmyk.jpg.ref.json": noText,
+		"/scans/16bit.tif": "TiffConverter:source", "/scans/16bit.jpg.ref.json": noText,
 		"/scans/multipage.tif":               "TiffConverter:source",
-		"/scans/multipage-p1.jpg.ref.json":   ocrDone,
-		"/scans/multipage-p2.jpg.ref.json":   ocrDone,
-		"/scans/multipage-p3.jpg.ref.json":   ocrDone,
+		"/scans/multipage-p1.jpg.ref.json":   noText,
+		"/scans/multipage-p2.jpg.ref.json":   noText,
+		"/scans/multipage-p3.jpg.ref.json":   noText,
 		"/scans/typed-page.tif":              "TiffConverter:source",
 		"/scans/typed-page.jpg.ref.json":     ocrDone,
-		"/photos/photo.jpg.ref.json":         ocrDone,
-		"/photos/graphic.png.ref.json":       ocrDone,
+		"/photos/photo.jpg.ref.json":         noText,
+		"/photos/graphic.png.ref.json":       noText,
 		"/documents/letter.pdf":              "PdfPages:source",
 		"/documents/letter-p1.jpg.ref.json":  "ImageProcessor", // skipped: the page has a text layer
 		"/documents/letter-p1.txt":           "PdfPages:text",
 		"/documents/minutes.pdf":             "PdfPages:source",
 		"/documents/minutes-p1.jpg.ref.json": "ImageProcessor",
 		"/documents/minutes-p1.txt":          "PdfPages:text",
-		"/documents/minutes-p2.jpg.ref.json": ocrDone, // a scan: no text layer
+		"/documents/minutes-p2.jpg.ref.json": noText, // a scan: no text layer, and none OCR found
 		"/documents/minutes-p3.jpg.ref.json": "ImageProcessor",
 		"/documents/minutes-p3.txt":          "PdfPages:text",
 		"/metadata/record.json":              "",
@@ -171,7 +173,8 @@ func sampleBatch(t *testing.T, orchestrator, worker, kind string) {
 
 	// Submitted with -describe: DOCUMENT_INDEXING made a document of each
 	// PDF (its pages' text, a scanned page's OCR text) and of each other
-	// OCR'd ref; the page text files are part of their PDF's document.
+	// OCR'd ref with text; the page text files are part of their PDF's
+	// document.
 	wantIndexed := []string{"/documents/letter.pdf", "/documents/minutes.pdf"}
 	for lp, tags := range want {
 		if tags == ocrDone && !strings.HasPrefix(lp, "/documents/") {
@@ -223,10 +226,11 @@ func sampleBatch(t *testing.T, orchestrator, worker, kind string) {
 		require.Equal(t, strings.TrimSuffix(filepath.Base(refPath[key]), ".ref.json"), ref.Filename)
 		// A transcribed ref is a new object beside the image phase's, with
 		// the text; a skipped one is the image phase's own.
-		transcribed := strings.HasSuffix(got[refPath[key]], ",OCR")
+		transcribed := got[refPath[key]] == ocrDone || got[refPath[key]] == noText
 		require.Equal(t, transcribed, strings.HasSuffix(key, ".ocr.ref.json"), key)
 		require.Equal(t, transcribed, ref.OCR != nil, key)
 		if transcribed {
+			require.Equal(t, got[refPath[key]] == noText, ref.OCR.Text == "", "%s: tagged %s, text %q", key, got[refPath[key]], ref.OCR.Text)
 			require.Equal(t, "tesseract", ref.OCR.Provider, key)
 			require.Contains(t, ref.OCR.Model, "tesseract", key)
 		}
