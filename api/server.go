@@ -23,8 +23,8 @@ import (
 
 	"github.com/arke-institute/orchestrator/api/ui"
 	"github.com/arke-institute/orchestrator/batches"
-	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/blob"
+	"github.com/arke-institute/orchestrator/cost"
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/docindex"
 	"github.com/arke-institute/orchestrator/eventhub"
