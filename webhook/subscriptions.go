@@ -107,7 +107,8 @@ func (s *Service) Create(ctx context.Context, n NewSubscription) (Subscription, 
 	}
 	sub := subscriptionOf(row)
 	sub.Secret = secret.String()
-	s.logger.Info("webhook subscription created", "subscription_id", id, "url", sub.URL, "event_types", sub.EventTypes)
+	// The host alone: a receiver's path or query may be its own secret.
+	s.logger.Info("webhook subscription created", "subscription_id", id, "host", u.Host, "event_types", sub.EventTypes)
 	return sub, nil
 }
 
