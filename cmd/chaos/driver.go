@@ -198,8 +198,10 @@ type world struct {
 	tmp  string
 	bin  string // bin/orchestrator, built for this run
 	// release is the previous release's orchestrator, built from
-	// releaseSHA, for the rolling upgrade test (-upgrade).
+	// releaseSHA, for the rolling upgrade test (-upgrade), whose workers
+	// speak releaseProtocol.
 	release, releaseSHA string
+	releaseProtocol     int
 	self                string // this program, for its children
 	cluster             *pgcluster.Cluster
 	proxy               *pgProxy // the orchestrators reach Postgres through it

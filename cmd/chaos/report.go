@@ -452,8 +452,11 @@ func printTable(out io.Writer, opts options, base, res *runResult) {
 		for _, u := range res.upgrades {
 			fmt.Fprintf(out, "  %s\n", u)
 		}
-		fmt.Fprintf(out, "callbacks applied by protocol version: 1 (the release's workers) %d, %d %d\n\n",
-			res.protocols[protocol.V1], protocol.Current, res.protocols[protocol.Current])
+		fmt.Fprint(out, "callbacks applied by protocol version:")
+		for v := protocol.Oldest; v <= protocol.Current; v++ {
+			fmt.Fprintf(out, " %d: %d", v, res.protocols[v])
+		}
+		fmt.Fprint(out, "\n\n")
 		printFigures(out, base, res)
 		return
 	}

@@ -660,7 +660,7 @@ func (l *loadRun) collect(ctx context.Context) error {
 	}
 	l.res.evaluate(snap, report, l.w.ingest, l.ids)
 	if l.upgrade {
-		l.res.evaluateProtocols(report)
+		l.res.evaluateProtocols(report, l.w.releaseProtocol)
 	}
 	describe := map[string]string{}
 	for id, sub := range l.batches {

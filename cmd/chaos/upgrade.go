@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,9 @@ func (w *world) buildRelease(ctx context.Context) error {
 		return fmt.Errorf("the release to upgrade from, %q, is no commit of this clone (a shallow clone? git fetch --unshallow): %w", w.opts.upgradeFrom, err)
 	}
 	w.releaseSHA = strings.TrimSpace(string(out))
+	if w.releaseProtocol, err = releaseProtocolOf(ctx, w.releaseSHA); err != nil {
+		return err
+	}
 	dir := filepath.Join(w.tmp, "release-"+w.releaseSHA[:12])
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -243,16 +247,33 @@ func newestMigration() (int64, error) {
 	return newest, nil
 }
 
-// evaluateProtocols checks that the callbacks of workers of both protocol
-// versions were applied: the release's (1, no version) and this one's.
-func (r *runResult) evaluateProtocols(report fakefly.Report) {
+// evaluateProtocols checks that the callbacks of workers of the release's
+// protocol version (release) and of this one's were applied: both, when
+// they differ.
+func (r *runResult) evaluateProtocols(report fakefly.Report, release int) {
 	applied := map[int]int{}
 	for _, c := range report.Callbacks {
 		if c.Status == 200 {
 			applied[c.Protocol]++
 		}
 	}
-	r.check("callbacks of both protocol versions applied", applied[protocol.V1] > 0 && applied[protocol.Current] > 0,
-		fmt.Sprintf("version 1: %d, version %d: %d", applied[protocol.V1], protocol.Current, applied[protocol.Current]))
+	r.check(fmt.Sprintf("callbacks of the release's protocol version (%d) and this one's (%d) applied", release, protocol.Current),
+		applied[release] > 0 && applied[protocol.Current] > 0,
+		fmt.Sprintf("version %d: %d, version %d: %d", release, applied[release], protocol.Current, applied[protocol.Current]))
 	r.protocols = applied
+}
+
+// releaseProtocolOf is the worker protocol version the release at sha
+// speaks: its worker/protocol package's Current, or V1 for a release
+// from before the protocol had versions.
+func releaseProtocolOf(ctx context.Context, sha string) (int, error) {
+	src, err := exec.CommandContext(ctx, "git", "show", sha+":worker/protocol/protocol.go").Output()
+	if err != nil {
+		return protocol.V1, nil //nolint:nilerr // no such file: the release predates versions
+	}
+	m := regexp.MustCompile(`(?m)^\s*Current\s*=\s*V([0-9]+)\s*$`).FindSubmatch(src)
+	if m == nil {
+		return 0, fmt.Errorf("reading the worker protocol version of release %s: no Current = V<n> in worker/protocol/protocol.go", sha)
+	}
+	return strconv.Atoi(string(m[1]))
 }
