@@ -88,6 +88,7 @@ func main() {
 	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
 	orchBin := flag.String("orchestrator", "", "e2e and ocr: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns in e2e (an A/B comparison), and ocr runs the first")
 	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof; documents: one of the bench process during the steps, documents-cpu.pprof")
+	ingestEnv := flag.String("ingest-env", "", "ingest: extra orchestrator settings, KEY=VALUE,... (override the bench's), e.g. CALLBACK_COMMITTERS=2")
 	e2eEnv := flag.String("e2e-env", "", "e2e: extra orchestrator settings, KEY=VALUE,... (override the bench's)")
 	workerRuns := flag.Int("worker-runs", 5, "workers: timed runs per operation and side")
 	ocrCapacities := flag.String("ocr-capacities", "8,50,200", "ocr: the fake provider's capacities C, requests/s, comma-separated: a run each")
@@ -156,6 +157,10 @@ func main() {
 	}
 	var err error
 	if r.e2eOpts.settings, err = parseSettings("-e2e-env", *e2eEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if r.ingestSettings, err = parseSettings("-ingest-env", *ingestEnv); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -246,6 +251,8 @@ type results struct {
 	pairs     int
 	baselines []float64   // pgbench TPS, one a run
 	ingests   []ingestRun // one a run; run i follows baseline i
+	// ingestSettings override the ingest's settings (-ingest-env).
+	ingestSettings map[string]string
 
 	e2eOpts e2eOptions
 	e2e     []e2eSize
@@ -352,7 +359,7 @@ func run(ctx context.Context, base string, r *results) error {
 			if dir := r.e2eOpts.profileDir; dir != "" {
 				profile = filepath.Join(dir, fmt.Sprintf("ingest-cpu-%d.pprof", i+1))
 			}
-			run, err := callbackIngest(ctx, admin, base, r.tasks, r.conns, profile)
+			run, err := callbackIngest(ctx, admin, base, r.tasks, r.conns, profile, r.ingestSettings)
 			if err != nil {
 				return fmt.Errorf("callback ingest: %w", err)
 			}
@@ -460,7 +467,7 @@ func pgbenchBaseline(ctx context.Context, admin *pgx.Conn, base string, seconds 
 // posts all their callbacks through the real HTTP API over conns
 // connections, with the real River workers running. With profile set, it
 // writes a CPU profile of the load there.
-func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, conns int, profile string) (ingestRun, error) {
+func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, conns int, profile string, extra map[string]string) (ingestRun, error) {
 	var run ingestRun
 	dbURL, err := freshDatabase(ctx, admin, base, "bench_ingest")
 	if err != nil {
@@ -483,6 +490,7 @@ func callbackIngest(ctx context.Context, admin *pgx.Conn, base string, tasks, co
 	settings := map[string]string{"R2_ENDPOINT": "http://127.0.0.1:1", "R2_ACCESS_KEY_ID": "x", "R2_SECRET_ACCESS_KEY": "x",
 		"FLY_LAUNCH_RATE": "100000", "FLY_LAUNCH_BURST": "100000"}
 	maps.Copy(settings, perTaskMachines())
+	maps.Copy(settings, extra)
 	cfg, err := config.Load(func(k string) (string, bool) { v, ok := settings[k]; return v, ok })
 	if err != nil {
 		return run, err
