@@ -77,3 +77,19 @@ func (q *Queries) RiverJobAge(ctx context.Context, afterSeconds float64) (int64,
 	}
 	return result.RowsAffected(), nil
 }
+
+const riverJobWakeKind = `-- name: RiverJobWakeKind :execrows
+UPDATE river_job SET scheduled_at = clock_timestamp()
+WHERE state = 'scheduled' AND kind = $1::text AND scheduled_at > clock_timestamp()
+`
+
+// RiverJobWakeKind makes the snoozed jobs of a kind due now (River's
+// scheduler then makes them available): a dispatcher idling until there
+// is work, told there may be.
+func (q *Queries) RiverJobWakeKind(ctx context.Context, kind string) (int64, error) {
+	result, err := q.db.Exec(ctx, riverJobWakeKind, kind)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

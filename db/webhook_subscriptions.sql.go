@@ -10,6 +10,19 @@ import (
 	"time"
 )
 
+const webhookSubscriptionAnyEnabled = `-- name: WebhookSubscriptionAnyEnabled :one
+SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE enabled)::boolean
+`
+
+// WebhookSubscriptionAnyEnabled tells whether any subscription is enabled:
+// without one the outbox stays empty and the dispatcher idles.
+func (q *Queries) WebhookSubscriptionAnyEnabled(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, webhookSubscriptionAnyEnabled)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const webhookSubscriptionDelete = `-- name: WebhookSubscriptionDelete :execrows
 DELETE FROM webhook_subscriptions WHERE id = $1
 `

@@ -14,7 +14,9 @@ import (
 
 // DispatchArgs is the dispatcher: one job, fleet-wide, that turns the
 // outbox's events into deliveries and comes back after DispatchInterval
-// (a snooze, which River counts as no attempt), for ever. The periodic
+// (a snooze, which River counts as no attempt), for ever. While no
+// subscription is enabled it comes back after dispatchIdle instead, and
+// enabling one wakes it (wakeDispatcher). The periodic
 // job Register returns inserts it again, within a minute, should it ever
 // be lost (cancelled, discarded); being unique, that insert does nothing
 // while it lives.
@@ -58,16 +60,44 @@ func (w *DispatchWorker) Work(ctx context.Context, _ *river.Job[DispatchArgs]) e
 		return river.JobSnooze(w.s.cfg.DispatchInterval)
 	}
 	rc := river.ClientFromContext[pgx.Tx](ctx)
-	for range dispatchRounds {
+	for round := range dispatchRounds {
 		claimed, err := w.s.Dispatch(ctx, rc)
 		if err != nil {
 			return err
+		}
+		if claimed == 0 && round == 0 {
+			// Nothing to send, and perhaps no one to send to: then only
+			// a subscription enabled since (which wakes this job) can
+			// fill the outbox.
+			enabled, err := db.New(w.s.pool).WebhookSubscriptionAnyEnabled(ctx)
+			if err != nil {
+				return err
+			}
+			if !enabled {
+				return river.JobSnooze(max(dispatchIdle, w.s.cfg.DispatchInterval))
+			}
 		}
 		if claimed < dispatchEvents {
 			return river.JobSnooze(w.s.cfg.DispatchInterval)
 		}
 	}
 	return river.JobSnooze(0)
+}
+
+// dispatchIdle is how long the dispatcher sleeps while no subscription is
+// enabled: a job run a second costs every idle fleet a few queries a
+// second. Enabling a subscription wakes it; a wake lost to a race (the
+// dispatcher deciding to idle as the subscription commits) delays the
+// first deliveries by this much at most.
+const dispatchIdle = 30 * time.Second
+
+// wakeDispatcher makes the idling dispatcher due now, after a subscription
+// was enabled. A failure only delays deliveries (by dispatchIdle at most):
+// it is logged, not returned.
+func (s *Service) wakeDispatcher(ctx context.Context) {
+	if _, err := db.New(s.pool).RiverJobWakeKind(ctx, DispatchArgs{}.Kind()); err != nil {
+		s.logger.Warn("waking the webhook dispatcher", "error", err)
+	}
 }
 
 // Dispatch claims up to dispatchEvents events of the outbox and makes

@@ -105,6 +105,7 @@ func (s *Service) Create(ctx context.Context, n NewSubscription) (Subscription, 
 	if err != nil {
 		return Subscription{}, fmt.Errorf("adding webhook subscription: %w", err)
 	}
+	s.wakeDispatcher(ctx)
 	sub := subscriptionOf(row)
 	sub.Secret = secret.String()
 	// The host alone: a receiver's path or query may be its own secret.
@@ -143,6 +144,9 @@ func (s *Service) SetEnabled(ctx context.Context, id string, enabled bool, reaso
 	row, err := db.New(s.pool).WebhookSubscriptionSetEnabled(ctx, db.WebhookSubscriptionSetEnabledParams{ID: id, Enabled: enabled, Reason: reason})
 	if err != nil {
 		return Subscription{}, db.NotFound(err, "webhook subscription "+id)
+	}
+	if enabled {
+		s.wakeDispatcher(ctx)
 	}
 	s.logger.Info("webhook subscription changed", "subscription_id", id, "enabled", enabled)
 	return subscriptionOf(row), nil

@@ -514,3 +514,36 @@ func TestDocumentEvents(t *testing.T) {
 	require.Equal(t, "docs/b.txt", types[webhook.EventDocumentFailed]["r2_key"])
 	require.Equal(t, "no such key", types[webhook.EventDocumentFailed]["error"])
 }
+
+// TestDispatcherIdlesWithoutSubscriptions: with no subscription enabled
+// the dispatcher sleeps for long, not every DispatchInterval; creating a
+// subscription (or enabling one) makes it due at once, and its events are
+// delivered.
+func TestDispatcherIdlesWithoutSubscriptions(t *testing.T) {
+	t.Parallel()
+	e := start(t, webhook.Config{})
+	// sleeping is how long the dispatcher sleeps from now, 0 if it is due
+	// (or running).
+	sleeping := func() time.Duration {
+		var secs float64
+		require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT coalesce(max(extract(epoch FROM scheduled_at - now())), 0)
+			FROM river_job WHERE kind = 'webhook_dispatch' AND state = 'scheduled' AND scheduled_at > now()`).Scan(&secs))
+		return time.Duration(secs * float64(time.Second))
+	}
+	idling := func() bool { return sleeping() > 10*time.Second } // DispatchInterval is 20 ms here
+	eventually.True(t, 20*time.Second, "the dispatcher idling", idling)
+
+	rcv := newReceiver(t)
+	sub := e.subscribe(t, rcv.URL+"/hook", "batch.done")
+	require.Zero(t, sleeping(), "creating a subscription wakes the dispatcher")
+	e.event(t, "B1", db.EventBatchDone)
+	e.delivery(t, sub.ID, webhook.StatusSucceeded)
+
+	// Disabled, the dispatcher idles again; enabled, it wakes.
+	_, err := e.svc.SetEnabled(context.Background(), sub.ID, false, "")
+	require.NoError(t, err)
+	eventually.True(t, 20*time.Second, "the dispatcher idling again", idling)
+	_, err = e.svc.SetEnabled(context.Background(), sub.ID, true, "")
+	require.NoError(t, err)
+	require.Zero(t, sleeping(), "enabling a subscription wakes the dispatcher")
+}

@@ -35,9 +35,13 @@
 //     bodies at debug level, i.e. every machine's env with R2 credentials and
 //     callback tokens. We never give fly-go a logger.
 //
-// List(ctx, app, s) sends GET /v1/apps/{app}/machines?{s} with s verbatim as
-// the raw query, so FindByTask sends ?metadata.task_id={escaped id} (the Fly
-// API's documented metadata.{key} filter) and also filters client side.
+// Lists do not go through fly-go: its List decodes the whole answer at once
+// into fly.Machine values, configs and env included, which for a batch's
+// 100,000 machines held some 250 MB (the orchestrator's peak memory, every
+// MACHINE_CHECK_INTERVAL). list sends the same GET
+// /v1/apps/{app}/machines?metadata.{key}={value} (the Fly API's documented
+// metadata filter) through the same transport and credentials, and decodes
+// the array one machine at a time, keeping only what compute.Machine holds.
 package flycompute
 
 import (
@@ -105,6 +109,16 @@ type Backend struct {
 	client  *flaps.Client
 	timeout time.Duration
 	log     *slog.Logger
+	// lists sends the lists' GETs, built by fly-go (its base URL and
+	// Authorization), through the guard transport.
+	lists listClient
+}
+
+// listClient sends the lists' requests (see the package doc).
+type listClient struct {
+	flaps     *flaps.Client
+	http      *http.Client
+	userAgent string
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -144,17 +158,19 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		logger = slog.Default()
 	}
 
+	guard := &guardTransport{base: base, next: next}
 	client, err := flaps.NewWithOptions(ctx, flaps.NewClientOpts{
 		UserAgent: userAgent,
 		Tokens:    tokens.Parse(cfg.APIToken),
-		Transport: &guardTransport{base: base, next: next},
+		Transport: guard,
 		// Logger stays nil on purpose: see the package doc.
 	})
 	if err != nil {
 		// fly-go's text names FLY_FLAPS_BASE_URL at most, never the token.
 		return nil, fmt.Errorf("flycompute: building flaps client: %w", err)
 	}
-	return &Backend{client: client, timeout: timeout, log: logger}, nil
+	lists := listClient{flaps: client, http: &http.Client{Transport: guard}, userAgent: userAgent}
+	return &Backend{client: client, timeout: timeout, log: logger, lists: lists}, nil
 }
 
 // Launch creates and starts the task's machine: auto_destroy so it disappears
@@ -222,11 +238,11 @@ func (b *Backend) ListOwned(ctx context.Context, app string) ([]compute.Machine,
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	ms, err := b.client.List(ctx, app, "")
+	ms, err := b.lists.list(ctx, app, "", func(meta map[string]string) bool { return meta[MetadataTaskID] != "" })
 	if err != nil {
 		return nil, classify(ctx, fmt.Errorf("listing the machines of %s: %w", app, err))
 	}
-	return machines(app, ms, func(m *fly.Machine) bool { return m.GetMetadataByKey(MetadataTaskID) != "" }), nil
+	return ms, nil
 }
 
 // listBy lists the app's machines whose metadata key is value, excluding
@@ -243,26 +259,73 @@ func (b *Backend) listBy(ctx context.Context, app, key, what, value string) ([]c
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	ms, err := b.client.List(ctx, app, "metadata."+key+"="+url.QueryEscape(value))
+	ms, err := b.lists.list(ctx, app, "metadata."+key+"="+url.QueryEscape(value), func(meta map[string]string) bool { return meta[key] == value })
 	if err != nil {
 		return nil, classify(ctx, fmt.Errorf("listing machines of %s %s: %w", what, value, err))
 	}
-	return machines(app, ms, func(m *fly.Machine) bool { return m.GetMetadataByKey(key) == value }), nil
+	return ms, nil
 }
 
-// machines are the listed machines that match keep and are not destroyed.
-func machines(app string, ms []*fly.Machine, keep func(*fly.Machine) bool) []compute.Machine {
+// listedMachine is what list reads of a machine in the list's answer;
+// the rest of each element (its config's image, env, guest...) is skipped
+// by the decoder unread.
+type listedMachine struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	CreatedAt string `json:"created_at"`
+	Config    struct {
+		Metadata map[string]string `json:"metadata"`
+	} `json:"config"`
+}
+
+// list sends GET /v1/apps/{app}/machines?{query} and returns the machines
+// keep accepts by their metadata, destroyed ones excluded, decoding the
+// answer one machine at a time (see the package doc). A non-2xx answer is
+// a *flaps.FlapsError, as fly-go's would be, so classify treats both alike.
+func (c listClient) list(ctx context.Context, app, query string, keep func(meta map[string]string) bool) ([]compute.Machine, error) {
+	path := "/apps/" + app + "/machines"
+	if query != "" {
+		path += "?" + query
+	}
+	req, err := c.flaps.NewRequest(ctx, http.MethodGet, path, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, &flaps.FlapsError{ResponseStatusCode: resp.StatusCode, ResponseBody: body, OriginalError: fmt.Errorf("fly machines API answered %d %s: %s", resp.StatusCode, http.StatusText(resp.StatusCode), apiMessage(body))}
+	}
+	dec := json.NewDecoder(resp.Body)
+	if tok, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("reading the machines list: %w", err)
+	} else if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, fmt.Errorf("reading the machines list: want an array, got %v", tok)
+	}
 	var out []compute.Machine
-	for _, m := range ms {
-		if m == nil || m.State == fly.MachineStateDestroyed || !keep(m) {
+	for dec.More() {
+		var m listedMachine
+		if err := dec.Decode(&m); err != nil {
+			return nil, fmt.Errorf("reading the machines list: %w", err)
+		}
+		if m.State == fly.MachineStateDestroyed || !keep(m.Config.Metadata) {
 			continue
 		}
 		// A missing or malformed attempt reads as 0: an earlier attempt.
-		attempt, _ := strconv.Atoi(m.GetMetadataByKey(MetadataAttempt))
-		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.GetMetadataByKey(MetadataTaskID),
-			BatchID: m.GetMetadataByKey(MetadataBatchID), Attempt: attempt, CreatedAt: createdAt(m)})
+		attempt, _ := strconv.Atoi(m.Config.Metadata[MetadataAttempt])
+		created, _ := time.Parse(time.RFC3339, m.CreatedAt)
+		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.Config.Metadata[MetadataTaskID],
+			BatchID: m.Config.Metadata[MetadataBatchID], Attempt: attempt, CreatedAt: created})
 	}
-	return out
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("reading the machines list: %w", err)
+	}
+	return out, nil
 }
 
 // createdAt is the machine's created_at (RFC 3339), zero if absent.

@@ -728,3 +728,38 @@ func BenchmarkLaunch(b *testing.B) {
 		})
 	}
 }
+
+// TestListAnswersThatAreNoList: a list answered with something other than
+// an array of machines, or cut short, is an error that names the list and
+// never the token; a list's server error is ambiguous, as fly-go's are.
+func TestListAnswersThatAreNoList(t *testing.T) {
+	t.Parallel()
+	for name, answer := range map[string]string{
+		"an object":  `{"machines": []}`,
+		"cut short":  `[{"id": "m1", "state": "started", "config": {"metadata": {"batch_id": "b"}}}, {"id": `,
+		"not json":   `<html>gateway</html>`,
+		"bad member": `[{"id": 7}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fake := newFake(t, hang)
+			b := newBackend(t, fake, func(c *flycompute.Config) {
+				c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+						Body: io.NopCloser(strings.NewReader(answer)), Request: r}, nil
+				})
+			})
+			_, err := b.ListByBatch(t.Context(), app, "b")
+			require.ErrorIs(t, err, compute.ErrAmbiguous)
+			require.ErrorContains(t, err, "listing machines of batch b")
+			requireClean(t, err)
+		})
+	}
+	fake := newFake(t, hang)
+	b := newBackend(t, fake)
+	fake.Fail(http.StatusInternalServerError, 1)
+	_, err := b.ListOwned(t.Context(), app)
+	require.ErrorIs(t, err, compute.ErrAmbiguous)
+	require.ErrorContains(t, err, "500")
+	requireClean(t, err)
+}

@@ -25,3 +25,10 @@ FROM (SELECT DISTINCT unnest(@batch_ids::text[])::text AS batch_id, unnest(@phas
 UPDATE river_job SET priority = priority - 1
 WHERE state = 'available' AND priority > 1
     AND scheduled_at < clock_timestamp() - make_interval(secs => @after_seconds::float8);
+
+-- RiverJobWakeKind makes the snoozed jobs of a kind due now (River's
+-- scheduler then makes them available): a dispatcher idling until there
+-- is work, told there may be.
+-- name: RiverJobWakeKind :execrows
+UPDATE river_job SET scheduled_at = clock_timestamp()
+WHERE state = 'scheduled' AND kind = @kind::text AND scheduled_at > clock_timestamp();

@@ -1,3 +1,8 @@
+-- WebhookSubscriptionAnyEnabled tells whether any subscription is enabled:
+-- without one the outbox stays empty and the dispatcher idles.
+-- name: WebhookSubscriptionAnyEnabled :one
+SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE enabled)::boolean;
+
 -- WebhookSubscriptionDelete deletes a subscription, its deliveries and
 -- their attempts.
 -- name: WebhookSubscriptionDelete :execrows
