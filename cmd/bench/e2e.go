@@ -45,7 +45,7 @@ import (
 // e2eOptions configure the end-to-end part.
 type e2eOptions struct {
 	sizes        []int  // files per batch
-	smallRuns    int    // runs of each size under 10,000 files
+	runs         int    // runs of each size (and binary)
 	orchestrator string // the binary
 	profileDir   string // "" or where to write profiles
 	// settings override e2eSettings (-e2e-env), e.g. to measure spec 000's
@@ -124,8 +124,8 @@ type e2eRun struct {
 	peakRSS int64
 	// timeline says when each step happened, from POST /batches.
 	timeline string
-	// priority is the priority probes' figures, in the run of the
-	// largest batch (priority.go).
+	// priority is the priority probes' figures, in the first run of the
+	// largest batch (priority.go); nil in every other run.
 	priority *priorityProbe
 }
 
@@ -215,19 +215,20 @@ func endToEnd(ctx context.Context, admin *pgx.Conn, base string, opts e2eOptions
 	defer env.close()
 
 	bins := strings.Split(opts.orchestrator, ",")
+	runs := max(1, opts.runs)
 	var out []e2eSize
 	for _, n := range opts.sizes {
-		runs := 1
-		if n < 10000 {
-			runs = max(1, opts.smallRuns)
-		}
+		// The priority probes ride on the first run of the largest size
+		// only: they would triple its cost in every run, and the other
+		// runs stay free of them.
+		probe := n >= 10000 && n == slices.Max(opts.sizes)
 		sizes := make([]e2eSize, len(bins))
 		for i := range runs {
 			// With several binaries (an A/B comparison), they take turns,
 			// so that both meet the same noise.
 			for j, bin := range bins {
 				fmt.Fprintf(os.Stderr, "e2e: %d files, run %d of %d, %s...\n", n, i+1, runs, bin)
-				r, err := env.runOnce(ctx, bin, n, i*len(bins)+j)
+				r, err := env.runOnce(ctx, bin, n, i*len(bins)+j, probe && i == 0)
 				if err != nil {
 					return nil, fmt.Errorf("%d files, run %d: %w", n, i+1, err)
 				}
@@ -434,8 +435,8 @@ func (r *orchestratorRun) finish(ctx context.Context, env *e2eEnv) (peakRSS int6
 }
 
 // runOnce takes one batch of n files through a fresh database and a fresh
-// orchestrator process.
-func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, error) {
+// orchestrator process; with probe, the priority probes too.
+func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int, probe bool) (e2eRun, error) {
 	r := e2eRun{files: n}
 	run, err := env.startRun(ctx, bin, fmt.Sprintf("bench_e2e_%d_%d", n, i), fmt.Sprintf("%d-%d", n, i), fakefly.Options{Behave: fakefly.Succeed}, env.opts.settings)
 	if err != nil {
@@ -448,19 +449,19 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 	if err != nil {
 		return r, err
 	}
-	// The largest batch measures the priority probes too (priority.go):
-	// one on the idle process first, one submitted halfway through.
-	var probe *priorityProbe
+	// The priority probes (priority.go): one on the idle process first,
+	// one submitted halfway through the batch.
+	var pp *priorityProbe
 	var loaded *loadedProbe
 	var onPoll func(client.Status)
-	if n >= 10000 && n == slices.Max(env.opts.sizes) {
-		probe = &priorityProbe{}
+	if probe {
+		pp = &priorityProbe{}
 		id, wall, err := env.runProbe(ctx, run)
 		if err != nil {
 			return r, fmt.Errorf("the priority probe on the idle system: %w", err)
 		}
-		probe.idle, probe.ids = wall, []string{id}
-		loaded = newLoadedProbe(env, run, probe)
+		pp.idle, pp.ids = wall, []string{id}
+		loaded = newLoadedProbe(env, run, pp)
 		onPoll = func(st client.Status) { loaded.onPoll(ctx, st) }
 	}
 	// Every TIFF is kept beside its JPEG's ref.json.
@@ -474,14 +475,14 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int) (e2eRun, e
 		if err := loaded.wait(ctx); err != nil {
 			return r, fmt.Errorf("the priority probe during the batch: %w", err)
 		}
-		r.priority = probe
+		r.priority = pp
 		fmt.Fprintf(os.Stderr, "e2e: priority probe: %s idle, %s during the %d-file batch (submitted at %.0f%% of its last phase, %d callbacks queued in the fake)\n",
-			probe.idle.Round(time.Millisecond), probe.loaded.Round(time.Millisecond), n, 100*probe.bigDone, probe.queued)
-		if err := probeTimeline(ctx, run.dbURL, probe.ids[len(probe.ids)-1]); err != nil {
+			pp.idle.Round(time.Millisecond), pp.loaded.Round(time.Millisecond), n, 100*pp.bigDone, pp.queued)
+		if err := probeTimeline(ctx, run.dbURL, pp.ids[len(pp.ids)-1]); err != nil {
 			return r, err
 		}
 		// The Machines API counted the probes' launches with the big batch's.
-		extra, err := probeTasks(ctx, run.dbURL, probe.ids)
+		extra, err := probeTasks(ctx, run.dbURL, pp.ids)
 		if err != nil {
 			return r, err
 		}
@@ -848,63 +849,89 @@ func roundAll(ds []time.Duration) []time.Duration {
 	return out
 }
 
-// e2eTable renders the end-to-end rows: per size the median wall time (a
-// single run above 1,000 files), launches per second, the phase transition
-// latencies over every run of the size, and the highest peak RSS.
 // e2eSummary is a size's figures over its runs.
 type e2eSummary struct {
-	wall        time.Duration   // median
-	transitions []time.Duration // every run's, sorted
-	peakRSS     int64           // the largest
+	runs int
+	wall time.Duration // POST -> DONE, the median of the runs'
+	// launchRate and imageRate are the medians of the runs' launches/s
+	// and image launches/s.
+	launchRate, imageRate float64
+	// transitions are every run's phase transitions, sorted: two a run.
+	transitions []time.Duration
+	// transitionP50 is their median (the mean of the two middle ones for
+	// an even count), transitionMax the longest.
+	transitionP50, transitionMax time.Duration
+	peakRSS                      int64 // the largest of the runs'
 }
 
 func (s e2eSize) summary() e2eSummary {
 	var walls, trans []time.Duration
+	var rates, imageRates []float64
 	var rss int64
 	for _, r := range s.runs {
 		walls = append(walls, r.wall)
 		trans = append(trans, r.transitions...)
+		rates = append(rates, float64(r.launches)/r.wall.Seconds())
+		if r.imageLaunchSpan > 0 {
+			imageRates = append(imageRates, float64(r.imageTasks)/r.imageLaunchSpan.Seconds())
+		}
 		rss = max(rss, r.peakRSS)
 	}
-	slices.Sort(walls)
 	slices.Sort(trans)
-	return e2eSummary{wall: walls[len(walls)/2], transitions: trans, peakRSS: rss}
+	sum := e2eSummary{runs: len(s.runs), wall: median(walls), launchRate: median(rates), imageRate: median(imageRates),
+		transitions: trans, transitionP50: median(trans), peakRSS: rss}
+	if len(trans) > 0 {
+		sum.transitionMax = trans[len(trans)-1]
+	}
+	return sum
 }
 
-// p50 is the median transition.
-func (s e2eSummary) p50() time.Duration { return s.transitions[(len(s.transitions)-1)/2] }
+// e2eWidth is the width of the end-to-end and priority rows' labels.
+const e2eWidth = 52
 
+// e2eTable renders the end-to-end rows: per size the median wall time and
+// each run's, the median launch rates, the phase transitions' median and
+// maximum over every run of the size, and the highest peak RSS.
 func e2eTable(sizes []e2eSize) string {
 	var b strings.Builder
+	row := func(label, value string) { fmt.Fprintf(&b, "%-*s %14s\n", e2eWidth, label, value) }
 	wall := map[string]time.Duration{}
 	for _, s := range sizes {
 		var launches int
-		var rate, imageRate float64
 		for _, r := range s.runs {
-			launches = r.launches
-			rate += float64(r.launches) / r.wall.Seconds() / float64(len(s.runs))
-			if r.imageLaunchSpan > 0 {
-				imageRate += float64(r.imageTasks) / r.imageLaunchSpan.Seconds() / float64(len(s.runs))
-			}
+			launches = r.launches // the same every run: one a task
 		}
 		sum := s.summary()
-		trans, rss := sum.transitions, sum.peakRSS
 		key := s.label + strconv.Itoa(s.files)
 		wall[key] = sum.wall
-		runs := ""
-		if len(s.runs) > 1 {
-			runs = fmt.Sprintf(", median of %d", len(s.runs))
+		name := fmt.Sprintf("%se2e %d files: ", s.label, s.files)
+		of := ""
+		if sum.runs > 1 {
+			of = fmt.Sprintf(" (median of %d)", sum.runs)
 		}
-		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: POST -> DONE%s", s.label, s.files, runs), wall[key].Round(time.Millisecond))
-		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("%se2e %d files: launches/s (%d / wall)", s.label, s.files, launches), rate)
-		fmt.Fprintf(&b, "%-44s %14.0f\n", fmt.Sprintf("%se2e %d files: image launches/s (claim span)", s.label, s.files), imageRate)
-		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition p50 (of %d)", s.label, s.files, len(trans)), sum.p50().Round(time.Millisecond))
-		fmt.Fprintf(&b, "%-44s %14s\n", fmt.Sprintf("%se2e %d files: transition max", s.label, s.files), trans[len(trans)-1].Round(time.Millisecond))
-		fmt.Fprintf(&b, "%-44s %11.0f MB\n", fmt.Sprintf("%se2e %d files: orchestrator peak RSS", s.label, s.files), float64(rss)/1e6)
+		row(name+"POST -> DONE"+of, sum.wall.Round(time.Millisecond).String())
+		if sum.runs > 1 {
+			for i, r := range s.runs {
+				label := fmt.Sprintf("  run %d", i+1)
+				if r.priority != nil {
+					label += " (with the priority probes)"
+				}
+				row(label, r.wall.Round(time.Millisecond).String())
+			}
+		}
+		row(fmt.Sprintf("%slaunches/s (%d / wall)", name, launches), fmt.Sprintf("%.0f", sum.launchRate))
+		row(name+"image launches/s (claim span)", fmt.Sprintf("%.0f", sum.imageRate))
+		row(fmt.Sprintf("%stransition p50 (median of %d)", name, len(sum.transitions)), sum.transitionP50.Round(time.Millisecond).String())
+		row(fmt.Sprintf("%stransition max (of %d)", name, len(sum.transitions)), sum.transitionMax.Round(time.Millisecond).String())
+		rss := name + "orchestrator peak RSS"
+		if sum.runs > 1 {
+			rss += fmt.Sprintf(" (max of %d)", sum.runs)
+		}
+		row(rss, fmt.Sprintf("%.0f MB", float64(sum.peakRSS)/1e6))
 	}
 	for _, label := range []string{"", "[A] ", "[B] ", "[C] "} {
 		if t10, t100 := wall[label+"10000"], wall[label+"100000"]; t10 > 0 && t100 > 0 {
-			fmt.Fprintf(&b, "%-44s %13.2fx\n", label+"e2e scaling t(100k)/t(10k)", float64(t100)/float64(t10))
+			fmt.Fprintf(&b, "%-*s %13.2fx\n", e2eWidth, label+"e2e scaling t(100k)/t(10k) (medians)", float64(t100)/float64(t10))
 		}
 	}
 	return b.String()
@@ -922,23 +949,29 @@ func e2eMarkdown(opts e2eOptions) string {
 		}
 	}
 	slices.Sort(keys)
-	return fmt.Sprintf(`- **End to end**: one batch of each size (%s files; 10%% TIFF, 90%% JPEG, so
-  1.1 launches per file: the TIFFs' JPEGs are processed too; sizes under 10,000
-  run %d times) through `+"`orchestrator serve`"+` as a separate process with a fresh
-  database, against the fake Fly Machines API (`+"`internal/fakes/fakefly`"+`, through the
-  real fly-go client; every machine calls back at once with a real worker's
-  success body) and a real S3 server holding the manifest; a fake ingest
-  service receives the final manifest. The bench, the fake API and Postgres
-  share the machine with the orchestrator.
+	runs := max(1, opts.runs)
+	return fmt.Sprintf(`- **End to end**: batches of each size (%s files; 10%% TIFF, 90%% JPEG, so
+  1.1 launches per file: the TIFFs' JPEGs are processed too), each size run %d
+  times (`+"`-e2e-runs`"+`), every run through `+"`orchestrator serve`"+` as a separate
+  process with a fresh database, against the fake Fly Machines API
+  (`+"`internal/fakes/fakefly`"+`, through the real fly-go client; every machine calls
+  back at once with a real worker's success body) and a real S3 server holding
+  the manifest; a fake ingest service receives the final manifest. The bench,
+  the fake API and Postgres share the machine with the orchestrator.
   - *POST -> DONE*: from just before `+"`POST /batches`"+` to the first `+"`GET /status`"+`
-    (polled every %s) that answers DONE.
+    (polled every %s) that answers DONE; the median of the size's runs, each
+    run listed below it.
   - *launches/s*: launch requests over that wall time; *image launches/s*: the
-    IMAGE_PROCESSING tasks over the span from their first to their last claim.
+    IMAGE_PROCESSING tasks over the span from their first to their last claim;
+    each the median of the runs' figures.
   - *transition*: from the last callback of a phase (max `+"`tasks.finished_at`"+`) to
     the first launch of the next (min `+"`tasks.launched_at`"+`, stamped when the
     launcher claims the task right before its launch request), or to the batch's
-    DONE (`+"`completed_at`"+`) after the last phase; two per run.
-  - *peak RSS*: the orchestrator's VmHWM from /proc at the end of the run.
+    DONE (`+"`completed_at`"+`) after the last phase; two per run, pooled over the
+    size's runs: *p50* is their median (the mean of the two middle ones for an
+    even count), *max* the longest.
+  - *peak RSS*: the orchestrator's VmHWM from /proc at the end of the run; the
+    highest of the size's runs.
   - Checked every run: the batch ends DONE; every task completed at its first
     attempt with a machine of its own; the API saw exactly one launch and one
     callback per task; ingest received the final manifest with every file.
@@ -946,5 +979,5 @@ func e2eMarkdown(opts e2eOptions) string {
     without a launch limit would: %s. BATCH_SIZE this high makes one launch
     round take every pending task, so spec 000's ALARM_DELAY between rounds
     never applies; everything else is at its default.
-`, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(opts.sizes)), ", "), "[]"), max(1, opts.smallRuns), e2ePoll, strings.Join(keys, ", "))
+`, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(opts.sizes)), ", "), "[]"), runs, e2ePoll, strings.Join(keys, ", "))
 }

@@ -13,7 +13,11 @@
 //  3. e2e: whole batches of 1,000, 10,000 and 100,000 files (10% TIFF, 90%
 //     JPEG) through `orchestrator serve` run as a separate process, against
 //     the fake Fly Machines API (calls back at once, no launch limit), a
-//     real S3 server and a fake ingest service (see e2e.go).
+//     real S3 server and a fake ingest service (see e2e.go). Each size runs
+//     -e2e-runs times (default 3): its wall time is their median, its peak
+//     RSS their maximum, and its phase transitions (two a run) are pooled
+//     for their median and maximum. The first run of the largest size also
+//     carries the priority probes (priority.go).
 //  4. workers: the workers' conversions against the vips CLI (workers.go).
 //  5. ocr: for each capacity C, a batch of image refs through the OCR
 //     phase, run by two orchestrator processes against a fake provider of
@@ -25,10 +29,12 @@
 //  8. search: search over 100,000 and 1,000,000 chunks loaded into Postgres,
 //     through `orchestrator serve` restarted on them (see search.go).
 //
-// Baseline and ingest run in alternating pairs (-pairs, default 3: baseline,
+// Baseline and ingest run in alternating pairs (-pairs, default 5: baseline,
 // ingest, baseline, ...), and the ratio reported is the median of the
 // pairs' ratios: a slow spell of the shared machine then weighs on both
-// sides of one pair, not on one side of the only one.
+// sides of one pair, not on one side of the only one. An ingest run posts
+// -tasks callbacks (default 30,000): 10,000 last about 1.5 s, over which
+// the warm-up weighs.
 //
 // -parts picks which to run (default all), e.g.
 //
@@ -80,12 +86,12 @@ var allParts = []string{"baseline", "ingest", "e2e", "workers", "ocr", "launch",
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "write the results here")
 	partsFlag := flag.String("parts", strings.Join(allParts, ","), "comma-separated parts to run: "+strings.Join(allParts, ", "))
-	tasks := flag.Int("tasks", 10000, "ingest: tasks in the callback-ingest phase")
+	tasks := flag.Int("tasks", 30000, "ingest: tasks in the callback-ingest phase, a callback each (10,000 last about 1.5 s, over which the warm-up weighs)")
 	conns := flag.Int("conns", 32, "ingest: concurrent connections of the load generator")
 	seconds := flag.Int("pgbench-seconds", 20, "baseline: duration of the pgbench baseline")
-	pairs := flag.Int("pairs", 3, "baseline and ingest: runs of each, alternating (baseline, ingest, baseline, ...); launch: rounds per backend; the figures are their medians")
+	pairs := flag.Int("pairs", 5, "baseline and ingest: runs of each, alternating (baseline, ingest, baseline, ...); launch: rounds per backend; the figures are their medians")
 	sizes := flag.String("sizes", "1000,10000,100000", "e2e: batch sizes in files")
-	smallRuns := flag.Int("small-runs", 3, "e2e: runs of each size under 10,000 files (more transitions for the p50)")
+	e2eRuns := flag.Int("e2e-runs", 3, "e2e: runs of each size (wall time: their median; peak RSS: their maximum; two phase transitions a run); the largest size's first run carries the priority probes")
 	orchBin := flag.String("orchestrator", "", "e2e and ocr: the orchestrator binary (default: go build ./cmd/orchestrator into a temp dir); several, comma-separated, take turns in e2e (an A/B comparison), and ocr runs the first")
 	profileDir := flag.String("profile", "", "e2e and ocr: write CPU, heap, allocs and mutex profiles of each orchestrator run into this directory; ingest: a CPU profile of the bench process (load generator and orchestrator) during each run's load, ingest-cpu-N.pprof; documents: one of the bench process during the steps, documents-cpu.pprof")
 	ingestEnv := flag.String("ingest-env", "", "ingest: extra orchestrator settings, KEY=VALUE,... (override the bench's), e.g. CALLBACK_COMMITTERS=2")
@@ -113,8 +119,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: BENCH_DATABASE_URL is not set; run it with `make bench`")
 		os.Exit(2)
 	}
-	if *pairs < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -pairs must be at least 1")
+	if *pairs < 1 || *e2eRuns < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -pairs and -e2e-runs must be at least 1")
 		os.Exit(2)
 	}
 	if *docCount < 1 || *docChunks < 1 || !(*docCapacity > 0) || *searchChunks < 10 || *searches < 1 {
@@ -127,7 +133,7 @@ func main() {
 		os.Exit(2)
 	}
 	r := &results{tasks: *tasks, conns: *conns, seconds: *seconds, pairs: *pairs, workerRuns: *workerRuns,
-		e2eOpts: e2eOptions{smallRuns: *smallRuns, orchestrator: *orchBin, profileDir: *profileDir},
+		e2eOpts: e2eOptions{runs: *e2eRuns, orchestrator: *orchBin, profileDir: *profileDir},
 		ocrOpts: ocrOptions{capacities: capacities, burst: *ocrBurst, seconds: *ocrSeconds, dirFiles: *ocrDirFiles, processes: *ocrProcesses}, launchTasks: *launchTasks,
 		docOpts: documentsOptions{docs: *docCount, chunks: *docChunks, capacity: *docCapacity, searchChunks: *searchChunks, searches: *searches}}
 	for _, f := range strings.Split(*poolsSizes, ",") {
@@ -857,7 +863,9 @@ Parts run: %s.
   cores with it and Postgres, as pgbench's client does with Postgres; it is a
   plain keep-alive HTTP/1.1 client per connection whose requests are built
   before the clock starts (Go's net/http client took about a third of a core at
-  this rate). Timed: from the first request to the last answer.
+  this rate). Timed: from the first request to the last answer. The phase's
+  size (`+"`-tasks`"+`) is 30,000 by default: a run of 10,000 lasts about 1.5 s, over
+  which the warm-up weighs.
 `, r.tasks, r.conns)
 	}
 	if r.pairs > 1 && (r.has("baseline") || r.has("ingest")) {
@@ -876,7 +884,11 @@ Parts run: %s.
 		fmt.Fprintf(&b, `- **Workers**: the TIFF worker's conversion and the image worker's variants on
   generated 24-megapixel inputs, against the vips command-line tools doing the
   same work on the same files; median of %d runs per side (see
-  `+"`cmd/bench/workers.go`"+` for what is timed on each side).
+  `+"`cmd/bench/workers.go`"+` for what is timed on each side). The worker's libvips
+  starts once before its runs, while every CLI command starts a process and
+  libvips; that start-up is timed alone (the same tools printing their
+  version), and the headline ratio is *worker / (vips CLI - start-up)*. The
+  ratio against the whole command, start-up included, follows it.
 `, r.workerRuns)
 	}
 	if r.has("ocr") {
@@ -896,6 +908,9 @@ Parts run: %s.
 	}
 	b.WriteString(r.targets())
 	b.WriteString(`
+Profiles' findings (where a callback's time goes, what grows with a batch) are in
+[docs/performance.md](docs/performance.md).
+
 Reproduce: ` + "`make bench`" + ` (it starts a throwaway PostgreSQL cluster with production
 durability; set BENCH_DATABASE_URL to use another server). One part alone:
 ` + "`scripts/postgres.sh bench go run ./cmd/bench -parts e2e -out /tmp/b.md`" + `
@@ -921,8 +936,9 @@ func memTotal() string {
 	return "unknown"
 }
 
-// targets sets this run's figures against issue 5's targets and the OCR
-// and documents issues' goals.
+// targets sets this run's figures against issue 33's goals for the
+// ingest, end-to-end and worker figures, and the OCR, launch, documents,
+// pools and search issues' goals.
 func (r *results) targets() string {
 	var rows []string
 	row := func(figure, target, got string, met bool) {
@@ -938,39 +954,17 @@ func (r *results) targets() string {
 		if r.pairs > 1 {
 			figure += fmt.Sprintf(" (median of %d pairs)", r.pairs)
 		}
-		row(figure, ">= 1.0x", fmt.Sprintf("%.2fx", ratio), ratio >= 1)
+		row(figure, ">= 1.2x", fmt.Sprintf("%.2fx", ratio), ratio >= 1.2)
 	}
 	if r.has("e2e") {
-		byFiles := map[int]e2eSummary{}
-		for _, s := range r.e2e {
-			if s.label == "" {
-				byFiles[s.files] = s.summary()
-			}
-		}
-		if s, ok := byFiles[10000]; ok {
-			row("10,000-file batch, end to end", "<= 10 s", s.wall.Round(time.Millisecond).String(), s.wall <= 10*time.Second)
-		}
-		t10, ok10 := byFiles[10000]
-		t100, ok100 := byFiles[100000]
-		if ok10 && ok100 {
-			scaling := float64(t100.wall) / float64(t10.wall)
-			row("scaling t(100k)/t(10k)", "<= 11", fmt.Sprintf("%.2f", scaling), scaling <= 11)
-		}
-		if ok100 {
-			row("orchestrator peak RSS at 100,000 files", "<= 200 MB", fmt.Sprintf("%.0f MB", float64(t100.peakRSS)/1e6), t100.peakRSS <= 200e6)
-		}
-		sizes := slices.Sorted(maps.Keys(byFiles))
-		for _, n := range sizes {
-			p50 := byFiles[n].p50()
-			row(fmt.Sprintf("phase transition p50, %d files", n), "<= 500 ms", p50.Round(time.Millisecond).String(), p50 <= 500*time.Millisecond)
-		}
+		e2eTargets(r.e2e, row)
 	}
 	if r.has("workers") && len(r.workers) > 0 {
 		worst := 0.0
 		for _, f := range r.workers {
-			worst = max(worst, float64(f.Ours)/float64(f.VIPS))
+			worst = max(worst, f.vsWork())
 		}
-		row("workers vs vips CLI (the worst of the three)", "<= 1.2x", fmt.Sprintf("%.2fx", worst), worst <= 1.2)
+		row("workers vs vips CLI without its start-up (worst input)", fmt.Sprintf("<= %.1fx", workerTarget), fmt.Sprintf("%.2fx", worst), worst <= workerTarget)
 	}
 	if r.has("ocr") {
 		ocrTargets(r.ocr, row)
@@ -992,6 +986,45 @@ func (r *results) targets() string {
 		return ""
 	}
 	return "\n## Against the targets\n\n| figure | target | this run | |\n| --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n"
+}
+
+// e2eTargets adds the end-to-end rows of the targets (issue 33's goals)
+// for the sizes measured (none in an A/B comparison). The transitions'
+// goals are stated for 100,000 files and held to at
+// every size.
+func e2eTargets(sizes []e2eSize, row func(figure, target, got string, met bool)) {
+	byFiles := map[int]e2eSummary{}
+	for _, s := range sizes {
+		if s.label == "" {
+			byFiles[s.files] = s.summary()
+		}
+	}
+	runs := func(s e2eSummary) string {
+		if s.runs == 1 {
+			return "one run"
+		}
+		return fmt.Sprintf("median of %d runs", s.runs)
+	}
+	t10, ok10 := byFiles[10000]
+	t100, ok100 := byFiles[100000]
+	if ok10 {
+		row(fmt.Sprintf("10,000-file batch, end to end (%s)", runs(t10)), "<= 3 s", t10.wall.Round(time.Millisecond).String(), t10.wall <= 3*time.Second)
+	}
+	if ok10 && ok100 {
+		scaling := float64(t100.wall) / float64(t10.wall)
+		row("scaling t(100k)/t(10k) (medians)", "<= 10", fmt.Sprintf("%.2f", scaling), scaling <= 10)
+	}
+	if ok100 {
+		row(fmt.Sprintf("orchestrator peak RSS at 100,000 files (max of %d runs)", t100.runs), "<= 120 MB",
+			fmt.Sprintf("%.0f MB", float64(t100.peakRSS)/1e6), t100.peakRSS <= 120e6)
+	}
+	for _, n := range slices.Sorted(maps.Keys(byFiles)) {
+		s := byFiles[n]
+		row(fmt.Sprintf("phase transition p50, %d files (median of %d)", n, len(s.transitions)), "<= 200 ms",
+			s.transitionP50.Round(time.Millisecond).String(), s.transitionP50 <= 200*time.Millisecond)
+		row(fmt.Sprintf("phase transition max, %d files (of %d)", n, len(s.transitions)), "<= 500 ms",
+			s.transitionMax.Round(time.Millisecond).String(), s.transitionMax <= 500*time.Millisecond)
+	}
 }
 
 // serveAPI serves the API of s and p on a port of its own until stop,

@@ -39,13 +39,28 @@ type workerFigure struct {
 	VIPSCmd string        // the CLI command(s) compared with, for the report
 	// VIPSStartup is the part of VIPS that is process start-up and
 	// libvips initialisation (loading its modules): the median time of
-	// the same tools, as many times, printing their version. It is not
-	// subtracted from VIPS.
+	// the same tools, as many times, printing their version.
 	VIPSStartup time.Duration
 }
 
-// workerTarget is issue 5's bound on Ours/VIPS.
-const workerTarget = 1.2
+// workerTarget is issue 33's bound on the worker against the CLI without
+// its start-up (vsWork).
+const workerTarget = 1.0
+
+// vsWork is Ours / (VIPS - VIPSStartup): the conversion against the CLI's
+// own work, since the worker's libvips starts once before the runs. It is
+// +Inf when the start-up measured as long as the whole command, which
+// leaves nothing to compare with.
+func (f workerFigure) vsWork() float64 {
+	work := f.VIPS - f.VIPSStartup
+	if work <= 0 {
+		return math.Inf(1)
+	}
+	return float64(f.Ours) / float64(work)
+}
+
+// vsCLI is Ours / VIPS, the CLI's process start-up included.
+func (f workerFigure) vsCLI() float64 { return float64(f.Ours) / float64(f.VIPS) }
 
 // The inputs are 24 megapixels: a full-frame camera's or an A4 scan's size.
 const benchWidth, benchHeight = 6000, 4000
@@ -65,13 +80,13 @@ const benchBucket = "staging"
 // those times in whole milliseconds, so up to 2 ms of transfer stays in.
 //
 // "VIPS" times the whole command, process start-up and libvips
-// initialisation included, as an operator would run it; nothing is
-// subtracted. That start-up is timed on its own too (VIPSStartup), for
-// the reader: 0.13 to 0.2 s a command on a 2-CPU machine, mostly libvips
-// loading its modules (ImageMagick, poppler, OpenSlide, HEIF). The
-// in-process side pays libvips's initialisation once, before any run,
-// although a real worker process pays it for every task too; so the
-// ratio flatters the worker by about one start-up.
+// initialisation included, as an operator would run it. That start-up is
+// timed on its own too (VIPSStartup): 0.05 to 0.2 s a command on a 2-CPU
+// machine, mostly libvips loading its modules (ImageMagick, poppler,
+// OpenSlide, HEIF). The in-process side pays libvips's initialisation
+// once, before any run, so the headline ratio sets the worker against the
+// CLI without its start-up (vsWork); the ratio against the whole command
+// (vsCLI) flatters the worker by about one start-up.
 //
 // Each side runs runs times after one untimed run that warms the page
 // cache and checks the outputs fully; the sides take turns going first,
@@ -129,7 +144,8 @@ func benchWorkersAt(ctx context.Context, runs, w, h int) ([]workerFigure, error)
 	return figs, nil
 }
 
-// workersTable renders the figures as rows of the benchmark's table.
+// workersTable renders the figures as rows of the benchmark's table: per
+// input the headline ratio, against the CLI without its start-up, first.
 func workersTable(figs []workerFigure) string {
 	var b strings.Builder
 	for _, f := range figs {
@@ -137,10 +153,8 @@ func workersTable(figs []workerFigure) string {
 		fmt.Fprintf(&b, "%-44s %14s\n", "  worker", f.Ours.Round(time.Millisecond))
 		fmt.Fprintf(&b, "%-44s %14s\n", "  vips CLI", f.VIPS.Round(time.Millisecond))
 		fmt.Fprintf(&b, "%-44s %14s\n", "  of which process start-up", f.VIPSStartup.Round(time.Millisecond))
-		fmt.Fprintf(&b, "%-44s %13.2fx\n", fmt.Sprintf("  worker / vips CLI (target <= %.1fx)", workerTarget), float64(f.Ours)/float64(f.VIPS))
-		if work := f.VIPS - f.VIPSStartup; work > 0 {
-			fmt.Fprintf(&b, "%-44s %13.2fx\n", "  worker / (vips CLI - start-up)", float64(f.Ours)/float64(work))
-		}
+		fmt.Fprintf(&b, "%-44s %13.2fx\n", "  worker / (vips CLI - start-up)", f.vsWork())
+		fmt.Fprintf(&b, "%-44s %13.2fx\n", "  worker / vips CLI, incl. its start-up", f.vsCLI())
 	}
 	return b.String()
 }
