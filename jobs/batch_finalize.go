@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,10 +81,11 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 	if err != nil {
 		return err
 	}
-	body, err := processedManifest(ctx, w.deps.Pool, id, batch.Generation, failures)
+	body, err := spoolManifest(ctx, w.deps.Pool, id, batch.Generation, failures)
 	if err != nil {
 		return err
 	}
+	defer body.Close()
 
 	target, deliverErr := w.deliver(ctx, batch, body)
 	if w.deps.Settings.WorkerURL != "" {
@@ -123,17 +126,21 @@ func (w *BatchFinalizeWorker) Work(ctx context.Context, job *river.Job[BatchFina
 // to the manifest as staging/{batch_id}/_manifest.processed.json. It returns
 // where the manifest went, with any password in WORKER_URL masked: the
 // target is logged and kept in the batch's events.
-func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body []byte) (string, error) {
+func (w *BatchFinalizeWorker) deliver(ctx context.Context, batch db.Batch, body *spooled) (string, error) {
 	if w.deps.Settings.WorkerURL == "" {
 		key := "staging/" + batch.ID + "/" + processedManifestName
-		err := w.deps.Store.Put(ctx, w.deps.Settings.StagingBucket(), key, bytes.NewReader(body), int64(len(body)), "application/json")
+		err := w.deps.Store.Put(ctx, w.deps.Settings.StagingBucket(), key, body.reader(), body.size, "application/json")
 		return "s3://" + w.deps.Settings.StagingBucket() + "/" + key, err
 	}
 	endpoint := w.deps.Settings.WorkerURL + "/api/batches/" + url.PathEscape(batch.ID) + "/enqueue-processed"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, body.reader())
 	if err != nil {
 		return "WORKER_URL", errors.New("WORKER_URL is not a valid URL") // the parser's error would repeat it
 	}
+	// A section of the file: its length is known, and a redirect or a
+	// retry of the transport reads it again from the start.
+	req.ContentLength = body.size
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
 	endpoint = req.URL.Redacted()
 	req.Header.Set("Content-Type", "application/json")
 	// One key per completion: retries of this delivery repeat it, so ingest
@@ -178,21 +185,22 @@ ORDER BY min(f.ordinal) OVER g, f.ordinal`
 // files, building the file list, the groups and the Manifest before
 // marshalling held the final manifest four times over, and made delivery
 // the process's peak memory.
-func processedManifest(ctx context.Context, conn db.DBTX, batchID string, generation int32, failures Failures) ([]byte, error) {
+func processedManifest(ctx context.Context, conn db.DBTX, buf io.Writer, batchID string, generation int32, failures Failures) error {
 	rows, err := conn.Query(ctx, finalGenerationSQL, batchID, generation)
 	if err != nil {
-		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+		return fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
 	}
 	defer rows.Close()
-	var buf bytes.Buffer
-	buf.WriteString(`{"batch_id":`)
+	// buf is a bufio.Writer, whose Flush reports a failed write: the
+	// writes' own errors can go unchecked.
+	io.WriteString(buf, `{"batch_id":`) //nolint:errcheck // see above
 	id, err := json.Marshal(batchID)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	buf.Write(id)
-	buf.WriteString(`,"manifest":`)
-	out := manifest.NewStreamWriter(&buf, batchID)
+	buf.Write(id)                       //nolint:errcheck // see above
+	io.WriteString(buf, `,"manifest":`) //nolint:errcheck // see above
+	out := manifest.NewStreamWriter(buf, batchID)
 	var (
 		dir, lastDir       string
 		cfgJSON, lastCfg   []byte
@@ -207,13 +215,13 @@ func processedManifest(ctx context.Context, conn db.DBTX, batchID string, genera
 		f, cid, docID = manifest.FileInfo{}, nil, nil
 		if err := rows.Scan(&dir, &cfgJSON, &f.R2Key, &f.LogicalPath, &f.FileName, &f.FileSize,
 			&f.ContentType, &cid, &f.PreprocessorTags, &docID, &f.DocumentTags, &groupFiles, &groupB); err != nil {
-			return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+			return fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
 		}
 		if first || dir != lastDir || !bytes.Equal(cfgJSON, lastCfg) {
 			cfg, ok := configs[string(cfgJSON)]
 			if !ok {
 				if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
-					return nil, fmt.Errorf("file %s: reading processing_config: %w", f.R2Key, err)
+					return fmt.Errorf("file %s: reading processing_config: %w", f.R2Key, err)
 				}
 				configs[string(cfgJSON)] = cfg
 			}
@@ -235,17 +243,58 @@ func processedManifest(ctx context.Context, conn db.DBTX, batchID string, genera
 		out.File(f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
+		return fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
 	}
 	if err := out.Close(); err != nil {
-		return nil, err
+		return err
 	}
-	buf.WriteString(`,"failures":`)
 	counts, err := json.Marshal(failures)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	buf.Write(counts)
-	buf.WriteString(`}`)
-	return buf.Bytes(), nil
+	_, err = fmt.Fprintf(buf, `,"failures":%s}`, counts)
+	return err
+}
+
+// spooled is a final manifest written to a temporary file, which Close
+// removes.
+type spooled struct {
+	f    *os.File
+	size int64
+}
+
+// reader reads the whole manifest, from its start, each time it is called.
+func (s *spooled) reader() io.ReadSeeker { return io.NewSectionReader(s.f, 0, s.size) }
+
+func (s *spooled) Close() error {
+	err := s.f.Close()
+	if rerr := os.Remove(s.f.Name()); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// spoolManifest writes the final manifest (processedManifest) to a
+// temporary file, from which it is sent: at 100,000 files it is some 30 MB,
+// and held in memory while sent it made delivery the process's peak
+// memory (docs/performance.md).
+func spoolManifest(ctx context.Context, conn db.DBTX, batchID string, generation int32, failures Failures) (*spooled, error) {
+	f, err := os.CreateTemp("", "manifest-*.json")
+	if err != nil {
+		return nil, fmt.Errorf("spooling the final manifest: %w", err)
+	}
+	s := &spooled{f: f}
+	w := bufio.NewWriterSize(f, 64<<10)
+	err = processedManifest(ctx, conn, w, batchID, generation, failures)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		s.size, err = f.Seek(0, io.SeekCurrent)
+	}
+	if err != nil {
+		s.Close() //nolint:errcheck // the spooling's error is the one to report
+		return nil, fmt.Errorf("spooling the final manifest: %w", err)
+	}
+	return s, nil
 }
