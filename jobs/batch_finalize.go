@@ -177,29 +177,30 @@ WHERE f.batch_id = $1 AND f.generation = $2
 WINDOW g AS (PARTITION BY f.directory_path, f.processing_config)
 ORDER BY min(f.ordinal) OVER g, f.ordinal`
 
-// processedManifest is the JSON of the ProcessedManifest for the batch's
-// final generation, with the batch's failed work by cause (failures: a
-// file whose work failed is in the manifest as it came into the phase): the BatchManifest of spec 001, files grouped by their
+// processedManifest writes to buf the JSON of the ProcessedManifest for
+// the batch's final generation, with the batch's failed work by cause
+// (failures: a file whose work failed is in the manifest as it came into
+// the phase): the BatchManifest of spec 001, files grouped by their
 // manifest directory and processing config, in list order, each with its
-// preprocessor_tags. It is streamed from the rows into the body: at 100,000
-// files, building the file list, the groups and the Manifest before
-// marshalling held the final manifest four times over, and made delivery
-// the process's peak memory.
-func processedManifest(ctx context.Context, conn db.DBTX, buf io.Writer, batchID string, generation int32, failures Failures) error {
+// preprocessor_tags. It is streamed from the rows: at 100,000 files,
+// building the file list, the groups and the Manifest before marshalling
+// held the final manifest four times over, and made delivery the process's
+// peak memory (and so, later, did the body held whole: spoolManifest).
+func processedManifest(ctx context.Context, conn db.DBTX, buf *bufio.Writer, batchID string, generation int32, failures Failures) error {
 	rows, err := conn.Query(ctx, finalGenerationSQL, batchID, generation)
 	if err != nil {
 		return fmt.Errorf("reading generation %d of batch %s: %w", generation, batchID, err)
 	}
 	defer rows.Close()
-	// buf is a bufio.Writer, whose Flush reports a failed write: the
-	// writes' own errors can go unchecked.
-	io.WriteString(buf, `{"batch_id":`) //nolint:errcheck // see above
+	// The caller's Flush reports a failed write: the writes' own errors
+	// can go unchecked.
+	buf.WriteString(`{"batch_id":`) //nolint:errcheck // see above
 	id, err := json.Marshal(batchID)
 	if err != nil {
 		return err
 	}
-	buf.Write(id)                       //nolint:errcheck // see above
-	io.WriteString(buf, `,"manifest":`) //nolint:errcheck // see above
+	buf.Write(id)                   //nolint:errcheck // see above
+	buf.WriteString(`,"manifest":`) //nolint:errcheck // see above
 	out := manifest.NewStreamWriter(buf, batchID)
 	var (
 		dir, lastDir       string
