@@ -294,7 +294,7 @@ func spoolManifest(ctx context.Context, conn db.DBTX, batchID string, generation
 		s.size, err = f.Seek(0, io.SeekCurrent)
 	}
 	if err != nil {
-		s.Close() //nolint:errcheck // the spooling's error is the one to report
+		_ = s.Close() // the spooling's error is the one to report
 		return nil, fmt.Errorf("spooling the final manifest: %w", err)
 	}
 	return s, nil
