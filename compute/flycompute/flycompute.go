@@ -211,7 +211,7 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 		"app", spec.App, "machine_id", m.ID, "machine_name", spec.Name,
 		"task_id", spec.TaskID, "batch_id", spec.BatchID, "attempt", spec.Attempt, "phase", spec.Phase, "state", m.State)
 	return compute.Machine{ID: m.ID, App: spec.App, State: m.State, TaskID: spec.TaskID, BatchID: spec.BatchID, Attempt: spec.Attempt,
-		CreatedAt: createdAt(m)}, nil
+		CreatedAt: createdAt(m.CreatedAt)}, nil
 }
 
 // FindByTask lists the app's machines carrying metadata task_id=taskID, of
@@ -318,9 +318,8 @@ func (c listClient) list(ctx context.Context, app, query string, keep func(meta 
 		}
 		// A missing or malformed attempt reads as 0: an earlier attempt.
 		attempt, _ := strconv.Atoi(m.Config.Metadata[MetadataAttempt])
-		created, _ := time.Parse(time.RFC3339, m.CreatedAt)
 		out = append(out, compute.Machine{ID: m.ID, App: app, State: m.State, TaskID: m.Config.Metadata[MetadataTaskID],
-			BatchID: m.Config.Metadata[MetadataBatchID], Attempt: attempt, CreatedAt: created})
+			BatchID: m.Config.Metadata[MetadataBatchID], Attempt: attempt, CreatedAt: createdAt(m.CreatedAt)})
 	}
 	if _, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("reading the machines list: %w", err)
@@ -328,9 +327,9 @@ func (c listClient) list(ctx context.Context, app, query string, keep func(meta 
 	return out, nil
 }
 
-// createdAt is the machine's created_at (RFC 3339), zero if absent.
-func createdAt(m *fly.Machine) time.Time {
-	t, _ := time.Parse(time.RFC3339, m.CreatedAt)
+// createdAt reads a machine's created_at (RFC 3339), zero if absent.
+func createdAt(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339, s)
 	return t
 }
 
