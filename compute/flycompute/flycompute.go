@@ -35,13 +35,26 @@
 //     bodies at debug level, i.e. every machine's env with R2 credentials and
 //     callback tokens. We never give fly-go a logger.
 //
-// Lists do not go through fly-go: its List decodes the whole answer at once
-// into fly.Machine values, configs and env included, which for a batch's
-// 100,000 machines held some 250 MB (the orchestrator's peak memory, every
-// MACHINE_CHECK_INTERVAL). list sends the same GET
-// /v1/apps/{app}/machines?metadata.{key}={value} (the Fly API's documented
-// metadata filter) through the same transport and credentials, and decodes
-// the array one machine at a time, keeping only what compute.Machine holds.
+// Launches and lists are not sent by fly-go's methods, only built by its
+// NewRequest (base URL, Authorization, the JSON of fly.LaunchMachineInput)
+// and sent through the guard transport alone (directClient):
+//
+//   - fly-go's List decodes the whole answer at once into fly.Machine
+//     values, configs and env included, which for a batch's 100,000
+//     machines held some 250 MB (the orchestrator's peak memory, every
+//     MACHINE_CHECK_INTERVAL). list sends the same GET
+//     /v1/apps/{app}/machines?metadata.{key}={value} (the Fly API's
+//     documented metadata filter) and decodes the array one machine at a
+//     time, keeping only what compute.Machine holds.
+//   - fly-go's Launch took a fifth of the orchestrator's CPU at 10,000
+//     launches (docs/performance.md): a tracing span with the token's
+//     caveats parsed, otelhttp's and rehttp's transports, and the answer's
+//     whole machine decoded, its config echoed back. launch sends the same
+//     POST /v1/apps/{app}/machines and reads the ID, state and creation
+//     time. The guard already kept rehttp from resending a POST, but for a
+//     dial error (nothing sent): send retries those itself.
+//
+// Destroys still go through fly-go's methods.
 package flycompute
 
 import (
@@ -109,13 +122,14 @@ type Backend struct {
 	client  *flaps.Client
 	timeout time.Duration
 	log     *slog.Logger
-	// lists sends the lists' GETs, built by fly-go (its base URL and
-	// Authorization), through the guard transport.
-	lists listClient
+	// direct sends launches and lists, built by fly-go (its base URL,
+	// Authorization and JSON), through the guard transport.
+	direct directClient
 }
 
-// listClient sends the lists' requests (see the package doc).
-type listClient struct {
+// directClient sends the launches' and lists' requests (see the package
+// doc).
+type directClient struct {
 	flaps     *flaps.Client
 	http      *http.Client
 	userAgent string
@@ -169,8 +183,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		// fly-go's text names FLY_FLAPS_BASE_URL at most, never the token.
 		return nil, fmt.Errorf("flycompute: building flaps client: %w", err)
 	}
-	lists := listClient{flaps: client, http: &http.Client{Transport: guard}, userAgent: userAgent}
-	return &Backend{client: client, timeout: timeout, log: logger, lists: lists}, nil
+	direct := directClient{flaps: client, http: &http.Client{Transport: guard}, userAgent: userAgent}
+	return &Backend{client: client, timeout: timeout, log: logger, direct: direct}, nil
 }
 
 // Launch creates and starts the task's machine: auto_destroy so it disappears
@@ -199,7 +213,7 @@ func (b *Backend) Launch(ctx context.Context, spec compute.MachineSpec) (compute
 	if spec.MemoryMB != 0 || spec.CPUs != 0 || spec.CPUKind != "" {
 		cfg.Guest = &fly.MachineGuest{MemoryMB: spec.MemoryMB, CPUs: spec.CPUs, CPUKind: spec.CPUKind}
 	}
-	m, err := b.client.Launch(ctx, spec.App, fly.LaunchMachineInput{
+	m, err := b.direct.launch(ctx, spec.App, fly.LaunchMachineInput{
 		Name:   spec.Name,
 		Region: spec.Region,
 		Config: cfg,
@@ -238,7 +252,7 @@ func (b *Backend) ListOwned(ctx context.Context, app string) ([]compute.Machine,
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	ms, err := b.lists.list(ctx, app, "", func(meta map[string]string) bool { return meta[MetadataTaskID] != "" })
+	ms, err := b.direct.list(ctx, app, "", func(meta map[string]string) bool { return meta[MetadataTaskID] != "" })
 	if err != nil {
 		return nil, classify(ctx, fmt.Errorf("listing the machines of %s: %w", app, err))
 	}
@@ -259,7 +273,7 @@ func (b *Backend) listBy(ctx context.Context, app, key, what, value string) ([]c
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	ms, err := b.lists.list(ctx, app, "metadata."+key+"="+url.QueryEscape(value), func(meta map[string]string) bool { return meta[key] == value })
+	ms, err := b.direct.list(ctx, app, "metadata."+key+"="+url.QueryEscape(value), func(meta map[string]string) bool { return meta[key] == value })
 	if err != nil {
 		return nil, classify(ctx, fmt.Errorf("listing machines of %s %s: %w", what, value, err))
 	}
@@ -278,29 +292,86 @@ type listedMachine struct {
 	} `json:"config"`
 }
 
+// dialRetries is how many times a request that never left (a dial
+// error) is sent again, as fly-go's transport would: nothing can have
+// taken effect.
+const dialRetries = 3
+
+// send sends method path with in as its JSON body (nil: none), built by
+// fly-go's NewRequest, through the guard transport. A request that failed
+// to dial is sent again, up to dialRetries times (100 ms, 200 ms, 400 ms
+// apart); nothing else is: the guard makes every other failure of a POST
+// ambiguous. A non-2xx answer is a *flaps.FlapsError, as fly-go's would
+// be, so classify treats both alike. The caller closes the body.
+func (c directClient) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := c.flaps.NewRequest(ctx, method, path, in, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("User-Agent", c.userAgent)
+		resp, err := c.http.Do(req)
+		if err != nil {
+			if !neverSent(err) || attempt == dialRetries {
+				return nil, err
+			}
+			select {
+			case <-time.After((100 * time.Millisecond) << attempt):
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w (after %w)", ctx.Err(), err)
+			}
+		}
+		if resp.StatusCode/100 != 2 {
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			return nil, &flaps.FlapsError{ResponseStatusCode: resp.StatusCode, ResponseBody: body, OriginalError: fmt.Errorf("fly machines API answered %d %s: %s", resp.StatusCode, http.StatusText(resp.StatusCode), apiMessage(body))}
+		}
+		return resp, nil
+	}
+}
+
+// launchedMachine is what launch reads of the API's answer to a create:
+// the rest (the machine's config, its env included, echoed back) is
+// skipped by the decoder unread.
+type launchedMachine struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	CreatedAt string `json:"created_at"`
+}
+
+// launch sends POST /v1/apps/{app}/machines, the request fly-go's Launch
+// sends (see the package doc), and reads the machine's ID, state and
+// creation time from the answer.
+func (c directClient) launch(ctx context.Context, app string, in fly.LaunchMachineInput) (launchedMachine, error) {
+	resp, err := c.send(ctx, http.MethodPost, "/apps/"+app+"/machines", in)
+	if err != nil {
+		return launchedMachine{}, err
+	}
+	defer resp.Body.Close()
+	var m launchedMachine
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return launchedMachine{}, fmt.Errorf("reading the launched machine: %w", err)
+	}
+	if m.ID == "" {
+		return launchedMachine{}, errors.New("reading the launched machine: the answer has no id")
+	}
+	return m, nil
+}
+
 // list sends GET /v1/apps/{app}/machines?{query} and returns the machines
 // keep accepts by their metadata, destroyed ones excluded, decoding the
-// answer one machine at a time (see the package doc). A non-2xx answer is
-// a *flaps.FlapsError, as fly-go's would be, so classify treats both alike.
-func (c listClient) list(ctx context.Context, app, query string, keep func(meta map[string]string) bool) ([]compute.Machine, error) {
+// answer one machine at a time (see the package doc).
+func (c directClient) list(ctx context.Context, app, query string, keep func(meta map[string]string) bool) ([]compute.Machine, error) {
 	path := "/apps/" + app + "/machines"
 	if query != "" {
 		path += "?" + query
 	}
-	req, err := c.flaps.NewRequest(ctx, http.MethodGet, path, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("User-Agent", c.userAgent)
-	resp, err := c.http.Do(req)
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, &flaps.FlapsError{ResponseStatusCode: resp.StatusCode, ResponseBody: body, OriginalError: fmt.Errorf("fly machines API answered %d %s: %s", resp.StatusCode, http.StatusText(resp.StatusCode), apiMessage(body))}
-	}
 	dec := json.NewDecoder(resp.Body)
 	if tok, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("reading the machines list: %w", err)
