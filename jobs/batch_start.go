@@ -1,11 +1,14 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +52,8 @@ func (BatchStartArgs) InsertOpts() river.InsertOpts {
 type BatchStartWorker struct {
 	Defaults[BatchStartArgs]
 	deps Deps
+	// build.ChunkFiles is how many files of generation 0 each COPY writes.
+	build BuildSizes
 }
 
 // NextRetry retries transient storage errors after 2, 4, 8 ... seconds,
@@ -121,7 +126,7 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		return fmt.Errorf("reading manifest %s: %w", key, err)
 	}
 
-	m, err := manifest.ParseManifest(data, msg, w.deps.Settings.Limits)
+	doc, err := manifest.ValidateManifest(data, msg, w.deps.Settings.Limits)
 	if err != nil {
 		var verr *manifest.ValidationError
 		if errors.As(err, &verr) {
@@ -129,12 +134,10 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 		}
 		return w.fail(ctx, job, fmt.Sprintf("invalid manifest %s: %v", key, err))
 	}
-
-	// The transaction below must not refer to m: only the flat file list
-	// should stay alive, the manifest is garbage once flattened (at 100,000
-	// files it is tens of MB).
-	totalBytes := m.TotalBytes
-	gen0 := manifestFiles(m)
+	// Generation 0 is read from the manifest's JSON a part at a time: at
+	// 100,000 files the JSON is some 20 MB, and its files decoded whole
+	// (as the manifest's, then as phases') were 30 MB more each.
+	first := w.firstPhase(doc)
 
 	var finished *db.Batch // the batch, if it had no work and is DONE
 	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
@@ -149,23 +152,113 @@ func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartA
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 			return err
 		}
-		files, err := insertGeneration(ctx, tx, id, 0, "", 0, gen0)
-		if err != nil {
-			return err
+		ptx := Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}
+		if first != nil {
+			err = enterInParts(ctx, ptx, w.deps, id, first, doc, w.build.ChunkFiles)
+		} else {
+			// Whole, for enterNextPhase: the batch is DONE at once, or
+			// its first phase cannot take a generation part by part.
+			var files []phases.File
+			if files, err = insertGeneration(ctx, tx, id, 0, "", 0, slices.Collect(manifestFiles(doc))); err == nil {
+				finished, err = enterNextPhase(ctx, ptx, w.deps, id, phases.First(), 0, files)
+			}
 		}
-		if finished, err = enterNextPhase(ctx, Tx{Tx: tx, River: river.ClientFromContext[pgx.Tx](ctx)}, w.deps, id, phases.First(), 0, files); err != nil {
+		if err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			return fmt.Errorf("completing batch_start job: %w", err)
 		}
-		log.InfoContext(ctx, "batch started", "files", len(files), "bytes", totalBytes)
+		log.InfoContext(ctx, "batch started", "files", doc.TotalFiles, "bytes", doc.TotalBytes)
 		return nil
 	})
 	if err == nil {
 		w.deps.BatchFinished(finished)
 	}
 	return err
+}
+
+// firstPhase is the phase that a batch of doc's files enters, found a
+// part of generation 0 at a time, when it and every phase before it run on
+// executors that take a generation part by part (Extender); nil otherwise,
+// or when no phase has work: enterNextPhase then decides on the whole
+// generation. Such a phase finds in a whole generation the work it finds
+// in its parts (phase_build relies on it too), so it has work in the whole
+// exactly when it has some in a part.
+func (w *BatchStartWorker) firstPhase(doc *manifest.Document) phases.Phase {
+	var candidates []phases.Phase // phases.All() starts at phases.First()
+	for _, p := range phases.All() {
+		if _, ok := w.deps.Executors.executor(p).(Extender); !ok {
+			break
+		}
+		candidates = append(candidates, p)
+	}
+	found := len(candidates)
+	for part := range parts(manifestFiles(doc), w.build.ChunkFiles) {
+		for i, p := range candidates[:found] {
+			if len(phases.Work(p, part)) > 0 {
+				found = i
+				break
+			}
+		}
+		if found == 0 {
+			break
+		}
+	}
+	if found == len(candidates) {
+		return nil
+	}
+	return candidates[found]
+}
+
+// enterInParts writes generation 0 from doc part by part (size files
+// each) and moves the batch into phase p, whose executor, an Extender, is
+// given the first part by Enter and the others by Extend, all in tx:
+// enterNextPhase's work, without the whole generation in memory at once.
+func enterInParts(ctx context.Context, tx Tx, d Deps, batchID string, p phases.Phase, doc *manifest.Document, size int) (err error) {
+	name := string(p.Spec().Name)
+	ctx, span := d.Tracer.StartBatchStep(ctx, batchID, "phase.enter", tracing.PhaseKey.String(name),
+		attribute.Int("generation", 0), attribute.Int("files", int(doc.TotalFiles)))
+	defer func() { tracing.End(span, err) }()
+	q := tx.Queries()
+	if _, err := q.BatchSetPhase(ctx, db.BatchSetPhaseParams{ID: batchID, Phase: name, Generation: 0}); err != nil {
+		return fmt.Errorf("moving batch %s to %s: %w", batchID, name, err)
+	}
+	ex := d.Executors.executor(p)
+	ext, ok := ex.(Extender)
+	if !ok {
+		return fmt.Errorf("the executor of %s cannot take a generation part by part", name)
+	}
+	at := PhaseAt{BatchID: batchID, Phase: p, Generation: 0}
+	var (
+		data     map[string]any
+		ordinal  int32
+		extended int
+	)
+	for part := range parts(manifestFiles(doc), size) {
+		stored, err := insertGeneration(ctx, tx.Tx, batchID, 0, "", ordinal, part)
+		if err != nil {
+			return err
+		}
+		if ordinal == 0 {
+			if data, err = ex.Enter(ctx, tx, at, stored); err != nil {
+				return fmt.Errorf("entering %s of batch %s: %w", name, batchID, err)
+			}
+		} else {
+			n, err := ext.Extend(ctx, tx, at, stored)
+			if err != nil {
+				return fmt.Errorf("entering %s of batch %s: %w", name, batchID, err)
+			}
+			extended += n
+		}
+		ordinal += int32(len(part))
+	}
+	// Enter counted the first part's tasks: phase.started counts them all,
+	// as when Enter is given the whole generation.
+	if n, ok := data["tasks"].(int); ok {
+		data["tasks"] = n + extended
+	}
+	return q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventPhaseStarted, Phase: name, Data: withGeneration(data, 0)})
 }
 
 // manifestTooLarge is a manifest over MANIFEST_MAX_BYTES: refused, not
@@ -196,10 +289,13 @@ func (w *BatchStartWorker) readManifest(ctx context.Context, key string) ([]byte
 	if size > limit {
 		return nil, &manifestTooLarge{key: key, size: size, max: limit, sizeIsKnown: true}
 	}
-	data, err := io.ReadAll(io.LimitReader(rc, limit+1))
-	if err != nil {
+	// Sized up front when the size is known: grown by doubling, the
+	// buffer left as much garbage again as the manifest.
+	buf := bytes.NewBuffer(make([]byte, 0, max(size, 0)+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(rc, limit+1)); err != nil {
 		return nil, err
 	}
+	data := buf.Bytes()
 	if int64(len(data)) > limit {
 		return nil, &manifestTooLarge{key: key, max: limit}
 	}
@@ -225,21 +321,39 @@ func (w *BatchStartWorker) fail(ctx context.Context, job *river.Job[BatchStartAr
 	return err
 }
 
-// manifestFiles flattens a manifest into generation 0, in manifest order.
-func manifestFiles(m manifest.Manifest) []phases.File {
-	n := 0
-	for _, d := range m.Directories {
-		n += len(d.Files)
-	}
-	out := make([]phases.File, 0, n)
-	for _, d := range m.Directories {
-		cfg := phases.ProcessingConfig{OCR: d.ProcessingConfig.OCR, Describe: d.ProcessingConfig.Describe, Pinax: d.ProcessingConfig.Pinax}
-		for _, f := range d.Files {
-			out = append(out, phases.File{
-				R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName, FileSize: f.FileSize,
-				ContentType: f.ContentType, CID: f.CID, ProcessingConfig: cfg, DirectoryPath: d.DirectoryPath,
-			})
+// manifestFiles are generation 0, in manifest order, read from doc one
+// file at a time.
+func manifestFiles(doc *manifest.Document) iter.Seq[phases.File] {
+	return func(yield func(phases.File) bool) {
+		for i, d := range doc.Directories {
+			cfg := phases.ProcessingConfig{OCR: d.ProcessingConfig.OCR, Describe: d.ProcessingConfig.Describe, Pinax: d.ProcessingConfig.Pinax}
+			for f := range doc.Files(i) {
+				if !yield(phases.File{
+					R2Key: f.R2Key, LogicalPath: f.LogicalPath, FileName: f.FileName, FileSize: f.FileSize,
+					ContentType: f.ContentType, CID: f.CID, ProcessingConfig: cfg, DirectoryPath: d.DirectoryPath,
+				}) {
+					return
+				}
+			}
 		}
 	}
-	return out
+}
+
+// parts cuts files into slices of size files (the last may be shorter),
+// each a new slice that its receiver may keep or change.
+func parts(files iter.Seq[phases.File], size int) iter.Seq[[]phases.File] {
+	return func(yield func([]phases.File) bool) {
+		part := make([]phases.File, 0, size)
+		for f := range files {
+			if part = append(part, f); len(part) == size {
+				if !yield(part) {
+					return
+				}
+				part = make([]phases.File, 0, size)
+			}
+		}
+		if len(part) > 0 {
+			yield(part)
+		}
+	}
 }

@@ -119,7 +119,8 @@ type BuildSizes struct {
 	// 2,000; negative: never chunk.
 	FirstFiles int
 	// ChunkFiles is how many files of the next generation each of
-	// phase_build's transactions writes. Default 5,000.
+	// phase_build's transactions writes, and how many of generation 0
+	// batch_start reads and writes at a time. Default 5,000.
 	ChunkFiles int
 	// MaxAttempts is how many times a build is tried before its batch
 	// fails; 0 takes PhaseBuildArgs' default (10).
@@ -162,8 +163,8 @@ func NewClient(deps Deps, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		cfg.FetchPollInterval = DefaultFetchPollInterval
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &BatchStartWorker{deps: deps})
 	build := cfg.Build.withDefaults()
+	river.AddWorker(workers, &BatchStartWorker{deps: deps, build: build})
 	river.AddWorker(workers, &PhaseCheckWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &PhaseBuildWorker{deps: deps, build: build, hooks: cfg.TestHooks})
 	river.AddWorker(workers, &TaskSweepWorker{deps: deps, listener: cfg.Listener})

@@ -26,9 +26,10 @@ type object map[string]rawRef
 // json.RawMessage would copy them. Reading a document level by level with
 // RawMessage copies it once per level, and every level is alive until the
 // next is read: a 100,000-file manifest was held four or five times over.
-// This is safe only because every rawRef is filled by json.Unmarshal of a
-// slice that is never modified and outlives the parse (the document handed
-// to decodeOne, or a rawRef of it); never decode one with a json.Decoder,
+// This is safe only because every rawRef is cut, by json.Unmarshal or the
+// scanner (scan.go), out of a slice that is never modified and outlives
+// the parse, or the Document that keeps rawRefs (the document handed to
+// decodeOne, or a rawRef of it); never decode one with a json.Decoder,
 // whose buffer is reused. Nothing parsed out of a rawRef keeps it: strings
 // and numbers are decoded into values of their own.
 type rawRef []byte
@@ -65,15 +66,30 @@ func decodeOne(data []byte, what string) (json.RawMessage, error) {
 // asObject returns raw as an object, or false when it is another kind of
 // JSON value (including null).
 func asObject(raw json.RawMessage) (object, bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return nil, false
-	}
 	var obj object
-	if err := json.Unmarshal(raw, &obj); err != nil {
+	if !decodeObject(raw, &obj) {
 		return nil, false
 	}
 	return obj, true
+}
+
+// decodeObject is asObject into *obj, emptied first (made when nil), so
+// that a reader of many objects in turn reuses one map.
+func decodeObject(raw json.RawMessage, obj *object) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return false
+	}
+	if *obj == nil {
+		*obj = object{}
+	} else {
+		clear(*obj)
+	}
+	if scanObject(raw, *obj) {
+		return true
+	}
+	clear(*obj)
+	return json.Unmarshal(raw, obj) == nil
 }
 
 // lookup returns a field's value; null counts as missing, because producers
@@ -130,8 +146,8 @@ func (p *problems) str(at string, obj object, name string) (string, bool) {
 		p.addf("%s%s is required", at, name)
 		return "", false
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+	s, ok := unquote(raw)
+	if !ok {
 		p.addf("%s%s must be a string, got %s", at, name, show(raw))
 		return "", false
 	}
@@ -146,6 +162,21 @@ func (p *problems) str(at string, obj object, name string) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// unquote decodes raw as a JSON string, as json.Unmarshal does; false
+// when it is another kind of value. A string without escapes, valid
+// UTF-8, is its bytes, found without json.Unmarshal's checks (see
+// scanObject).
+func unquote(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if body := raw[1 : len(raw)-1]; raw[len(raw)-1] == '"' && bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), true
+	}
+	var s string
+	return s, json.Unmarshal(raw, &s) == nil
 }
 
 // key checks an object key (or, with prefix, a key prefix, which ends in
@@ -185,8 +216,8 @@ func (p *problems) optStr(at string, obj object, name string) string {
 	if !ok {
 		return ""
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+	s, ok := unquote(raw)
+	if !ok {
 		p.addf("%s%s must be a string, got %s", at, name, show(raw))
 		return ""
 	}
@@ -256,8 +287,8 @@ func (p *problems) array(at string, o object, name string) ([]json.RawMessage, b
 		p.addf("%s%s is required", at, name)
 		return nil, false
 	}
-	var refs []rawRef
-	if raw[0] != '[' || json.Unmarshal(raw, &refs) != nil {
+	refs, ok := splitArray(raw)
+	if !ok {
 		p.addf("%s%s must be an array, got %s", at, name, show(raw))
 		return nil, false
 	}
@@ -266,6 +297,19 @@ func (p *problems) array(at string, o object, name string) ([]json.RawMessage, b
 		v[i] = json.RawMessage(r)
 	}
 	return v, true
+}
+
+// splitArray returns raw's elements, aliasing it, or false when raw is not
+// a JSON array.
+func splitArray(raw json.RawMessage) ([]rawRef, bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false
+	}
+	if refs, ok := scanArray(raw); ok {
+		return refs, true
+	}
+	var refs []rawRef
+	return refs, json.Unmarshal(raw, &refs) == nil
 }
 
 // optBool reads an optional boolean; missing and null read as def.

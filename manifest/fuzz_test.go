@@ -1,7 +1,10 @@
 package manifest
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -54,7 +57,7 @@ func FuzzParseManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := ParseManifest(data, msg, Limits{MaxFiles: 1000})
+		m, err := parseBoth(t, data, msg, Limits{MaxFiles: 1000})
 		requireRefusalExplained(t, err)
 		if err != nil {
 			return
@@ -65,6 +68,37 @@ func FuzzParseManifest(f *testing.F) {
 					t.Fatalf("accepted a file outside the batch's prefix: %q", file.R2Key)
 				}
 			}
+		}
+	})
+}
+
+// FuzzScan: on valid JSON, the scanner splits objects and arrays, and
+// unquote decodes strings, as json.Unmarshal does.
+func FuzzScan(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, ` { "a" : [1, {"b": "}"}] , "a\u0062": "\"" , "c":null} `, `["x", 1.5e3, true, {"y": []}]`,
+		`{"\u00e9": 1, "r2_key": "k", "r2_key": "l"}`, "{\"\xff\": 2}", `"a\"b"`, "\"\xff\"", `"\u0000"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		raw := bytes.TrimSpace(data)
+		var want object
+		wantOK := raw[0] == '{' && json.Unmarshal(raw, &want) == nil
+		var got object
+		if gotOK := decodeObject(raw, &got); gotOK != wantOK || wantOK && !reflect.DeepEqual(want, got) {
+			t.Fatalf("object %q: want %v %q, got %v %q", raw, wantOK, want, gotOK, got)
+		}
+		var wantRefs []rawRef
+		wantOK = raw[0] == '[' && json.Unmarshal(raw, &wantRefs) == nil
+		if gotRefs, gotOK := splitArray(raw); gotOK != wantOK || wantOK && !reflect.DeepEqual(wantRefs, gotRefs) {
+			t.Fatalf("array %q: want %v %q, got %v %q", raw, wantOK, wantRefs, gotOK, gotRefs)
+		}
+		var wantS string
+		wantOK = raw[0] == '"' && json.Unmarshal(raw, &wantS) == nil
+		if gotS, gotOK := unquote(raw); gotOK != wantOK || gotS != wantS {
+			t.Fatalf("string %q: want %v %q, got %v %q", raw, wantOK, wantS, gotOK, gotS)
 		}
 	})
 }

@@ -103,3 +103,36 @@ func requireMalformed(t *testing.T, err error, prefix string) {
 		t.Fatalf("want prefix %q, got %q", prefix, err.Error())
 	}
 }
+
+// parseBoth parses data with ParseManifest and with ValidateManifest, whose
+// Document's files are read back into a Manifest, and requires the same
+// result (the same error, or the same manifest) of both.
+func parseBoth(t testing.TB, data []byte, msg QueueMessage, limits Limits) (Manifest, error) {
+	t.Helper()
+	m, err := ParseManifest(data, msg, limits)
+	doc, derr := ValidateManifest(data, msg, limits)
+	if !reflect.DeepEqual(err, derr) {
+		t.Fatalf("ParseManifest and ValidateManifest disagree:\n ParseManifest: %v\nValidateManifest: %v", err, derr)
+	}
+	if derr != nil {
+		if doc != nil {
+			t.Fatalf("ValidateManifest returned a document with its error %v", derr)
+		}
+		return m, err
+	}
+	read := doc.Manifest
+	read.Directories = slices.Clone(read.Directories)
+	for i := range read.Directories {
+		if read.Directories[i].Files != nil {
+			t.Fatalf("the document holds the files of directory %d", i)
+		}
+		read.Directories[i].Files = slices.Collect(doc.Files(i))
+		if read.Directories[i].Files == nil {
+			read.Directories[i].Files = []FileInfo{}
+		}
+	}
+	if !reflect.DeepEqual(m, read) {
+		t.Fatalf("ValidateManifest's document reads differently:\nParseManifest: %#v\n document: %#v", m, read)
+	}
+	return m, err
+}

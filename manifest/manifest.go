@@ -3,10 +3,12 @@ package manifest
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"math"
 	"path"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // Manifest is the batch's file list, stored in the staging bucket at the
@@ -160,11 +162,76 @@ func HasAllowedExtension(fileName string) bool {
 // otherwise every problem found (up to 20) is returned together in a
 // *ValidationError, each naming the directory or the file's r2_key.
 func ParseManifest(data []byte, msg QueueMessage, limits Limits) (Manifest, error) {
+	v := validator{msg: msg, limits: limits.withDefaults(), keep: true}
+	return v.parse(data)
+}
+
+// Document is a valid manifest whose files stay in its JSON until they are
+// read (Files). A 100,000-file manifest is some 20 MB of JSON and more than
+// that again as FileInfos: a reader that handles a file at a time holds
+// only the JSON.
+type Document struct {
+	// Manifest is the manifest without its files: each directory's Files
+	// is nil.
+	Manifest
+	files []rawRef // each directory's "files" array, aliasing the document
+	v     validator
+}
+
+// ValidateManifest checks a manifest as ParseManifest does, with the same
+// errors, but keeps none of its files: Files decodes them again, one at a
+// time. The Document aliases data, which must not change while it is used.
+func ValidateManifest(data []byte, msg QueueMessage, limits Limits) (*Document, error) {
+	v := validator{msg: msg, limits: limits.withDefaults()}
+	m, err := v.parse(data)
+	if err != nil {
+		return nil, err
+	}
+	// Reading the files again needs no record of the keys seen: the
+	// document was checked whole.
+	return &Document{Manifest: m, files: v.files, v: validator{msg: v.msg, limits: v.limits}}, nil
+}
+
+// Files are the files of directory i, decoded one at a time into what
+// ParseManifest gives.
+func (d *Document) Files(i int) iter.Seq[FileInfo] {
+	return func(yield func(FileInfo) bool) {
+		files, ok := splitArray(json.RawMessage(d.files[i]))
+		if !ok {
+			return // not an array: ValidateManifest would have refused it
+		}
+		v := d.v
+		for j, raw := range files {
+			f, _ := v.file("", j, json.RawMessage(raw))
+			if !yield(f) {
+				return
+			}
+		}
+	}
+}
+
+// validator carries what the manifest's checks need across directories.
+type validator struct {
+	p      problems
+	msg    QueueMessage
+	limits Limits
+	seen   map[string]int // how often each r2_key has been listed; nil: not counted
+	// keep: ParseManifest's, which keeps the files; ValidateManifest's
+	// keeps each directory's files array instead (files).
+	keep  bool
+	files []rawRef
+	// fileObj is decoded into for each file in turn: a map of its own per
+	// file was most of the parse's garbage.
+	fileObj object
+}
+
+// parse validates data as a manifest.
+func (v *validator) parse(data []byte) (Manifest, error) {
 	raw, err := decodeOne(data, "manifest")
 	if err != nil {
 		return Manifest{}, err
 	}
-	v := validator{msg: msg, limits: limits.withDefaults(), seen: make(map[string]int)}
+	v.seen = make(map[string]int)
 	obj, ok := asObject(raw)
 	if !ok {
 		v.p.addf("manifest must be a JSON object, got %s", show(raw))
@@ -175,14 +242,6 @@ func ParseManifest(data []byte, msg QueueMessage, limits Limits) (Manifest, erro
 		return Manifest{}, err
 	}
 	return m, nil
-}
-
-// validator carries what the manifest's checks need across directories.
-type validator struct {
-	p      problems
-	msg    QueueMessage
-	limits Limits
-	seen   map[string]int // how often each r2_key has been listed
 }
 
 func (v *validator) manifest(obj object) Manifest {
@@ -202,11 +261,11 @@ func (v *validator) manifest(obj object) Manifest {
 	var files, size int64
 	sizeKnown := true // every file's size was readable, so size is the real sum
 	for i, raw := range dirs {
-		g, ok := v.directory(i, raw)
+		g, sum := v.directory(i, raw)
 		m.Directories = append(m.Directories, g)
-		files += int64(len(g.Files))
-		size = addSaturating(size, sumSizes(g.Files))
-		sizeKnown = sizeKnown && ok
+		files += sum.files
+		size = addSaturating(size, sum.bytes)
+		sizeKnown = sizeKnown && sum.bytesKnown
 	}
 
 	switch {
@@ -237,15 +296,27 @@ func (v *validator) manifest(obj object) Manifest {
 	return m
 }
 
-// directory validates directories[i]. It reports false when some file size
-// was unreadable, so that sums over the directory are not trusted.
-func (v *validator) directory(i int, raw json.RawMessage) (DirectoryGroup, bool) {
+// dirSum is what a directory's files add up to.
+type dirSum struct {
+	files, bytes int64
+	// bytesKnown is false when some file size was unreadable, so that
+	// bytes is not to be trusted.
+	bytesKnown bool
+}
+
+// directory validates directories[i].
+func (v *validator) directory(i int, raw json.RawMessage) (DirectoryGroup, dirSum) {
 	p := &v.p
-	g := DirectoryGroup{Files: []FileInfo{}}
+	g := DirectoryGroup{}
+	if v.keep {
+		g.Files = []FileInfo{}
+	}
+	sum := dirSum{bytesKnown: true}
 	obj, ok := asObject(raw)
 	if !ok {
 		p.addf("directories[%d] must be a JSON object, got %s", i, show(raw))
-		return g, true
+		v.files = append(v.files, nil)
+		return g, sum
 	}
 	at := fmt.Sprintf("directories[%d]: ", i)
 	if dp, ok := p.str(at, obj, "directory_path"); ok {
@@ -263,24 +334,42 @@ func (v *validator) directory(i int, raw json.RawMessage) (DirectoryGroup, bool)
 	fileCount, fileCountOK := p.count(at, obj, "file_count")
 	dirBytes, dirBytesOK := p.count(at, obj, "total_bytes")
 	files, filesOK := p.array(at, obj, "files")
+	if !v.keep {
+		v.files = append(v.files, obj["files"])
+	}
 
-	sizeKnown := true
-	g.Files = make([]FileInfo, 0, len(files)) // one array, not a series of ever larger copies
+	if v.keep {
+		g.Files = make([]FileInfo, 0, len(files)) // one array, not a series of ever larger copies
+	}
 	for j, raw := range files {
 		f, ok := v.file(at, j, raw)
-		g.Files = append(g.Files, f)
-		sizeKnown = sizeKnown && ok
+		if v.keep {
+			g.Files = append(g.Files, f)
+		}
+		sum.bytes = addSaturating(sum.bytes, f.FileSize)
+		sum.bytesKnown = sum.bytesKnown && ok
 	}
+	sum.files = int64(len(files))
 	if fileCountOK && filesOK && fileCount != int64(len(files)) {
 		p.addf("%sfile_count is %d but it lists %d files", at, fileCount, len(files))
 	}
-	if dirBytesOK && filesOK && sizeKnown {
-		if sum := sumSizes(g.Files); dirBytes != sum {
-			p.addf("%stotal_bytes is %d but its files sum to %d", at, dirBytes, sum)
-		}
+	if dirBytesOK && filesOK && sum.bytesKnown && dirBytes != sum.bytes {
+		p.addf("%stotal_bytes is %d but its files sum to %d", at, dirBytes, sum.bytes)
 	}
 	g.FileCount, g.TotalBytes = fileCount, dirBytes
-	return g, sizeKnown
+	return g, sum
+}
+
+// seenKey is key as the seen map holds it. ValidateManifest's keeps no
+// file, and copies of the keys would be most of what it holds (some 6 MB
+// at 100,000 files): its map holds the document's own bytes, raw less its
+// quotes, when they are the key (no escape in it). The map lives no longer
+// than the parse, and the document outlives the parse unchanged.
+func (v *validator) seenKey(key string, raw rawRef) string {
+	if v.keep || len(raw) != len(key)+2 || string(raw[1:len(raw)-1]) != key {
+		return key
+	}
+	return unsafe.String(&raw[1], len(key))
 }
 
 // file validates files[j] of the directory located by at. It reports false
@@ -288,18 +377,21 @@ func (v *validator) directory(i int, raw json.RawMessage) (DirectoryGroup, bool)
 func (v *validator) file(at string, j int, raw json.RawMessage) (FileInfo, bool) {
 	p := &v.p
 	var f FileInfo
-	obj, ok := asObject(raw)
-	if !ok {
+	if !decodeObject(raw, &v.fileObj) {
 		p.addf("%sfiles[%d] must be a JSON object, got %s", at, j, show(raw))
 		return f, false
 	}
+	obj := v.fileObj
 	at = fmt.Sprintf("%sfiles[%d]: ", at, j)
 	if key, ok := p.text(at, obj, "r2_key"); ok {
 		f.R2Key = key
 		at = "file " + key + ": "
-		v.seen[key]++
-		if v.seen[key] == 2 {
-			p.addf("%sr2_key is listed more than once", at)
+		if v.seen != nil {
+			k := v.seenKey(key, obj["r2_key"])
+			v.seen[k]++
+			if v.seen[k] == 2 {
+				p.addf("%sr2_key is listed more than once", at)
+			}
 		}
 		if p.key(at, "r2_key", key, false) && !strings.HasPrefix(key, v.msg.R2Prefix) {
 			p.addf("%sr2_key must start with the batch's r2_prefix %s", at, quote(v.msg.R2Prefix))

@@ -66,7 +66,7 @@ func exampleDirectories() []DirectoryGroup {
 }
 
 func TestParseManifestExample(t *testing.T) {
-	m, err := ParseManifest(readTestdata(t, "manifest.json"), exampleMessage(t), DefaultLimits())
+	m, err := parseBoth(t, readTestdata(t, "manifest.json"), exampleMessage(t), DefaultLimits())
 	requireNoError(t, err)
 	requireEqual(t, Manifest{
 		BatchID:     "01K8RNKN488RQCG3YGG72QBZS5",
@@ -183,7 +183,7 @@ func TestParseManifestAccepts(t *testing.T) {
 			if tt.msg != nil {
 				tt.msg(&msg)
 			}
-			m, err := ParseManifest(mutateJSON(t, example, tt.mutate), msg, tt.limits)
+			m, err := parseBoth(t, mutateJSON(t, example, tt.mutate), msg, tt.limits)
 			requireNoError(t, err)
 			tt.check(t, m)
 		})
@@ -466,7 +466,7 @@ func TestParseManifestRejects(t *testing.T) {
 			if tt.msg != nil {
 				tt.msg(&msg)
 			}
-			m, err := ParseManifest(mutateJSON(t, example, tt.mutate), msg, tt.limits)
+			m, err := parseBoth(t, mutateJSON(t, example, tt.mutate), msg, tt.limits)
 			ve := requireProblems(t, err, "manifest", tt.want...)
 			requireEqual(t, len(tt.want), len(ve.Problems))
 			requireEqual(t, Manifest{}, m)
@@ -502,7 +502,7 @@ func TestParseManifestCapsProblems(t *testing.T) {
 	requireNoError(t, err)
 	msg := QueueMessage{BatchID: "B", R2Prefix: prefix, TotalFiles: 30, TotalBytes: 30}
 
-	_, err = ParseManifest(data, msg, DefaultLimits())
+	_, err = parseBoth(t, data, msg, DefaultLimits())
 	ve := requireProblems(t, err, "manifest",
 		`file staging/B/tool00.exe: extension ".exe" is not allowed `+allowedList,
 		`file staging/B/tool19.exe: extension ".exe" is not allowed `+allowedList,
@@ -528,14 +528,14 @@ func TestParseManifestMalformed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseManifest([]byte(tt.data), msg, DefaultLimits())
+			_, err := parseBoth(t, []byte(tt.data), msg, DefaultLimits())
 			requireMalformed(t, err, "manifest is not valid JSON: ")
 		})
 	}
 }
 
 func TestParseManifestNotObject(t *testing.T) {
-	_, err := ParseManifest([]byte(`[]`), exampleMessage(t), DefaultLimits())
+	_, err := parseBoth(t, []byte(`[]`), exampleMessage(t), DefaultLimits())
 	_ = requireProblems(t, err, "manifest", "manifest must be a JSON object, got []")
 }
 
@@ -547,7 +547,7 @@ func TestParseManifestZeroLimitsMeanDefaults(t *testing.T) {
 	})
 	msg := exampleMessage(t)
 	msg.TotalBytes = 5370281985
-	_, err := ParseManifest(data, msg, Limits{})
+	_, err := parseBoth(t, data, msg, Limits{})
 	ve := requireProblems(t, err, "manifest",
 		"file staging/01K8RNKN488RQCG3YGG72QBZS5/images/photo1.tiff: 5368709121 bytes exceeds the per-file limit of 5368709120")
 	requireEqual(t, 1, len(ve.Problems))
@@ -560,7 +560,7 @@ func TestParseManifestSizesDoNotOverflow(t *testing.T) {
 		fileAt(m, 2, 0)["file_size"] = json.RawMessage("9223372036854775807")
 	})
 	limits := Limits{MaxFileSize: 1 << 62, MaxBatchSize: 1 << 62}
-	_, err := ParseManifest(data, exampleMessage(t), limits)
+	_, err := parseBoth(t, data, exampleMessage(t), limits)
 	_ = requireProblems(t, err, "manifest",
 		"the batch holds 9223372036854775807 bytes, which exceeds the batch limit of 4611686018427387904")
 }
@@ -719,7 +719,7 @@ func TestBuild(t *testing.T) {
 		built := Build("01K8RNKN488RQCG3YGG72QBZS5", dirs)
 		data, err := json.Marshal(built)
 		requireNoError(t, err)
-		parsed, err := ParseManifest(data, exampleMessage(t), DefaultLimits())
+		parsed, err := parseBoth(t, data, exampleMessage(t), DefaultLimits())
 		requireNoError(t, err)
 		requireEqual(t, built, parsed)
 	})

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	rpprof "runtime/pprof"
 	"strings"
 	"time"
@@ -107,6 +108,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if err := db.Migrate(ctx, pool, logger); err != nil {
 			return err
 		}
+		// goose's SQL parser pools a 4 MB buffer for each migration it
+		// reads at once, 16 MB in all. A pool's unused items go at the
+		// second collection after, which an idle process may not run for
+		// minutes: the first batch's intake then collected with them in
+		// its heap and doubled them in its goal.
+		runtime.GC()
+		debug.FreeOSMemory()
 	}
 
 	// Compute first: it resolves the worker program's path, and the local S3
