@@ -9,14 +9,43 @@ import (
 	"context"
 )
 
-const listenerBeat = `-- name: ListenerBeat :exec
-INSERT INTO listeners (process_id, seen_at) VALUES ($1, clock_timestamp())
-ON CONFLICT (process_id) DO UPDATE SET seen_at = excluded.seen_at
+const listenerAllKnow = `-- name: ListenerAllKnow :one
+SELECT NOT EXISTS (
+    SELECT 1 FROM listeners
+    WHERE seen_at > clock_timestamp() - make_interval(secs => $1::float8)
+        AND coalesce(schema_version, 0) < $2::bigint
+) AS all_know
 `
 
-// ListenerBeat records that a process is heard now.
-func (q *Queries) ListenerBeat(ctx context.Context, processID string) error {
-	_, err := q.db.Exec(ctx, listenerBeat, processID)
+type ListenerAllKnowParams struct {
+	WithinSeconds float64
+	Version       int64
+}
+
+// ListenerAllKnow reports whether every process heard within the last
+// @within_seconds knows migration @version (an older release beats
+// without one).
+func (q *Queries) ListenerAllKnow(ctx context.Context, arg ListenerAllKnowParams) (bool, error) {
+	row := q.db.QueryRow(ctx, listenerAllKnow, arg.WithinSeconds, arg.Version)
+	var all_know bool
+	err := row.Scan(&all_know)
+	return all_know, err
+}
+
+const listenerBeat = `-- name: ListenerBeat :exec
+INSERT INTO listeners (process_id, seen_at, schema_version) VALUES ($1, clock_timestamp(), $2)
+ON CONFLICT (process_id) DO UPDATE SET seen_at = excluded.seen_at, schema_version = excluded.schema_version
+`
+
+type ListenerBeatParams struct {
+	ProcessID     string
+	SchemaVersion *int64
+}
+
+// ListenerBeat records that a process is heard now, and the newest
+// migration it knows.
+func (q *Queries) ListenerBeat(ctx context.Context, arg ListenerBeatParams) error {
+	_, err := q.db.Exec(ctx, listenerBeat, arg.ProcessID, arg.SchemaVersion)
 	return err
 }
 

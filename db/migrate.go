@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -14,6 +16,27 @@ import (
 
 	sqlfiles "github.com/arke-institute/orchestrator/sql"
 )
+
+// SchemaVersion is the newest of the migrations this build embeds (the
+// number its file name starts with). Each process beats with it
+// (listeners.schema_version), so that a change older releases cannot live
+// beside waits until none of them is heard.
+var SchemaVersion = newestMigration()
+
+func newestMigration() int64 {
+	entries, err := fs.ReadDir(sqlfiles.Migrations, "migrations")
+	if err != nil {
+		panic(fmt.Sprintf("reading the embedded migrations: %v", err))
+	}
+	var newest int64
+	for _, e := range entries {
+		n, err := strconv.ParseInt(strings.SplitN(e.Name(), "_", 2)[0], 10, 64)
+		if err == nil && n > newest {
+			newest = n
+		}
+	}
+	return newest
+}
 
 // migrationLockKey serialises migrations across processes: two orchestrators
 // starting at once must not both apply the same migration.

@@ -177,6 +177,16 @@ type File struct {
 	Kept             bool
 }
 
+type GenerationAhead struct {
+	BatchID    string
+	Phase      string
+	Generation int32
+	Files      int32
+	LastInput  int32
+	Wants      []string
+	UpdatedAt  time.Time
+}
+
 type IntakeSignature struct {
 	Signature []byte
 	SeenAt    time.Time
@@ -193,8 +203,9 @@ type LaunchBound struct {
 }
 
 type Listener struct {
-	ProcessID string
-	SeenAt    time.Time
+	ProcessID     string
+	SeenAt        time.Time
+	SchemaVersion *int64
 }
 
 type Pause struct {

@@ -128,9 +128,12 @@ type Jobs struct {
 // phase's name; ID, Status and Result are expressions for the work's id
 // (text, NULL when the file had none), its status as a phases.TaskStatus
 // (only "completed" changes the file) and its result (jsonb); Order
-// orders the rows of one file, the first deciding.
+// orders the rows of one file, the first deciding. Final, if not empty,
+// is true where the file's outcome can no longer change while the batch
+// is in the phase (no work, or work completed): the next generation of
+// such files can be written before the phase ends (writeAhead).
 type Outcomes struct {
-	Join, ID, Status, Result, Order string
+	Join, ID, Status, Result, Order, Final string
 }
 
 // PhaseProgress is one phase of a batch at a glance, as its executor

@@ -24,8 +24,13 @@ import (
 // of the first stable. (A range of ordinals, not a LIMIT: with a LIMIT the
 // planner joined and sorted the whole generation first.)
 func generationSQL(o Outcomes) string {
+	final := o.Final
+	if final == "" {
+		final = "false"
+	}
 	return `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept, ` + o.ID + `, ` + o.Status + `, ` + o.Result + `
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept, ` + o.ID + `, ` + o.Status + `, ` + o.Result + `,
+	` + final + `
 FROM files f
 ` + o.Join + `
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
@@ -42,13 +47,17 @@ type transformProblem struct {
 // generationReader streams a generation with its tasks through the
 // transform of the phase that processed it, one input file at a time, in
 // list order (phases.ApplyOne). Next moves to the next input file; Outputs,
-// Ordinal and Problem describe it.
+// Ordinal and Problem describe it. With finalOnly set, it stops before the
+// first file whose outcome may still change (Outcomes.Final), and says so
+// (open).
 type generationReader struct {
-	tx      pgx.Tx
-	rows    pgx.Rows
-	p       phases.Phase
-	configs map[string]phases.ProcessingConfig
-	lastID  int64
+	tx        pgx.Tx
+	rows      pgx.Rows
+	p         phases.Phase
+	configs   map[string]phases.ProcessingConfig
+	lastID    int64
+	finalOnly bool
+	open      bool
 
 	ordinal int32
 	outs    []phases.File
@@ -87,11 +96,12 @@ func (g *generationReader) Next() bool {
 		// processing_config is read as plain bytes: into the model's
 		// json.RawMessage, pgx runs encoding/json over every one of them.
 		cfg, result []byte
+		final       bool
 	)
-	for g.err == nil && g.rows.Next() {
+	for g.err == nil && !g.open && g.rows.Next() {
 		r, taskID, status, cfg, result = db.File{}, nil, nil, nil, nil
 		if err := g.rows.Scan(&ordinal, &r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &r.Kept, &taskID, &status, &result); err != nil {
+			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &r.Kept, &taskID, &status, &result, &final); err != nil {
 			g.err = err
 			return false
 		}
@@ -100,6 +110,10 @@ func (g *generationReader) Next() bool {
 			continue // a second task for the same file: the first one decides
 		}
 		g.lastID = r.ID
+		if g.finalOnly && !final {
+			g.open = true
+			return false
+		}
 		f, err := fileFromRow(r, g.configs)
 		if err != nil {
 			g.err = err

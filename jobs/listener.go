@@ -78,7 +78,7 @@ func (l Listener) Beat(ctx context.Context) (time.Duration, error) {
 				return err
 			}
 		}
-		return q.ListenerBeat(ctx, l.ProcessID)
+		return q.ListenerBeat(ctx, db.ListenerBeatParams{ProcessID: l.ProcessID, SchemaVersion: &db.SchemaVersion})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("listener beat: %w", err)

@@ -59,6 +59,12 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 	if d, err := w.waitOut(ctx, args); err != nil {
 		return err
 	} else if d > 0 {
+		// Meanwhile, what the transition would write of the files whose
+		// work is over can be written now. A failure only loses the head
+		// start: the transition writes what was not written ahead.
+		if _, err := w.writeAhead(ctx, args); err != nil && ctx.Err() == nil {
+			w.deps.Logger.WarnContext(ctx, "writing the next generation ahead", "batch_id", args.BatchID, "phase", args.Phase, "error", err)
+		}
 		return river.JobSnooze(d)
 	}
 	var finished *db.Batch // the batch, if the transition ended it
@@ -294,17 +300,22 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// files to need work shows, and if its executor can take a generation
 	// part by part (Extender). (A later phase is next only if no file of
 	// the whole generation needs this one; the generation is then read to
-	// its end first, as a small one is.)
-	candidate, _ := phases.Get(phases.Next(p.Spec().Name))
-	if candidate != nil {
-		if _, ok := w.deps.Executors.executor(candidate).(Extender); !ok {
-			candidate = nil // e.g. chunks group the whole generation: it is read first
-		}
+	// its end first, as a small one is.) A generation written ahead (see
+	// writeAhead) is read and written from where that got to.
+	candidate := w.chunkTarget(p)
+	ahead, err := aheadOf(ctx, q, batch)
+	if err != nil {
+		return nil, err
+	}
+	after := int32(-1) // the last input ordinal written ahead
+	if ahead != nil {
+		candidate, after = nil, ahead.LastInput
 	}
 	n, err := q.FileCountByBatchGeneration(ctx, db.FileCountByBatchGenerationParams{BatchID: batch.ID, Generation: batch.Generation})
 	if err != nil {
 		return nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
 	}
+	n -= int64(after + 1)
 	upTo := int32(math.MaxInt32) // the last ordinal to read first
 	if candidate != nil && w.build.FirstFiles > 0 && n > int64(w.build.FirstFiles) {
 		upTo, n = int32(w.build.FirstFiles-1), int64(w.build.FirstFiles)
@@ -313,7 +324,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// adds its JPEG), so that the usual next generation never has to be
 	// copied into a bigger array while the old one is still alive.
 	gen := nextGeneration{from: p, outcomes: ex, batchID: batch.ID, next: make([]phases.File, 0, n+n/8)}
-	if err := gen.read(ctx, tx, batch.Generation, -1, upTo, candidate); err != nil {
+	if err := gen.read(ctx, tx, batch.Generation, after, upTo, candidate); err != nil {
 		return nil, err
 	}
 	complete := upTo == math.MaxInt32
@@ -325,9 +336,17 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	}
 	dApply := lap() // reading the generation and its outcomes, and transforming it
 
+	first := int32(0) // the ordinal of gen.next[0] in the next generation
+	if ahead != nil {
+		first = ahead.Files
+		gen.filesIn += int(ahead.LastInput) + 1
+	}
 	data := map[string]any{"tasks_completed": completed, "tasks_failed": failed}
 	if complete {
-		data["files_in"], data["files_out"] = gen.filesIn, len(gen.next)
+		data["files_in"], data["files_out"] = gen.filesIn, int(first)+len(gen.next)
+	}
+	if ahead != nil {
+		data["files_written_ahead"] = ahead.Files
 	}
 	events := append([]db.BatchEventInsertManyParams{NewEvent(batch.ID, db.EventPhaseCompleted, batch.Status, "", data)},
 		problemEvents(batch.ID, batch.Status, gen.problems)...)
@@ -336,19 +355,23 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	}
 	next := batch.Generation + 1
 	dEvents := lap()
-	stored, err := insertGeneration(ctx, tx, batch.ID, next, name, 0, gen.next)
+	stored, err := insertGeneration(ctx, tx, batch.ID, next, name, first, gen.next)
 	if err != nil {
 		return nil, err
 	}
 	dInsert := lap()
 	var finished *db.Batch
-	if complete {
+	switch {
+	case ahead != nil:
+		finished, err = w.enterAfterAhead(ctx, ptx, p, ahead, next, stored)
+	case complete:
 		finished, err = enterNextPhase(ctx, ptx, w.deps, batch.ID, phases.Next(p.Spec().Name), next, stored)
-	} else {
+	default:
 		err = startBuild(ctx, ptx, w.deps, w.build, batch.ID, name, candidate, next, gen.cursor, stored)
 	}
 	w.deps.Logger.InfoContext(ctx, "phase completed", "batch_id", batch.ID, "phase", batch.Status,
-		"tasks_completed", completed, "tasks_failed", failed, "files", len(stored), "generation_complete", complete,
+		"tasks_completed", completed, "tasks_failed", failed, "files", int(first)+len(stored), "files_written_ahead", first,
+		"generation_complete", complete,
 		"tasks_ms", dTasks.Milliseconds(), "apply_ms", dApply.Milliseconds(),
 		"events_ms", dEvents.Milliseconds(), "insert_ms", dInsert.Milliseconds(), "next_ms", lap().Milliseconds())
 	return finished, err

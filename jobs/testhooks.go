@@ -10,8 +10,8 @@ type TestHooks struct {
 	// NoFanInGuard leaves out the phase check's exclusive fan-in lock, so
 	// that a test can show the lost wake-up the lock prevents.
 	NoFanInGuard bool
-	// WaitOutAbove, when positive, replaces waitOutAbove, so that small
-	// phases are waited out.
+	// WaitOutAbove, when not zero, replaces waitOutAbove, so that small
+	// phases are waited out: negative waits out every open task.
 	WaitOutAbove int64
 	// AfterWaitOutCount runs in a phase check right after it read, without
 	// any lock, how many tasks of its phase are open.
@@ -29,8 +29,8 @@ type TestHooks struct {
 func (h *TestHooks) fanInGuard() bool { return h == nil || !h.NoFanInGuard }
 
 func (h *TestHooks) waitOutAbove() int64 {
-	if h != nil && h.WaitOutAbove > 0 {
-		return h.WaitOutAbove
+	if h != nil && h.WaitOutAbove != 0 {
+		return max(h.WaitOutAbove, 0)
 	}
 	return waitOutAbove
 }

@@ -53,18 +53,25 @@ func failBatch(ctx context.Context, tx Tx, d Deps, batchID, phase, message strin
 // caller to count once its transaction has committed
 // (Deps.BatchFinished). Runs in tx, the transaction of a job or of an
 // admin retry.
-func enterNextPhase(ctx context.Context, tx Tx, d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (b *db.Batch, err error) {
-	q := tx.Queries()
+func enterNextPhase(ctx context.Context, tx Tx, d Deps, batchID string, from phases.Name, generation int32, files []phases.File) (*db.Batch, error) {
 	var p phases.Phase
 	if from != "" {
 		p, _ = phases.NextWithWork(from, files)
 	}
+	return enterPhase(ctx, tx, d, batchID, p, generation, files, len(files))
+}
+
+// enterPhase moves the batch into phase p with the generation's files,
+// or, for a nil p, finishes it with the generation of n files, as
+// enterNextPhase does (files are then not needed).
+func enterPhase(ctx context.Context, tx Tx, d Deps, batchID string, p phases.Phase, generation int32, files []phases.File, n int) (b *db.Batch, err error) {
+	q := tx.Queries()
 	step, phaseName := "batch.done", ""
 	if p != nil {
 		step, phaseName = "phase.enter", string(p.Spec().Name)
 	}
 	ctx, span := d.Tracer.StartBatchStep(ctx, batchID, step, tracing.PhaseKey.String(phaseName),
-		attribute.Int("generation", int(generation)), attribute.Int("files", len(files)))
+		attribute.Int("generation", int(generation)), attribute.Int("files", n))
 	defer func() { tracing.End(span, err) }()
 	if p == nil {
 		b, err := q.BatchSetDone(ctx, db.BatchSetDoneParams{ID: batchID, Generation: generation})
@@ -74,7 +81,7 @@ func enterNextPhase(ctx context.Context, tx Tx, d Deps, batchID string, from pha
 			}
 			return nil, fmt.Errorf("finishing batch %s: %w", batchID, err)
 		}
-		if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchDone, Data: map[string]any{"files": len(files), "generation": generation}}); err != nil {
+		if err := q.EventRecord(ctx, db.Event{BatchID: batchID, Type: db.EventBatchDone, Data: map[string]any{"files": n, "generation": generation}}); err != nil {
 			return nil, err
 		}
 		if _, err := tx.River.InsertTx(ctx, tx.Tx, BatchFinalizeArgs{BatchID: batchID}, nil); err != nil {

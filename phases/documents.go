@@ -77,6 +77,11 @@ func (d documentIndexing) Discover(files []File) []File {
 	return out
 }
 
+// MayWork is a file to describe that has no document yet (Screener): a
+// document's files are among those, though which of them make one depends
+// on the files beside them (a split PDF and its pages).
+func (documentIndexing) MayWork(f File) bool { return f.ProcessingConfig.Describe && f.DocumentID == 0 }
+
 // Documents is DocumentsOf.
 func (documentIndexing) Documents(files []File) []DocumentWork { return DocumentsOf(files) }
 

@@ -55,14 +55,11 @@ func (imageProcessing) Spec() Spec {
 // Discover finds images by content type, skipping TIFF sources: only their
 // converted JPEGs are processed, the TIFFs are kept as they are for the
 // archive.
-func (imageProcessing) Discover(files []File) []File {
-	var out []File
-	for _, f := range files {
-		if isImage(f.ContentType) && !hasTag(f, TagTIFFSource) {
-			out = append(out, f)
-		}
-	}
-	return out
+func (i imageProcessing) Discover(files []File) []File { return filter(files, i.MayWork) }
+
+// MayWork is an image that is not a converted TIFF's source (Screener).
+func (imageProcessing) MayWork(f File) bool {
+	return isImage(f.ContentType) && !hasTag(f, TagTIFFSource)
 }
 
 // Transform replaces the image by its .ref.json when the task completed, and

@@ -79,15 +79,10 @@ func (ocr) Spec() Spec {
 
 // Discover finds image refs (PDF pages included) whose directory asked
 // for OCR and that carry no OCR yet, so a re-run never sends a ref twice.
-func (ocr) Discover(files []File) []File {
-	var out []File
-	for _, f := range files {
-		if isOCRRef(f) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
+func (ocr) Discover(files []File) []File { return filter(files, isOCRRef) }
+
+// MayWork is an image's ref to OCR (Screener).
+func (ocr) MayWork(f File) bool { return isOCRRef(f) }
 
 func isOCRRef(f File) bool {
 	return f.ProcessingConfig.OCR && hasTag(f, TagImageProcessor) && !hasTag(f, TagOCR) &&

@@ -123,15 +123,10 @@ func (pdfPages) Spec() Spec {
 // Discover finds PDFs by file name (.pdf in any case) or content type
 // (application/pdf, ignoring case and parameters), skipping any already
 // split, so a re-run over a later generation never splits a PDF twice.
-func (pdfPages) Discover(files []File) []File {
-	var out []File
-	for _, f := range files {
-		if isPDF(f) && !hasTag(f, TagPDFSource) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
+func (p pdfPages) Discover(files []File) []File { return filter(files, p.MayWork) }
+
+// MayWork is a PDF not split yet (Screener).
+func (pdfPages) MayWork(f File) bool { return isPDF(f) && !hasTag(f, TagPDFSource) }
 
 // isPDF reports whether a file is a PDF by its name or its content type.
 func isPDF(f File) bool {

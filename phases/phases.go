@@ -143,6 +143,45 @@ func Work(p Phase, files []File) []File {
 	return out
 }
 
+// Screener is a phase that can tell from a file alone that the file is
+// none of its work, whichever files are beside it.
+type Screener interface {
+	// MayWork is false for a file that is in the phase's Work of no list.
+	MayWork(f File) bool
+}
+
+// MayHaveWork names the phases from from on (inclusive, as NextWithWork
+// walks them) that may have work in a list holding files: those with a
+// file they may work on, and, if files is not empty, those that are not
+// Screeners. A list made of parts of which MayHaveWork names no phase has
+// no work for NextWithWork to find, so the parts need not be looked at
+// together.
+func MayHaveWork(from Name, files []File) []Name {
+	i := slices.Index(names, from)
+	if i < 0 || len(files) == 0 {
+		return nil
+	}
+	var out []Name
+	for _, p := range registry[i:] {
+		s, ok := p.(Screener)
+		if !ok || slices.ContainsFunc(files, s.MayWork) {
+			out = append(out, p.Spec().Name)
+		}
+	}
+	return out
+}
+
+// filter is the files for which keep is true, in list order.
+func filter(files []File, keep func(File) bool) []File {
+	var out []File
+	for _, f := range files {
+		if keep(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // NextWithWork starts at phase from (inclusive; "" means phase First()) and
 // walks Next until it finds a phase whose Work(files) is non-empty; it
 // returns that phase and the discovered files, or (nil, nil) when no

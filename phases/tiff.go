@@ -65,14 +65,11 @@ func (tiffConversion) Spec() Spec {
 
 // Discover finds TIFFs by file name, skipping any already converted, so a
 // re-run over a later generation never converts a TIFF twice.
-func (tiffConversion) Discover(files []File) []File {
-	var out []File
-	for _, f := range files {
-		if tiffName.MatchString(f.FileName) && !hasTag(f, TagTIFFSource) {
-			out = append(out, f)
-		}
-	}
-	return out
+func (t tiffConversion) Discover(files []File) []File { return filter(files, t.MayWork) }
+
+// MayWork is a TIFF not converted yet (Screener).
+func (tiffConversion) MayWork(f File) bool {
+	return tiffName.MatchString(f.FileName) && !hasTag(f, TagTIFFSource)
 }
 
 // Transform returns the tagged source followed by its JPEG(s) when the task

@@ -73,11 +73,13 @@ func (t Table) OpenCount(ctx context.Context, q *db.Queries, ref fanin.PhaseRef)
 
 // Outcomes joins each file's task of the phase: its status and its
 // worker's success callback body. Were a file to have two tasks, the
-// first by id decides.
+// first by id decides. A completed task is final: no callback, retry or
+// reset changes it (a failed one may yet complete: a late success).
 func (t Table) Outcomes() jobs.Outcomes {
 	return jobs.Outcomes{
 		Join: "LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3",
 		ID:   "t.id", Status: "t.status", Result: "t.result", Order: "t.id",
+		Final: "t.id IS NULL OR t.status = 'completed'",
 	}
 }
 

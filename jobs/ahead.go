@@ -1,0 +1,258 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arke-institute/orchestrator/db"
+	"github.com/arke-institute/orchestrator/fanin"
+	"github.com/arke-institute/orchestrator/phases"
+)
+
+// Writing the next generation ahead.
+//
+// A transition that cannot hand its next generation to phase_build (the
+// phase after it cannot take one part by part, or the batch is done next)
+// reads, transforms and writes the whole generation in its transaction:
+// seconds at 100,000 files, while the batch waits and the orchestrator
+// holds the generation in memory. So while the phase's tasks end, the
+// check that waits the phase out (waitOut) writes ahead: it transforms the
+// files at the head of the generation whose outcomes can no longer change
+// (Outcomes.Final: no work, or work completed) and writes their outputs as
+// the next generation, a stretch of at most BuildSizes.ChunkFiles input
+// files a transaction, and records how far it got (generation_ahead). The
+// transition then reads and writes only the files after that.
+//
+// A stretch ends before the first file whose work is still open or has
+// failed (a failed task may yet complete: a late success), so what is
+// written ahead is what the transition would write. A reset and a retry
+// leave it: they change no completed work and the batch comes back to the
+// same phase and generation. The batch's row lock orders each stretch
+// with the transition (which takes it first), so that a stretch written
+// after the transition began finds the batch moved on and writes nothing.
+//
+// An older release's transition would write the whole next generation over
+// the rows written ahead, and fail on them: nothing is written ahead while
+// a process that does not know migration writeAheadSchema is heard
+// (listeners.schema_version). See docs/operations.md, Upgrades.
+
+// writeAheadSchema is the migration that brought generation_ahead.
+const writeAheadSchema = 41
+
+// aheadHeardWithin is how recently a process must have been heard for its
+// release to count.
+const aheadHeardWithin = 30 * time.Second
+
+// aheadBudget bounds the time one check spends writing ahead before it
+// snoozes: stretches are written while there is time and more to write.
+const aheadBudget = time.Second
+
+// chunkTarget is the phase after p if the transition out of p may write
+// the next generation in parts for it (its executor is an Extender), else
+// nil: the generation is then written whole, by the transition or ahead
+// of it.
+func (w *PhaseCheckWorker) chunkTarget(p phases.Phase) phases.Phase {
+	next, _ := phases.Get(phases.Next(p.Spec().Name))
+	if next == nil {
+		return nil
+	}
+	if _, ok := w.deps.Executors.executor(next).(Extender); !ok {
+		return nil // e.g. chunks group the whole generation: it is read first
+	}
+	return next
+}
+
+// writeAhead writes stretches of the batch's next generation ahead, as
+// far as outcomes are final, within aheadBudget. It returns how many files
+// it wrote.
+func (w *PhaseCheckWorker) writeAhead(ctx context.Context, args fanin.PhaseCheckArgs) (int, error) {
+	ex, p, ok := w.deps.Executors.Of(args.Phase)
+	if !ok || ex.Outcomes().Final == "" || w.chunkTarget(p) != nil {
+		return 0, nil
+	}
+	all, err := db.New(w.deps.Pool).ListenerAllKnow(ctx, db.ListenerAllKnowParams{
+		WithinSeconds: aheadHeardWithin.Seconds(), Version: writeAheadSchema})
+	if err != nil || !all {
+		return 0, err
+	}
+	start, written := time.Now(), 0
+	for time.Since(start) < aheadBudget {
+		n, more, err := w.aheadStretch(ctx, args, ex, p)
+		written += n
+		if err != nil || !more {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// aheadStretch writes the next stretch ahead in one transaction. more is
+// false when it found an open file, the generation's end, or the batch
+// moved on.
+func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseCheckArgs, ex Executor, p phases.Phase) (written int, more bool, err error) {
+	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		batch, err := q.BatchGetByID(ctx, args.BatchID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if batch.Status != args.Phase || batch.BuildFrom != nil {
+			return nil
+		}
+		prev, err := aheadOf(ctx, q, batch)
+		if err != nil {
+			return err
+		}
+		from := prev
+		if from == nil {
+			from = &db.GenerationAhead{BatchID: batch.ID, Phase: batch.Status, Generation: batch.Generation + 1, LastInput: -1}
+		}
+		// Outcomes that are final do not change: they can be read before
+		// the lock is taken, which then holds only for the writing.
+		size := int32(w.build.ChunkFiles)
+		rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, from.LastInput, from.LastInput+size)
+		if err != nil {
+			return err
+		}
+		rd.finalOnly = true
+		var (
+			files    []phases.File
+			problems []transformProblem
+			inputs   int32
+		)
+		last := from.LastInput
+		for rd.Next() {
+			files = append(files, rd.outs...)
+			if rd.problem != nil {
+				problems = append(problems, *rd.problem)
+			}
+			last, inputs = rd.ordinal, inputs+1
+		}
+		if err := rd.Err(); err != nil {
+			rd.Close(ctx) // the read's error is the one to report
+			return fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
+		}
+		if err := rd.Close(ctx); err != nil {
+			return err
+		}
+		if inputs == 0 {
+			return nil
+		}
+		locked, err := q.BatchGetByIDForUpdate(ctx, batch.ID)
+		if err != nil {
+			return err
+		}
+		now, err := aheadOf(ctx, q, locked)
+		if err != nil {
+			return err
+		}
+		if locked.Status != batch.Status || locked.Generation != batch.Generation || locked.BuildFrom != nil ||
+			(now == nil) != (prev == nil) || (now != nil && now.LastInput != prev.LastInput) {
+			return nil // moved on, or written by another check meanwhile
+		}
+		stored, err := insertGeneration(ctx, tx, batch.ID, from.Generation, p.Spec().Name, from.Files, files)
+		if err != nil {
+			return err
+		}
+		wants := append([]string{}, from.Wants...) // never NULL
+		for _, n := range phases.MayHaveWork(phases.Next(p.Spec().Name), stored) {
+			if !slices.Contains(wants, string(n)) {
+				wants = append(wants, string(n))
+			}
+		}
+		if err := q.GenerationAheadSave(ctx, db.GenerationAheadSaveParams{BatchID: batch.ID, Phase: batch.Status,
+			Generation: from.Generation, Files: from.Files + int32(len(stored)), LastInput: last, Wants: wants}); err != nil {
+			return err
+		}
+		if len(problems) > 0 {
+			if _, err := q.BatchEventInsertMany(ctx, problemEvents(batch.ID, batch.Status, problems)); err != nil {
+				return err
+			}
+		}
+		written, more = len(stored), !rd.open && inputs == size
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("writing the next generation of batch %s ahead: %w", args.BatchID, err)
+	}
+	return written, more, nil
+}
+
+// aheadOf is the batch's next generation as written ahead, or nil if none
+// was written for the batch's phase and generation.
+func aheadOf(ctx context.Context, q *db.Queries, batch db.Batch) (*db.GenerationAhead, error) {
+	a, err := q.GenerationAheadGet(ctx, batch.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the generation written ahead for batch %s: %w", batch.ID, err)
+	}
+	if a.Phase != batch.Status || a.Generation != batch.Generation+1 {
+		return nil, nil
+	}
+	return &a, nil
+}
+
+// enterAfterAhead ends a transition whose next generation was written
+// ahead, once the rest of it (tail) is written: the record of it goes, and
+// the batch moves on. When no file written may be a later phase's work
+// (phases.MayHaveWork), the batch is done without the generation being
+// read back; otherwise it is read back whole for the next phase to be
+// found and entered.
+func (w *PhaseCheckWorker) enterAfterAhead(ctx context.Context, tx Tx, p phases.Phase, ahead *db.GenerationAhead, gen int32, tail []phases.File) (*db.Batch, error) {
+	if err := tx.Queries().GenerationAheadDelete(ctx, ahead.BatchID); err != nil {
+		return nil, err
+	}
+	from := phases.Next(p.Spec().Name)
+	if len(ahead.Wants) == 0 && len(phases.MayHaveWork(from, tail)) == 0 {
+		return enterPhase(ctx, tx, w.deps, ahead.BatchID, nil, gen, nil, int(ahead.Files)+len(tail))
+	}
+	files, err := storedGeneration(ctx, tx.Tx, ahead.BatchID, gen, ahead.Files)
+	if err != nil {
+		return nil, err
+	}
+	return enterNextPhase(ctx, tx, w.deps, ahead.BatchID, from, gen, append(files, tail...))
+}
+
+// storedGeneration reads back the files of a generation with ordinals
+// below upTo, in list order, as they were written.
+func storedGeneration(ctx context.Context, tx pgx.Tx, batchID string, gen, upTo int32) ([]phases.File, error) {
+	rows, err := tx.Query(ctx, `SELECT f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept
+FROM files f WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal < $3 ORDER BY f.ordinal`, batchID, gen, upTo)
+	if err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
+	}
+	defer rows.Close()
+	files := make([]phases.File, 0, upTo)
+	configs := map[string]phases.ProcessingConfig{}
+	for rows.Next() {
+		var (
+			r   db.File
+			cfg []byte
+		)
+		if err := rows.Scan(&r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
+			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &r.Kept); err != nil {
+			return nil, err
+		}
+		r.ProcessingConfig = cfg
+		f, err := fileFromRow(r, configs)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
+	}
+	return files, nil
+}
