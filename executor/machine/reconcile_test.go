@@ -78,11 +78,16 @@ func TestReconciliationIsFencedByAttempt(t *testing.T) {
 				return "" // destroyed
 			}
 
-			// The first machine called back with its error and stopped.
+			// The first machine called back with its error and stopped. Its
+			// callback can beat the launcher's bookkeeping, and the retry
+			// waits for that too: the first machine, recorded, is the one
+			// the lookups must fence off. (Had the retry come first, the
+			// launcher would destroy the machine unrecorded:
+			// db's TestTaskSetMachinesSkipsRequeuedTasks.)
 			first := launchOf(1)
-			eventually.True(t, 30*time.Second, "first machine stopped, task failed", func() bool {
-				status, _ := task()
-				return status == "failed" && machineState(first.MachineID) == "stopped"
+			eventually.True(t, 30*time.Second, "first machine stopped and recorded, task failed", func() bool {
+				status, machineID := task()
+				return status == "failed" && machineID != nil && *machineID == first.MachineID && machineState(first.MachineID) == "stopped"
 			})
 			code, body := env.DoAuth(t, http.MethodPost, "/admin/retry/"+id, testenv.AdminToken, nil)
 			require.Equal(t, http.StatusOK, code, "%s", body)

@@ -426,8 +426,15 @@ RETURNING id;
 
 -- TaskSetMachines records launched machines, for tasks still in the same
 -- launch attempt (a callback may already have ended the task: a fast worker
--- can beat this bookkeeping). It returns how each task ended so far, so the
--- caller can destroy machines whose task was reset or timed out meanwhile.
+-- can beat this bookkeeping). A task back in pending in that attempt waits
+-- for no machine (an admin retry requeued it after a callback failed it,
+-- or the sweep released it: the attempt only counts up at the next claim)
+-- and is left alone, since with a machine recorded it would never be
+-- claimed again; unless a retryable error of its callback put it there
+-- (ended_by 'retry'): the machine is recorded, to be retired before the
+-- task is claimed again. It returns how each task ended so far, so the
+-- caller can destroy the machines it did not record, and those whose task
+-- was reset or timed out meanwhile.
 -- It locks the rows first, explicitly in byte order of their ids: ordering
 -- the input alone (as TaskCompleteMany does) keeps that order only while
 -- the join is a nested loop, and for a large claim on a generic plan the
@@ -445,6 +452,7 @@ UPDATE tasks t
 SET machine_id = u.machine_id, updated_at = clock_timestamp()
 FROM u JOIN locked l ON l.id = u.id
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.machine_id IS NULL
+    AND (t.status <> 'pending' OR t.ended_by = 'retry')
 RETURNING t.id, t.ended_by;
 
 -- TaskSettleUnlaunched settles, in one statement, expired tasks whose
