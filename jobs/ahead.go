@@ -116,9 +116,14 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 			from = &db.GenerationAhead{BatchID: batch.ID, Phase: batch.Status, Generation: batch.Generation + 1, LastInput: -1}
 		}
 		// Outcomes that are final do not change: they can be read before
-		// the lock is taken, which then holds only for the writing.
+		// the lock is taken, which then holds only for the writing. The
+		// first file is looked at alone first: while it is open, as it
+		// mostly is between two stretches, that is all a look costs.
+		if open, err := aheadOpen(ctx, tx, ex, p, batch, from.LastInput); open || err != nil {
+			return err
+		}
 		size := int32(w.build.ChunkFiles)
-		rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, from.LastInput, from.LastInput+size)
+		rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, from.LastInput, from.LastInput+size, lookupJoin)
 		if err != nil {
 			return err
 		}
@@ -158,18 +163,17 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 			(now == nil) != (prev == nil) || (now != nil && now.LastInput != prev.LastInput) {
 			return nil // moved on, or written by another check meanwhile
 		}
-		stored, err := insertGeneration(ctx, tx, batch.ID, from.Generation, p.Spec().Name, from.Files, files)
-		if err != nil {
+		if err := copyGeneration(ctx, tx, batch.ID, from.Generation, p.Spec().Name, from.Files, files); err != nil {
 			return err
 		}
 		wants := append([]string{}, from.Wants...) // never NULL
-		for _, n := range phases.MayHaveWork(phases.Next(p.Spec().Name), stored) {
+		for _, n := range phases.MayHaveWork(phases.Next(p.Spec().Name), files) {
 			if !slices.Contains(wants, string(n)) {
 				wants = append(wants, string(n))
 			}
 		}
 		if err := q.GenerationAheadSave(ctx, db.GenerationAheadSaveParams{BatchID: batch.ID, Phase: batch.Status,
-			Generation: from.Generation, Files: from.Files + int32(len(stored)), LastInput: last, Wants: wants}); err != nil {
+			Generation: from.Generation, Files: from.Files + int32(len(files)), LastInput: last, Wants: wants}); err != nil {
 			return err
 		}
 		if len(problems) > 0 {
@@ -177,13 +181,30 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 				return err
 			}
 		}
-		written, more = len(stored), !rd.open && inputs == size
+		written, more = len(files), !rd.open && inputs == size
 		return nil
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("writing the next generation of batch %s ahead: %w", args.BatchID, err)
 	}
 	return written, more, nil
+}
+
+// aheadOpen reports whether the input file after ordinal last has an
+// outcome that may still change.
+func aheadOpen(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase, batch db.Batch, last int32) (bool, error) {
+	rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, last, last+1, lookupJoin)
+	if err != nil {
+		return false, err
+	}
+	rd.finalOnly = true
+	for rd.Next() {
+	}
+	if err := rd.Err(); err != nil {
+		rd.Close(ctx) // the read's error is the one to report
+		return false, fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
+	}
+	return rd.open, rd.Close(ctx)
 }
 
 // aheadOf is the batch's next generation as written ahead, or nil if none

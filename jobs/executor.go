@@ -131,9 +131,12 @@ type Jobs struct {
 // orders the rows of one file, the first deciding. Final, if not empty,
 // is true where the file's outcome can no longer change while the batch
 // is in the phase (no work, or work completed): the next generation of
-// such files can be written before the phase ends (writeAhead).
+// such files can be written before the phase ends (writeAhead). Lookup,
+// if not empty, is Join for a stretch of a few thousand files: it finds
+// their outcomes by an index from their ids, ARRAY(SELECT id FROM
+// stretch), rather than reading all of the phase's.
 type Outcomes struct {
-	Join, ID, Status, Result, Order, Final string
+	Join, ID, Status, Result, Order, Final, Lookup string
 }
 
 // PhaseProgress is one phase of a batch at a glance, as its executor

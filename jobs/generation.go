@@ -23,16 +23,23 @@ import (
 // Were a file to have two outcomes, the executor's order makes the choice
 // of the first stable. (A range of ordinals, not a LIMIT: with a LIMIT the
 // planner joined and sorted the whole generation first.)
-func generationSQL(o Outcomes) string {
+func generationSQL(o Outcomes, join joinBy) string {
 	final := o.Final
 	if final == "" {
 		final = "false"
 	}
-	return `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	with, outcomes := "", o.Join
+	if join == lookupJoin {
+		with = `WITH stretch AS MATERIALIZED (
+	SELECT id FROM files WHERE batch_id = $1 AND generation = $2 AND ordinal > $4 AND ordinal <= $5)
+`
+		outcomes = o.Lookup
+	}
+	return with + `SELECT f.ordinal, f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
 	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept, ` + o.ID + `, ` + o.Status + `, ` + o.Result + `,
 	` + final + `
 FROM files f
-` + o.Join + `
+` + outcomes + `
 WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal > $4 AND f.ordinal <= $5
 ORDER BY f.ordinal, ` + o.Order
 }
@@ -65,21 +72,47 @@ type generationReader struct {
 	err     error
 }
 
+// joinBy is how readGeneration joins files with their outcomes.
+type joinBy int
+
+const (
+	// hashJoin reads each table once: for a whole generation, or most of
+	// one.
+	hashJoin joinBy = iota
+	// lookupJoin looks the files' outcomes up by an index
+	// (Outcomes.Lookup): for a stretch of a generation, where a plain join
+	// would read every outcome of the batch's phase.
+	lookupJoin
+)
+
+// lookupJoinMax is the most input files read with a lookupJoin.
+const lookupJoinMax = 20000
+
+// joinFor is the join for reading n input files with outcomes o.
+func joinFor(o Outcomes, n int64) joinBy {
+	if o.Lookup != "" && n <= lookupJoinMax {
+		return lookupJoin
+	}
+	return hashJoin
+}
+
 // readGeneration starts reading generation gen of the batch, transformed by
 // phase p (whose work's outcomes its executor ex finds): the files after
 // ordinal after (-1: from the start) up to ordinal upTo (math.MaxInt32: to
-// the end). tx must be a transaction: the query needs a setting of its own
-// (see below).
-func readGeneration(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase, batchID string, gen, after, upTo int32) (*generationReader, error) {
-	// tasks has no index on file_id, and right after a phase its statistics
-	// are stale: the planner then likes a nested loop that scans the tasks
-	// once per file, quadratic in the batch. A hash join reads each table
-	// once; Close sets it back, as the transaction's other queries are
-	// none of this one's business.
+// the end), joined as join says. tx must be a transaction: the query needs
+// settings of its own (see below).
+func readGeneration(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase, batchID string, gen, after, upTo int32, join joinBy) (*generationReader, error) {
+	// Right after a phase the statistics are stale, and a new batch's rows
+	// look rare to the planner: it then likes a nested loop that scans the
+	// outcomes once per file, quadratic in the batch. A hash join reads
+	// each side once; Close sets it back, as the transaction's other
+	// queries are none of this one's business. (So a lookupJoin's stretch
+	// of outcomes is found by the ids of its files, an array whose size
+	// the planner cannot misjudge, not by a join.)
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_nestloop = off"); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, generationSQL(ex.Outcomes()), batchID, gen, string(p.Spec().Name), after, upTo)
+	rows, err := tx.Query(ctx, generationSQL(ex.Outcomes(), join), batchID, gen, string(p.Spec().Name), after, upTo)
 	if err != nil {
 		return nil, fmt.Errorf("reading generation %d of batch %s: %w", gen, batchID, err)
 	}
@@ -161,17 +194,10 @@ func (g *generationReader) Close(ctx context.Context) error {
 // defaults the rows got. Only the IDs are read back (whole rows are
 // costly to read back at 100,000 files). files is modified in place.
 func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, first int32, files []phases.File) ([]phases.File, error) {
-	q := db.New(tx)
-	src := &generationSource{batchID: batchID, generation: generation, first: first, files: files, i: -1,
-		configs: map[phases.ProcessingConfig][]byte{}}
-	if phase != "" {
-		s := string(phase)
-		src.phase = &s
+	if err := copyGeneration(ctx, tx, batchID, generation, phase, first, files); err != nil {
+		return nil, err
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"files"}, fileColumns, src); err != nil {
-		return nil, fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
-	}
-	ids, err := q.FileListIDsByBatchGeneration(ctx, db.FileListIDsByBatchGenerationParams{BatchID: batchID, Generation: generation, MinOrdinal: first})
+	ids, err := db.New(tx).FileListIDsByBatchGeneration(ctx, db.FileListIDsByBatchGenerationParams{BatchID: batchID, Generation: generation, MinOrdinal: first})
 	if err != nil {
 		return nil, fmt.Errorf("reading the IDs of generation %d of batch %s: %w", generation, batchID, err)
 	}
@@ -182,6 +208,21 @@ func insertGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation
 		files[i].ID = id
 	}
 	return files, nil
+}
+
+// copyGeneration is insertGeneration without reading the IDs back: files
+// get their defaults, not their IDs.
+func copyGeneration(ctx context.Context, tx pgx.Tx, batchID string, generation int32, phase phases.Name, first int32, files []phases.File) error {
+	src := &generationSource{batchID: batchID, generation: generation, first: first, files: files, i: -1,
+		configs: map[phases.ProcessingConfig][]byte{}}
+	if phase != "" {
+		s := string(phase)
+		src.phase = &s
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"files"}, fileColumns, src); err != nil {
+		return fmt.Errorf("writing generation %d of batch %s: %w", generation, batchID, err)
+	}
+	return nil
 }
 
 // fileColumns are db.FileInsertMany's columns, document_id and kept, in the order

@@ -140,7 +140,7 @@ func (w *PhaseBuildWorker) Work(ctx context.Context, job *river.Job[PhaseBuildAr
 	// The input generation and the finished phase's tasks no longer change,
 	// so one long read can feed every chunk's transaction.
 	err = pgx.BeginTxFunc(ctx, w.deps.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(rtx pgx.Tx) error {
-		rd, err := readGeneration(ctx, rtx, w.deps.Executors.executor(from), from, args.BatchID, args.Generation-1, b.cursor, math.MaxInt32)
+		rd, err := readGeneration(ctx, rtx, w.deps.Executors.executor(from), from, args.BatchID, args.Generation-1, b.cursor, math.MaxInt32, hashJoin)
 		if err != nil {
 			return err
 		}

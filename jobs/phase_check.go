@@ -316,6 +316,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 		return nil, fmt.Errorf("counting generation %d of batch %s: %w", batch.Generation, batch.ID, err)
 	}
 	n -= int64(after + 1)
+	rest := n                    // input files to read
 	upTo := int32(math.MaxInt32) // the last ordinal to read first
 	if candidate != nil && w.build.FirstFiles > 0 && n > int64(w.build.FirstFiles) {
 		upTo, n = int32(w.build.FirstFiles-1), int64(w.build.FirstFiles)
@@ -323,12 +324,13 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 	// Room for every input and one output in eight more (a converted TIFF
 	// adds its JPEG), so that the usual next generation never has to be
 	// copied into a bigger array while the old one is still alive.
-	gen := nextGeneration{from: p, outcomes: ex, batchID: batch.ID, next: make([]phases.File, 0, n+n/8)}
+	gen := nextGeneration{from: p, outcomes: ex, batchID: batch.ID, next: make([]phases.File, 0, n+n/8), join: joinFor(ex.Outcomes(), n)}
 	if err := gen.read(ctx, tx, batch.Generation, after, upTo, candidate); err != nil {
 		return nil, err
 	}
 	complete := upTo == math.MaxInt32
 	if !complete && !gen.decided { // read the rest too
+		gen.join = joinFor(ex.Outcomes(), rest-n)
 		if err := gen.read(ctx, tx, batch.Generation, upTo, math.MaxInt32, nil); err != nil {
 			return nil, err
 		}
@@ -382,6 +384,7 @@ func (w *PhaseCheckWorker) transition(ctx context.Context, tx pgx.Tx, batch db.B
 type nextGeneration struct {
 	from     phases.Phase // the phase whose transform applies
 	outcomes Executor     // from's executor, which finds its work's outcomes
+	join     joinBy
 	batchID  string
 	next     []phases.File
 	problems []transformProblem
@@ -394,7 +397,7 @@ type nextGeneration struct {
 // upTo], appending to a.next. With a candidate phase, it records whether
 // any output needs a task of it (decided).
 func (a *nextGeneration) read(ctx context.Context, tx pgx.Tx, gen, after, upTo int32, candidate phases.Phase) error {
-	rd, err := readGeneration(ctx, tx, a.outcomes, a.from, a.batchID, gen, after, upTo)
+	rd, err := readGeneration(ctx, tx, a.outcomes, a.from, a.batchID, gen, after, upTo, a.join)
 	if err != nil {
 		return err
 	}

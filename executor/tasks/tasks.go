@@ -80,6 +80,9 @@ func (t Table) Outcomes() jobs.Outcomes {
 		Join: "LEFT JOIN tasks t ON t.file_id = f.id AND t.batch_id = $1 AND t.phase = $3",
 		ID:   "t.id", Status: "t.status", Result: "t.result", Order: "t.id",
 		Final: "t.id IS NULL OR t.status = 'completed'",
+		// By tasks_file_id_idx alone: with the batch in the condition,
+		// the planner would read the batch's tasks and test each id.
+		Lookup: "LEFT JOIN tasks t ON t.file_id = ANY(ARRAY(SELECT id FROM stretch)) AND t.file_id = f.id AND t.phase = $3",
 	}
 }
 

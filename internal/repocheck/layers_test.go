@@ -29,7 +29,7 @@ var layers = []struct {
 }{
 	{"foundation: pure logic and the contracts, no database or network", []string{
 		"phases", "manifest", "textchunk", "words", "logcoalesce", "provider", "intakesig", "problem",
-		"sql", "blob", "compute", "worker/vips", "worker/protocol", "setting", "cost",
+		"sql", "blob", "compute", "worker/vips", "worker/protocol", "setting", "cost", "gcgoal",
 	}},
 	{"drivers: the database, storage, machines, providers, metrics, the API's client", []string{
 		"db", "locals3", "compute/...", "ocr", "embedding", "tagging", "metrics", "ratelimit", "client", "tasktoken",
