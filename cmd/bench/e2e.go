@@ -122,6 +122,9 @@ type e2eRun struct {
 	firstLaunch time.Duration
 	// peakRSS is the orchestrator's VmHWM at the end, in bytes.
 	peakRSS int64
+	// cpu is how busy the machine was from POST /batches to DONE, and
+	// who kept it busy.
+	cpu cpuUse
 	// timeline says when each step happened, from POST /batches.
 	timeline string
 	// priority is the priority probes' figures, in the first run of the
@@ -464,12 +467,21 @@ func (env *e2eEnv) runOnce(ctx context.Context, bin string, n, i int, probe bool
 		loaded = newLoadedProbe(env, run, pp)
 		onPoll = func(st client.Status) { loaded.onPoll(ctx, st) }
 	}
+	cpu0, err := sampleCPU(run.proc.cmd.Process.Pid)
+	if err != nil {
+		return r, err
+	}
 	// Every TIFF is kept beside its JPEG's ref.json.
 	start, wall, err := run.process(ctx, env, msg, 2*time.Minute+time.Duration(n)*10*time.Millisecond, int64(n+n/10), onPoll)
 	if err != nil {
 		return r, err
 	}
 	r.wall = wall
+	cpu1, err := sampleCPU(run.proc.cmd.Process.Pid)
+	if err != nil {
+		return r, err
+	}
+	r.cpu = cpu0.to(cpu1)
 	counts := run.fly.Counts()
 	if loaded != nil {
 		if err := loaded.wait(ctx); err != nil {
@@ -861,14 +873,17 @@ type e2eSummary struct {
 	// transitionP50 is their median (the mean of the two middle ones for
 	// an even count), transitionMax the longest.
 	transitionP50, transitionMax time.Duration
-	peakRSS                      int64 // the largest of the runs'
+	peakRSS                      int64  // the largest of the runs'
+	cpu                          cpuUse // the medians of the runs'
 }
 
 func (s e2eSize) summary() e2eSummary {
 	var walls, trans []time.Duration
 	var rates, imageRates []float64
 	var rss int64
+	var busy, orch, pg []float64
 	for _, r := range s.runs {
+		busy, orch, pg = append(busy, r.cpu.busy), append(orch, r.cpu.orchestrator), append(pg, r.cpu.postgres)
 		walls = append(walls, r.wall)
 		trans = append(trans, r.transitions...)
 		rates = append(rates, float64(r.launches)/r.wall.Seconds())
@@ -879,7 +894,8 @@ func (s e2eSize) summary() e2eSummary {
 	}
 	slices.Sort(trans)
 	sum := e2eSummary{runs: len(s.runs), wall: median(walls), launchRate: median(rates), imageRate: median(imageRates),
-		transitions: trans, transitionP50: median(trans), peakRSS: rss}
+		transitions: trans, transitionP50: median(trans), peakRSS: rss,
+		cpu: cpuUse{busy: median(busy), orchestrator: median(orch), postgres: median(pg)}}
 	if len(trans) > 0 {
 		sum.transitionMax = trans[len(trans)-1]
 	}
@@ -928,6 +944,8 @@ func e2eTable(sizes []e2eSize) string {
 			rss += fmt.Sprintf(" (max of %d)", sum.runs)
 		}
 		row(rss, fmt.Sprintf("%.0f MB", float64(sum.peakRSS)/1e6))
+		row(name+"machine CPU busy (median)", fmt.Sprintf("%.0f%%", 100*sum.cpu.busy))
+		row(name+"  of it orchestrator / PostgreSQL", fmt.Sprintf("%.0f%% / %.0f%%", 100*sum.cpu.orchestrator, 100*sum.cpu.postgres))
 	}
 	for _, label := range []string{"", "[A] ", "[B] ", "[C] "} {
 		if t10, t100 := wall[label+"10000"], wall[label+"100000"]; t10 > 0 && t100 > 0 {
@@ -972,6 +990,13 @@ func e2eMarkdown(opts e2eOptions) string {
     even count), *max* the longest.
   - *peak RSS*: the orchestrator's VmHWM from /proc at the end of the run; the
     highest of the size's runs.
+  - *machine CPU busy*: the machine's CPU time spent (all but idle and iowait,
+    /proc/stat) over the CPU time there was, from POST to DONE; and the
+    orchestrator's and PostgreSQL's shares of it (their processes' user and
+    system time, with their reaped children's): medians of the size's runs.
+    The rest is the bench itself, the fake Machines API and its workers, and
+    the S3 server. A figure near 100%% says the machine, not a wait, bounds the
+    batch.
   - Checked every run: the batch ends DONE; every task completed at its first
     attempt with a machine of its own; the API saw exactly one launch and one
     callback per task; ingest received the final manifest with every file.
