@@ -908,8 +908,8 @@ Parts run: %s.
 	}
 	b.WriteString(r.targets())
 	b.WriteString(`
-Profiles' findings (where a callback's time goes, what grows with a batch) are in
-[docs/performance.md](docs/performance.md).
+Profiles' findings (where a callback's time goes, what grows with a batch), and
+what bounds each goal a run misses, are in [docs/performance.md](docs/performance.md).
 
 Reproduce: ` + "`make bench`" + ` (it starts a throwaway PostgreSQL cluster with production
 durability; set BENCH_DATABASE_URL to use another server). One part alone:
