@@ -17,8 +17,8 @@ import (
 // Writing the next generation ahead.
 //
 // A transition that cannot hand its next generation to phase_build (the
-// phase after it cannot take one part by part, or the batch is done next)
-// reads, transforms and writes the whole generation in its transaction:
+// phase after it in the pipeline cannot take one part by part, or there is
+// none) reads, transforms and writes the whole generation in its transaction:
 // seconds at 100,000 files, while the batch waits and the orchestrator
 // holds the generation in memory. So while the phase's tasks end, the
 // check that waits the phase out (waitOut) writes ahead: it transforms the
@@ -36,10 +36,11 @@ import (
 // with the transition (which takes it first), so that a stretch written
 // after the transition began finds the batch moved on and writes nothing.
 //
-// An older release's transition would write the whole next generation over
-// the rows written ahead, and fail on them: nothing is written ahead while
-// a process that does not know migration writeAheadSchema is heard
-// (listeners.schema_version). See docs/operations.md, Upgrades.
+// An older release's transition would write the whole next generation and
+// fail on the rows written ahead (a unique ordinal), until retried on a
+// newer process. So nothing is written ahead while a process that does not
+// know migration writeAheadSchema is heard (listeners.schema_version). See
+// docs/operations.md, Upgrades.
 
 // writeAheadSchema is the migration that brought generation_ahead.
 const writeAheadSchema = 41
@@ -68,33 +69,35 @@ func (w *PhaseCheckWorker) chunkTarget(p phases.Phase) phases.Phase {
 }
 
 // writeAhead writes stretches of the batch's next generation ahead, as
-// far as outcomes are final, within aheadBudget. It returns how many files
-// it wrote.
-func (w *PhaseCheckWorker) writeAhead(ctx context.Context, args fanin.PhaseCheckArgs) (int, error) {
+// far as outcomes are final, within aheadBudget: where the phase's
+// executor can tell final outcomes and look them up (Outcomes.Final and
+// Lookup: the machine and pool executors' tasks) and the phase after it
+// cannot take a generation in parts (chunkTarget).
+func (w *PhaseCheckWorker) writeAhead(ctx context.Context, args fanin.PhaseCheckArgs) error {
 	ex, p, ok := w.deps.Executors.Of(args.Phase)
-	if !ok || ex.Outcomes().Final == "" || w.chunkTarget(p) != nil {
-		return 0, nil
+	if !ok {
+		return nil
+	}
+	if o := ex.Outcomes(); o.Final == "" || o.Lookup == "" || w.chunkTarget(p) != nil {
+		return nil
 	}
 	all, err := db.New(w.deps.Pool).ListenerAllKnow(ctx, db.ListenerAllKnowParams{
 		WithinSeconds: aheadHeardWithin.Seconds(), Version: writeAheadSchema})
 	if err != nil || !all {
-		return 0, err
+		return err
 	}
-	start, written := time.Now(), 0
-	for time.Since(start) < aheadBudget {
-		n, more, err := w.aheadStretch(ctx, args, ex, p)
-		written += n
-		if err != nil || !more {
-			return written, err
+	for start := time.Now(); time.Since(start) < aheadBudget; {
+		if more, err := w.aheadStretch(ctx, args, ex, p); err != nil || !more {
+			return err
 		}
 	}
-	return written, nil
+	return nil
 }
 
 // aheadStretch writes the next stretch ahead in one transaction. more is
 // false when it found an open file, the generation's end, or the batch
 // moved on.
-func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseCheckArgs, ex Executor, p phases.Phase) (written int, more bool, err error) {
+func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseCheckArgs, ex Executor, p phases.Phase) (more bool, err error) {
 	err = pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		batch, err := q.BatchGetByID(ctx, args.BatchID)
@@ -181,13 +184,13 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 				return err
 			}
 		}
-		written, more = len(files), !rd.open && inputs == size
+		more = !rd.open && inputs == size
 		return nil
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("writing the next generation of batch %s ahead: %w", args.BatchID, err)
+		return false, fmt.Errorf("writing the next generation of batch %s ahead: %w", args.BatchID, err)
 	}
-	return written, more, nil
+	return more, nil
 }
 
 // aheadOpen reports whether the input file after ordinal last has an
@@ -237,7 +240,7 @@ func (w *PhaseCheckWorker) enterAfterAhead(ctx context.Context, tx Tx, p phases.
 	if len(ahead.Wants) == 0 && len(phases.MayHaveWork(from, tail)) == 0 {
 		return enterPhase(ctx, tx, w.deps, ahead.BatchID, nil, gen, nil, int(ahead.Files)+len(tail))
 	}
-	files, err := storedGeneration(ctx, tx.Tx, ahead.BatchID, gen, ahead.Files)
+	files, err := storedGeneration(ctx, tx.Tx, ahead.BatchID, gen, ahead.Files, len(tail))
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +248,9 @@ func (w *PhaseCheckWorker) enterAfterAhead(ctx context.Context, tx Tx, p phases.
 }
 
 // storedGeneration reads back the files of a generation with ordinals
-// below upTo, in list order, as they were written.
-func storedGeneration(ctx context.Context, tx pgx.Tx, batchID string, gen, upTo int32) ([]phases.File, error) {
+// below upTo, in list order, as they were written, into a slice with room
+// for more files after them.
+func storedGeneration(ctx context.Context, tx pgx.Tx, batchID string, gen, upTo int32, more int) ([]phases.File, error) {
 	rows, err := tx.Query(ctx, `SELECT f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
 	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept
 FROM files f WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal < $3 ORDER BY f.ordinal`, batchID, gen, upTo)
@@ -254,7 +258,7 @@ FROM files f WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal < $3 ORDE
 		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
 	}
 	defer rows.Close()
-	files := make([]phases.File, 0, upTo)
+	files := make([]phases.File, 0, int(upTo)+more)
 	configs := map[string]phases.ProcessingConfig{}
 	for rows.Next() {
 		var (

@@ -14,6 +14,7 @@ import (
 	"github.com/arke-institute/orchestrator/internal/harness/eventually"
 	"github.com/arke-institute/orchestrator/internal/harness/testenv"
 	"github.com/arke-institute/orchestrator/jobs"
+	"github.com/arke-institute/orchestrator/manifest"
 	"github.com/arke-institute/orchestrator/phases"
 )
 
@@ -26,9 +27,30 @@ import (
 //     yet complete), so it stops there for good, however often it looks;
 //   - a reset and a retry keep what was written ahead, and the transition
 //     writes only the rest.
+//
+// Through OCR, the files written ahead may be OCR's work: the transition
+// reads the generation back to enter OCR with it.
 func TestWrittenAheadMatchesWhole(t *testing.T) {
 	t.Parallel()
-	files := buildFiles(60)
+	for _, c := range []struct {
+		name   string
+		config manifest.ProcessingConfig
+		shown  int // phases in the batch's status
+	}{{"ToDone", manifest.ProcessingConfig{}, 2}, {"ThroughOCR", manifest.ProcessingConfig{OCR: true}, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			files := buildFiles(60)
+			for i := range files {
+				files[i].Config = c.config
+			}
+			writtenAhead(t, files, c.shown)
+		})
+	}
+}
+
+// writtenAhead is TestWrittenAheadMatchesWhole with files, whose status
+// shows that many phases.
+func writtenAhead(t *testing.T, files []testenv.File, shown int) {
 	const failing, hanging = "p012.jpg", "p031.jpg" // in /d0, then /d1
 	behave := func(hang *atomic.Bool) func(fakefly.Launch) fakefly.Behavior {
 		return func(l fakefly.Launch) fakefly.Behavior {
@@ -46,6 +68,7 @@ func TestWrittenAheadMatchesWhole(t *testing.T) {
 		}
 	}
 	whole := runBuildBatch(t, testenv.New(t, testenv.Options{Behave: behave(nil), NoSweep: true, Build: jobs.BuildSizes{FirstFiles: -1}}), "WHOLE", files)
+	require.Len(t, whole.phases, shown)
 
 	const id = "AHEAD"
 	var hang atomic.Bool

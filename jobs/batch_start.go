@@ -85,11 +85,12 @@ func (w *BatchStartWorker) Work(ctx context.Context, job *river.Job[BatchStartAr
 	return nil
 }
 
-// start is one attempt of Work.
 // manifestGCPercent is the collector's percentage (GOGC) while a manifest
-// is held (package gcgoal).
+// is held (package gcgoal): the whole process collects more often for the
+// seconds a batch takes to start.
 const manifestGCPercent = 25
 
+// start is one attempt of Work.
 func (w *BatchStartWorker) start(ctx context.Context, job *river.Job[BatchStartArgs]) error {
 	id := job.Args.BatchID
 	log := w.deps.Logger.With("batch_id", id, "job_id", job.ID)

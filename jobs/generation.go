@@ -107,8 +107,8 @@ func readGeneration(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase,
 	// outcomes once per file, quadratic in the batch. A hash join reads
 	// each side once; Close sets it back, as the transaction's other
 	// queries are none of this one's business. (So a lookupJoin's stretch
-	// of outcomes is found by the ids of its files, an array whose size
-	// the planner cannot misjudge, not by a join.)
+	// of outcomes is found by the ids of its files, an array that no
+	// estimate of the batch's rows enters into, not by a join.)
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_nestloop = off"); err != nil {
 		return nil, err
 	}

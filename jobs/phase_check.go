@@ -62,7 +62,7 @@ func (w *PhaseCheckWorker) Work(ctx context.Context, job *river.Job[fanin.PhaseC
 		// Meanwhile, what the transition would write of the files whose
 		// work is over can be written now. A failure only loses the head
 		// start: the transition writes what was not written ahead.
-		if _, err := w.writeAhead(ctx, args); err != nil && ctx.Err() == nil {
+		if err := w.writeAhead(ctx, args); err != nil && ctx.Err() == nil {
 			w.deps.Logger.WarnContext(ctx, "writing the next generation ahead", "batch_id", args.BatchID, "phase", args.Phase, "error", err)
 		}
 		return river.JobSnooze(d)
@@ -218,9 +218,10 @@ func (w *PhaseCheckWorker) settle(ctx context.Context, args fanin.PhaseCheckArgs
 // No wake-up is lost: a check becomes finished only by completing under the
 // exclusive lock with an exact count (Work); waiting out only keeps it
 // unfinished for longer. A phase's end is found late by at most the last
-// snooze (maxWaitOut) plus a fetch poll, and only when its last tasks end
-// faster than maxEndRate, as when the sweep fails thousands at once; at the
-// rates callbacks come in, by at most minWaitOut plus a fetch poll.
+// snooze (maxWaitOut) plus a fetch poll, and the writing ahead before it
+// (aheadBudget and a stretch), and only when its last tasks end faster
+// than maxEndRate, as when the sweep fails thousands at once; at the rates
+// callbacks come in, by at most minWaitOut plus a fetch poll.
 //
 // While a large generation is still being written (a chunked build), a
 // check waits out the tasks written so far the same way; the build's last

@@ -205,6 +205,11 @@ func (p *pruner) batch(ctx context.Context, id string, cutoff time.Time) error {
 			return fmt.Errorf("pruning the %s work of batch %s: %w", e.Kind(), id, err)
 		}
 	}
+	// A generation written ahead of a batch that then failed goes with the
+	// files of the generations before the final one.
+	if err := q.GenerationAheadDelete(ctx, id); err != nil {
+		return fmt.Errorf("forgetting the generation written ahead of batch %s: %w", id, err)
+	}
 	steps := []struct {
 		table string
 		del   func() (int64, error)

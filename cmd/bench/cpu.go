@@ -19,8 +19,9 @@ type cpuSample struct {
 }
 
 // sampleCPU reads /proc: the machine's counters, the process pid's, and
-// the postgres processes'. A process that ends between two samples has its
-// time counted in its parent's reaped children's.
+// the postgres processes' (every cluster's on the machine: the bench's
+// alone when nothing else runs). A process that ends between two samples
+// has its time counted in its parent's reaped children's.
 func sampleCPU(pid int) (cpuSample, error) {
 	var s cpuSample
 	data, err := os.ReadFile("/proc/stat")
@@ -90,14 +91,22 @@ type cpuUse struct {
 }
 
 func (a cpuSample) to(b cpuSample) cpuUse {
-	busy := float64(b.busy - a.busy)
-	total := float64(b.total - a.total)
+	busy, total := since(a.busy, b.busy), since(a.total, b.total)
 	if busy <= 0 || total <= 0 {
 		return cpuUse{}
 	}
-	u := cpuUse{busy: busy / total, postgres: float64(b.postgres-a.postgres) / busy}
+	u := cpuUse{busy: busy / total, postgres: since(a.postgres, b.postgres) / busy}
 	if a.orchestratorOK && b.orchestratorOK {
-		u.orchestrator = float64(b.orchestrator-a.orchestrator) / busy
+		u.orchestrator = since(a.orchestrator, b.orchestrator) / busy
 	}
 	return u
+}
+
+// since is b - a, or 0 where a counter went back (a process that ended
+// unreaped between the samples).
+func since(a, b uint64) float64 {
+	if b < a {
+		return 0
+	}
+	return float64(b - a)
 }
