@@ -122,37 +122,13 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 		// the lock is taken, which then holds only for the writing. The
 		// first file is looked at alone first: while it is open, as it
 		// mostly is between two stretches, that is all a look costs.
-		if open, err := aheadOpen(ctx, tx, ex, p, batch, from.LastInput); open || err != nil {
+		if head, err := readFinal(ctx, tx, ex, p, batch, from.LastInput, from.LastInput+1); head.open || err != nil {
 			return err
 		}
 		size := int32(w.build.ChunkFiles)
-		rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, from.LastInput, from.LastInput+size, lookupJoin)
-		if err != nil {
+		s, err := readFinal(ctx, tx, ex, p, batch, from.LastInput, from.LastInput+size)
+		if err != nil || s.inputs == 0 {
 			return err
-		}
-		rd.finalOnly = true
-		var (
-			files    []phases.File
-			problems []transformProblem
-			inputs   int32
-		)
-		last := from.LastInput
-		for rd.Next() {
-			files = append(files, rd.outs...)
-			if rd.problem != nil {
-				problems = append(problems, *rd.problem)
-			}
-			last, inputs = rd.ordinal, inputs+1
-		}
-		if err := rd.Err(); err != nil {
-			rd.Close(ctx) // the read's error is the one to report
-			return fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
-		}
-		if err := rd.Close(ctx); err != nil {
-			return err
-		}
-		if inputs == 0 {
-			return nil
 		}
 		locked, err := q.BatchGetByIDForUpdate(ctx, batch.ID)
 		if err != nil {
@@ -166,25 +142,25 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 			(now == nil) != (prev == nil) || (now != nil && now.LastInput != prev.LastInput) {
 			return nil // moved on, or written by another check meanwhile
 		}
-		if err := copyGeneration(ctx, tx, batch.ID, from.Generation, p.Spec().Name, from.Files, files); err != nil {
+		if err := copyGeneration(ctx, tx, batch.ID, from.Generation, p.Spec().Name, from.Files, s.files); err != nil {
 			return err
 		}
 		wants := append([]string{}, from.Wants...) // never NULL
-		for _, n := range phases.MayHaveWork(phases.Next(p.Spec().Name), files) {
+		for _, n := range phases.MayHaveWork(phases.Next(p.Spec().Name), s.files) {
 			if !slices.Contains(wants, string(n)) {
 				wants = append(wants, string(n))
 			}
 		}
 		if err := q.GenerationAheadSave(ctx, db.GenerationAheadSaveParams{BatchID: batch.ID, Phase: batch.Status,
-			Generation: from.Generation, Files: from.Files + int32(len(files)), LastInput: last, Wants: wants}); err != nil {
+			Generation: from.Generation, Files: from.Files + int32(len(s.files)), LastInput: s.last, Wants: wants}); err != nil {
 			return err
 		}
-		if len(problems) > 0 {
-			if _, err := q.BatchEventInsertMany(ctx, problemEvents(batch.ID, batch.Status, problems)); err != nil {
+		if len(s.problems) > 0 {
+			if _, err := q.BatchEventInsertMany(ctx, problemEvents(batch.ID, batch.Status, s.problems)); err != nil {
 				return err
 			}
 		}
-		more = !rd.open && inputs == size
+		more = !s.open && s.inputs == size
 		return nil
 	})
 	if err != nil {
@@ -193,21 +169,38 @@ func (w *PhaseCheckWorker) aheadStretch(ctx context.Context, args fanin.PhaseChe
 	return more, nil
 }
 
-// aheadOpen reports whether the input file after ordinal last has an
-// outcome that may still change.
-func aheadOpen(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase, batch db.Batch, last int32) (bool, error) {
-	rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, last, last+1, lookupJoin)
+// finalStretch is what readFinal read: the outputs of the input files up
+// to the last one read, and their problems.
+type finalStretch struct {
+	files    []phases.File
+	problems []transformProblem
+	last     int32 // the ordinal of the last input file read
+	inputs   int32 // input files read
+	open     bool  // the read stopped at a file whose outcome may change
+}
+
+// readFinal transforms the input files of the batch's generation after
+// ordinal after, up to ordinal upTo, as far as their outcomes are final.
+func readFinal(ctx context.Context, tx pgx.Tx, ex Executor, p phases.Phase, batch db.Batch, after, upTo int32) (finalStretch, error) {
+	s := finalStretch{last: after}
+	rd, err := readGeneration(ctx, tx, ex, p, batch.ID, batch.Generation, after, upTo, lookupJoin)
 	if err != nil {
-		return false, err
+		return s, err
 	}
 	rd.finalOnly = true
 	for rd.Next() {
+		s.files = append(s.files, rd.outs...)
+		if rd.problem != nil {
+			s.problems = append(s.problems, *rd.problem)
+		}
+		s.last, s.inputs = rd.ordinal, s.inputs+1
 	}
 	if err := rd.Err(); err != nil {
 		rd.Close(ctx) // the read's error is the one to report
-		return false, fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
+		return s, fmt.Errorf("reading generation %d of batch %s: %w", batch.Generation, batch.ID, err)
 	}
-	return rd.open, rd.Close(ctx)
+	s.open = rd.open
+	return s, rd.Close(ctx)
 }
 
 // aheadOf is the batch's next generation as written ahead, or nil if none
@@ -240,44 +233,9 @@ func (w *PhaseCheckWorker) enterAfterAhead(ctx context.Context, tx Tx, p phases.
 	if len(ahead.Wants) == 0 && len(phases.MayHaveWork(from, tail)) == 0 {
 		return enterPhase(ctx, tx, w.deps, ahead.BatchID, nil, gen, nil, int(ahead.Files)+len(tail))
 	}
-	files, err := storedGeneration(ctx, tx.Tx, ahead.BatchID, gen, ahead.Files, len(tail))
+	files, err := storedGeneration(ctx, tx.Tx, ahead.BatchID, gen, ahead.Files, int(ahead.Files)+len(tail))
 	if err != nil {
 		return nil, err
 	}
 	return enterNextPhase(ctx, tx, w.deps, ahead.BatchID, from, gen, append(files, tail...))
-}
-
-// storedGeneration reads back the files of a generation with ordinals
-// below upTo, in list order, as they were written, into a slice with room
-// for more files after them.
-func storedGeneration(ctx context.Context, tx pgx.Tx, batchID string, gen, upTo int32, more int) ([]phases.File, error) {
-	rows, err := tx.Query(ctx, `SELECT f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
-	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept
-FROM files f WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal < $3 ORDER BY f.ordinal`, batchID, gen, upTo)
-	if err != nil {
-		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
-	}
-	defer rows.Close()
-	files := make([]phases.File, 0, int(upTo)+more)
-	configs := map[string]phases.ProcessingConfig{}
-	for rows.Next() {
-		var (
-			r   db.File
-			cfg []byte
-		)
-		if err := rows.Scan(&r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
-			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &r.Kept); err != nil {
-			return nil, err
-		}
-		r.ProcessingConfig = cfg
-		f, err := fileFromRow(r, configs)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
-	}
-	return files, nil
 }

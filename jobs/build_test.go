@@ -75,13 +75,14 @@ func runBuildBatch(t *testing.T, env *testenv.Env, id string, files []testenv.Fi
 // openWork is how many tasks of the batch's phase are pending or
 // processing (by the counters), plus its fan-in checks not yet finished.
 func openWork(ctx context.Context, env *testenv.Env, id, phase string) (int64, error) {
-	var n int64
-	err := env.Pool.QueryRow(ctx, `SELECT
-		(SELECT coalesce(sum(n), 0) FROM task_counts
-			WHERE batch_id = $1 AND phase = $2 AND status IN ('pending', 'processing'))
-		+ (SELECT count(*) FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1
-			AND args->>'phase' = $2 AND state NOT IN ('completed', 'cancelled', 'discarded'))`, id, phase).Scan(&n)
-	return n, err
+	tasks, err := openTasks(ctx, env, id, phase)
+	if err != nil {
+		return 0, err
+	}
+	var checks int64
+	err = env.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'phase_check' AND args->>'batch_id' = $1
+		AND args->>'phase' = $2 AND state NOT IN ('completed', 'cancelled', 'discarded')`, id, phase).Scan(&checks)
+	return tasks + checks, err
 }
 
 // TestChunkedGenerationMatchesWhole writes the TIFF_CONVERSION ->

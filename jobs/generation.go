@@ -321,3 +321,39 @@ func fileFromRow(r db.File, configs map[string]phases.ProcessingConfig) (phases.
 	}
 	return f, nil
 }
+
+// storedGeneration reads back the files of a generation with ordinals
+// below upTo (math.MaxInt32: all of them), in list order, as they were
+// written, into a slice of capacity size (0: as it grows). Rows are read
+// one at a time, not collected first as sqlc's :many would.
+func storedGeneration(ctx context.Context, tx pgx.Tx, batchID string, gen, upTo int32, size int) ([]phases.File, error) {
+	rows, err := tx.Query(ctx, `SELECT f.id, f.parent_id, f.directory_path, f.r2_key, f.logical_path, f.file_name, f.file_size,
+	f.content_type, f.cid, f.processing_config, f.preprocessor_tags, f.document_id, f.kept
+FROM files f WHERE f.batch_id = $1 AND f.generation = $2 AND f.ordinal < $3 ORDER BY f.ordinal`, batchID, gen, upTo)
+	if err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
+	}
+	defer rows.Close()
+	files := make([]phases.File, 0, size)
+	configs := map[string]phases.ProcessingConfig{}
+	for rows.Next() {
+		var (
+			r   db.File
+			cfg []byte
+		)
+		if err := rows.Scan(&r.ID, &r.ParentID, &r.DirectoryPath, &r.R2Key, &r.LogicalPath, &r.FileName, &r.FileSize,
+			&r.ContentType, &r.CID, &cfg, &r.PreprocessorTags, &r.DocumentID, &r.Kept); err != nil {
+			return nil, err
+		}
+		r.ProcessingConfig = cfg
+		f, err := fileFromRow(r, configs)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading generation %d of batch %s back: %w", gen, batchID, err)
+	}
+	return files, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 
 	"github.com/arke-institute/orchestrator/db"
 	"github.com/arke-institute/orchestrator/phases"
@@ -79,16 +80,9 @@ func ResumeBatch(ctx context.Context, tx Tx, x *Executors, b db.Batch, scope Ret
 	if _, err := q.BatchReopen(ctx, b.ID); err != nil {
 		return Resumption{}, fmt.Errorf("reopening batch %s: %w", b.ID, err)
 	}
-	rows, err := q.FileListByBatchGeneration(ctx, db.FileListByBatchGenerationParams{BatchID: b.ID, Generation: b.Generation})
+	files, err := storedGeneration(ctx, tx.Tx, b.ID, b.Generation, math.MaxInt32, 0)
 	if err != nil {
-		return Resumption{}, fmt.Errorf("reading generation %d of batch %s: %w", b.Generation, b.ID, err)
-	}
-	files := make([]phases.File, len(rows))
-	configs := map[string]phases.ProcessingConfig{}
-	for i, r := range rows {
-		if files[i], err = fileFromRow(r, configs); err != nil {
-			return Resumption{}, err
-		}
+		return Resumption{}, err
 	}
 	finished, err := enterNextPhase(ctx, tx, Deps{Executors: x}, b.ID, phases.First(), b.Generation, files)
 	if err != nil {
